@@ -1,0 +1,331 @@
+//! The rules file: envoyproxy/ratelimit's YAML format (plus sluice's extensions) as a serde
+//! model, parsed and key-checked. Semantic checks and compilation live in `rules.rs`.
+//!
+//! Keys are checked the way the reference checks them: any key in [`VALID_KEYS`] is accepted at
+//! any level, any other key is an error. Every problem in a file is reported, not just the
+//! first, each prefixed with the file's name (`"<file>: <message>"`, the reference's wording).
+
+use serde::Deserialize;
+use serde_yaml::Value;
+
+/// Every key the rules format knows: the reference's, then sluice's extensions.
+pub const VALID_KEYS: &[&str] = &[
+    "domain",
+    "key",
+    "value",
+    "descriptors",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "shadow_mode",
+    "quota_mode",
+    "name",
+    "replaces",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+    // sluice extensions
+    "algorithm",
+    "unit_multiplier",
+    "additional_limits",
+];
+
+/// One error in one rules file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct ConfigError {
+    /// The file the error is in, as it was named to the loader.
+    pub file: String,
+    /// What is wrong, in envoyproxy/ratelimit's wording where it has one.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// An error in `file`.
+    pub fn new(file: &str, message: impl Into<String>) -> Self {
+        ConfigError {
+            file: file.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A rules file: one domain and its descriptor tree.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct RulesFile {
+    /// The domain the descriptors belong to; required.
+    #[serde(default)]
+    pub domain: String,
+    /// The top-level descriptors.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorConfig>,
+}
+
+/// One node of the descriptor tree.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct DescriptorConfig {
+    /// The entry key this node matches; required.
+    #[serde(default)]
+    pub key: String,
+    /// The value this node matches: empty matches any value, `*` anywhere is a wildcard.
+    #[serde(default)]
+    pub value: String,
+    /// The limit applied when a request's last entry stops at this node.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitConfig>,
+    /// More limits checked together with `rate_limit` (sluice extension).
+    #[serde(default)]
+    pub additional_limits: Vec<LimitConfig>,
+    /// Nested descriptors, matched against the following request entries.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorConfig>,
+    /// Report OK whatever the outcome (the outcome is still counted and measured).
+    #[serde(default)]
+    pub shadow_mode: bool,
+    /// Quota mode: an over-limit status here fails the request only if every quota is over.
+    #[serde(default)]
+    pub quota_mode: bool,
+    /// Metrics keyed by the request's actual values rather than this rule's path.
+    #[serde(default)]
+    pub detailed_metric: bool,
+    /// Metrics include the actual value of this (key-only or wildcard) level.
+    #[serde(default)]
+    pub value_to_metric: bool,
+    /// One counter for every value a wildcard matches, instead of one per value.
+    #[serde(default)]
+    pub share_threshold: bool,
+    /// Free-form annotations, ignored by the limiter.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+}
+
+/// The `rate_limit` block.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct RateLimitConfig {
+    /// The window unit: second, minute, hour, day, week, month or year.
+    #[serde(default)]
+    pub unit: String,
+    /// Hits allowed per window.
+    #[serde(default)]
+    pub requests_per_unit: u32,
+    /// No limit: matching requests are never counted or denied.
+    #[serde(default)]
+    pub unlimited: bool,
+    /// A name other rules can `replace`.
+    #[serde(default)]
+    pub name: String,
+    /// Names of limits this one replaces when both match one request.
+    #[serde(default)]
+    pub replaces: Vec<ReplacesConfig>,
+    /// Window length in units (sluice extension; default 1).
+    #[serde(default)]
+    pub unit_multiplier: Option<u32>,
+    /// `sliding_window` (default) or `fixed_window` (sluice extension).
+    #[serde(default)]
+    pub algorithm: Option<String>,
+    /// Accepted here too, for files that put it inside the block.
+    #[serde(default)]
+    pub shadow_mode: bool,
+    /// Accepted here too, for files that put it inside the block.
+    #[serde(default)]
+    pub quota_mode: bool,
+}
+
+/// An entry of `additional_limits`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct LimitConfig {
+    /// The window unit.
+    #[serde(default)]
+    pub unit: String,
+    /// Hits allowed per window.
+    #[serde(default)]
+    pub requests_per_unit: u32,
+    /// Window length in units (default 1).
+    #[serde(default)]
+    pub unit_multiplier: Option<u32>,
+    /// `sliding_window` (default) or `fixed_window`.
+    #[serde(default)]
+    pub algorithm: Option<String>,
+}
+
+/// An entry of `replaces`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct ReplacesConfig {
+    /// The name of the limit replaced.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// Parses one rules file, reporting every key and syntax problem in it.
+///
+/// # Errors
+/// Every problem found, each naming `file`; unknown keys also carry the line they are on.
+pub fn parse(file: &str, content: &str) -> Result<RulesFile, Vec<ConfigError>> {
+    let value: Value = serde_yaml::from_str(content).map_err(|e| {
+        vec![ConfigError::new(
+            file,
+            format!("error loading config file: {e}"),
+        )]
+    })?;
+    if value.is_null() {
+        // An empty file: the reference reports the missing domain.
+        return Err(vec![ConfigError::new(
+            file,
+            "config file cannot have empty domain",
+        )]);
+    }
+    let mut errors = Vec::new();
+    match &value {
+        Value::Mapping(map) => check_keys(file, content, map, &mut errors),
+        _ => errors.push(ConfigError::new(
+            file,
+            "error loading config file: the top level must be a mapping",
+        )),
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    // Decoded again from the text (not from `value`) so type errors keep their field path
+    // and line.
+    serde_yaml::from_str(content).map_err(|e| {
+        vec![ConfigError::new(
+            file,
+            format!("error loading config file: {e}"),
+        )]
+    })
+}
+
+fn check_keys(file: &str, content: &str, map: &serde_yaml::Mapping, errors: &mut Vec<ConfigError>) {
+    for (k, v) in map {
+        let Some(key) = k.as_str() else {
+            errors.push(ConfigError::new(
+                file,
+                format!(
+                    "config error, key is not of type string: {}",
+                    render(k)
+                ),
+            ));
+            continue;
+        };
+        if !VALID_KEYS.contains(&key) {
+            let at = line_of_key(content, key)
+                .map(|l| format!(" (line {l})"))
+                .unwrap_or_default();
+            errors.push(ConfigError::new(
+                file,
+                format!("config error, unknown key '{key}'{at}"),
+            ));
+            continue;
+        }
+        if key == "metadata" {
+            continue; // free-form by design
+        }
+        match v {
+            Value::Sequence(items) => {
+                for item in items {
+                    match item {
+                        Value::Mapping(m) => check_keys(file, content, m, errors),
+                        other => errors.push(ConfigError::new(
+                            file,
+                            format!(
+                                "config error, yaml file contains list of type other than map: {}",
+                                render(other)
+                            ),
+                        )),
+                    }
+                }
+            }
+            Value::Mapping(m) => check_keys(file, content, m, errors),
+            _ => {}
+        }
+    }
+}
+
+/// The 1-based line where `key:` first appears as a mapping key. serde_yaml's `Value` keeps no
+/// positions, so this is a textual search; it is a hint for the reader, not a guarantee.
+fn line_of_key(content: &str, key: &str) -> Option<usize> {
+    content.lines().position(|line| {
+        let t = line.trim_start().trim_start_matches("- ").trim_start();
+        t.strip_prefix(key)
+            .is_some_and(|rest| rest.trim_start().starts_with(':'))
+    })
+    .map(|i| i + 1)
+}
+
+fn render(v: &Value) -> String {
+    serde_yaml::to_string(v)
+        .map(|s| s.trim().replace('\n', " "))
+        .unwrap_or_else(|_| format!("{v:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_reference_format() {
+        let f = parse(
+            "a.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      name: n\n      replaces:\n        - name: m\n",
+        )
+        .unwrap();
+        assert_eq!(f.domain, "d");
+        let rl = f.descriptors[0].rate_limit.as_ref().unwrap();
+        assert_eq!((rl.unit.as_str(), rl.requests_per_unit), ("second", 5));
+        assert_eq!(rl.replaces[0].name, "m");
+    }
+
+    #[test]
+    fn reports_every_unknown_key_with_its_line() {
+        let errs = parse(
+            "bad.yaml",
+            "domain: d\nfoo: 1\ndescriptors:\n  - key: k\n    bar: 2\n",
+        )
+        .unwrap_err();
+        let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "bad.yaml: config error, unknown key 'foo' (line 2)",
+                "bad.yaml: config error, unknown key 'bar' (line 5)"
+            ]
+        );
+    }
+
+    #[test]
+    fn list_of_non_maps_is_an_error() {
+        let errs = parse("l.yaml", "domain: d\ndescriptors:\n  - a\n").unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "l.yaml: config error, yaml file contains list of type other than map: a"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_carry_a_position() {
+        let errs = parse("s.yaml", "domain: d\ndescriptors: [\n").unwrap_err();
+        assert!(errs[0].message.starts_with("error loading config file:"));
+        assert!(errs[0].message.contains("line"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn type_errors_name_the_field() {
+        let errs = parse(
+            "t.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: lots\n",
+        )
+        .unwrap_err();
+        assert!(errs[0].message.contains("requests_per_unit"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn metadata_is_free_form() {
+        parse(
+            "m.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    metadata:\n      owner: team-a\n      anything: [1, 2]\n",
+        )
+        .unwrap();
+    }
+}

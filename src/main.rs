@@ -1,0 +1,63 @@
+//! The `sluice` binary: parse the command line, set up logging, run the subcommand, map
+//! failures to exit codes (64 usage, 78 configuration, 1 other).
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use sluice::settings::{Cli, Command, Settings};
+
+const EX_USAGE: u8 = 64;
+const EX_CONFIG: u8 = 78;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sluice: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Serve(args) => {
+            let settings = match Settings::resolve(*args) {
+                Ok(s) => s,
+                Err(errors) => {
+                    for e in errors {
+                        eprintln!("sluice: {e}");
+                    }
+                    return ExitCode::from(EX_USAGE);
+                }
+            };
+            sluice::telemetry::init_logging(&settings.log_level, &settings.log_format);
+            runtime.block_on(serve(settings))
+        }
+        Command::Check(args) => sluice::client::check(&args),
+        Command::Query(args) => runtime.block_on(sluice::client::query(args)),
+        Command::Load(args) => runtime.block_on(sluice::client::load(args)),
+    }
+}
+
+async fn serve(settings: Settings) -> ExitCode {
+    let result = async {
+        let listeners = sluice::Listeners::bind(&settings).await?;
+        let clock = Arc::new(sluice::clock::SystemClock::new());
+        sluice::run(settings, listeners, clock, sluice::shutdown::signal()).await
+    }
+    .await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ sluice::RunError::Rules(_)) => {
+            tracing::error!("{e}");
+            eprintln!("sluice: {e}");
+            ExitCode::from(EX_CONFIG)
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("sluice: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

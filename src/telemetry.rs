@@ -1,0 +1,308 @@
+//! Metrics and logs: per-rule counters with envoyproxy/ratelimit's meaning, the service's own
+//! counters, their OpenTelemetry instruments and the Prometheus text rendering; log setup.
+//!
+//! Hot-path counters are plain atomics resolved ahead of time (a rule's [`RuleStats`] handle is
+//! looked up when rules are compiled, not per request); OpenTelemetry reads them through
+//! observable instruments at scrape time, so a request never hashes metric attributes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use opentelemetry::metrics::{Counter, Meter, MeterProvider as _};
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use parking_lot::RwLock;
+
+/// Most distinct `detailed_metric`/`value_to_metric` keys tracked; past it, hits are reported
+/// under the rule's own key so a flood of distinct values cannot exhaust memory.
+pub const MAX_DETAILED_KEYS: usize = 10_000;
+
+/// Counters of one rule (or one detailed key), with the reference's meaning.
+#[derive(Debug, Default)]
+pub struct RuleStats {
+    /// Hits seen.
+    pub total_hits: AtomicU64,
+    /// Hits over the limit.
+    pub over_limit: AtomicU64,
+    /// Hits within the limit but past `NEAR_LIMIT_RATIO` of it.
+    pub near_limit: AtomicU64,
+    /// Hits within the limit.
+    pub within_limit: AtomicU64,
+    /// Over-limit hits let through by shadow mode.
+    pub shadow_mode: AtomicU64,
+}
+
+impl RuleStats {
+    /// Adds `n` to one of the counters.
+    #[inline]
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Every rule's stats, keyed by (domain, stats key). Entries outlive reloads so counters stay
+/// monotonic, as Prometheus expects.
+#[derive(Debug, Default)]
+pub struct RuleStatsRegistry {
+    map: RwLock<HashMap<(String, String), Arc<RuleStats>>>,
+}
+
+impl RuleStatsRegistry {
+    /// The stats handle of a rule key, created on first use.
+    pub fn get(&self, domain: &str, key: &str) -> Arc<RuleStats> {
+        if let Some(s) = self.map.read().get(&(domain.to_string(), key.to_string())) {
+            return s.clone();
+        }
+        self.map
+            .write()
+            .entry((domain.to_string(), key.to_string()))
+            .or_default()
+            .clone()
+    }
+
+    /// The stats of a detailed key, or `None` when [`MAX_DETAILED_KEYS`] are already tracked.
+    pub fn get_detailed(&self, domain: &str, key: &str) -> Option<Arc<RuleStats>> {
+        if self.map.read().len() >= MAX_DETAILED_KEYS
+            && !self
+                .map
+                .read()
+                .contains_key(&(domain.to_string(), key.to_string()))
+        {
+            return None;
+        }
+        Some(self.get(domain, key))
+    }
+
+    fn snapshot(&self) -> Vec<((String, String), Arc<RuleStats>)> {
+        self.map
+            .read()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Why a request was refused before any rule was consulted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestErrorKind {
+    /// The request was malformed (empty domain, too many descriptors, ...).
+    InvalidArgument,
+    /// The service could not answer (not ready, shutting down).
+    Unavailable,
+}
+
+/// The service's own counters.
+#[derive(Debug, Default)]
+pub struct ServiceStats {
+    /// `ShouldRateLimit` calls answered (gRPC and HTTP).
+    pub requests: AtomicU64,
+    /// Requests refused as invalid.
+    pub invalid_requests: AtomicU64,
+    /// Requests refused as unavailable.
+    pub unavailable: AtomicU64,
+    /// Descriptor decisions that were within every limit.
+    pub decisions_ok: AtomicU64,
+    /// Descriptor decisions that were over a limit.
+    pub decisions_over: AtomicU64,
+    /// Descriptors that matched no rule.
+    pub decisions_no_rule: AtomicU64,
+    /// Entity lookups that found counters in the cache.
+    pub cache_hits: AtomicU64,
+    /// Entity lookups that created counters.
+    pub cache_misses: AtomicU64,
+}
+
+type GaugeFn = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The metrics pipeline: an OpenTelemetry meter provider exporting into a Prometheus registry.
+pub struct Telemetry {
+    registry: prometheus::Registry,
+    provider: SdkMeterProvider,
+    meter: Meter,
+    /// Per-rule counters.
+    pub rules: Arc<RuleStatsRegistry>,
+    /// Service counters.
+    pub service: Arc<ServiceStats>,
+    config_loads: Counter<u64>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry").finish_non_exhaustive()
+    }
+}
+
+/// The outcome of a rules load, as counted in `config_load_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigLoad {
+    /// The new rules were swapped in.
+    Success,
+    /// The files were rejected; the rules in force stayed.
+    Error,
+}
+
+impl Telemetry {
+    /// Builds the pipeline and registers every instrument.
+    ///
+    /// # Errors
+    /// When the Prometheus exporter cannot be built.
+    pub fn new() -> Result<Self, opentelemetry_sdk::error::OTelSdkError> {
+        let registry = prometheus::Registry::new();
+        let exporter = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .without_target_info()
+            .scope_info_enabled(false)
+            .without_counter_suffixes()
+            .build()?;
+        let provider = SdkMeterProvider::builder().with_reader(exporter).build();
+        let meter = provider.meter("sluice");
+        let rules = Arc::new(RuleStatsRegistry::default());
+        let service = Arc::new(ServiceStats::default());
+
+        type Pick = fn(&RuleStats) -> &AtomicU64;
+        let per_rule: [(&str, &str, Pick); 5] = [
+            ("ratelimit_total_hits", "Hits seen per rule", |s| &s.total_hits),
+            ("ratelimit_over_limit", "Hits over the limit per rule", |s| &s.over_limit),
+            ("ratelimit_near_limit", "Hits within the limit but past NEAR_LIMIT_RATIO of it", |s| &s.near_limit),
+            ("ratelimit_within_limit", "Hits within the limit per rule", |s| &s.within_limit),
+            ("ratelimit_shadow_mode", "Over-limit hits let through by shadow mode", |s| &s.shadow_mode),
+        ];
+        for (name, help, pick) in per_rule {
+            let rules = rules.clone();
+            meter
+                .u64_observable_counter(format!("{name}_total"))
+                .with_description(help)
+                .with_callback(move |obs| {
+                    for ((domain, key), s) in rules.snapshot() {
+                        obs.observe(
+                            pick(&s).load(Ordering::Relaxed),
+                            &[KeyValue::new("domain", domain), KeyValue::new("rule", key)],
+                        );
+                    }
+                })
+                .build();
+        }
+
+        type PickS = fn(&ServiceStats) -> &AtomicU64;
+        type Label = Option<(&'static str, &'static str)>;
+        let svc: [(&str, &str, Label, PickS); 8] = [
+            ("sluice_requests_total", "ShouldRateLimit calls answered", None, |s| &s.requests),
+            ("sluice_request_errors_total", "Requests refused", Some(("reason", "invalid_argument")), |s| &s.invalid_requests),
+            ("sluice_request_errors_total", "Requests refused", Some(("reason", "unavailable")), |s| &s.unavailable),
+            ("sluice_decisions_total", "Descriptor decisions", Some(("outcome", "ok")), |s| &s.decisions_ok),
+            ("sluice_decisions_total", "Descriptor decisions", Some(("outcome", "over_limit")), |s| &s.decisions_over),
+            ("sluice_decisions_total", "Descriptor decisions", Some(("outcome", "no_rule")), |s| &s.decisions_no_rule),
+            ("sluice_cache_total", "Entity cache lookups", Some(("result", "hit")), |s| &s.cache_hits),
+            ("sluice_cache_total", "Entity cache lookups", Some(("result", "miss")), |s| &s.cache_misses),
+        ];
+        // Instruments sharing a name are registered once, with one callback per label set.
+        let mut by_name: HashMap<&str, (&str, Vec<(Label, PickS)>)> = HashMap::new();
+        for (name, help, labels, pick) in svc {
+            by_name.entry(name).or_insert((help, Vec::new())).1.push((labels, pick));
+        }
+        for (name, (help, series)) in by_name {
+            let service = service.clone();
+            meter
+                .u64_observable_counter(name)
+                .with_description(help)
+                .with_callback(move |obs| {
+                    for (label, pick) in &series {
+                        let attrs: Vec<KeyValue> =
+                            label.iter().map(|(k, v)| KeyValue::new(*k, *v)).collect();
+                        obs.observe(pick(&service).load(Ordering::Relaxed), &attrs);
+                    }
+                })
+                .build();
+        }
+        let config_loads = meter
+            .u64_counter("sluice_config_load_total")
+            .with_description("Rules loads, by result")
+            .build();
+        // Present from the start, so alerts on errors see a zero before the first failure.
+        config_loads.add(0, &[KeyValue::new("result", "success")]);
+        config_loads.add(0, &[KeyValue::new("result", "error")]);
+        Ok(Telemetry {
+            registry,
+            provider,
+            meter,
+            rules,
+            service,
+            config_loads,
+        })
+    }
+
+    /// Counts a rules load.
+    pub fn config_load(&self, outcome: ConfigLoad) {
+        let result = match outcome {
+            ConfigLoad::Success => "success",
+            ConfigLoad::Error => "error",
+        };
+        self.config_loads
+            .add(1, &[KeyValue::new("result", result)]);
+    }
+
+    /// Registers a gauge read at scrape time.
+    pub fn gauge(&self, name: &'static str, help: &'static str, read: GaugeFn) {
+        self.meter
+            .u64_observable_gauge(name)
+            .with_description(help)
+            .with_callback(move |obs| obs.observe(read(), &[]))
+            .build();
+    }
+
+    /// The current metrics in the Prometheus text format.
+    pub fn render(&self) -> String {
+        use prometheus::Encoder as _;
+        let mut out = Vec::new();
+        let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Flushes and stops the meter provider.
+    pub fn shutdown(&self) {
+        let _ = self.provider.shutdown();
+    }
+}
+
+/// Installs the `tracing` subscriber: `level` as an env-filter directive, `format` `json` or text.
+pub fn init_logging(level: &str, format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level.to_ascii_lowercase())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if format.eq_ignore_ascii_case("json") {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_rule_and_service_counters() {
+        let t = Telemetry::new().unwrap();
+        let s = t.rules.get("d", "d.k_v");
+        RuleStats::add(&s.total_hits, 3);
+        RuleStats::add(&s.over_limit, 1);
+        RuleStats::add(&t.service.cache_misses, 2);
+        t.config_load(ConfigLoad::Success);
+        let text = t.render();
+        assert!(text.contains(r#"ratelimit_total_hits_total{domain="d",rule="d.k_v"} 3"#), "{text}");
+        assert!(text.contains(r#"ratelimit_over_limit_total{domain="d",rule="d.k_v"} 1"#), "{text}");
+        assert!(text.contains(r#"sluice_cache_total{result="miss"} 2"#), "{text}");
+        assert!(text.contains(r#"sluice_config_load_total{result="success"} 1"#), "{text}");
+    }
+
+    #[test]
+    fn detailed_keys_are_bounded() {
+        let r = RuleStatsRegistry::default();
+        for i in 0..MAX_DETAILED_KEYS {
+            assert!(r.get_detailed("d", &i.to_string()).is_some());
+        }
+        assert!(r.get_detailed("d", "one-too-many").is_none());
+        assert!(r.get_detailed("d", "7").is_some(), "known keys stay available");
+    }
+}
