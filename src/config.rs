@@ -125,12 +125,6 @@ pub struct RateLimitConfig {
     /// `sliding_window` (default) or `fixed_window` (sluice extension).
     #[serde(default)]
     pub algorithm: Option<String>,
-    /// Accepted here too, for files that put it inside the block.
-    #[serde(default)]
-    pub shadow_mode: bool,
-    /// Accepted here too, for files that put it inside the block.
-    #[serde(default)]
-    pub quota_mode: bool,
 }
 
 /// An entry of `additional_limits`.
@@ -163,38 +157,42 @@ pub struct ReplacesConfig {
 /// # Errors
 /// Every problem found, each naming `file`; unknown keys also carry the line they are on.
 pub fn parse(file: &str, content: &str) -> Result<RulesFile, Vec<ConfigError>> {
-    let value: Value = serde_yaml::from_str(content).map_err(|e| {
-        vec![ConfigError::new(
-            file,
-            format!("error loading config file: {e}"),
-        )]
-    })?;
-    if value.is_null() {
-        // An empty file: the reference reports the missing domain.
-        return Err(vec![ConfigError::new(
-            file,
-            "config file cannot have empty domain",
-        )]);
+    match parse_lenient(file, content) {
+        (Some(rf), errors) if errors.is_empty() => Ok(rf),
+        (_, errors) => Err(errors),
     }
+}
+
+/// Parses one rules file, returning what could be decoded alongside every key and syntax
+/// problem. Unknown keys do not stop decoding (the rest of the file is still checked), so a
+/// caller can report the file's semantic errors in the same pass.
+pub fn parse_lenient(file: &str, content: &str) -> (Option<RulesFile>, Vec<ConfigError>) {
+    let value: Value = match serde_yaml::from_str(content) {
+        Ok(v) => v,
+        Err(e) => {
+            let err = ConfigError::new(file, format!("error loading config file: {e}"));
+            return (None, vec![err]);
+        }
+    };
     let mut errors = Vec::new();
     match &value {
+        // An empty file decodes to the default: the missing domain is reported by compile.
+        Value::Null => return (Some(RulesFile::default()), errors),
         Value::Mapping(map) => check_keys(file, content, map, &mut errors),
-        _ => errors.push(ConfigError::new(
-            file,
-            "error loading config file: the top level must be a mapping",
-        )),
-    }
-    if !errors.is_empty() {
-        return Err(errors);
+        _ => {
+            let err = ConfigError::new(file, "error loading config file: the top level must be a mapping");
+            return (None, vec![err]);
+        }
     }
     // Decoded again from the text (not from `value`) so type errors keep their field path
     // and line.
-    serde_yaml::from_str(content).map_err(|e| {
-        vec![ConfigError::new(
-            file,
-            format!("error loading config file: {e}"),
-        )]
-    })
+    match serde_yaml::from_str(content) {
+        Ok(rf) => (Some(rf), errors),
+        Err(e) => {
+            errors.push(ConfigError::new(file, format!("error loading config file: {e}")));
+            (None, errors)
+        }
+    }
 }
 
 fn check_keys(file: &str, content: &str, map: &serde_yaml::Mapping, errors: &mut Vec<ConfigError>) {
@@ -238,6 +236,11 @@ fn check_keys(file: &str, content: &str, map: &serde_yaml::Mapping, errors: &mut
                 }
             }
             Value::Mapping(m) => check_keys(file, content, m, errors),
+            // The reference accepts only strings, integers and booleans as leaves.
+            Value::Number(n) if n.is_f64() => errors.push(ConfigError::new(
+                file,
+                format!("error checking config: '{key}' has the non-integer value {n}"),
+            )),
             _ => {}
         }
     }

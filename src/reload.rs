@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::UnixMillis;
-use crate::config::{self, ConfigError, RulesFile};
-use crate::rules::RuleSet;
+use crate::config::ConfigError;
+use crate::rules::{self, RuleSet};
 use crate::service::RateLimiter;
 use crate::telemetry::ConfigLoad;
 
@@ -53,19 +53,15 @@ pub fn rule_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
 /// # Errors
 /// Every error in every file.
 pub fn load_files(files: &[PathBuf], merge_domains: bool) -> Result<RuleSet, Vec<ConfigError>> {
-    let mut parsed: Vec<(String, RulesFile)> = Vec::new();
+    let mut sources = Vec::new();
     let mut errors = Vec::new();
     for f in files {
-        let name = f.display().to_string();
         match std::fs::read_to_string(f) {
-            Ok(text) => match config::parse(&name, &text) {
-                Ok(rf) => parsed.push((name, rf)),
-                Err(mut e) => errors.append(&mut e),
-            },
+            Ok(text) => sources.push((f.display().to_string(), text)),
             Err(e) => errors.push(read_error(f, &e)),
         }
     }
-    match RuleSet::compile(&parsed, merge_domains) {
+    match rules::compile_sources(&sources, merge_domains) {
         Ok(set) if errors.is_empty() => Ok(set),
         Ok(_) => Err(errors),
         Err(mut e) => {

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
-use crate::config::{ConfigError, DescriptorConfig, LimitConfig, RulesFile};
+use crate::config::{self, ConfigError, DescriptorConfig, LimitConfig, RulesFile};
 use crate::limiter::{Algorithm, Limit};
 
 /// The window unit of a limit, as in the RLS proto.
@@ -283,8 +283,9 @@ impl RuleSet {
                 key.push('.');
             }
             let node = level.get(entry.key())?.lookup(entry.value())?;
-            let with_value = rule.detailed_metric
-                || (node.value_to_metric && node.kind != Kind::Exact);
+            // A shared counter is reported under its pattern, as the reference does.
+            let with_value = !node.share_threshold
+                && (rule.detailed_metric || (node.value_to_metric && node.kind != Kind::Exact));
             if with_value && !entry.value().is_empty() {
                 let _ = write!(key, "{}_{}", entry.key(), entry.value());
             } else {
@@ -333,6 +334,31 @@ impl RuleSet {
             );
         }
         out
+    }
+}
+
+/// Parses and compiles rules sources given as (name, text), reporting every error of every
+/// file at once: key, syntax and type problems and semantic ones alike.
+///
+/// # Errors
+/// Every problem found; nothing is compiled when there is one.
+pub fn compile_sources(sources: &[(String, String)], merge_domains: bool) -> Result<RuleSet, Vec<ConfigError>> {
+    let mut parsed = Vec::new();
+    let mut errors = Vec::new();
+    for (name, text) in sources {
+        let (file, mut errs) = config::parse_lenient(name, text);
+        errors.append(&mut errs);
+        if let Some(f) = file {
+            parsed.push((name.clone(), f));
+        }
+    }
+    match RuleSet::compile(&parsed, merge_domains) {
+        Ok(set) if errors.is_empty() => Ok(set),
+        Ok(_) => Err(errors),
+        Err(mut e) => {
+            errors.append(&mut e);
+            Err(errors)
+        }
     }
 }
 
@@ -467,8 +493,8 @@ impl Compiler<'_> {
             name: rl.name.clone(),
             limits,
             unlimited: rl.unlimited,
-            shadow_mode: d.shadow_mode || rl.shadow_mode,
-            quota_mode: d.quota_mode || rl.quota_mode,
+            shadow_mode: d.shadow_mode,
+            quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
             value_to_metric,
             replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),

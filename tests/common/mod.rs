@@ -1,0 +1,208 @@
+//! Helpers shared by the integration tests: an in-process server on loopback with a manual
+//! clock, a minimal HTTP/1.1 client, and lookups of external tools that fail loudly.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use sluice::clock::{ManualClock, UnixMillis};
+use sluice::settings::Settings;
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+/// The start of a minute (and of a day: 2023-11-15T00:00:00Z), so windows are easy to reason about.
+pub const T0: UnixMillis = UnixMillis(1_700_006_400_000);
+
+/// A server running in this process.
+pub struct Server {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub clock: ManualClock,
+    pub dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), sluice::RunError>>>,
+}
+
+impl Server {
+    /// Starts a server on 127.0.0.1 with `rules` as its only rules file; `tweak` adjusts settings.
+    pub async fn start(rules: &str, tweak: impl FnOnce(&mut Settings)) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rules.yaml"), rules).unwrap();
+        Self::start_in(dir, tweak).await
+    }
+
+    /// Starts a server on the rules directory `dir`.
+    pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Settings)) -> Server {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut settings = Settings::for_addrs(dir.path().to_path_buf(), loopback, loopback);
+        settings.reload_debounce = Duration::from_millis(50);
+        tweak(&mut settings);
+        let listeners = sluice::Listeners::bind(&settings).await.unwrap();
+        let (grpc, http) = (
+            listeners.grpc.local_addr().unwrap(),
+            listeners.http.local_addr().unwrap(),
+        );
+        let clock = ManualClock::new(T0);
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(sluice::run(settings, listeners, Arc::new(clock.clone()), async {
+            let _ = rx.await;
+        }));
+        let server = Server {
+            grpc,
+            http,
+            clock,
+            dir,
+            stop: Some(tx),
+            task: Some(task),
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&self) {
+        for _ in 0..200 {
+            if let Ok((200, _, _)) = http_async(self.http, "GET", "/readyz", "").await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("server on {} never became ready", self.http);
+    }
+
+    /// A gRPC client.
+    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
+    }
+
+    /// Stops the server and waits for `run` to return.
+    pub async fn stop(mut self) -> Result<(), sluice::RunError> {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap()
+    }
+}
+
+/// A descriptor from `(key, value)` pairs.
+pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A response: status code, headers (lower-case names), body.
+pub type HttpResponse = (u16, Vec<(String, String)>, String);
+
+/// One HTTP/1.1 request with `Connection: close`.
+pub fn http(addr: SocketAddr, method: &str, path: &str, body: &str, headers: &[(&str, &str)]) -> std::io::Result<HttpResponse> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad response: {head}")))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((status, headers, body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// [`http`] without blocking the runtime.
+pub async fn http_async(addr: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Result<HttpResponse> {
+    let (m, p, b) = (method.to_string(), path.to_string(), body.to_string());
+    tokio::task::spawn_blocking(move || http(addr, &m, &p, &b, &[]))
+        .await
+        .unwrap()
+}
+
+/// A header's value.
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == &name.to_ascii_lowercase())
+        .map(|(_, v)| v.as_str())
+}
+
+/// The path of an external program, or a test failure that says how to install it.
+pub fn require_tool(name: &str, install: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("`{name}` is not on PATH; this test needs it. Install it with: {install} (scripts/test.sh does this)")
+        })
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `cond` every 20 ms for up to `secs` seconds.
+pub fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..secs * 50 {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out after {secs}s waiting for {what}");
+}
+
+/// The repository root.
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
