@@ -77,7 +77,11 @@ async fn readyz(State(s): State<AdminState>) -> Response {
     if s.readiness.is_ready() {
         (StatusCode::OK, format!("ready\n{body}")).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready\n{body}")).into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready\n{body}"),
+        )
+            .into_response()
     }
 }
 
@@ -271,7 +275,9 @@ pub fn response_json(r: &RateLimitResponse) -> Value {
                 }
                 lm.insert(
                     "unit".into(),
-                    PbUnit::try_from(l.unit).map_or("UNKNOWN", |u| u.as_str_name()).into(),
+                    PbUnit::try_from(l.unit)
+                        .map_or("UNKNOWN", |u| u.as_str_name())
+                        .into(),
                 );
                 m.insert("currentLimit".into(), lm.into());
             }
@@ -279,7 +285,10 @@ pub fn response_json(r: &RateLimitResponse) -> Value {
                 m.insert("limitRemaining".into(), s.limit_remaining.into());
             }
             if let Some(d) = &s.duration_until_reset {
-                m.insert("durationUntilReset".into(), format!("{}s", d.seconds).into());
+                m.insert(
+                    "durationUntilReset".into(),
+                    format!("{}s", d.seconds).into(),
+                );
             }
             Value::Object(m)
         })

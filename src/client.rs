@@ -28,7 +28,11 @@ pub fn check(args: &CheckArgs) -> ExitCode {
     }
     match crate::reload::load_files(&files, args.merge_domain_config) {
         Ok(set) => {
-            println!("OK: {} rule(s) in {} file(s)", set.rules().len(), files.len());
+            println!(
+                "OK: {} rule(s) in {} file(s)",
+                set.rules().len(),
+                files.len()
+            );
             ExitCode::SUCCESS
         }
         Err(errors) => {
@@ -98,10 +102,16 @@ pub async fn query(args: QueryArgs) -> ExitCode {
         descriptors,
         hits_addend: args.hits_addend,
     };
-    match RateLimitServiceClient::new(channel).should_rate_limit(req).await {
+    match RateLimitServiceClient::new(channel)
+        .should_rate_limit(req)
+        .await
+    {
         Ok(resp) => {
             let json = crate::admin::response_json(resp.get_ref());
-            println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json).unwrap_or_default()
+            );
             ExitCode::SUCCESS
         }
         Err(status) => {
@@ -146,13 +156,18 @@ pub async fn load(args: LoadArgs) -> ExitCode {
     let mut tasks = Vec::new();
     for w in 0..args.concurrency {
         let mut client = RateLimitServiceClient::new(channels[w % channels.len()].clone());
-        let (domain, key, values, concurrency) =
-            (args.domain.clone(), args.key.clone(), args.values, args.concurrency as u64);
+        let (domain, key, values, concurrency) = (
+            args.domain.clone(),
+            args.key.clone(),
+            args.values,
+            args.concurrency as u64,
+        );
         tasks.push(tokio::spawn(async move {
             let mut report = WorkerReport::default();
             let mut n = w as u64;
             let mut ticker = per_worker_interval.map(|i| {
-                let mut t = tokio::time::interval_at(start + i.mul_f64(w as f64 / concurrency as f64), i);
+                let mut t =
+                    tokio::time::interval_at(start + i.mul_f64(w as f64 / concurrency as f64), i);
                 t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
                 t
             });
@@ -202,7 +217,8 @@ pub async fn load(args: LoadArgs) -> ExitCode {
         if all.latencies_us.is_empty() {
             return 0.0;
         }
-        let i = ((all.latencies_us.len() as f64 * p).ceil() as usize).clamp(1, all.latencies_us.len());
+        let i =
+            ((all.latencies_us.len() as f64 * p).ceil() as usize).clamp(1, all.latencies_us.len());
         f64::from(all.latencies_us[i - 1]) / 1000.0
     };
     let total = all.latencies_us.len();
@@ -235,7 +251,10 @@ mod tests {
     fn parses_descriptors() {
         let d = parse_descriptor("a=1,b=x=y").unwrap();
         assert_eq!(d.entries.len(), 2);
-        assert_eq!((d.entries[1].key.as_str(), d.entries[1].value.as_str()), ("b", "x=y"));
+        assert_eq!(
+            (d.entries[1].key.as_str(), d.entries[1].value.as_str()),
+            ("b", "x=y")
+        );
         assert!(parse_descriptor("novalue").is_err());
     }
 }

@@ -180,7 +180,10 @@ pub fn parse_lenient(file: &str, content: &str) -> (Option<RulesFile>, Vec<Confi
         Value::Null => return (Some(RulesFile::default()), errors),
         Value::Mapping(map) => check_keys(file, content, map, &mut errors),
         _ => {
-            let err = ConfigError::new(file, "error loading config file: the top level must be a mapping");
+            let err = ConfigError::new(
+                file,
+                "error loading config file: the top level must be a mapping",
+            );
             return (None, vec![err]);
         }
     }
@@ -189,7 +192,10 @@ pub fn parse_lenient(file: &str, content: &str) -> (Option<RulesFile>, Vec<Confi
     match serde_yaml::from_str(content) {
         Ok(rf) => (Some(rf), errors),
         Err(e) => {
-            errors.push(ConfigError::new(file, format!("error loading config file: {e}")));
+            errors.push(ConfigError::new(
+                file,
+                format!("error loading config file: {e}"),
+            ));
             (None, errors)
         }
     }
@@ -200,10 +206,7 @@ fn check_keys(file: &str, content: &str, map: &serde_yaml::Mapping, errors: &mut
         let Some(key) = k.as_str() else {
             errors.push(ConfigError::new(
                 file,
-                format!(
-                    "config error, key is not of type string: {}",
-                    render(k)
-                ),
+                format!("config error, key is not of type string: {}", render(k)),
             ));
             continue;
         };
@@ -249,12 +252,14 @@ fn check_keys(file: &str, content: &str, map: &serde_yaml::Mapping, errors: &mut
 /// The 1-based line where `key:` first appears as a mapping key. serde_yaml's `Value` keeps no
 /// positions, so this is a textual search; it is a hint for the reader, not a guarantee.
 fn line_of_key(content: &str, key: &str) -> Option<usize> {
-    content.lines().position(|line| {
-        let t = line.trim_start().trim_start_matches("- ").trim_start();
-        t.strip_prefix(key)
-            .is_some_and(|rest| rest.trim_start().starts_with(':'))
-    })
-    .map(|i| i + 1)
+    content
+        .lines()
+        .position(|line| {
+            let t = line.trim_start().trim_start_matches("- ").trim_start();
+            t.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        })
+        .map(|i| i + 1)
 }
 
 fn render(v: &Value) -> String {

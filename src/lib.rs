@@ -119,15 +119,21 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     let telemetry = Arc::new(Telemetry::new()?);
-    let (rules, files) =
-        reload::load_path(&settings.config_path, settings.merge_domains).map_err(RunError::Rules)?;
+    let (rules, files) = reload::load_path(&settings.config_path, settings.merge_domains)
+        .map_err(RunError::Rules)?;
     tracing::info!(
         path = %settings.config_path.display(),
         rules = rules.rules().len(),
         "rules loaded"
     );
     telemetry.config_load(telemetry::ConfigLoad::Success);
-    let limiter = RateLimiter::new(rules, files, clock, settings.options.clone(), telemetry.clone());
+    let limiter = RateLimiter::new(
+        rules,
+        files,
+        clock,
+        settings.options.clone(),
+        telemetry.clone(),
+    );
     let reload_status = Arc::new(ReloadStatus::default());
     let readiness = Arc::new(Readiness::default());
 
@@ -142,7 +148,9 @@ pub async fn run(
     )?;
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<RateLimitServiceServer<RlsService>>().await;
+    health
+        .set_serving::<RateLimitServiceServer<RlsService>>()
+        .await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(grpc::FILE_DESCRIPTOR_SET)
@@ -187,7 +195,9 @@ pub async fn run(
 
     // Not ready first, so probes and balancers stop sending; then drain in-flight calls.
     readiness.set(false);
-    health.set_not_serving::<RateLimitServiceServer<RlsService>>().await;
+    health
+        .set_not_serving::<RateLimitServiceServer<RlsService>>()
+        .await;
     health
         .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;

@@ -72,7 +72,11 @@ impl WindowState {
         if epoch < self.epoch {
             return;
         }
-        self.prev = if epoch == self.epoch + 1 { self.curr } else { 0 };
+        self.prev = if epoch == self.epoch + 1 {
+            self.curr
+        } else {
+            0
+        };
         self.curr = 0;
         self.epoch = epoch;
     }

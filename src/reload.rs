@@ -40,7 +40,10 @@ pub fn rule_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
         let name = entry.file_name().to_string_lossy().into_owned();
         let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
         // `metadata` follows symlinks, as ConfigMap files are links into `..data`.
-        if yaml && !name.starts_with('.') && std::fs::metadata(entry.path()).is_ok_and(|m| m.is_file()) {
+        if yaml
+            && !name.starts_with('.')
+            && std::fs::metadata(entry.path()).is_ok_and(|m| m.is_file())
+        {
             files.push(entry.path());
         }
     }
@@ -75,7 +78,10 @@ pub fn load_files(files: &[PathBuf], merge_domains: bool) -> Result<RuleSet, Vec
 ///
 /// # Errors
 /// Every error found.
-pub fn load_path(path: &Path, merge_domains: bool) -> Result<(RuleSet, Vec<String>), Vec<ConfigError>> {
+pub fn load_path(
+    path: &Path,
+    merge_domains: bool,
+) -> Result<(RuleSet, Vec<String>), Vec<ConfigError>> {
     let files = rule_files(path).map_err(|e| vec![e])?;
     let set = load_files(&files, merge_domains)?;
     Ok((set, files.iter().map(|f| f.display().to_string()).collect()))
@@ -118,10 +124,19 @@ impl ReloadStatus {
 
 /// Loads `path` and swaps the result into `limiter`; on failure keeps the rules in force.
 /// Returns whether the new rules were applied.
-pub fn reload(path: &Path, merge_domains: bool, limiter: &RateLimiter, status: &ReloadStatus) -> bool {
+pub fn reload(
+    path: &Path,
+    merge_domains: bool,
+    limiter: &RateLimiter,
+    status: &ReloadStatus,
+) -> bool {
     match load_path(path, merge_domains) {
         Ok((set, files)) => {
-            tracing::info!(rules = set.rules().len(), files = files.len(), "rules loaded");
+            tracing::info!(
+                rules = set.rules().len(),
+                files = files.len(),
+                "rules loaded"
+            );
             limiter.swap_rules(set, files);
             limiter.telemetry().config_load(ConfigLoad::Success);
             status.succeeded();
@@ -132,7 +147,10 @@ pub fn reload(path: &Path, merge_domains: bool, limiter: &RateLimiter, status: &
                 tracing::error!(error = %e, "rules rejected; the rules in force stay");
             }
             limiter.telemetry().config_load(ConfigLoad::Error);
-            status.failed(errors.iter().map(ToString::to_string).collect(), limiter.now());
+            status.failed(
+                errors.iter().map(ToString::to_string).collect(),
+                limiter.now(),
+            );
             false
         }
     }
@@ -161,7 +179,9 @@ pub fn spawn_watcher(
     let dir = if path.is_dir() {
         path.clone()
     } else {
-        path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+        path.parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."))
     };
     watcher.watch(&dir, RecursiveMode::NonRecursive)?;
     Ok(tokio::spawn(async move {

@@ -206,7 +206,10 @@ impl RuleSet {
         let mut errors = Vec::new();
         for (name, file) in files {
             if file.domain.is_empty() {
-                errors.push(ConfigError::new(name, "config file cannot have empty domain"));
+                errors.push(ConfigError::new(
+                    name,
+                    "config file cannot have empty domain",
+                ));
                 continue;
             }
             if set.domains.contains_key(&file.domain) && !merge_domains {
@@ -223,7 +226,12 @@ impl RuleSet {
                 rules: &mut set.rules,
                 errors: &mut errors,
             };
-            cx.load(&mut root, &format!("{}.", file.domain), &file.descriptors, false);
+            cx.load(
+                &mut root,
+                &format!("{}.", file.domain),
+                &file.descriptors,
+                false,
+            );
             set.domains.insert(file.domain.clone(), root);
         }
         if errors.is_empty() {
@@ -342,7 +350,10 @@ impl RuleSet {
 ///
 /// # Errors
 /// Every problem found; nothing is compiled when there is one.
-pub fn compile_sources(sources: &[(String, String)], merge_domains: bool) -> Result<RuleSet, Vec<ConfigError>> {
+pub fn compile_sources(
+    sources: &[(String, String)],
+    merge_domains: bool,
+) -> Result<RuleSet, Vec<ConfigError>> {
     let mut parsed = Vec::new();
     let mut errors = Vec::new();
     for (name, text) in sources {
@@ -442,7 +453,12 @@ impl Compiler<'_> {
         }
     }
 
-    fn rule(&mut self, d: &DescriptorConfig, composite: &str, value_to_metric: bool) -> Option<usize> {
+    fn rule(
+        &mut self,
+        d: &DescriptorConfig,
+        composite: &str,
+        value_to_metric: bool,
+    ) -> Option<usize> {
         let Some(rl) = &d.rate_limit else {
             if !d.additional_limits.is_empty() {
                 self.error(format!(

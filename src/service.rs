@@ -232,7 +232,12 @@ impl RateLimiter {
         limiter
     }
 
-    fn compile_stats(t: &Telemetry, rules: RuleSet, files: Vec<String>, now: UnixMillis) -> Compiled {
+    fn compile_stats(
+        t: &Telemetry,
+        rules: RuleSet,
+        files: Vec<String>,
+        now: UnixMillis,
+    ) -> Compiled {
         let stats = rules
             .rules()
             .iter()
@@ -312,7 +317,10 @@ impl RateLimiter {
             }
             if let Some(l) = &d.limit {
                 if !matches!(PbUnit::try_from(l.unit), Ok(u) if u != PbUnit::Unknown) {
-                    return Err(RequestError::BadOverrideUnit { index, unit: l.unit });
+                    return Err(RequestError::BadOverrideUnit {
+                        index,
+                        unit: l.unit,
+                    });
                 }
             }
         }
@@ -323,7 +331,10 @@ impl RateLimiter {
     ///
     /// # Errors
     /// [`RequestError`] when the request is malformed; nothing is counted then.
-    pub fn should_rate_limit(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, RequestError> {
+    pub fn should_rate_limit(
+        &self,
+        req: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, RequestError> {
         let stats = &self.telemetry.service;
         RuleStats::add(&stats.requests, 1);
         if let Err(e) = self.validate(req) {
@@ -369,9 +380,10 @@ impl RateLimiter {
 
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, look before counting anything.
         let any_over = self.opts.stop_increment_when_over_limit
-            && targets.iter().zip(&hits).any(|(t, &h)| {
-                self.evaluate(t, now, h, Count::No).is_some_and(|o| o.over)
-            });
+            && targets
+                .iter()
+                .zip(&hits)
+                .any(|(t, &h)| self.evaluate(t, now, h, Count::No).is_some_and(|o| o.over));
 
         let mut statuses = Vec::with_capacity(targets.len());
         let (mut non_quota_over, mut quotas, mut quotas_over) = (false, 0usize, 0usize);
@@ -380,7 +392,9 @@ impl RateLimiter {
             let count = if negative {
                 Count::Refund
             } else {
-                Count::Yes { hold_within: any_over }
+                Count::Yes {
+                    hold_within: any_over,
+                }
             };
             let Some(rule) = t.rule() else {
                 RuleStats::add(&stats.decisions_no_rule, 1);
@@ -398,9 +412,18 @@ impl RateLimiter {
                 });
                 continue;
             }
-            let outcome = self.evaluate(t, now, h, count).expect("a limited rule has an outcome");
+            let outcome = self
+                .evaluate(t, now, h, count)
+                .expect("a limited rule has an outcome");
             let quota = rule.quota_mode || self.opts.quota_mode;
-            self.record_stats(t, rule, &req.descriptors[i].entries, &compiled.rules, &outcome, h);
+            self.record_stats(
+                t,
+                rule,
+                &req.descriptors[i].entries,
+                &compiled.rules,
+                &outcome,
+                h,
+            );
             if outcome.over {
                 RuleStats::add(&stats.decisions_over, 1);
             } else {
@@ -415,7 +438,11 @@ impl RateLimiter {
             }
             let spec = &rule.limits[outcome.reported];
             statuses.push(DescriptorStatus {
-                code: if reported_over { Code::OverLimit } else { Code::Ok } as i32,
+                code: if reported_over {
+                    Code::OverLimit
+                } else {
+                    Code::Ok
+                } as i32,
                 current_limit: Some(PbRateLimit {
                     name: rule.name.clone(),
                     requests_per_unit: spec.limit.requests_per_unit,
@@ -485,7 +512,11 @@ impl RateLimiter {
                 .telemetry
                 .rules
                 .get_detailed(domain, &key)
-                .unwrap_or_else(|| self.telemetry.rules.get(domain, &format!("{domain}.override")));
+                .unwrap_or_else(|| {
+                    self.telemetry
+                        .rules
+                        .get(domain, &format!("{domain}.override"))
+                });
             let rule = Rule {
                 id: 0,
                 domain: domain.to_string(),
@@ -515,7 +546,13 @@ impl RateLimiter {
 
     /// Checks (and, per `count`, counts) `hits` against every limit of the target's rule.
     /// `None` for targets that are not counted (no rule, unlimited).
-    fn evaluate(&self, t: &Target<'_>, now: UnixMillis, hits: u64, count: Count) -> Option<Outcome> {
+    fn evaluate(
+        &self,
+        t: &Target<'_>,
+        now: UnixMillis,
+        hits: u64,
+        count: Count,
+    ) -> Option<Outcome> {
         let (rule, entity) = match t {
             Target::NoRule => return None,
             Target::Rule(r, e, _) => (*r, *e),
@@ -524,25 +561,53 @@ impl RateLimiter {
         if rule.unlimited {
             return None;
         }
-        let longest = rule.limits.iter().map(|l| l.limit.window_ms).max().unwrap_or(1000);
-        let (entity, hit) = self.entities.get_or_create(entity, rule.limits.len(), longest);
+        let longest = rule
+            .limits
+            .iter()
+            .map(|l| l.limit.window_ms)
+            .max()
+            .unwrap_or(1000);
+        let (entity, hit) = self
+            .entities
+            .get_or_create(entity, rule.limits.len(), longest);
         let stats = &self.telemetry.service;
-        RuleStats::add(if hit { &stats.cache_hits } else { &stats.cache_misses }, 1);
+        RuleStats::add(
+            if hit {
+                &stats.cache_hits
+            } else {
+                &stats.cache_misses
+            },
+            1,
+        );
 
         let mut windows = entity.windows.lock();
-        let check_hits = if matches!(count, Count::Refund) { 0 } else { hits };
+        let check_hits = if matches!(count, Count::Refund) {
+            0
+        } else {
+            hits
+        };
         let mut outcome: Option<Outcome> = None;
         for (i, spec) in rule.limits.iter().enumerate() {
             let v = windows[i].check(&spec.limit, now, check_hits);
             let better = match &outcome {
                 None => true,
                 // Over beats within; then fewer hits left; then the later reset.
-                Some(o) => (v.over, std::cmp::Reverse(v.remaining), v.reset_ms)
-                    > (o.verdict.over, std::cmp::Reverse(o.verdict.remaining), o.verdict.reset_ms),
+                Some(o) => {
+                    (v.over, std::cmp::Reverse(v.remaining), v.reset_ms)
+                        > (
+                            o.verdict.over,
+                            std::cmp::Reverse(o.verdict.remaining),
+                            o.verdict.reset_ms,
+                        )
+                }
             };
             let over = v.over || outcome.as_ref().is_some_and(|o| o.over);
             if better {
-                outcome = Some(Outcome { over, reported: i, verdict: v });
+                outcome = Some(Outcome {
+                    over,
+                    reported: i,
+                    verdict: v,
+                });
             } else if let Some(o) = &mut outcome {
                 o.over = over;
             }
@@ -556,7 +621,7 @@ impl RateLimiter {
                 }
             }
             Count::Yes { hold_within } => {
-                if !(hold_within && !outcome.over) {
+                if !hold_within || outcome.over {
                     for (i, spec) in rule.limits.iter().enumerate() {
                         windows[i].record(&spec.limit, now, hits, !outcome.over);
                     }
@@ -658,7 +723,10 @@ fn headers(names: &HeaderNames, statuses: &[DescriptorStatus], refused: bool) ->
     else {
         return Vec::new();
     };
-    let limit = pick.current_limit.as_ref().map_or(0, |l| l.requests_per_unit);
+    let limit = pick
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
     let header = |k: &str, v: String| HeaderValue {
         key: k.to_string(),
         value: v,

@@ -94,7 +94,11 @@ pub struct ServeArgs {
     #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit")]
     pub limit_limit_header: String,
     /// Name of the remaining header.
-    #[arg(long, env = "LIMIT_REMAINING_HEADER", default_value = "RateLimit-Remaining")]
+    #[arg(
+        long,
+        env = "LIMIT_REMAINING_HEADER",
+        default_value = "RateLimit-Remaining"
+    )]
     pub limit_remaining_header: String,
     /// Name of the reset header.
     #[arg(long, env = "LIMIT_RESET_HEADER", default_value = "RateLimit-Reset")]
@@ -263,13 +267,25 @@ impl Settings {
                     .ok()
             })
         };
-        let grpc = addr(a.grpc_addr, &a.grpc_host, a.grpc_port, "GRPC_HOST/GRPC_PORT");
+        let grpc = addr(
+            a.grpc_addr,
+            &a.grpc_host,
+            a.grpc_port,
+            "GRPC_HOST/GRPC_PORT",
+        );
         let http = addr(a.http_addr, &a.http_host, a.http_port, "HOST/PORT");
         if !(0.0..=1.0).contains(&a.near_limit_ratio) {
-            err("NEAR_LIMIT_RATIO", format!("{} is not between 0 and 1", a.near_limit_ratio));
+            err(
+                "NEAR_LIMIT_RATIO",
+                format!("{} is not between 0 and 1", a.near_limit_ratio),
+            );
         }
-        if !a.log_format.eq_ignore_ascii_case("json") && !a.log_format.eq_ignore_ascii_case("text") {
-            err("LOG_FORMAT", format!("'{}' is not text or json", a.log_format));
+        if !a.log_format.eq_ignore_ascii_case("json") && !a.log_format.eq_ignore_ascii_case("text")
+        {
+            err(
+                "LOG_FORMAT",
+                format!("'{}' is not text or json", a.log_format),
+            );
         }
         if !a.redis_url.iter().all(|u| u.trim().is_empty()) {
             // Global mode is not in this build: running local-only while the operator
@@ -280,7 +296,10 @@ impl Settings {
             );
         }
         if a.max_descriptors == 0 || a.max_descriptor_entries == 0 || a.max_value_bytes == 0 {
-            err("MAX_DESCRIPTORS/MAX_DESCRIPTOR_ENTRIES/MAX_VALUE_BYTES", "must be at least 1".into());
+            err(
+                "MAX_DESCRIPTORS/MAX_DESCRIPTOR_ENTRIES/MAX_VALUE_BYTES",
+                "must be at least 1".into(),
+            );
         }
         let config_path = a.config.clone().unwrap_or_else(|| match &a.runtime_root {
             Some(root) => root
@@ -323,7 +342,11 @@ impl Settings {
     }
 
     /// Default settings on the given addresses, for embedding and tests.
-    pub fn for_addrs(config_path: PathBuf, grpc_addr: SocketAddr, http_addr: SocketAddr) -> Settings {
+    pub fn for_addrs(
+        config_path: PathBuf,
+        grpc_addr: SocketAddr,
+        http_addr: SocketAddr,
+    ) -> Settings {
         let cli = Cli::parse_from(["sluice", "serve"]);
         let Command::Serve(mut args) = cli.command else {
             unreachable!("parsed serve")
@@ -352,7 +375,14 @@ mod tests {
     #[test]
     fn runtime_root_builds_the_config_path() {
         let s = Settings::resolve(serve(&[
-            "--runtime-root", "/srv/rt", "--runtime-subdirectory", "ratelimit", "--grpc-port", "1", "--port", "2",
+            "--runtime-root",
+            "/srv/rt",
+            "--runtime-subdirectory",
+            "ratelimit",
+            "--grpc-port",
+            "1",
+            "--port",
+            "2",
         ]))
         .unwrap();
         assert_eq!(s.config_path, PathBuf::from("/srv/rt/ratelimit/config"));
@@ -361,7 +391,13 @@ mod tests {
 
     #[test]
     fn booleans_take_reference_spellings() {
-        let a = serve(&["--shadow-mode", "--limit-response-headers-enabled", "true", "--merge-domain-config", "1"]);
+        let a = serve(&[
+            "--shadow-mode",
+            "--limit-response-headers-enabled",
+            "true",
+            "--merge-domain-config",
+            "1",
+        ]);
         assert!(a.shadow_mode && a.limit_response_headers_enabled && a.merge_domain_config);
         assert!(!serve(&["--shadow-mode", "false"]).shadow_mode);
     }
@@ -369,10 +405,18 @@ mod tests {
     #[test]
     fn every_bad_setting_is_reported_at_once() {
         let errs = Settings::resolve(serve(&[
-            "--grpc-host", "not a host", "--near-limit-ratio", "3", "--log-format", "xml",
+            "--grpc-host",
+            "not a host",
+            "--near-limit-ratio",
+            "3",
+            "--log-format",
+            "xml",
         ]))
         .unwrap_err();
         let names: Vec<_> = errs.iter().map(|e| e.setting).collect();
-        assert_eq!(names, vec!["GRPC_HOST/GRPC_PORT", "NEAR_LIMIT_RATIO", "LOG_FORMAT"]);
+        assert_eq!(
+            names,
+            vec!["GRPC_HOST/GRPC_PORT", "NEAR_LIMIT_RATIO", "LOG_FORMAT"]
+        );
     }
 }

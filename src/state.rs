@@ -110,7 +110,12 @@ impl EntityCache {
 
     /// The entity `key`, created with `limits` zeroed windows if absent. The flag says
     /// whether it already existed.
-    pub fn get_or_create(&self, key: u128, limits: usize, longest_window_ms: u64) -> (Arc<Entity>, bool) {
+    pub fn get_or_create(
+        &self,
+        key: u128,
+        limits: usize,
+        longest_window_ms: u64,
+    ) -> (Arc<Entity>, bool) {
         let entry = self.cache.entry(key).or_insert_with(|| {
             Arc::new(Entity {
                 windows: Mutex::new(vec![WindowState::default(); limits]),

@@ -83,15 +83,6 @@ impl RuleStatsRegistry {
     }
 }
 
-/// Why a request was refused before any rule was consulted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestErrorKind {
-    /// The request was malformed (empty domain, too many descriptors, ...).
-    InvalidArgument,
-    /// The service could not answer (not ready, shutting down).
-    Unavailable,
-}
-
 /// The service's own counters.
 #[derive(Debug, Default)]
 pub struct ServiceStats {
@@ -99,8 +90,6 @@ pub struct ServiceStats {
     pub requests: AtomicU64,
     /// Requests refused as invalid.
     pub invalid_requests: AtomicU64,
-    /// Requests refused as unavailable.
-    pub unavailable: AtomicU64,
     /// Descriptor decisions that were within every limit.
     pub decisions_ok: AtomicU64,
     /// Descriptor decisions that were over a limit.
@@ -162,11 +151,29 @@ impl Telemetry {
 
         type Pick = fn(&RuleStats) -> &AtomicU64;
         let per_rule: [(&str, &str, Pick); 5] = [
-            ("ratelimit_total_hits", "Hits seen per rule", |s| &s.total_hits),
-            ("ratelimit_over_limit", "Hits over the limit per rule", |s| &s.over_limit),
-            ("ratelimit_near_limit", "Hits within the limit but past NEAR_LIMIT_RATIO of it", |s| &s.near_limit),
-            ("ratelimit_within_limit", "Hits within the limit per rule", |s| &s.within_limit),
-            ("ratelimit_shadow_mode", "Over-limit hits let through by shadow mode", |s| &s.shadow_mode),
+            ("ratelimit_total_hits", "Hits seen per rule", |s| {
+                &s.total_hits
+            }),
+            (
+                "ratelimit_over_limit",
+                "Hits over the limit per rule",
+                |s| &s.over_limit,
+            ),
+            (
+                "ratelimit_near_limit",
+                "Hits within the limit but past NEAR_LIMIT_RATIO of it",
+                |s| &s.near_limit,
+            ),
+            (
+                "ratelimit_within_limit",
+                "Hits within the limit per rule",
+                |s| &s.within_limit,
+            ),
+            (
+                "ratelimit_shadow_mode",
+                "Over-limit hits let through by shadow mode",
+                |s| &s.shadow_mode,
+            ),
         ];
         for (name, help, pick) in per_rule {
             let rules = rules.clone();
@@ -184,24 +191,42 @@ impl Telemetry {
                 .build();
         }
 
-        type PickS = fn(&ServiceStats) -> &AtomicU64;
-        type Label = Option<(&'static str, &'static str)>;
-        let svc: [(&str, &str, Label, PickS); 8] = [
-            ("sluice_requests_total", "ShouldRateLimit calls answered", None, |s| &s.requests),
-            ("sluice_request_errors_total", "Requests refused", Some(("reason", "invalid_argument")), |s| &s.invalid_requests),
-            ("sluice_request_errors_total", "Requests refused", Some(("reason", "unavailable")), |s| &s.unavailable),
-            ("sluice_decisions_total", "Descriptor decisions", Some(("outcome", "ok")), |s| &s.decisions_ok),
-            ("sluice_decisions_total", "Descriptor decisions", Some(("outcome", "over_limit")), |s| &s.decisions_over),
-            ("sluice_decisions_total", "Descriptor decisions", Some(("outcome", "no_rule")), |s| &s.decisions_no_rule),
-            ("sluice_cache_total", "Entity cache lookups", Some(("result", "hit")), |s| &s.cache_hits),
-            ("sluice_cache_total", "Entity cache lookups", Some(("result", "miss")), |s| &s.cache_misses),
+        type Series = (
+            Option<(&'static str, &'static str)>,
+            fn(&ServiceStats) -> &AtomicU64,
+        );
+        let svc: [(&str, &str, Vec<Series>); 4] = [
+            (
+                "sluice_requests_total",
+                "ShouldRateLimit calls answered",
+                vec![(None, |s| &s.requests)],
+            ),
+            (
+                "sluice_request_errors_total",
+                "Requests refused, by reason",
+                vec![(Some(("reason", "invalid_argument")), |s| {
+                    &s.invalid_requests
+                })],
+            ),
+            (
+                "sluice_decisions_total",
+                "Descriptor decisions, by outcome",
+                vec![
+                    (Some(("outcome", "ok")), |s| &s.decisions_ok),
+                    (Some(("outcome", "over_limit")), |s| &s.decisions_over),
+                    (Some(("outcome", "no_rule")), |s| &s.decisions_no_rule),
+                ],
+            ),
+            (
+                "sluice_cache_total",
+                "Entity cache lookups, by result",
+                vec![
+                    (Some(("result", "hit")), |s| &s.cache_hits),
+                    (Some(("result", "miss")), |s| &s.cache_misses),
+                ],
+            ),
         ];
-        // Instruments sharing a name are registered once, with one callback per label set.
-        let mut by_name: HashMap<&str, (&str, Vec<(Label, PickS)>)> = HashMap::new();
-        for (name, help, labels, pick) in svc {
-            by_name.entry(name).or_insert((help, Vec::new())).1.push((labels, pick));
-        }
-        for (name, (help, series)) in by_name {
+        for (name, help, series) in svc {
             let service = service.clone();
             meter
                 .u64_observable_counter(name)
@@ -238,8 +263,7 @@ impl Telemetry {
             ConfigLoad::Success => "success",
             ConfigLoad::Error => "error",
         };
-        self.config_loads
-            .add(1, &[KeyValue::new("result", result)]);
+        self.config_loads.add(1, &[KeyValue::new("result", result)]);
     }
 
     /// Registers a gauge read at scrape time.
@@ -269,7 +293,9 @@ impl Telemetry {
 pub fn init_logging(level: &str, format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level.to_ascii_lowercase())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = if format.eq_ignore_ascii_case("json") {
         builder.json().try_init()
     } else {
@@ -290,10 +316,22 @@ mod tests {
         RuleStats::add(&t.service.cache_misses, 2);
         t.config_load(ConfigLoad::Success);
         let text = t.render();
-        assert!(text.contains(r#"ratelimit_total_hits_total{domain="d",rule="d.k_v"} 3"#), "{text}");
-        assert!(text.contains(r#"ratelimit_over_limit_total{domain="d",rule="d.k_v"} 1"#), "{text}");
-        assert!(text.contains(r#"sluice_cache_total{result="miss"} 2"#), "{text}");
-        assert!(text.contains(r#"sluice_config_load_total{result="success"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"ratelimit_total_hits_total{domain="d",rule="d.k_v"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ratelimit_over_limit_total{domain="d",rule="d.k_v"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"sluice_cache_total{result="miss"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"sluice_config_load_total{result="success"} 1"#),
+            "{text}"
+        );
     }
 
     #[test]
@@ -303,6 +341,9 @@ mod tests {
             assert!(r.get_detailed("d", &i.to_string()).is_some());
         }
         assert!(r.get_detailed("d", "one-too-many").is_none());
-        assert!(r.get_detailed("d", "7").is_some(), "known keys stay available");
+        assert!(
+            r.get_detailed("d", "7").is_some(),
+            "known keys stay available"
+        );
     }
 }

@@ -63,12 +63,20 @@ fn req(descs: Vec<RateLimitDescriptor>) -> RateLimitRequest {
 }
 
 async fn ask(s: &Server, r: RateLimitRequest) -> RateLimitResponse {
-    s.client().await.should_rate_limit(r).await.unwrap().into_inner()
+    s.client()
+        .await
+        .should_rate_limit(r)
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 async fn one(s: &Server, entries: &[(&str, &str)]) -> (Code, DescriptorStatus) {
     let r = ask(s, req(vec![desc(entries)])).await;
-    (Code::try_from(r.overall_code).unwrap(), r.statuses[0].clone())
+    (
+        Code::try_from(r.overall_code).unwrap(),
+        r.statuses[0].clone(),
+    )
 }
 
 fn code(st: &DescriptorStatus) -> Code {
@@ -84,13 +92,19 @@ async fn limited_descriptor_counts_down_then_goes_over() {
     let s = Server::start(RULES, |_| {}).await;
     for left in [2, 1, 0] {
         let (overall, st) = one(&s, &[("k", "a")]).await;
-        assert_eq!((overall, code(&st), st.limit_remaining), (Code::Ok, Code::Ok, left));
+        assert_eq!(
+            (overall, code(&st), st.limit_remaining),
+            (Code::Ok, Code::Ok, left)
+        );
         let l = st.current_limit.clone().unwrap();
         assert_eq!((l.requests_per_unit, l.unit), (3, Unit::Minute as i32));
         assert_eq!(reset(&st), 60);
     }
     let (overall, st) = one(&s, &[("k", "a")]).await;
-    assert_eq!((overall, code(&st), st.limit_remaining), (Code::OverLimit, Code::OverLimit, 0));
+    assert_eq!(
+        (overall, code(&st), st.limit_remaining),
+        (Code::OverLimit, Code::OverLimit, 0)
+    );
     // Another value of a key-only rule has its own counter.
     assert_eq!(one(&s, &[("k", "b")]).await.0, Code::Ok);
     // Reset counts down with the clock, windows aligned to the epoch.
@@ -131,7 +145,10 @@ async fn hits_addend_rules() {
     r.descriptors[0].hits_addend = Some(UInt64Value { value: 0 });
     r.hits_addend = 5;
     let resp = ask(&s, r.clone()).await;
-    assert_eq!((resp.overall_code, resp.statuses[0].limit_remaining), (Code::Ok as i32, 0));
+    assert_eq!(
+        (resp.overall_code, resp.statuses[0].limit_remaining),
+        (Code::Ok as i32, 0)
+    );
     // A descriptor's own addend wins over the request's.
     let mut r2 = req(vec![desc(&[("k", "h2")])]);
     r2.hits_addend = 1;
@@ -148,7 +165,15 @@ async fn statuses_without_a_limit() {
         code(st) == Code::Ok && st.current_limit.is_none() && st.limit_remaining == 0
     };
     // Unknown domain.
-    let r = ask(&s, RateLimitRequest { domain: "nope".into(), descriptors: vec![desc(&[("k", "a")])], hits_addend: 0 }).await;
+    let r = ask(
+        &s,
+        RateLimitRequest {
+            domain: "nope".into(),
+            descriptors: vec![desc(&[("k", "a")])],
+            hits_addend: 0,
+        },
+    )
+    .await;
     assert!(none(&r.statuses[0]) && r.overall_code == Code::Ok as i32);
     // Whitelisted node, unknown key, parent-only (the limit is on the child), too deep.
     for entries in [
@@ -168,9 +193,20 @@ async fn statuses_without_a_limit() {
     assert_eq!((code(&st), st.limit_remaining), (Code::Ok, u32::MAX));
     assert!(st.current_limit.is_none());
     // Statuses come in request order.
-    let r = ask(&s, req(vec![desc(&[("free", "x")]), desc(&[("zero", "z")]), desc(&[("white", "listed")])])).await;
+    let r = ask(
+        &s,
+        req(vec![
+            desc(&[("free", "x")]),
+            desc(&[("zero", "z")]),
+            desc(&[("white", "listed")]),
+        ]),
+    )
+    .await;
     let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
-    assert_eq!(codes, vec![Code::Ok as i32, Code::OverLimit as i32, Code::Ok as i32]);
+    assert_eq!(
+        codes,
+        vec![Code::Ok as i32, Code::OverLimit as i32, Code::Ok as i32]
+    );
     s.stop().await.unwrap();
 }
 
@@ -188,9 +224,15 @@ async fn shadow_mode_rule_reports_ok() {
     let s = Server::start(RULES, |_| {}).await;
     one(&s, &[("shadow", "a")]).await;
     let (overall, st) = one(&s, &[("shadow", "a")]).await;
-    assert_eq!((overall, code(&st), st.limit_remaining), (Code::Ok, Code::Ok, 0));
+    assert_eq!(
+        (overall, code(&st), st.limit_remaining),
+        (Code::Ok, Code::Ok, 0)
+    );
     let (_, _, metrics) = http_async(s.http, "GET", "/metrics", "").await.unwrap();
-    assert!(metrics.contains(r#"ratelimit_shadow_mode_total{domain="test",rule="test.shadow"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"ratelimit_shadow_mode_total{domain="test",rule="test.shadow"} 1"#),
+        "{metrics}"
+    );
     s.stop().await.unwrap();
 }
 
@@ -207,14 +249,26 @@ async fn quota_mode_fails_only_when_every_quota_is_over() {
     let s = Server::start(RULES, |_| {}).await;
     // Use up quota_a; quota_b still has room: OK overall, quota_a's own status over.
     one(&s, &[("quota_a", "x")]).await;
-    let r = ask(&s, req(vec![desc(&[("quota_a", "x")]), desc(&[("quota_b", "x")])])).await;
+    let r = ask(
+        &s,
+        req(vec![desc(&[("quota_a", "x")]), desc(&[("quota_b", "x")])]),
+    )
+    .await;
     assert_eq!(r.overall_code, Code::Ok as i32);
     assert_eq!(r.statuses[0].code, Code::OverLimit as i32);
     // Both over: OVER_LIMIT.
-    let r = ask(&s, req(vec![desc(&[("quota_a", "x")]), desc(&[("quota_b", "x")])])).await;
+    let r = ask(
+        &s,
+        req(vec![desc(&[("quota_a", "x")]), desc(&[("quota_b", "x")])]),
+    )
+    .await;
     assert_eq!(r.overall_code, Code::OverLimit as i32);
     // A non-quota descriptor over fails the request whatever the quotas say.
-    let r = ask(&s, req(vec![desc(&[("quota_b", "fresh")]), desc(&[("zero", "z")])])).await;
+    let r = ask(
+        &s,
+        req(vec![desc(&[("quota_b", "fresh")]), desc(&[("zero", "z")])]),
+    )
+    .await;
     assert_eq!(r.overall_code, Code::OverLimit as i32);
     s.stop().await.unwrap();
 }
@@ -231,10 +285,17 @@ async fn global_quota_mode_treats_every_rule_as_a_quota() {
 async fn replaces_drops_the_named_limit_for_that_request_only() {
     let s = Server::start(RULES, |_| {}).await;
     for _ in 0..3 {
-        let r = ask(&s, req(vec![desc(&[("general", "u")]), desc(&[("special", "u")])])).await;
+        let r = ask(
+            &s,
+            req(vec![desc(&[("general", "u")]), desc(&[("special", "u")])]),
+        )
+        .await;
         assert_eq!(r.overall_code, Code::Ok as i32);
         assert!(r.statuses[0].current_limit.is_none(), "general is replaced");
-        assert_eq!(r.statuses[1].current_limit.as_ref().unwrap().name, "special");
+        assert_eq!(
+            r.statuses[1].current_limit.as_ref().unwrap().name,
+            "special"
+        );
     }
     // The replaced limit's counter was untouched: its one hit is still available.
     let (overall, st) = one(&s, &[("general", "u")]).await;
@@ -247,23 +308,46 @@ async fn replaces_drops_the_named_limit_for_that_request_only() {
 async fn limit_override_applies_to_known_domains() {
     let s = Server::start(RULES, |_| {}).await;
     let mut d = desc(&[("anything", "x")]);
-    d.limit = Some(RateLimitOverride { requests_per_unit: 1, unit: Unit::Second as i32 });
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: Unit::Second as i32,
+    });
     let r = ask(&s, req(vec![d.clone()])).await;
     let l = r.statuses[0].current_limit.clone().unwrap();
-    assert_eq!((l.requests_per_unit, l.unit, l.name.as_str()), (1, Unit::Second as i32, ""));
-    assert_eq!(ask(&s, req(vec![d.clone()])).await.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        (l.requests_per_unit, l.unit, l.name.as_str()),
+        (1, Unit::Second as i32, "")
+    );
+    assert_eq!(
+        ask(&s, req(vec![d.clone()])).await.overall_code,
+        Code::OverLimit as i32
+    );
     // Unknown domain: no limit at all.
-    let r = ask(&s, RateLimitRequest { domain: "nope".into(), descriptors: vec![d], hits_addend: 0 }).await;
+    let r = ask(
+        &s,
+        RateLimitRequest {
+            domain: "nope".into(),
+            descriptors: vec![d],
+            hits_addend: 0,
+        },
+    )
+    .await;
     assert!(r.statuses[0].current_limit.is_none());
     s.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn response_headers_and_retry_after() {
-    let s = Server::start(RULES, |st| st.options.response_headers = Some(HeaderNames::default())).await;
+    let s = Server::start(RULES, |st| {
+        st.options.response_headers = Some(HeaderNames::default())
+    })
+    .await;
     s.clock.advance_ms(20_000);
     let h = |r: &RateLimitResponse, name: &str| {
-        r.response_headers_to_add.iter().find(|h| h.key == name).map(|h| h.value.clone())
+        r.response_headers_to_add
+            .iter()
+            .find(|h| h.key == name)
+            .map(|h| h.value.clone())
     };
     let r = ask(&s, req(vec![desc(&[("k", "a")])])).await;
     assert_eq!(h(&r, "RateLimit-Limit").as_deref(), Some("3"));
@@ -273,21 +357,41 @@ async fn response_headers_and_retry_after() {
     // The most restrictive descriptor is reported: `fixed` has 1 left, `k` 1 left after two
     // more; an over-limit one wins.
     ask(&s, req(vec![desc(&[("k", "a")])])).await;
-    let r = ask(&s, req(vec![desc(&[("free", "x")]), desc(&[("k", "a")]), desc(&[("fixed", "f")])])).await;
+    let r = ask(
+        &s,
+        req(vec![
+            desc(&[("free", "x")]),
+            desc(&[("k", "a")]),
+            desc(&[("fixed", "f")]),
+        ]),
+    )
+    .await;
     assert_eq!(h(&r, "RateLimit-Remaining").as_deref(), Some("0"));
     let r = ask(&s, req(vec![desc(&[("fixed", "f")]), desc(&[("k", "a")])])).await;
     assert_eq!(r.overall_code, Code::OverLimit as i32);
-    assert_eq!(h(&r, "RateLimit-Limit").as_deref(), Some("3"), "the over-limit descriptor wins");
+    assert_eq!(
+        h(&r, "RateLimit-Limit").as_deref(),
+        Some("3"),
+        "the over-limit descriptor wins"
+    );
     assert_eq!(h(&r, "Retry-After").as_deref(), Some("40"));
     s.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn header_names_are_configurable() {
-    let names = HeaderNames { limit: "X-L".into(), remaining: "X-R".into(), reset: "X-T".into() };
+    let names = HeaderNames {
+        limit: "X-L".into(),
+        remaining: "X-R".into(),
+        reset: "X-T".into(),
+    };
     let s = Server::start(RULES, |st| st.options.response_headers = Some(names)).await;
     let r = ask(&s, req(vec![desc(&[("k", "a")])])).await;
-    let keys: Vec<&str> = r.response_headers_to_add.iter().map(|h| h.key.as_str()).collect();
+    let keys: Vec<&str> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| h.key.as_str())
+        .collect();
     assert_eq!(keys, vec!["X-L", "X-R", "X-T"]);
     s.stop().await.unwrap();
 }
@@ -314,12 +418,19 @@ async fn several_limits_report_the_most_restrictive() {
     }
     let (overall, st) = one(&s, &[("multi", "m")]).await;
     assert_eq!(overall, Code::OverLimit);
-    assert_eq!(st.current_limit.unwrap().unit, Unit::Second as i32, "the second limit is over");
+    assert_eq!(
+        st.current_limit.unwrap().unit,
+        Unit::Second as i32,
+        "the second limit is over"
+    );
     // Two seconds on, the second window is clear and the minute limit (7) is the tighter one.
     s.clock.advance_ms(2_000);
     let (_, st) = one(&s, &[("multi", "m")]).await;
     let l = st.current_limit.unwrap();
-    assert_eq!((l.unit, l.requests_per_unit, st.limit_remaining), (Unit::Minute as i32, 7, 1));
+    assert_eq!(
+        (l.unit, l.requests_per_unit, st.limit_remaining),
+        (Unit::Minute as i32, 7, 1)
+    );
     s.stop().await.unwrap();
 }
 
@@ -332,7 +443,14 @@ async fn bad_requests_get_invalid_argument() {
     .await;
     let mut c = s.client().await;
     let cases = [
-        (RateLimitRequest { domain: String::new(), descriptors: vec![desc(&[("k", "a")])], hits_addend: 0 }, "domain"),
+        (
+            RateLimitRequest {
+                domain: String::new(),
+                descriptors: vec![desc(&[("k", "a")])],
+                hits_addend: 0,
+            },
+            "domain",
+        ),
         (req(vec![]), "descriptor"),
         (req(vec![desc(&[("k", "a")]); 3]), "too many descriptors"),
         (req(vec![desc(&[("k", &"x".repeat(17))])]), "bytes"),
@@ -357,7 +475,10 @@ async fn concurrent_clients_admit_exactly_the_limit() {
         tasks.push(tokio::spawn(async move {
             let mut ok = 0;
             for _ in 0..40 {
-                let r = c.should_rate_limit(req(vec![desc(&[("c", "shared")])])).await.unwrap();
+                let r = c
+                    .should_rate_limit(req(vec![desc(&[("c", "shared")])]))
+                    .await
+                    .unwrap();
                 ok += usize::from(r.get_ref().overall_code == Code::Ok as i32);
             }
             ok
@@ -388,22 +509,43 @@ async fn grpc_health_and_reflection() {
         .unwrap();
     let mut health = HealthClient::new(channel.clone());
     for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
-        let r = health.check(HealthCheckRequest { service: service.into() }).await.unwrap();
+        let r = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap();
         assert_eq!(r.get_ref().status, 1, "{service:?} SERVING");
     }
     let mut refl = ServerReflectionClient::new(channel);
-    let ask = |m| ServerReflectionRequest { host: String::new(), message_request: Some(m) };
+    let ask = |m| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(m),
+    };
     let reqs = vec![
         ask(MessageRequest::ListServices(String::new())),
-        ask(MessageRequest::FileContainingSymbol("envoy.service.ratelimit.v3.RateLimitService".into())),
+        ask(MessageRequest::FileContainingSymbol(
+            "envoy.service.ratelimit.v3.RateLimitService".into(),
+        )),
     ];
-    let mut stream = refl.server_reflection_info(tokio_stream::iter(reqs)).await.unwrap().into_inner();
-    let Some(MessageResponse::ListServicesResponse(list)) = stream.message().await.unwrap().unwrap().message_response else {
+    let mut stream = refl
+        .server_reflection_info(tokio_stream::iter(reqs))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) =
+        stream.message().await.unwrap().unwrap().message_response
+    else {
         panic!("expected a service list")
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(names.contains(&"envoy.service.ratelimit.v3.RateLimitService".to_string()), "{names:?}");
-    let Some(MessageResponse::FileDescriptorResponse(files)) = stream.message().await.unwrap().unwrap().message_response else {
+    assert!(
+        names.contains(&"envoy.service.ratelimit.v3.RateLimitService".to_string()),
+        "{names:?}"
+    );
+    let Some(MessageResponse::FileDescriptorResponse(files)) =
+        stream.message().await.unwrap().unwrap().message_response
+    else {
         panic!("expected file descriptors")
     };
     assert!(!files.file_descriptor_proto.is_empty());
@@ -421,25 +563,44 @@ async fn http_endpoints() {
     assert_eq!(v["overallCode"], "OK");
     assert_eq!(v["statuses"][0]["currentLimit"]["requestsPerUnit"], 3);
     assert_eq!(v["statuses"][0]["currentLimit"]["unit"], "MINUTE");
-    assert!(v["statuses"][0].get("limitRemaining").is_none(), "0 is omitted, as protojson does: {json}");
+    assert!(
+        v["statuses"][0].get("limitRemaining").is_none(),
+        "0 is omitted, as protojson does: {json}"
+    );
     assert_eq!(v["statuses"][0]["durationUntilReset"], "60s");
     // snake_case names work too; over the limit is a 429.
     let body = r#"{"domain":"test","descriptors":[{"entries":[{"key":"k","value":"j"}],"hits_addend":5}]}"#;
     let (status, _, json) = http_async(s.http, "POST", "/json", body).await.unwrap();
     assert_eq!(status, 429, "{json}");
     assert!(json.contains(r#""overallCode":"OVER_LIMIT""#), "{json}");
-    for (bad, want) in [("{not json", "bad request"), (r#"{"domain":"","descriptors":[]}"#, "domain"), (r#"{"domain":"d","bogus":1}"#, "bogus")] {
+    for (bad, want) in [
+        ("{not json", "bad request"),
+        (r#"{"domain":"","descriptors":[]}"#, "domain"),
+        (r#"{"domain":"d","bogus":1}"#, "bogus"),
+    ] {
         let (status, _, text) = http_async(s.http, "POST", "/json", bad).await.unwrap();
         assert_eq!(status, 400, "{bad}: {text}");
         assert!(text.contains(want), "{bad}: {text}");
     }
-    assert_eq!(http_async(s.http, "GET", "/healthcheck", "").await.unwrap().2, "OK");
-    assert_eq!(http_async(s.http, "GET", "/livez", "").await.unwrap().0, 200);
+    assert_eq!(
+        http_async(s.http, "GET", "/healthcheck", "")
+            .await
+            .unwrap()
+            .2,
+        "OK"
+    );
+    assert_eq!(
+        http_async(s.http, "GET", "/livez", "").await.unwrap().0,
+        200
+    );
     let (status, _, ready) = http_async(s.http, "GET", "/readyz", "").await.unwrap();
     assert_eq!(status, 200);
     assert!(ready.contains("rules: 11 from 1 file(s)"), "{ready}");
     let (_, _, rl) = http_async(s.http, "GET", "/rlconfig", "").await.unwrap();
-    assert!(rl.contains("test.k: unit=MINUTE requests_per_unit=3, shadow_mode: false"), "{rl}");
+    assert!(
+        rl.contains("test.k: unit=MINUTE requests_per_unit=3, shadow_mode: false"),
+        "{rl}"
+    );
     assert_eq!(rl.lines().count(), 11, "{rl}");
     let (_, _, m) = http_async(s.http, "GET", "/metrics", "").await.unwrap();
     for line in [

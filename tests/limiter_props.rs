@@ -28,7 +28,11 @@ impl Model {
         match limit.algorithm {
             Algorithm::FixedWindow => curr,
             Algorithm::SlidingWindow => {
-                let prev = if e == 0 { 0 } else { self.per_window.get(&(e - 1)).copied().unwrap_or(0) };
+                let prev = if e == 0 {
+                    0
+                } else {
+                    self.per_window.get(&(e - 1)).copied().unwrap_or(0)
+                };
                 prev * (W - t % W) / W + curr
             }
         }
@@ -89,7 +93,13 @@ fn concurrent_threads_admit_exactly_the_limit() {
         let rules = sluice::rules::compile_sources(&[("r.yaml".into(), yaml)], false).unwrap();
         let clock = ManualClock::new(UnixMillis(T0 - T0 % 60_000));
         let telemetry = Arc::new(sluice::telemetry::Telemetry::new().unwrap());
-        let limiter = RateLimiter::new(rules, vec![], Arc::new(clock), Options::default(), telemetry);
+        let limiter = RateLimiter::new(
+            rules,
+            vec![],
+            Arc::new(clock),
+            Options::default(),
+            telemetry,
+        );
         let admitted = Arc::new(AtomicU64::new(0));
         std::thread::scope(|s| {
             for _ in 0..16 {
@@ -98,7 +108,10 @@ fn concurrent_threads_admit_exactly_the_limit() {
                     let req = RateLimitRequest {
                         domain: "d".into(),
                         descriptors: vec![RateLimitDescriptor {
-                            entries: vec![Entry { key: "k".into(), value: "v".into() }],
+                            entries: vec![Entry {
+                                key: "k".into(),
+                                value: "v".into(),
+                            }],
                             ..Default::default()
                         }],
                         hits_addend: 0,

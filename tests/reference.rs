@@ -76,8 +76,10 @@ fn cases() -> Cases {
 }
 
 fn compile(files: &[File], merge: bool) -> Result<RuleSet, Vec<String>> {
-    let sources: Vec<(String, String)> =
-        files.iter().map(|f| (f.name.clone(), f.content.clone())).collect();
+    let sources: Vec<(String, String)> = files
+        .iter()
+        .map(|f| (f.name.clone(), f.content.clone()))
+        .collect();
     rules::compile_sources(&sources, merge).map_err(|e| e.iter().map(ToString::to_string).collect())
 }
 
@@ -93,13 +95,20 @@ fn reference_matching_cases() {
         let mut by_entity: HashMap<u128, &str> = HashMap::new();
         for (i, r) in case.requests.iter().enumerate() {
             let at = format!("{} / request {i} {:?}", case.name, r.entries);
-            let entries: Vec<(&str, &str)> =
-                r.entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let entries: Vec<(&str, &str)> = r
+                .entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
             let found = set.find(&r.domain, &entries);
             match (&r.expect, found) {
                 (Expect::Word(w), None) if w == "none" => {}
                 (Expect::Word(w), Some(m)) if w == "unlimited" => {
-                    assert!(m.rule.unlimited, "{at}: expected unlimited, got {:?}", m.rule);
+                    assert!(
+                        m.rule.unlimited,
+                        "{at}: expected unlimited, got {:?}",
+                        m.rule
+                    );
                 }
                 (Expect::Limit { limit }, Some(m)) => {
                     let l = &m.rule.limits[0];
@@ -114,7 +123,9 @@ fn reference_matching_cases() {
             }
             let Some(m) = found else { continue };
             if let Some(key) = &r.stats_key {
-                let got = set.metric_key(&m, &entries).unwrap_or_else(|| m.rule.full_key.clone());
+                let got = set
+                    .metric_key(&m, &entries)
+                    .unwrap_or_else(|| m.rule.full_key.clone());
                 assert_eq!(&got, key, "{at}: stats key");
             }
             if let Some(names) = &r.replaces {
@@ -152,7 +163,8 @@ fn reference_validation_cases() {
         // Nothing unexpected, beyond a decoder's own account of a structural problem.
         for e in &errors {
             assert!(
-                case.errors.iter().any(|w| e.contains(w.as_str())) || e.contains(": error loading config file"),
+                case.errors.iter().any(|w| e.contains(w.as_str()))
+                    || e.contains(": error loading config file"),
                 "{}: unexpected error {e:?}",
                 case.name
             );

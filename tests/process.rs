@@ -1,0 +1,192 @@
+//! The `sluice` binary as a user runs it: `check`, `serve` configured through envoyproxy/
+//! ratelimit's environment variables, `query`, `load`, exit codes, and SIGTERM.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{free_port, http, repo, wait_until};
+
+fn sluice() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    // A clean environment: a stray HOST or PORT must not change what a test runs.
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    c
+}
+
+#[test]
+fn check_accepts_the_example_rules() {
+    let out = sluice()
+        .arg("check")
+        .arg(repo().join("config/rules"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("OK: "));
+}
+
+#[test]
+fn check_lists_every_error_of_every_file_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.yaml");
+    let b = dir.path().join("b.yaml");
+    std::fs::write(&a, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n  - key: k\n").unwrap();
+    std::fs::write(&b, "domain: d\ndescriptors:\n  - key: x\n    bogus: 1\n").unwrap();
+    let out = sluice().arg("check").arg(&a).arg(&b).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        format!("{}: invalid rate limit unit 'fortnight'", a.display()),
+        format!("{}: duplicate descriptor composite key 'd.k'", a.display()),
+        format!(
+            "{}: config error, unknown key 'bogus' (line 4)",
+            b.display()
+        ),
+        format!("{}: duplicate domain 'd' in config file", b.display()),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+}
+
+#[test]
+fn serve_refuses_bad_settings_and_bad_rules() {
+    let out = sluice()
+        .args(["serve", "--log-format", "xml", "--near-limit-ratio", "7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "EX_USAGE");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("LOG_FORMAT") && err.contains("NEAR_LIMIT_RATIO"),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), "domain: \n").unwrap();
+    let out = sluice()
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("config file cannot have empty domain"));
+}
+
+#[test]
+fn serve_with_reference_env_then_query_load_and_sigterm() {
+    // envoyproxy/ratelimit's layout: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+    let root = tempfile::tempdir().unwrap();
+    let rules = root.path().join("ratelimit/config");
+    std::fs::create_dir_all(&rules).unwrap();
+    std::fs::write(
+        rules.join("r.yaml"),
+        "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 2, algorithm: fixed_window}\n",
+    )
+    .unwrap();
+    let (grpc, port) = (free_port(), free_port());
+    let mut child = sluice()
+        .arg("serve")
+        .env("RUNTIME_ROOT", root.path())
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", grpc.to_string())
+        .env("HOST", "127.0.0.1")
+        .env("PORT", port.to_string())
+        .env("SHUTDOWN_GRACE", "5s")
+        .env("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let http_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until(20, "ready", || {
+        matches!(http(http_addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
+    });
+    let (_, _, rl) = http(http_addr, "GET", "/rlconfig", "", &[]).unwrap();
+    assert!(
+        rl.contains("load.user: unit=DAY requests_per_unit=2"),
+        "{rl}"
+    );
+
+    let addr = format!("http://127.0.0.1:{grpc}");
+    let query = || {
+        let out = sluice()
+            .args(["query", "--addr", &addr, "--domain", "load", "user=q"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    assert_eq!(query()["overallCode"], "OK");
+    assert_eq!(query()["responseHeadersToAdd"][1]["value"], "0");
+    let over = query();
+    assert_eq!(over["overallCode"], "OVER_LIMIT");
+    assert_eq!(over["responseHeadersToAdd"][3]["key"], "Retry-After");
+
+    let out = sluice()
+        .args([
+            "load",
+            "--addr",
+            &addr,
+            "--domain",
+            "load",
+            "--values",
+            "50",
+            "--concurrency",
+            "4",
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("req/s (ok ") && text.contains("p99"),
+        "{text}"
+    );
+    let total: u64 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(total > 0, "{text}");
+
+    // SIGTERM with an idle client connection open: the process drains and exits cleanly,
+    // well within its grace period.
+    let _idle = std::net::TcpStream::connect(("127.0.0.1", grpc)).unwrap();
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let mut waited = Duration::ZERO;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            waited < Duration::from_secs(15),
+            "sluice did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        waited += Duration::from_millis(50);
+    };
+    assert!(status.success(), "exit status {status:?}");
+    let mut log = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert!(log.contains("SIGTERM") && log.contains("stopped"), "{log}");
+}

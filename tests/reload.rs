@@ -1,0 +1,119 @@
+//! Hot reload: a Kubernetes-ConfigMap-style directory (files are links through a `..data`
+//! symlink that is swapped atomically), a rejected file that leaves the rules in force, and
+//! counters of unchanged rules that survive a reload.
+
+mod common;
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use common::{desc, http_async, Server};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+const V1: &str = "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: changed\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
+const V2: &str = "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: changed\n    rate_limit: {unit: minute, requests_per_unit: 2}\n  - key: added\n    rate_limit: {unit: minute, requests_per_unit: 9}\n";
+
+/// Writes a ConfigMap volume's layout: `..<version>/rules.yaml`, `..data -> ..<version>`,
+/// `rules.yaml -> ..data/rules.yaml`. Later versions swap `..data` with an atomic rename.
+fn configmap_write(dir: &Path, version: &str, rules: &str) {
+    let versioned = dir.join(format!("..{version}"));
+    std::fs::create_dir(&versioned).unwrap();
+    std::fs::write(versioned.join("rules.yaml"), rules).unwrap();
+    let tmp = dir.join("..data_tmp");
+    symlink(format!("..{version}"), &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    if !dir.join("rules.yaml").exists() {
+        symlink("..data/rules.yaml", dir.join("rules.yaml")).unwrap();
+    }
+}
+
+async fn remaining(s: &Server, key: &str) -> (i32, u32) {
+    let r = s
+        .client()
+        .await
+        .should_rate_limit(RateLimitRequest {
+            domain: "r".into(),
+            descriptors: vec![desc(&[(key, "v")])],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (r.overall_code, r.statuses[0].limit_remaining)
+}
+
+async fn wait_for(s: &Server, path: &str, needle: &str) {
+    for _ in 0..500 {
+        if http_async(s.http, "GET", path, "")
+            .await
+            .unwrap()
+            .2
+            .contains(needle)
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("{path} never showed {needle:?}");
+}
+
+#[tokio::test]
+async fn configmap_symlink_swap_reloads_and_keeps_unchanged_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    configmap_write(dir.path(), "v1", V1);
+    let s = Server::start_in(dir, |_| {}).await;
+    assert_eq!(remaining(&s, "k").await, (1, 2));
+    assert_eq!(remaining(&s, "k").await, (1, 1));
+    assert_eq!(remaining(&s, "changed").await, (1, 0));
+    assert_eq!(
+        remaining(&s, "added").await,
+        (1, 0),
+        "no rule yet: OK, remaining 0"
+    );
+
+    configmap_write(s.dir.path(), "v2", V2);
+    wait_for(&s, "/rlconfig", "r.added").await;
+    // Unchanged rule: its counter carried over (one hit left, not three).
+    assert_eq!(remaining(&s, "k").await, (1, 0));
+    // A changed rule is a new rule with fresh counters; the added rule applies.
+    assert_eq!(remaining(&s, "changed").await, (1, 1));
+    assert_eq!(remaining(&s, "added").await, (1, 8));
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_bad_file_keeps_the_rules_in_force_until_fixed() {
+    let s = Server::start(V1, |_| {}).await;
+    assert_eq!(remaining(&s, "k").await, (1, 2));
+    let bad = s.dir.path().join("zz-bad.yaml");
+    std::fs::write(&bad, "domain: r2\ndescriptors:\n  - key: x\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n").unwrap();
+    wait_for(
+        &s,
+        "/metrics",
+        r#"sluice_config_load_total{result="error"} 1"#,
+    )
+    .await;
+    // The old rules still decide, counters intact.
+    assert_eq!(remaining(&s, "k").await, (1, 1));
+    let (_, _, status) = http_async(s.http, "GET", "/rlconfig/status", "")
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let err = v["errors"][0].as_str().unwrap();
+    assert!(
+        err.contains("zz-bad.yaml: invalid rate limit unit 'fortnight'"),
+        "{status}"
+    );
+    assert!(v["errors_since_unix_ms"].is_u64(), "{status}");
+    let (_, _, ready) = http_async(s.http, "GET", "/readyz", "").await.unwrap();
+    assert!(ready.contains("last reload rejected"), "{ready}");
+
+    // Fixed: the new file's rules join, the error clears.
+    std::fs::write(&bad, "domain: r2\ndescriptors:\n  - key: x\n    rate_limit: {unit: hour, requests_per_unit: 1}\n").unwrap();
+    wait_for(&s, "/rlconfig", "r2.x: unit=HOUR").await;
+    let (_, _, status) = http_async(s.http, "GET", "/rlconfig/status", "")
+        .await
+        .unwrap();
+    assert!(status.contains(r#""errors":[]"#), "{status}");
+    s.stop().await.unwrap();
+}
