@@ -37,6 +37,8 @@ pub struct AdminState {
     pub readiness: Arc<Readiness>,
     /// Rules load status.
     pub reload: Arc<ReloadStatus>,
+    /// Global mode: each Redis shard's health (empty in local mode).
+    pub shards: Vec<Arc<crate::sync::ShardHealth>>,
 }
 
 /// The HTTP routes.
@@ -73,6 +75,16 @@ async fn readyz(State(s): State<AdminState>) -> Response {
             "last reload rejected ({} error(s)); previous rules in force\n",
             errors.len()
         ));
+    }
+    // A degraded shard is reported but does not make the service unready: decisions
+    // continue from memory and the deltas are kept until Redis is back.
+    for h in &s.shards {
+        match h.last_error() {
+            Some(e) if h.is_degraded() => {
+                body.push_str(&format!("redis shard {}: degraded: {e}\n", h.name))
+            }
+            _ => body.push_str(&format!("redis shard {}: ok\n", h.name)),
+        }
     }
     if s.readiness.is_ready() {
         (StatusCode::OK, format!("ready\n{body}")).into_response()

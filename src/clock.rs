@@ -27,6 +27,14 @@ impl UnixMillis {
 pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> UnixMillis;
+
+    /// The correction this clock adds to its source (0 for clocks that take none).
+    fn offset_ms(&self) -> i64 {
+        0
+    }
+
+    /// Sets the correction (ignored by clocks that take none).
+    fn set_offset_ms(&self, _offset: i64) {}
 }
 
 /// The process's wall clock, optionally corrected by an offset (measured against a shared
@@ -34,6 +42,8 @@ pub trait Clock: Send + Sync + 'static {
 #[derive(Debug, Clone, Default)]
 pub struct SystemClock {
     offset_ms: Arc<AtomicI64>,
+    /// A fixed error added to the wall clock, to test offset correction (0 in production).
+    skew_ms: i64,
 }
 
 impl SystemClock {
@@ -42,25 +52,36 @@ impl SystemClock {
         Self::default()
     }
 
-    /// Sets the correction added to the local wall clock.
-    pub fn set_offset_ms(&self, offset: i64) {
-        self.offset_ms.store(offset, Ordering::Relaxed);
-    }
-
-    /// The correction currently applied.
-    pub fn offset_ms(&self) -> i64 {
-        self.offset_ms.load(Ordering::Relaxed)
+    /// A clock whose source is off by `skew_ms`, as a badly set machine's would be.
+    pub fn skewed(skew_ms: i64) -> Self {
+        SystemClock {
+            skew_ms,
+            ..Self::default()
+        }
     }
 }
 
 impl Clock for SystemClock {
+    fn offset_ms(&self) -> i64 {
+        self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    fn set_offset_ms(&self, offset: i64) {
+        self.offset_ms.store(offset, Ordering::Relaxed);
+    }
+
     #[allow(clippy::disallowed_methods)] // the one place that reads the wall clock
     fn now(&self) -> UnixMillis {
         let local = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        UnixMillis(local.saturating_add(self.offset_ms()).max(0) as u64)
+        UnixMillis(
+            local
+                .saturating_add(self.skew_ms)
+                .saturating_add(self.offset_ms())
+                .max(0) as u64,
+        )
     }
 }
 

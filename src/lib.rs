@@ -11,6 +11,8 @@
 //! - `service`: RLS v3 semantics over the rules and the table, transport-independent.
 //! - `grpc`: the tonic service, health and reflection; `admin`: the HTTP endpoints.
 //! - `reload`: loading rules from disk and hot reload; `telemetry`: metrics and logs.
+//! - `sync`: global mode's background sync (queues, shard tasks); `redis`: its Redis stores;
+//!   `global`: starting them.
 //! - `settings`: flags and environment; `shutdown`: signals and readiness; `client`: `query`
 //!   and `load`.
 //!
@@ -23,14 +25,17 @@ pub mod admin;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod global;
 pub mod grpc;
 pub mod limiter;
+pub mod redis;
 pub mod reload;
 pub mod rules;
 pub mod service;
 pub mod settings;
 pub mod shutdown;
 pub mod state;
+pub mod sync;
 pub mod telemetry;
 
 use std::future::Future;
@@ -79,6 +84,9 @@ pub enum RunError {
     /// The HTTP server failed.
     #[error("HTTP server: {0}")]
     Http(std::io::Error),
+    /// The Redis settings are unusable.
+    #[error("redis: {0}")]
+    Redis(String),
 }
 
 /// The bound gRPC and HTTP listeners. Binding before [`run`] lets tests use port 0.
@@ -127,12 +135,28 @@ pub async fn run(
         "rules loaded"
     );
     telemetry.config_load(telemetry::ConfigLoad::Success);
+    let sync_stop = CancellationToken::new();
+    let global = match &settings.redis {
+        Some(redis) => Some(
+            global::start(
+                redis,
+                &settings,
+                clock.clone(),
+                &telemetry,
+                sync_stop.clone(),
+            )
+            .await
+            .map_err(RunError::Redis)?,
+        ),
+        None => None,
+    };
     let limiter = RateLimiter::new(
         rules,
         files,
         clock,
         settings.options.clone(),
         telemetry.clone(),
+        global.as_ref().map(|g| g.queues.clone()),
     );
     let reload_status = Arc::new(ReloadStatus::default());
     let readiness = Arc::new(Readiness::default());
@@ -174,6 +198,10 @@ pub async fn run(
         limiter: limiter.clone(),
         readiness: readiness.clone(),
         reload: reload_status,
+        shards: global
+            .as_ref()
+            .map(|g| g.health.clone())
+            .unwrap_or_default(),
     };
     let http_server = axum::serve(listeners.http, admin::router(state))
         .with_graceful_shutdown(http_stop.clone().cancelled_owned());
@@ -209,6 +237,16 @@ pub async fn run(
     {
         tracing::warn!(grace = ?settings.shutdown_grace, "grace period over; exiting with gRPC calls in flight");
         grpc_task.abort();
+    }
+    // Every hit counted is now in memory: flush them all to Redis before exiting.
+    sync_stop.cancel();
+    if let Some(g) = global {
+        if tokio::time::timeout(settings.shutdown_grace, g.join())
+            .await
+            .is_err()
+        {
+            tracing::warn!("grace period over before the final flush finished");
+        }
     }
     http_stop.cancel();
     if tokio::time::timeout(std::time::Duration::from_secs(1), &mut http_task)

@@ -46,7 +46,7 @@ fn main() -> ExitCode {
 async fn serve(settings: Settings) -> ExitCode {
     let result = async {
         let listeners = sluice::Listeners::bind(&settings).await?;
-        let clock = Arc::new(sluice::clock::SystemClock::new());
+        let clock = Arc::new(sluice::clock::SystemClock::skewed(settings.clock_skew_ms));
         sluice::run(settings, listeners, clock, sluice::shutdown::signal()).await
     }
     .await;

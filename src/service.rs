@@ -30,6 +30,7 @@ use crate::clock::{Clock, UnixMillis};
 use crate::limiter::{Algorithm, Limit, Verdict};
 use crate::rules::{EntryRef, LimitSpec, Rule, RuleSet, Unit};
 use crate::state::{CacheSettings, EntityCache};
+use crate::sync::SyncQueues;
 use crate::telemetry::{RuleStats, Telemetry};
 
 impl EntryRef for Entry {
@@ -164,6 +165,8 @@ pub struct Compiled {
 pub struct RateLimiter {
     rules: ArcSwap<Compiled>,
     entities: EntityCache,
+    /// Global mode: where entities with news are queued for the background sync.
+    sync: Option<Arc<SyncQueues>>,
     clock: Arc<dyn Clock>,
     opts: Options,
     telemetry: Arc<Telemetry>,
@@ -206,19 +209,21 @@ struct Outcome {
 // === impl RateLimiter ===
 
 impl RateLimiter {
-    /// A limiter with `rules` in force.
+    /// A limiter with `rules` in force; with `sync`, in global mode.
     pub fn new(
         rules: RuleSet,
         files: Vec<String>,
         clock: Arc<dyn Clock>,
         opts: Options,
         telemetry: Arc<Telemetry>,
+        sync: Option<Arc<SyncQueues>>,
     ) -> Arc<Self> {
         let entities = EntityCache::new(opts.cache);
         let compiled = Self::compile_stats(&telemetry, rules, files, clock.now());
         let limiter = Arc::new(RateLimiter {
             rules: ArcSwap::from_pointee(compiled),
             entities,
+            sync,
             clock,
             opts,
             telemetry,
@@ -416,14 +421,7 @@ impl RateLimiter {
                 .evaluate(t, now, h, count)
                 .expect("a limited rule has an outcome");
             let quota = rule.quota_mode || self.opts.quota_mode;
-            self.record_stats(
-                t,
-                rule,
-                &req.descriptors[i].entries,
-                &compiled.rules,
-                &outcome,
-                h,
-            );
+            self.record_stats(t, rule, &outcome, h);
             if outcome.over {
                 RuleStats::add(&stats.decisions_over, 1);
             } else {
@@ -561,15 +559,9 @@ impl RateLimiter {
         if rule.unlimited {
             return None;
         }
-        let longest = rule
-            .limits
-            .iter()
-            .map(|l| l.limit.window_ms)
-            .max()
-            .unwrap_or(1000);
         let (entity, hit) = self
             .entities
-            .get_or_create(entity, rule.limits.len(), longest);
+            .get_or_create(entity, || rule.limits.iter().map(|l| l.limit).collect());
         let stats = &self.telemetry.service;
         RuleStats::add(
             if hit {
@@ -580,7 +572,8 @@ impl RateLimiter {
             1,
         );
 
-        let mut windows = entity.windows.lock();
+        let mut guard = entity.state.lock();
+        let windows = &mut guard.windows;
         let check_hits = if matches!(count, Count::Refund) {
             0
         } else {
@@ -628,18 +621,15 @@ impl RateLimiter {
                 }
             }
         }
+        // Global mode: any look at an entity is news worth a sync (a count to send, or a
+        // first read of the fleet's count); a queued entity costs nothing more here.
+        if let Some(q) = &self.sync {
+            q.mark_dirty(&entity, &mut guard);
+        }
         Some(outcome)
     }
 
-    fn record_stats(
-        &self,
-        t: &Target<'_>,
-        rule: &Rule,
-        _entries: &[Entry],
-        _rules: &RuleSet,
-        o: &Outcome,
-        hits: u64,
-    ) {
+    fn record_stats(&self, t: &Target<'_>, rule: &Rule, o: &Outcome, hits: u64) {
         let s = match t {
             Target::Rule(_, _, s) | Target::Override(_, _, s) => s,
             Target::NoRule => return,

@@ -9,8 +9,11 @@ use std::time::Duration;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
+use crate::limiter::SyncPolicy;
+use crate::redis::{normalize_url, RedisOptions};
 use crate::service::{HeaderNames, Options};
 use crate::state::CacheSettings;
+use crate::sync::SyncSettings;
 
 /// sluice: an external rate-limit service for Envoy and Istio.
 #[derive(Debug, Parser)]
@@ -128,6 +131,21 @@ pub struct ServeArgs {
     /// Prefix of every Redis key.
     #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
     pub cache_key_prefix: String,
+    /// Connections per Redis shard.
+    #[arg(long, env = "REDIS_POOL_SIZE", default_value_t = 4)]
+    pub redis_pool_size: usize,
+    /// Timeout of one Redis call (a sync round trip).
+    #[arg(long, env = "REDIS_TIMEOUT", default_value = "100ms", value_parser = duration)]
+    pub redis_timeout: Duration,
+    /// Tick of the sync tasks: how often each shard sends one round trip.
+    #[arg(long, env = "SYNC_TICK", default_value = "1s", value_parser = duration)]
+    pub sync_tick: Duration,
+    /// Base sync interval: Normal entities sync this often, Low 4×, Idle 8×, Hot every tick.
+    #[arg(long, env = "SYNC_INTERVAL", default_value = "2s", value_parser = duration)]
+    pub sync_interval: Duration,
+    /// Most entities waiting to sync (bounds memory while Redis is down).
+    #[arg(long, env = "SYNC_MAX_QUEUED", default_value_t = 1_000_000)]
+    pub sync_max_queued: usize,
 
     /// Most entities (rule + descriptor values) kept in memory.
     #[arg(long, env = "CACHE_MAX_ENTRIES", default_value_t = 1_000_000)]
@@ -148,6 +166,16 @@ pub struct ServeArgs {
     /// Longest entry key or value, in bytes.
     #[arg(long, env = "MAX_VALUE_BYTES", default_value_t = 4096)]
     pub max_value_bytes: usize,
+
+    /// Testing aid: pretend this machine's clock is off by this much (e.g. `30s`, `-5s`); in
+    /// global mode the offset measured from Redis `TIME` corrects it.
+    #[arg(
+        long,
+        env = "SLUICE_CLOCK_SKEW",
+        hide = true,
+        allow_hyphen_values = true
+    )]
+    pub clock_skew: Option<String>,
 
     /// Time given to in-flight calls on SIGTERM before exiting anyway.
     #[arg(long, env = "SHUTDOWN_GRACE", default_value = "20s", value_parser = duration)]
@@ -235,6 +263,36 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Reload debounce.
     pub reload_debounce: Duration,
+    /// Global mode: the shared Redis, if configured.
+    pub redis: Option<RedisSettings>,
+    /// Sync cadence, timeouts and bounds (global mode).
+    pub sync: SyncSettings,
+    /// Most entities waiting to sync.
+    pub sync_max_queued: usize,
+    /// Testing aid: milliseconds added to the system clock before any correction.
+    pub clock_skew_ms: i64,
+}
+
+/// Where global mode keeps the fleet's counters.
+#[derive(Clone)]
+pub struct RedisSettings {
+    /// Normalized URLs (credentials included: never log them; use `redis::redact`).
+    pub urls: Vec<String>,
+    /// A Redis Cluster (the URLs are seeds) rather than standalone shards.
+    pub cluster: bool,
+    /// Auth, prefix, pool size.
+    pub options: RedisOptions,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| crate::redis::redact(u)).collect();
+        f.debug_struct("RedisSettings")
+            .field("urls", &urls)
+            .field("cluster", &self.cluster)
+            .field("options", &self.options)
+            .finish()
+    }
 }
 
 /// One bad setting.
@@ -287,12 +345,59 @@ impl Settings {
                 format!("'{}' is not text or json", a.log_format),
             );
         }
-        if !a.redis_url.iter().all(|u| u.trim().is_empty()) {
-            // Global mode is not in this build: running local-only while the operator
-            // expects a shared limit would silently multiply every limit by the replica count.
+        let urls: Vec<&str> = a
+            .redis_url
+            .iter()
+            .map(|u| u.trim())
+            .filter(|u| !u.is_empty())
+            .collect();
+        let cluster = match a.redis_type.to_ascii_uppercase().as_str() {
+            "SINGLE" => false,
+            "CLUSTER" => true,
+            other => {
+                err("REDIS_TYPE", format!("'{other}' is not SINGLE or CLUSTER"));
+                false
+            }
+        };
+        if a.redis_tls && !urls.is_empty() {
             err(
-                "REDIS_URL",
-                "global mode (Redis) is not available in this version; unset REDIS_URL to run in local mode".into(),
+                "REDIS_TLS",
+                "TLS to Redis is not available in this version".into(),
+            );
+        }
+        let mut normalized = Vec::new();
+        for u in &urls {
+            match normalize_url(u, a.redis_auth.as_deref()) {
+                Ok(n) => normalized.push(n),
+                Err(e) => err("REDIS_URL", e),
+            }
+        }
+        let redis = (!normalized.is_empty()).then(|| RedisSettings {
+            urls: normalized,
+            cluster,
+            options: RedisOptions {
+                auth: a.redis_auth.clone(),
+                prefix: a.cache_key_prefix.clone(),
+                pool_size: a.redis_pool_size,
+            },
+        });
+        let clock_skew_ms = match a.clock_skew.as_deref().map(str::trim) {
+            None | Some("") => 0,
+            Some(v) => {
+                let (neg, body) = v.strip_prefix('-').map_or((false, v), |b| (true, b));
+                match humantime::parse_duration(body) {
+                    Ok(d) => (d.as_millis() as i64) * if neg { -1 } else { 1 },
+                    Err(e) => {
+                        err("SLUICE_CLOCK_SKEW", e.to_string());
+                        0
+                    }
+                }
+            }
+        };
+        if a.sync_tick.is_zero() || a.sync_interval < a.sync_tick {
+            err(
+                "SYNC_TICK/SYNC_INTERVAL",
+                "the tick must be positive and no longer than the interval".into(),
             );
         }
         if a.max_descriptors == 0 || a.max_descriptor_entries == 0 || a.max_value_bytes == 0 {
@@ -338,6 +443,17 @@ impl Settings {
             log_format: a.log_format,
             shutdown_grace: a.shutdown_grace,
             reload_debounce: a.reload_debounce,
+            redis,
+            sync: SyncSettings {
+                policy: SyncPolicy {
+                    tick_ms: a.sync_tick.as_millis() as u64,
+                    base_ms: a.sync_interval.as_millis() as u64,
+                },
+                timeout: a.redis_timeout,
+                ..SyncSettings::default()
+            },
+            sync_max_queued: a.sync_max_queued,
+            clock_skew_ms,
         })
     }
 
@@ -400,6 +516,29 @@ mod tests {
         ]);
         assert!(a.shadow_mode && a.limit_response_headers_enabled && a.merge_domain_config);
         assert!(!serve(&["--shadow-mode", "false"]).shadow_mode);
+    }
+
+    #[test]
+    fn redis_settings_take_the_reference_forms() {
+        let s = Settings::resolve(serve(&[
+            "--redis-url",
+            "r1:6379,redis://r2:6380",
+            "--redis-auth",
+            "u:p",
+            "--cache-key-prefix",
+            "x:",
+        ]))
+        .unwrap();
+        let r = s.redis.unwrap();
+        assert_eq!(r.urls, vec!["redis://u:p@r1:6379", "redis://u:p@r2:6380"]);
+        assert!(!r.cluster);
+        assert!(
+            !format!("{r:?}").contains("u:p"),
+            "credentials are redacted in Debug"
+        );
+        let errs = Settings::resolve(serve(&["--redis-url", "r:1", "--redis-type", "SENTINEL"]))
+            .unwrap_err();
+        assert_eq!(errs[0].setting, "REDIS_TYPE");
     }
 
     #[test]

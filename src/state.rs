@@ -14,15 +14,32 @@ use moka::sync::Cache;
 use moka::Expiry;
 use parking_lot::Mutex;
 
-use crate::limiter::WindowState;
+use crate::limiter::{Limit, WindowState};
 
-/// Counters of one entity: one window state per limit of its rule.
+/// Counters of one entity (rule + descriptor values): one window state per limit of its rule.
 #[derive(Debug)]
 pub struct Entity {
-    /// One state per limit, in the rule's order.
-    pub windows: Mutex<Vec<WindowState>>,
+    /// The entity's identity (see `rules::Match::entity`); names its Redis keys.
+    pub key: u128,
+    /// The rule's limits (fixed for an entity: a rule's identity includes its limits).
+    pub limits: Box<[Limit]>,
+    /// Counters and sync bookkeeping, behind one lock so a decision and a sync never race.
+    pub state: Mutex<EntityState>,
     /// The rule's longest window: the entity is kept at least twice this long when idle.
     longest_window: Duration,
+}
+
+/// The mutable part of an [`Entity`].
+#[derive(Debug, Default)]
+pub struct EntityState {
+    /// One state per limit, in the rule's order.
+    pub windows: Vec<WindowState>,
+    /// In its shard's sync queue (or in a sync in flight): at most once.
+    pub queued: bool,
+    /// A sync of this entity is in flight.
+    pub in_flight: bool,
+    /// When the last sync started (Unix ms).
+    pub last_sync_ms: u64,
 }
 
 /// Limits of the entity table.
@@ -108,18 +125,25 @@ impl EntityCache {
         EntityCache { cache }
     }
 
-    /// The entity `key`, created with `limits` zeroed windows if absent. The flag says
-    /// whether it already existed.
+    /// The entity `key`, created with zeroed windows for `limits` if absent. `limits` is
+    /// called only when the entity is created, so a hit costs no allocation. The flag says
+    /// whether the entity already existed.
     pub fn get_or_create(
         &self,
         key: u128,
-        limits: usize,
-        longest_window_ms: u64,
+        limits: impl FnOnce() -> Box<[Limit]>,
     ) -> (Arc<Entity>, bool) {
         let entry = self.cache.entry(key).or_insert_with(|| {
+            let limits = limits();
+            let longest = limits.iter().map(|l| l.window_ms).max().unwrap_or(1000);
             Arc::new(Entity {
-                windows: Mutex::new(vec![WindowState::default(); limits]),
-                longest_window: Duration::from_millis(longest_window_ms),
+                key,
+                state: Mutex::new(EntityState {
+                    windows: vec![WindowState::default(); limits.len()],
+                    ..EntityState::default()
+                }),
+                limits,
+                longest_window: Duration::from_millis(longest),
             })
         });
         let fresh = entry.is_fresh();
@@ -144,11 +168,16 @@ mod tests {
     #[test]
     fn the_same_key_returns_the_same_entity() {
         let c = EntityCache::new(CacheSettings::default());
-        let (a, hit_a) = c.get_or_create(7, 2, 1000);
-        let (b, hit_b) = c.get_or_create(7, 2, 1000);
+        let l = Limit {
+            requests_per_unit: 1,
+            window_ms: 1000,
+            algorithm: crate::limiter::Algorithm::SlidingWindow,
+        };
+        let (a, hit_a) = c.get_or_create(7, || Box::new([l, l]));
+        let (b, hit_b) = c.get_or_create(7, || Box::new([l, l]));
         assert!(!hit_a && hit_b);
         assert!(Arc::ptr_eq(&a, &b));
-        assert_eq!(a.windows.lock().len(), 2);
+        assert_eq!(a.state.lock().windows.len(), 2);
     }
 
     #[test]
@@ -158,7 +187,9 @@ mod tests {
             ttl: None,
         };
         let e = Entity {
-            windows: Mutex::new(vec![]),
+            key: 0,
+            limits: Box::new([]),
+            state: Mutex::new(EntityState::default()),
             longest_window: Duration::from_secs(3600),
         };
         assert_eq!(x.lifetime(&e), Some(Duration::from_secs(7200)));

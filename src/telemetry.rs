@@ -103,6 +103,7 @@ pub struct ServiceStats {
 }
 
 type GaugeFn = Arc<dyn Fn() -> u64 + Send + Sync>;
+type SeriesFn = Arc<dyn Fn() -> Vec<(u64, Vec<KeyValue>)> + Send + Sync>;
 
 /// The metrics pipeline: an OpenTelemetry meter provider exporting into a Prometheus registry.
 pub struct Telemetry {
@@ -264,6 +265,32 @@ impl Telemetry {
             ConfigLoad::Error => "error",
         };
         self.config_loads.add(1, &[KeyValue::new("result", result)]);
+    }
+
+    /// Registers a counter read at scrape time, as (value, labels) series.
+    pub fn counter(&self, name: &'static str, help: &'static str, read: SeriesFn) {
+        self.meter
+            .u64_observable_counter(name)
+            .with_description(help)
+            .with_callback(move |obs| {
+                for (v, labels) in read() {
+                    obs.observe(v, &labels);
+                }
+            })
+            .build();
+    }
+
+    /// Registers a gauge read at scrape time, as (value, labels) series.
+    pub fn labelled_gauge(&self, name: &'static str, help: &'static str, read: SeriesFn) {
+        self.meter
+            .u64_observable_gauge(name)
+            .with_description(help)
+            .with_callback(move |obs| {
+                for (v, labels) in read() {
+                    obs.observe(v, &labels);
+                }
+            })
+            .build();
     }
 
     /// Registers a gauge read at scrape time.

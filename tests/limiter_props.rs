@@ -99,6 +99,7 @@ fn concurrent_threads_admit_exactly_the_limit() {
             Arc::new(clock),
             Options::default(),
             telemetry,
+            None,
         );
         let admitted = Arc::new(AtomicU64::new(0));
         std::thread::scope(|s| {

@@ -1,0 +1,349 @@
+//! The Redis [`ShardStore`]s of global mode: standalone shards (one deadpool pool each) and
+//! Redis Cluster. One Lua script adds the deltas of a whole tick and returns the counters:
+//! `INCRBY` per entity limit and epoch, with the expiry (two windows) set only when the
+//! counter is created, and `GET` for read-only items. Keys are
+//! `{prefix}sluice:{<entity>}:<limit>:<epoch>`; the hash tag keeps an entity's keys in one
+//! cluster slot.
+//!
+//! Credentials never leave this module: shard names are the URLs without them.
+
+use deadpool_redis::redis::{self, Value};
+use deadpool_redis::{Config, Pool, Runtime};
+
+use crate::sync::{ShardStore, StoreError, SyncItem};
+
+/// Adds deltas and reads counters. KEYS: two per item (current, previous epoch). ARGV: three
+/// per item (ttl ms, current delta, previous delta). Returns one integer per key.
+const SYNC_SCRIPT: &str = r#"
+local out = {}
+for i = 1, #KEYS do
+  local item = math.floor((i - 1) / 2)
+  local delta = tonumber(ARGV[item * 3 + 2 + ((i - 1) % 2)])
+  local v
+  if delta ~= 0 then
+    v = redis.call('INCRBY', KEYS[i], delta)
+    if v == delta then redis.call('PEXPIRE', KEYS[i], ARGV[item * 3 + 1]) end
+  else
+    v = tonumber(redis.call('GET', KEYS[i]) or '0')
+  end
+  out[i] = v
+end
+return out
+"#;
+
+/// Items per script call: bounds the script's run time on the Redis thread.
+const CHUNK: usize = 500;
+
+/// Redis connection settings shared by every shard.
+#[derive(Clone, Default)]
+pub struct RedisOptions {
+    /// `password` or `user:password` (`REDIS_AUTH`), used when a URL carries none.
+    pub auth: Option<String>,
+    /// Prefix of every key (`CACHE_KEY_PREFIX`).
+    pub prefix: String,
+    /// Connections per shard.
+    pub pool_size: usize,
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
+            .field("prefix", &self.prefix)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
+}
+
+/// Turns a `REDIS_URL` entry into a URL: `host:port` (the reference's form) gets `redis://`,
+/// and `auth` is added when the URL has no credentials of its own.
+///
+/// # Errors
+/// A scheme other than `redis://` (TLS is not in this build).
+pub fn normalize_url(raw: &str, auth: Option<&str>) -> Result<String, String> {
+    let raw = raw.trim();
+    let rest = if let Some(r) = raw.strip_prefix("redis://") {
+        r
+    } else if raw.starts_with("rediss://") || raw.contains("://") {
+        return Err(format!(
+            "'{}': only redis:// URLs are supported in this version (TLS is not available yet)",
+            redact(raw)
+        ));
+    } else {
+        raw
+    };
+    match auth {
+        Some(a) if !rest.contains('@') && !a.is_empty() => {
+            let (user, pass) = a.split_once(':').unwrap_or(("", a));
+            Ok(format!("redis://{}:{}@{rest}", encode(user), encode(pass)))
+        }
+        _ => Ok(format!("redis://{rest}")),
+    }
+}
+
+/// Percent-encodes everything but unreserved characters, for credentials in a URL.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A URL without its credentials, for logs and readiness.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}{}", &url[..s + 3], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+fn key(prefix: &str, it: &SyncItem, i: usize) -> String {
+    format!(
+        "{prefix}sluice:{{{:032x}}}:{}:{}",
+        it.entity, it.limit, it.epochs[i]
+    )
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn evalsha(sha: &str, items: &[SyncItem], prefix: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(items.len() * 2);
+    for it in items {
+        cmd.arg(key(prefix, it, 0)).arg(key(prefix, it, 1));
+    }
+    for it in items {
+        cmd.arg(it.ttl_ms).arg(it.deltas[0]).arg(it.deltas[1]);
+    }
+    cmd
+}
+
+fn totals(v: &Value, n: usize) -> Result<Vec<[u64; 2]>, StoreError> {
+    let Value::Array(vals) = v else {
+        return Err(backend(format!("unexpected script reply {v:?}")));
+    };
+    if vals.len() != n * 2 {
+        return Err(backend(format!(
+            "script returned {} values for {} keys",
+            vals.len(),
+            n * 2
+        )));
+    }
+    let num = |v: &Value| match v {
+        Value::Int(i) => (*i).max(0) as u64,
+        _ => 0,
+    };
+    Ok(vals.chunks(2).map(|c| [num(&c[0]), num(&c[1])]).collect())
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOSCRIPT")
+}
+
+async fn time_of<C: redis::aio::ConnectionLike>(conn: &mut C) -> Result<u64, StoreError> {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        .query_async(conn)
+        .await
+        .map_err(backend)?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
+/// A standalone Redis server holding one shard of the entities.
+pub struct RedisShard {
+    name: String,
+    pool: Pool,
+    prefix: String,
+    script: redis::Script,
+}
+
+impl RedisShard {
+    /// A shard at `url` (normalized by [`normalize_url`]). Connections are made lazily, so a
+    /// Redis that is down at start only makes the shard degraded.
+    ///
+    /// # Errors
+    /// When the URL is unusable.
+    pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
+        let mut cfg = Config::from_url(url);
+        cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
+        let pool = cfg
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| format!("{}: {e}", redact(url)))?;
+        Ok(RedisShard {
+            name: redact(url),
+            pool,
+            prefix: opts.prefix.clone(),
+            script: redis::Script::new(SYNC_SCRIPT),
+        })
+    }
+}
+
+impl ShardStore for RedisShard {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn sync(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+        let mut conn = self.pool.get().await.map_err(backend)?;
+        let mut pipe = redis::pipe();
+        for chunk in items.chunks(CHUNK) {
+            pipe.add_command(evalsha(self.script.get_hash(), chunk, &self.prefix));
+        }
+        let replies: Vec<Value> = match pipe.query_async(&mut *conn).await {
+            Err(e) if is_noscript(&e) => {
+                // A new or restarted Redis: load the script and send the tick again.
+                self.script.load_async(&mut *conn).await.map_err(backend)?;
+                pipe.query_async(&mut *conn).await.map_err(backend)?
+            }
+            r => r.map_err(backend)?,
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for (reply, chunk) in replies.iter().zip(items.chunks(CHUNK)) {
+            out.extend(totals(reply, chunk.len())?);
+        }
+        Ok(out)
+    }
+
+    async fn time_ms(&self) -> Result<u64, StoreError> {
+        let mut conn = self.pool.get().await.map_err(backend)?;
+        time_of(&mut *conn).await
+    }
+
+    fn commands_for(&self, items: usize) -> usize {
+        items.div_ceil(CHUNK)
+    }
+}
+
+/// A Redis Cluster holding every entity; the client routes each entity's script call to
+/// the master of its slot, all calls of a tick in flight at once.
+pub struct RedisClusterStore {
+    name: String,
+    pool: deadpool_redis::cluster::Pool,
+    prefix: String,
+    script: redis::Script,
+}
+
+impl RedisClusterStore {
+    /// A cluster reached through `seeds` (normalized URLs).
+    ///
+    /// # Errors
+    /// When the URLs are unusable.
+    pub fn new(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
+        let mut cfg = deadpool_redis::cluster::Config::from_urls(seeds.to_vec());
+        cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
+        let pool = cfg
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| format!("cluster: {e}"))?;
+        Ok(RedisClusterStore {
+            name: format!(
+                "cluster({})",
+                seeds
+                    .iter()
+                    .map(|s| redact(s))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            pool,
+            prefix: opts.prefix.clone(),
+            script: redis::Script::new(SYNC_SCRIPT),
+        })
+    }
+}
+
+impl ShardStore for RedisClusterStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn sync(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+        let conn = self.pool.get().await.map_err(backend)?;
+        let sha = self.script.get_hash();
+        // One call per entity limit: a script's keys must share a slot.
+        let calls = items.iter().map(|it| {
+            let mut c = (*conn).clone();
+            let cmd = evalsha(sha, std::slice::from_ref(it), &self.prefix);
+            async move {
+                let v: Value = match cmd.query_async(&mut c).await {
+                    Err(e) if is_noscript(&e) => {
+                        // EVAL with the source caches the script on the slot's owner.
+                        let mut load = redis::cmd("EVAL");
+                        load.arg(SYNC_SCRIPT)
+                            .arg(2)
+                            .arg(key(&self.prefix, it, 0))
+                            .arg(key(&self.prefix, it, 1));
+                        load.arg(it.ttl_ms).arg(it.deltas[0]).arg(it.deltas[1]);
+                        load.query_async(&mut c).await.map_err(backend)?
+                    }
+                    r => r.map_err(backend)?,
+                };
+                totals(&v, 1).map(|t| t[0])
+            }
+        });
+        futures_util::future::try_join_all(calls).await
+    }
+
+    async fn time_ms(&self) -> Result<u64, StoreError> {
+        let mut conn = self.pool.get().await.map_err(backend)?;
+        time_of(&mut *conn).await
+    }
+
+    fn commands_for(&self, items: usize) -> usize {
+        items
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_take_the_reference_form_and_auth() {
+        assert_eq!(
+            normalize_url("localhost:6379", None).unwrap(),
+            "redis://localhost:6379"
+        );
+        assert_eq!(
+            normalize_url("redis://h:1/0", Some("s3cr@t")).unwrap(),
+            "redis://:s3cr%40t@h:1/0"
+        );
+        assert_eq!(
+            normalize_url("h:1", Some("u:p")).unwrap(),
+            "redis://u:p@h:1"
+        );
+        assert_eq!(
+            normalize_url("redis://a:b@h:1", Some("x")).unwrap(),
+            "redis://a:b@h:1"
+        );
+        assert!(normalize_url("rediss://h:1", None).is_err());
+    }
+
+    #[test]
+    fn names_never_carry_credentials() {
+        assert_eq!(redact("redis://user:pw@host:6379/0"), "redis://host:6379/0");
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    }
+
+    #[test]
+    fn keys_keep_an_entity_in_one_slot() {
+        let it = SyncItem {
+            entity: 0xab,
+            limit: 1,
+            epochs: [10, 9],
+            deltas: [1, 0],
+            ttl_ms: 1,
+        };
+        assert_eq!(
+            key("p:", &it, 0),
+            "p:sluice:{000000000000000000000000000000ab}:1:10"
+        );
+        assert_eq!(
+            key("p:", &it, 1),
+            "p:sluice:{000000000000000000000000000000ab}:1:9"
+        );
+    }
+}

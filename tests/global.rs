@@ -1,0 +1,346 @@
+//! Global mode against real Redis servers started by the tests (redis-server must be
+//! installed; scripts/test.sh installs it): exactness of one replica, shards and Redis Cluster,
+//! a fleet of processes sharing a limit, Redis faults, SIGTERM's final flush, clock offset.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::redis::{RedisCluster, RedisServer};
+use common::{desc, free_port, http, http_async, wait_until, Server};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use sluice::limiter::SyncPolicy;
+use sluice::redis::RedisOptions;
+use sluice::settings::{RedisSettings, Settings};
+use sluice::sync::ShardRouter;
+
+const RULES: &str = "domain: g\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 100, algorithm: fixed_window}\n";
+
+fn global(urls: Vec<String>, cluster: bool) -> impl FnOnce(&mut Settings) {
+    move |s| {
+        s.redis = Some(RedisSettings {
+            urls,
+            cluster,
+            options: RedisOptions {
+                pool_size: 2,
+                ..RedisOptions::default()
+            },
+        });
+        s.sync.policy = SyncPolicy {
+            tick_ms: 50,
+            base_ms: 100,
+        };
+        s.sync.timeout = Duration::from_millis(500);
+    }
+}
+
+fn req(key: &str, value: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "g".into(),
+        descriptors: vec![desc(&[(key, value)])],
+        hits_addend: 0,
+    }
+}
+
+async fn ask(s: &Server, key: &str, value: &str) -> RateLimitResponse {
+    s.client()
+        .await
+        .should_rate_limit(req(key, value))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Every `sluice:` counter on a server, summed, and the keys.
+fn counters(r: &RedisServer) -> (u64, Vec<String>) {
+    let keys: Vec<String> = r
+        .cli(&["--scan", "--pattern", "*sluice:*"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let sum = keys
+        .iter()
+        .map(|k| r.get(k).unwrap().parse::<u64>().unwrap())
+        .sum();
+    (sum, keys)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_replica_is_exact_under_concurrency_and_redis_holds_every_hit() {
+    let redis = RedisServer::start();
+    let s = Server::start(RULES, global(vec![redis.url()], false)).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let mut c = s.client().await;
+        tasks.push(tokio::spawn(async move {
+            let mut ok = 0;
+            for _ in 0..40 {
+                let r = c.should_rate_limit(req("k", "shared")).await.unwrap();
+                ok += usize::from(r.get_ref().overall_code == 1);
+            }
+            ok
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    assert_eq!(
+        admitted, 100,
+        "one replica with Redis is as exact as local mode"
+    );
+    s.stop().await.unwrap(); // final flush
+                             // Fixed windows count every hit, admitted or not, as the reference does: 320 in all.
+    assert_eq!(counters(&redis).0, 320);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_shards_each_hold_the_entities_routed_to_them() {
+    let shards = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = shards.iter().map(|r| r.url()).collect();
+    let s = Server::start(RULES, global(urls.clone(), false)).await;
+    for v in 0..90 {
+        assert_eq!(ask(&s, "k", &format!("user{v}")).await.overall_code, 1);
+    }
+    s.stop().await.unwrap();
+    let router = ShardRouter::new(&urls);
+    let mut total = 0;
+    for (i, shard) in shards.iter().enumerate() {
+        let (sum, keys) = counters(shard);
+        assert!(!keys.is_empty(), "shard {i} got no entities");
+        for k in &keys {
+            let hex = k.split('{').nth(1).unwrap().split('}').next().unwrap();
+            let entity = u128::from_str_radix(hex, 16).unwrap();
+            assert_eq!(router.shard(entity), i, "{k} is on shard {i}");
+        }
+        total += sum;
+    }
+    assert_eq!(total, 90);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_cluster_holds_counts_on_the_slot_owners() {
+    let cluster = RedisCluster::start(3);
+    let s = Server::start(RULES, global(cluster.seed_urls(), true)).await;
+    for v in 0..60 {
+        ask(&s, "k", &format!("user{v}")).await;
+    }
+    ask(&s, "k", "user0").await;
+    s.stop().await.unwrap();
+    let mut total = 0;
+    let mut nodes_used = 0;
+    for node in &cluster.nodes {
+        // A plain (non-cluster) scan on each master: keys live only where their slot is.
+        let (sum, keys) = counters(node);
+        for k in &keys {
+            assert_eq!(cluster.node_for_key(k), node.port(), "{k}");
+        }
+        nodes_used += usize::from(!keys.is_empty());
+        total += sum;
+    }
+    assert_eq!(total, 61);
+    assert_eq!(nodes_used, 3, "60 entities spread over every master");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_absent_at_start_then_killed_then_back() {
+    // A port with no Redis behind it yet.
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let s = Server::start(RULES, global(vec![redis.url()], false)).await;
+    for _ in 0..5 {
+        assert_eq!(
+            ask(&s, "k", "a").await.overall_code,
+            1,
+            "answered from memory"
+        );
+    }
+    let (status, _, ready) = http_async(s.http, "GET", "/readyz", "").await.unwrap();
+    assert_eq!(
+        status, 200,
+        "Redis down does not make sluice unready: {ready}"
+    );
+    wait_for(&s, "/readyz", "degraded").await;
+    let (_, _, m) = http_async(s.http, "GET", "/metrics", "").await.unwrap();
+    assert!(
+        m.contains("sluice_redis_shard_degraded{shard=\"redis://127.0.0.1:"),
+        "{m}"
+    );
+
+    // Redis comes up: the 5 hits kept during the outage are flushed.
+    redis.restart();
+    wait_for(&s, "/readyz", ": ok").await;
+    wait_redis(&redis, 5).await;
+
+    // Killed under load and back: every request answered, nothing lost.
+    redis.kill();
+    for _ in 0..7 {
+        assert_eq!(ask(&s, "k", "a").await.overall_code, 1);
+    }
+    redis.restart(); // no persistence: Redis restarts empty, and gets the 7 kept hits
+    wait_redis(&redis, 7).await;
+    s.stop().await.unwrap();
+}
+
+async fn wait_for(s: &Server, path: &str, needle: &str) {
+    for _ in 0..400 {
+        if http_async(s.http, "GET", path, "")
+            .await
+            .unwrap()
+            .2
+            .contains(needle)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{path} never showed {needle:?}");
+}
+
+async fn wait_redis(r: &RedisServer, want: u64) {
+    for _ in 0..400 {
+        if counters(r).0 == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("Redis never held {want} hits (has {})", counters(r).0);
+}
+
+/// A sluice process; killed when dropped.
+struct Proc {
+    child: Child,
+    http: SocketAddr,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_sluice(rules_dir: &std::path::Path, redis_url: &str, extra_env: &[(&str, &str)]) -> Proc {
+    let (grpc, port) = (free_port(), free_port());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    c.env_clear()
+        .args(["serve", "--config"])
+        .arg(rules_dir)
+        .args([
+            "--grpc-addr",
+            &format!("127.0.0.1:{grpc}"),
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("REDIS_URL", redis_url.trim_start_matches("redis://"))
+        .env("SYNC_TICK", "100ms")
+        .env("SYNC_INTERVAL", "200ms")
+        .env("LOG_LEVEL", "warn")
+        .stderr(Stdio::null());
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    let child = c.spawn().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until(20, "sluice ready", || {
+        matches!(http(addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
+    });
+    Proc { child, http: addr }
+}
+
+fn query(p: &Proc, value: &str) -> serde_json::Value {
+    let body = format!(
+        r#"{{"domain":"g","descriptors":[{{"entries":[{{"key":"k","value":"{value}"}}]}}]}}"#
+    );
+    let (_, _, text) = http(p.http, "POST", "/json", &body, &[]).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"))
+}
+
+#[test]
+fn a_fleet_of_three_processes_shares_one_limit() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), RULES.replace("100", "60")).unwrap();
+    let fleet: Vec<Proc> = (0..3)
+        .map(|_| spawn_sluice(dir.path(), &redis.url(), &[]))
+        .collect();
+    // 240 requests, 4× the limit, spread evenly over the three replicas at ~80/s: each
+    // replica admits at most what it sees between two syncs (a 100 ms tick) beyond the
+    // fleet's count. Tolerance: the limit plus ~2 ticks of the fleet's rate (≈ 16), as the
+    // simulator predicts for this setting; without sync the fleet would admit 180.
+    let mut admitted = 0;
+    for i in 0..240 {
+        let r = query(&fleet[i % 3], "shared");
+        admitted += usize::from(r["overallCode"] == "OK");
+        std::thread::sleep(Duration::from_millis(12));
+    }
+    assert!(
+        (60..=76).contains(&admitted),
+        "admitted {admitted} for a limit of 60 across 3 replicas"
+    );
+}
+
+#[test]
+fn sigterm_flushes_every_counted_hit_for_the_others_to_see() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), RULES).unwrap();
+    // A tick of an hour: nothing reaches Redis before the shutdown's final flush.
+    let a = spawn_sluice(
+        dir.path(),
+        &redis.url(),
+        &[("SYNC_TICK", "1h"), ("SYNC_INTERVAL", "1h")],
+    );
+    for _ in 0..30 {
+        assert_eq!(query(&a, "flush")["overallCode"], "OK");
+    }
+    assert_eq!(counters(&redis).0, 0, "nothing synced before shutdown");
+    let mut a = a;
+    let status = Command::new("kill")
+        .args(["-TERM", &a.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_until(15, "sluice exit", || a.child.try_wait().unwrap().is_some());
+    assert_eq!(counters(&redis).0, 30, "the final flush sent every hit");
+    // Another replica sees them: 70 left of 100.
+    let b = spawn_sluice(dir.path(), &redis.url(), &[]);
+    query(&b, "flush"); // a first look; the fleet's count arrives with the next tick
+    wait_until(10, "replica b to learn the count", || {
+        let r = http(b.http, "POST", "/json", r#"{"domain":"g","descriptors":[{"entries":[{"key":"k","value":"flush"}],"hitsAddend":0}]}"#, &[]).unwrap().2;
+        r.contains(r#""limitRemaining":69"#)
+    });
+}
+
+#[test]
+fn a_replica_with_a_skewed_clock_shares_the_fleets_windows() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("r.yaml"),
+        "domain: g\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: fixed_window}\n",
+    )
+    .unwrap();
+    let honest = spawn_sluice(dir.path(), &redis.url(), &[]);
+    let skewed = spawn_sluice(dir.path(), &redis.url(), &[("SLUICE_CLOCK_SKEW", "25s")]);
+    let reset = |p: &Proc| -> i64 {
+        let r = query(p, "t");
+        r["statuses"][0]["durationUntilReset"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches('s')
+            .parse()
+            .unwrap()
+    };
+    // Both replicas see the same window end, within the time between the two calls;
+    // uncorrected, the skewed one would be 25 s off.
+    let (a, b) = (reset(&honest), reset(&skewed));
+    let diff = (a - b).rem_euclid(60).min((b - a).rem_euclid(60));
+    assert!(diff <= 2, "honest {a}s, skewed {b}s");
+}
