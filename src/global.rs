@@ -49,6 +49,7 @@ pub async fn start(
     telemetry: &Telemetry,
     stop: CancellationToken,
 ) -> Result<Global, String> {
+    crate::redis::init_tls();
     let g = if redis.cluster {
         let store = RedisClusterStore::new(&redis.urls, &redis.options)?;
         spawn(vec![store], settings, clock, stop).await

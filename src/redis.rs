@@ -56,29 +56,35 @@ impl std::fmt::Debug for RedisOptions {
 }
 
 /// Turns a `REDIS_URL` entry into a URL: `host:port` (the reference's form) gets `redis://`,
-/// and `auth` is added when the URL has no credentials of its own.
+/// or `rediss://` with `tls` (`REDIS_TLS`); `auth` is added when the URL has no credentials
+/// of its own. TLS verifies the server against the system's roots (`SSL_CERT_FILE` names
+/// another bundle).
 ///
 /// # Errors
-/// A scheme other than `redis://` (TLS is not in this build).
-pub fn normalize_url(raw: &str, auth: Option<&str>) -> Result<String, String> {
+/// A scheme other than `redis://` or `rediss://`.
+pub fn normalize_url(raw: &str, auth: Option<&str>, tls: bool) -> Result<String, String> {
     let raw = raw.trim();
-    let rest = if let Some(r) = raw.strip_prefix("redis://") {
-        r
-    } else if raw.starts_with("rediss://") || raw.contains("://") {
-        return Err(format!(
-            "'{}': only redis:// URLs are supported in this version (TLS is not available yet)",
-            redact(raw)
-        ));
+    let (scheme, rest) = if let Some(r) = raw.strip_prefix("redis://") {
+        (if tls { "rediss" } else { "redis" }, r)
+    } else if let Some(r) = raw.strip_prefix("rediss://") {
+        ("rediss", r)
+    } else if raw.contains("://") {
+        return Err(format!("'{}': not a redis:// or rediss:// URL", redact(raw)));
     } else {
-        raw
+        (if tls { "rediss" } else { "redis" }, raw)
     };
     match auth {
         Some(a) if !rest.contains('@') && !a.is_empty() => {
             let (user, pass) = a.split_once(':').unwrap_or(("", a));
-            Ok(format!("redis://{}:{}@{rest}", encode(user), encode(pass)))
+            Ok(format!("{scheme}://{}:{}@{rest}", encode(user), encode(pass)))
         }
-        _ => Ok(format!("redis://{rest}")),
+        _ => Ok(format!("{scheme}://{rest}")),
     }
+}
+
+/// Installs the TLS crypto provider once per process (rustls needs one chosen explicitly).
+pub fn init_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Percent-encodes everything but unreserved characters, for credentials in a URL.

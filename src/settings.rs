@@ -125,7 +125,8 @@ pub struct ServeArgs {
     /// Redis password or user:pass.
     #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
     pub redis_auth: Option<String>,
-    /// Use TLS to Redis.
+    /// Use TLS to Redis (`rediss://`); the server is verified against the system's roots,
+    /// or the bundle named by `SSL_CERT_FILE`.
     #[arg(long, env = "REDIS_TLS", value_parser = BoolishValueParser::new(), action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
     pub redis_tls: bool,
     /// Prefix of every Redis key.
@@ -359,15 +360,9 @@ impl Settings {
                 false
             }
         };
-        if a.redis_tls && !urls.is_empty() {
-            err(
-                "REDIS_TLS",
-                "TLS to Redis is not available in this version".into(),
-            );
-        }
         let mut normalized = Vec::new();
         for u in &urls {
-            match normalize_url(u, a.redis_auth.as_deref()) {
+            match normalize_url(u, a.redis_auth.as_deref(), a.redis_tls) {
                 Ok(n) => normalized.push(n),
                 Err(e) => err("REDIS_URL", e),
             }

@@ -322,6 +322,7 @@ pub fn init_logging(level: &str, format: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = if format.eq_ignore_ascii_case("json") {
         builder.json().try_init()

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::redis::{RedisCluster, RedisServer};
+use common::redis::{RedisCluster, RedisServer, RedisTls};
 use common::{desc, free_port, http, http_async, wait_until, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluice::limiter::SyncPolicy;
@@ -213,10 +213,11 @@ async fn wait_redis(r: &RedisServer, want: u64) {
     panic!("Redis never held {want} hits (has {})", counters(r).0);
 }
 
-/// A sluice process; killed when dropped.
+/// A sluice process; killed when dropped. Its log goes to `log`.
 struct Proc {
     child: Child,
     http: SocketAddr,
+    log: tempfile::NamedTempFile,
 }
 
 impl Drop for Proc {
@@ -241,8 +242,9 @@ fn spawn_sluice(rules_dir: &std::path::Path, redis_url: &str, extra_env: &[(&str
         .env("REDIS_URL", redis_url.trim_start_matches("redis://"))
         .env("SYNC_TICK", "100ms")
         .env("SYNC_INTERVAL", "200ms")
-        .env("LOG_LEVEL", "warn")
-        .stderr(Stdio::null());
+        .env("LOG_LEVEL", "debug");
+    let log = tempfile::NamedTempFile::new().unwrap();
+    c.stderr(Stdio::from(log.reopen().unwrap()));
     for (k, v) in extra_env {
         c.env(k, v);
     }
@@ -251,7 +253,7 @@ fn spawn_sluice(rules_dir: &std::path::Path, redis_url: &str, extra_env: &[(&str
     wait_until(20, "sluice ready", || {
         matches!(http(addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
     });
-    Proc { child, http: addr }
+    Proc { child, http: addr, log }
 }
 
 fn query(p: &Proc, value: &str) -> serde_json::Value {
@@ -343,4 +345,50 @@ fn a_replica_with_a_skewed_clock_shares_the_fleets_windows() {
     let (a, b) = (reset(&honest), reset(&skewed));
     let diff = (a - b).rem_euclid(60).min((b - a).rem_euclid(60));
     assert!(diff <= 2, "honest {a}s, skewed {b}s");
+}
+
+#[test]
+fn tls_and_auth_work_and_the_secret_stays_out_of_logs_and_endpoints() {
+    const SECRET: &str = "s3cret-Pw";
+    let tls = RedisTls::start_with(&["--requirepass", SECRET]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), RULES).unwrap();
+    let ca = tls.ca_cert.display().to_string();
+    let p = spawn_sluice(
+        dir.path(),
+        &format!("127.0.0.1:{}", tls.port()),
+        &[("REDIS_TLS", "true"), ("REDIS_AUTH", SECRET), ("SSL_CERT_FILE", &ca)],
+    );
+    for _ in 0..4 {
+        assert_eq!(query(&p, "tls")["overallCode"], "OK");
+    }
+    let mut p = p;
+    wait_until(10, "the hits to reach Redis over TLS", || {
+        let keys = tls.cli(&["--scan", "--pattern", "*sluice:*"]);
+        keys.lines().map(|k| tls.cli(&["GET", k]).parse::<u64>().unwrap_or(0)).sum::<u64>() == 4
+    });
+    for path in ["/readyz", "/metrics", "/rlconfig", "/rlconfig/status"] {
+        let (_, _, body) = http(p.http, "GET", path, "", &[]).unwrap();
+        assert!(!body.contains(SECRET), "{path} shows the Redis password");
+    }
+    let _ = Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status();
+    wait_until(15, "sluice exit", || p.child.try_wait().unwrap().is_some());
+    let log = std::fs::read_to_string(p.log.path()).unwrap();
+    assert!(log.contains("global mode"), "debug log written: {log}");
+    assert!(!log.contains(SECRET), "the log shows the Redis password");
+}
+
+#[test]
+fn a_wrong_password_keeps_the_shard_degraded_but_the_service_answering() {
+    let redis = RedisServer::start_with(&["--requirepass", "right"]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), RULES).unwrap();
+    let p = spawn_sluice(dir.path(), &redis.url(), &[("REDIS_AUTH", "wrong")]);
+    assert_eq!(query(&p, "x")["overallCode"], "OK");
+    wait_until(10, "the shard to be degraded", || {
+        http(p.http, "GET", "/readyz", "", &[]).unwrap().2.contains("degraded")
+    });
+    let (status, _, body) = http(p.http, "GET", "/readyz", "", &[]).unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("wrong"), "{body}");
 }
