@@ -69,14 +69,21 @@ pub fn normalize_url(raw: &str, auth: Option<&str>, tls: bool) -> Result<String,
     } else if let Some(r) = raw.strip_prefix("rediss://") {
         ("rediss", r)
     } else if raw.contains("://") {
-        return Err(format!("'{}': not a redis:// or rediss:// URL", redact(raw)));
+        return Err(format!(
+            "'{}': not a redis:// or rediss:// URL",
+            redact(raw)
+        ));
     } else {
         (if tls { "rediss" } else { "redis" }, raw)
     };
     match auth {
         Some(a) if !rest.contains('@') && !a.is_empty() => {
             let (user, pass) = a.split_once(':').unwrap_or(("", a));
-            Ok(format!("{scheme}://{}:{}@{rest}", encode(user), encode(pass)))
+            Ok(format!(
+                "{scheme}://{}:{}@{rest}",
+                encode(user),
+                encode(pass)
+            ))
         }
         _ => Ok(format!("{scheme}://{rest}")),
     }
@@ -310,22 +317,27 @@ mod tests {
     #[test]
     fn urls_take_the_reference_form_and_auth() {
         assert_eq!(
-            normalize_url("localhost:6379", None).unwrap(),
+            normalize_url("localhost:6379", None, false).unwrap(),
             "redis://localhost:6379"
         );
         assert_eq!(
-            normalize_url("redis://h:1/0", Some("s3cr@t")).unwrap(),
+            normalize_url("redis://h:1/0", Some("s3cr@t"), false).unwrap(),
             "redis://:s3cr%40t@h:1/0"
         );
         assert_eq!(
-            normalize_url("h:1", Some("u:p")).unwrap(),
+            normalize_url("h:1", Some("u:p"), false).unwrap(),
             "redis://u:p@h:1"
         );
         assert_eq!(
-            normalize_url("redis://a:b@h:1", Some("x")).unwrap(),
+            normalize_url("redis://a:b@h:1", Some("x"), false).unwrap(),
             "redis://a:b@h:1"
         );
-        assert!(normalize_url("rediss://h:1", None).is_err());
+        assert_eq!(normalize_url("h:1", None, true).unwrap(), "rediss://h:1");
+        assert_eq!(
+            normalize_url("rediss://h:1", None, false).unwrap(),
+            "rediss://h:1"
+        );
+        assert!(normalize_url("http://h:1", None, false).is_err());
     }
 
     #[test]

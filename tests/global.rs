@@ -253,7 +253,11 @@ fn spawn_sluice(rules_dir: &std::path::Path, redis_url: &str, extra_env: &[(&str
     wait_until(20, "sluice ready", || {
         matches!(http(addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
     });
-    Proc { child, http: addr, log }
+    Proc {
+        child,
+        http: addr,
+        log,
+    }
 }
 
 fn query(p: &Proc, value: &str) -> serde_json::Value {
@@ -357,7 +361,11 @@ fn tls_and_auth_work_and_the_secret_stays_out_of_logs_and_endpoints() {
     let p = spawn_sluice(
         dir.path(),
         &format!("127.0.0.1:{}", tls.port()),
-        &[("REDIS_TLS", "true"), ("REDIS_AUTH", SECRET), ("SSL_CERT_FILE", &ca)],
+        &[
+            ("REDIS_TLS", "true"),
+            ("REDIS_AUTH", SECRET),
+            ("SSL_CERT_FILE", &ca),
+        ],
     );
     for _ in 0..4 {
         assert_eq!(query(&p, "tls")["overallCode"], "OK");
@@ -365,13 +373,18 @@ fn tls_and_auth_work_and_the_secret_stays_out_of_logs_and_endpoints() {
     let mut p = p;
     wait_until(10, "the hits to reach Redis over TLS", || {
         let keys = tls.cli(&["--scan", "--pattern", "*sluice:*"]);
-        keys.lines().map(|k| tls.cli(&["GET", k]).parse::<u64>().unwrap_or(0)).sum::<u64>() == 4
+        keys.lines()
+            .map(|k| tls.cli(&["GET", k]).parse::<u64>().unwrap_or(0))
+            .sum::<u64>()
+            == 4
     });
     for path in ["/readyz", "/metrics", "/rlconfig", "/rlconfig/status"] {
         let (_, _, body) = http(p.http, "GET", path, "", &[]).unwrap();
         assert!(!body.contains(SECRET), "{path} shows the Redis password");
     }
-    let _ = Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &p.child.id().to_string()])
+        .status();
     wait_until(15, "sluice exit", || p.child.try_wait().unwrap().is_some());
     let log = std::fs::read_to_string(p.log.path()).unwrap();
     assert!(log.contains("global mode"), "debug log written: {log}");
@@ -386,9 +399,34 @@ fn a_wrong_password_keeps_the_shard_degraded_but_the_service_answering() {
     let p = spawn_sluice(dir.path(), &redis.url(), &[("REDIS_AUTH", "wrong")]);
     assert_eq!(query(&p, "x")["overallCode"], "OK");
     wait_until(10, "the shard to be degraded", || {
-        http(p.http, "GET", "/readyz", "", &[]).unwrap().2.contains("degraded")
+        http(p.http, "GET", "/readyz", "", &[])
+            .unwrap()
+            .2
+            .contains("degraded")
     });
     let (status, _, body) = http(p.http, "GET", "/readyz", "", &[]).unwrap();
     assert_eq!(status, 200, "{body}");
     assert!(!body.contains("wrong"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_bound_on_kept_deltas_is_counted_when_hit() {
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let url = redis.url();
+    let s = Server::start(RULES, move |st| {
+        global(vec![url], false)(st);
+        st.sync_max_queued = 3;
+    })
+    .await;
+    for v in 0..5 {
+        assert_eq!(ask(&s, "k", &format!("u{v}")).await.overall_code, 1);
+    }
+    let (_, _, m) = http_async(s.http, "GET", "/metrics", "").await.unwrap();
+    assert!(m.contains("sluice_sync_deltas_dropped_total 2"), "{m}");
+    assert!(m.contains("sluice_sync_pending_entities 3"), "{m}");
+    // The three kept entities reach Redis once it is back.
+    redis.restart();
+    wait_redis(&redis, 3).await;
+    s.stop().await.unwrap();
 }
