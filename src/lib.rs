@@ -34,6 +34,7 @@ pub mod rules;
 pub mod service;
 pub mod settings;
 pub mod shutdown;
+pub mod simulate;
 pub mod state;
 pub mod sync;
 pub mod telemetry;

@@ -40,6 +40,10 @@ fn main() -> ExitCode {
         Command::Check(args) => sluice::client::check(&args),
         Command::Query(args) => runtime.block_on(sluice::client::query(args)),
         Command::Load(args) => runtime.block_on(sluice::client::load(args)),
+        Command::Simulate => {
+            print!("{}", sluice::simulate::run_all());
+            ExitCode::SUCCESS
+        }
     }
 }
 

@@ -35,6 +35,8 @@ pub enum Command {
     Query(QueryArgs),
     /// Drive ShouldRateLimit and print throughput and latency percentiles.
     Load(LoadArgs),
+    /// Run the fleet simulator (global mode vs. the plain design) and print its table.
+    Simulate,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {

@@ -620,16 +620,19 @@ mod tests {
     #[tokio::test]
     async fn flush_sends_what_is_pending_even_when_not_due() {
         let (cache, queues, sync, clock) = setup();
+        // Two syncs make the entity warm (its fleet rate known)...
+        for _ in 0..2 {
+            hit(&cache, &queues, 9, &clock, 1);
+            sync.tick(false).await.unwrap();
+            clock.advance_ms(1000);
+        }
+        // ...after which a hit right after a sync of an idle entity is not due for a while...
         hit(&cache, &queues, 9, &clock, 1);
         sync.tick(false).await.unwrap();
-        // A second hit right after a sync of an idle entity is not due for a while...
-        clock.advance_ms(10);
-        hit(&cache, &queues, 9, &clock, 1);
-        sync.tick(false).await.unwrap();
-        assert_eq!(sync.store.counters.lock()[&(9, 0, T0 / 60_000)], 1);
+        assert_eq!(sync.store.counters.lock()[&(9, 0, T0 / 60_000)], 2);
         // ...but a final flush sends it.
         sync.tick(true).await.unwrap();
-        assert_eq!(sync.store.counters.lock()[&(9, 0, T0 / 60_000)], 2);
+        assert_eq!(sync.store.counters.lock()[&(9, 0, T0 / 60_000)], 3);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Real Redis servers for integration tests: standalone (optionally with a password or ACL
 //! users), TLS-only, and Redis Cluster. Blocking std code, usable from sync and async tests.
 //!
+//! This file reads the wall clock (banned elsewhere by `.clippy.toml`): it waits for external
+//! processes with real timeouts, which have nothing to do with the limiter's time.
+//!
 //! - Every server binds 127.0.0.1 on a free port from 10000..22000 (so that port + 10000, the
 //!   cluster bus port, is free too, and both stay below Linux's ephemeral range 32768+, which
 //!   outgoing connections use).
@@ -12,6 +15,7 @@
 //!   process dies without unwinding (SIGKILL, Ctrl-C, abort) the pipe closes too, so no
 //!   redis-server outlives its test.
 //! - A missing `redis-server`, `redis-cli` or `openssl` fails the test with an install hint.
+#![allow(clippy::disallowed_methods)] // see above: real timeouts for external processes
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::collections::hash_map::RandomState;
@@ -423,7 +427,7 @@ impl RedisServer {
 
     /// Whether the port answers PING (any RESP answer but LOADING counts: NOAUTH means up).
     fn answers_ping(&self) -> bool {
-        if self.tls.is_some() {
+        if let Some(tls) = &self.tls {
             // std has no TLS: ask redis-cli, without credentials.
             if TcpStream::connect_timeout(&self.addr(), Duration::from_secs(1)).is_err() {
                 return false;
@@ -431,7 +435,6 @@ impl RedisServer {
             let mut cmd = Command::new(require("redis-cli"));
             cmd.args(["-e", "-h", "127.0.0.1", "-p"])
                 .arg(self.port.to_string());
-            let tls = self.tls.as_ref().unwrap();
             cmd.arg("--tls")
                 .arg("--cacert")
                 .arg(&tls.ca_cert)
@@ -703,7 +706,7 @@ impl RedisCluster {
     /// Starts `masters` nodes (`--cluster-enabled yes --cluster-config-file <tempdir>/nodes.conf
     /// --cluster-node-timeout 2000`), joins them with `redis-cli --cluster create ...
     /// --cluster-replicas 0 --cluster-yes` (fewer than 3 masters, which that refuses: ADDSLOTSRANGE
-    /// + MEET by hand) and waits until every node reports cluster_state:ok, knows every node, and
+    /// and MEET by hand) and waits until every node reports cluster_state:ok, knows every node, and
     /// all nodes agree on the slot map.
     pub fn start(masters: usize) -> RedisCluster {
         assert!(masters >= 1, "a cluster needs at least one master");

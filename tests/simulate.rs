@@ -1,0 +1,131 @@
+//! The fleet simulator's scenarios (`sluice simulate`), run as tests with their bounds asserted.
+//!
+//! The simulator is deterministic (manual clock, seeded traffic), so each bound is checked
+//! against the same numbers the README's table shows. The bounds of DESIGN §9 (20 nodes: a
+//! cold entity at 10× its limit admits at most 1.10× the limit in its first window; steady 2×
+//! at most 1.05× per window; false denials at most 2 % of the limit) apply to sluice; the
+//! plain design runs beside it to show that the mechanism is what meets them. The bounds of
+//! the other scenarios are what sluice measures with some margin, each stated where asserted.
+//! The same bounds are then checked on other seeds, so that they are not one seed's luck.
+
+use sluice::simulate::{render_table, run, scenarios, Report, Scenario};
+
+/// DESIGN §9: false denials at most 2 % of the limit, in every window of every scenario.
+/// Measured: at most 1.4 % over the six seeds, in the moments before a limit is reached.
+const MAX_FALSE_DENIALS: f64 = 0.02;
+
+fn check(s: &Scenario) -> Result<(), String> {
+    let r = run(s);
+    let table = render_table(std::slice::from_ref(&r));
+    let fail = |what: String| Err(format!("{}: {what}\n{table}", s.name));
+    let windows = r.sluice.len();
+    for i in 0..windows {
+        if r.sluice_false_denials(i) > MAX_FALSE_DENIALS {
+            return fail(format!(
+                "window {}: false denials {:.3}",
+                i + 1,
+                r.sluice_false_denials(i)
+            ));
+        }
+    }
+    let over = |r: &Report, from: usize, max: f64| -> Result<(), String> {
+        for i in from..windows {
+            if r.sluice_admitted(i) > max {
+                return Err(format!(
+                    "{}: window {} admitted {:.3}× the limit, bound {max}\n{table}",
+                    s.name,
+                    i + 1,
+                    r.sluice_admitted(i)
+                ));
+            }
+        }
+        Ok(())
+    };
+    match s.name {
+        "cold surge 10x" => {
+            // DESIGN §9: the first window of a cold entity at 10× stays within 1.10×.
+            // Measured: 1.014–1.031 over the six seeds (the plain design: 9.0–9.8×).
+            over(&r, 0, 1.10)?;
+            // Then the steady state at 10×, held to the steady target. Measured ≤ 1.008.
+            over(&r, 1, 1.05)?;
+            // The plain design admits about ρ× in the first window (DESIGN §3): the mechanism,
+            // not the scenario, is what keeps sluice within bounds.
+            if r.baseline_admitted(0) < 5.0 {
+                return fail(format!(
+                    "plain design admitted only {:.2}×",
+                    r.baseline_admitted(0)
+                ));
+            }
+        }
+        "steady 2x" => {
+            // DESIGN §9: steady 2× stays within 1.05× in every window (cold start included).
+            // Measured ≤ 1.006; the plain design admits 2.0× in the first window.
+            over(&r, 0, 1.05)?;
+            if r.baseline_admitted(0) < 1.5 {
+                return fail(format!(
+                    "plain design admitted only {:.2}×",
+                    r.baseline_admitted(0)
+                ));
+            }
+        }
+        "one hot node" => {
+            // Node 0 has half the traffic: its share of the room follows its share of the
+            // count, so uneven load costs no accuracy. Measured ≤ 1.010.
+            over(&r, 0, 1.03)?;
+        }
+        "epoch rollover" => {
+            // Syncs in flight across boundaries (40 ms round trip) lose or double nothing, and
+            // the rate measured across a boundary counts both epochs. Measured ≤ 1.001.
+            over(&r, 0, 1.03)?;
+        }
+        "redis outage" => {
+            // 30 s without the store: each node keeps to its share of the room as the window
+            // drains, then catches up with the count when the store is back. Measured
+            // 0.994–1.006 in the outage's window; held to 3 % either way.
+            over(&r, 0, 1.03)?;
+            if r.sluice_admitted(1) < 0.97 {
+                return fail(format!(
+                    "outage window admitted only {:.3}×",
+                    r.sluice_admitted(1)
+                ));
+            }
+        }
+        other => return fail(format!("no bounds for scenario {other:?}")),
+    }
+    Ok(())
+}
+
+#[test]
+fn every_scenario_stays_within_its_bounds() {
+    for s in scenarios() {
+        if let Err(e) = check(&s) {
+            panic!("{e}");
+        }
+    }
+}
+
+#[test]
+fn the_bounds_hold_on_other_seeds() {
+    let mut failures = Vec::new();
+    for k in 1..=5u64 {
+        for mut s in scenarios() {
+            s.seed = s.seed.wrapping_mul(0x9e37_79b9).wrapping_add(k);
+            if let Err(e) = check(&s) {
+                failures.push(format!("seed {:#x}: {e}", s.seed));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_table_is_what_sluice_simulate_prints() {
+    let out = sluice::simulate::run_all();
+    for s in scenarios() {
+        assert_eq!(
+            out.matches(&format!("| {} |", s.name)).count(),
+            s.windows as usize,
+            "{out}"
+        );
+    }
+}
