@@ -635,6 +635,26 @@ mod tests {
         assert_eq!(sync.store.counters.lock()[&(9, 0, T0 / 60_000)], 3);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_dead_store_is_retried_with_exponential_backoff() {
+        let (cache, queues, mut sync, clock) = setup();
+        sync.store.down.store(true, Ordering::Relaxed);
+        hit(&cache, &queues, 3, &clock, 1);
+        let (store, stop) = (sync.store.clone(), CancellationToken::new());
+        sync.settings.policy.tick_ms = 1000;
+        let task = tokio::spawn(sync.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        // Failures at 1, 2, 3, 4 s (backoff under the tick), then after 1.6, 3.2, 5, 5, 5 s...
+        let calls = store.calls.load(Ordering::Relaxed);
+        assert!((7..=10).contains(&calls), "{calls} calls in 30 s");
+        // Back up: the next attempt succeeds and keeps the hit.
+        store.down.store(false, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(store.counters.lock()[&(3, 0, T0 / 60_000)], 1);
+        stop.cancel();
+        task.await.unwrap();
+    }
+
     #[test]
     fn adding_a_shard_moves_about_one_in_n_entities() {
         let names = |n: usize| {
