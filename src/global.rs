@@ -211,36 +211,30 @@ fn register_metrics(t: &Telemetry, g: &Global) {
         "Entities waiting to sync",
         Arc::new(move || q.len() as u64),
     );
-    let health = g.health.clone();
-    t.labelled_gauge(
-        "sluice_redis_shard_degraded",
-        "1 while a Redis shard's last call failed",
-        Arc::new(move || {
-            health
-                .iter()
-                .map(|h| {
-                    (
-                        u64::from(h.is_degraded()),
-                        vec![KeyValue::new("shard", h.name.clone())],
-                    )
-                })
-                .collect()
-        }),
-    );
-    let health = g.health.clone();
-    t.labelled_gauge(
-        "sluice_redis_last_sync_unix_seconds",
-        "When a shard's last sync succeeded (staleness = now - this)",
-        Arc::new(move || {
-            health
-                .iter()
-                .map(|h| {
-                    (
-                        h.last_success_ms() / 1000,
-                        vec![KeyValue::new("shard", h.name.clone())],
-                    )
-                })
-                .collect()
-        }),
-    );
+    type PerShard = fn(&ShardHealth) -> u64;
+    let per_shard: [(&'static str, &'static str, PerShard); 2] = [
+        (
+            "sluice_redis_shard_degraded",
+            "1 while a Redis shard's last call failed",
+            |h| u64::from(h.is_degraded()),
+        ),
+        (
+            "sluice_redis_last_sync_unix_seconds",
+            "When a shard's last sync succeeded (staleness = now - this)",
+            |h| h.last_success_ms() / 1000,
+        ),
+    ];
+    for (name, help, read) in per_shard {
+        let health = g.health.clone();
+        t.labelled_gauge(
+            name,
+            help,
+            Arc::new(move || {
+                health
+                    .iter()
+                    .map(|h| (read(h), vec![KeyValue::new("shard", h.name.clone())]))
+                    .collect()
+            }),
+        );
+    }
 }

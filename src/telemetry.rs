@@ -295,11 +295,7 @@ impl Telemetry {
 
     /// Registers a gauge read at scrape time.
     pub fn gauge(&self, name: &'static str, help: &'static str, read: GaugeFn) {
-        self.meter
-            .u64_observable_gauge(name)
-            .with_description(help)
-            .with_callback(move |obs| obs.observe(read(), &[]))
-            .build();
+        self.labelled_gauge(name, help, Arc::new(move || vec![(read(), vec![])]));
     }
 
     /// The current metrics in the Prometheus text format.

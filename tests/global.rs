@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::redis::{RedisCluster, RedisServer, RedisTls};
-use common::{desc, free_port, http, http_async, wait_until, Server};
+use common::{desc, free_port, http, http_async, wait_for_body, wait_until, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluice::limiter::{Algorithm, Limit, SyncPolicy};
 use sluice::redis::RedisOptions;
@@ -167,7 +167,7 @@ async fn redis_absent_at_start_then_killed_then_back() {
         status, 200,
         "Redis down does not make sluice unready: {ready}"
     );
-    wait_for(&s, "/readyz", "degraded").await;
+    wait_for_body(s.http, "/readyz", "degraded").await;
     let (_, _, m) = http_async(s.http, "GET", "/metrics", "").await.unwrap();
     assert!(
         m.contains("sluice_redis_shard_degraded{shard=\"redis://127.0.0.1:"),
@@ -176,7 +176,7 @@ async fn redis_absent_at_start_then_killed_then_back() {
 
     // Redis comes up: the 5 hits kept during the outage are flushed.
     redis.restart();
-    wait_for(&s, "/readyz", ": ok").await;
+    wait_for_body(s.http, "/readyz", ": ok").await;
     wait_redis(&redis, 5).await;
 
     // Killed under load and back: every request answered, nothing lost.
@@ -187,21 +187,6 @@ async fn redis_absent_at_start_then_killed_then_back() {
     redis.restart(); // no persistence: Redis restarts empty, and gets the 7 kept hits
     wait_redis(&redis, 7).await;
     s.stop().await.unwrap();
-}
-
-async fn wait_for(s: &Server, path: &str, needle: &str) {
-    for _ in 0..400 {
-        if http_async(s.http, "GET", path, "")
-            .await
-            .unwrap()
-            .2
-            .contains(needle)
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{path} never showed {needle:?}");
 }
 
 async fn wait_redis(r: &RedisServer, want: u64) {
@@ -351,7 +336,7 @@ async fn a_dead_shard_does_not_hold_up_the_others() {
     for v in 0..40 {
         assert_eq!(ask(&s, "k", &format!("user{v}")).await.overall_code, 1);
     }
-    wait_for(&s, "/readyz", "degraded").await;
+    wait_for_body(s.http, "/readyz", "degraded").await;
     // Every entity routed to the live shard reached it, while the other shard was down.
     let expected = (0..40)
         .filter(|v| {

@@ -7,7 +7,7 @@ mod common;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use common::{desc, http_async, Server};
+use common::{desc, http_async, wait_for_body, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 const V1: &str = "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: changed\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
@@ -42,21 +42,6 @@ async fn remaining(s: &Server, key: &str) -> (i32, u32) {
     (r.overall_code, r.statuses[0].limit_remaining)
 }
 
-async fn wait_for(s: &Server, path: &str, needle: &str) {
-    for _ in 0..500 {
-        if http_async(s.http, "GET", path, "")
-            .await
-            .unwrap()
-            .2
-            .contains(needle)
-        {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!("{path} never showed {needle:?}");
-}
-
 #[tokio::test]
 async fn configmap_symlink_swap_reloads_and_keeps_unchanged_counters() {
     let dir = tempfile::tempdir().unwrap();
@@ -72,7 +57,7 @@ async fn configmap_symlink_swap_reloads_and_keeps_unchanged_counters() {
     );
 
     configmap_write(s.dir.path(), "v2", V2);
-    wait_for(&s, "/rlconfig", "r.added").await;
+    wait_for_body(s.http, "/rlconfig", "r.added").await;
     // Unchanged rule: its counter carried over (one hit left, not three).
     assert_eq!(remaining(&s, "k").await, (1, 0));
     // A changed rule is a new rule with fresh counters; the added rule applies.
@@ -87,8 +72,8 @@ async fn a_bad_file_keeps_the_rules_in_force_until_fixed() {
     assert_eq!(remaining(&s, "k").await, (1, 2));
     let bad = s.dir.path().join("zz-bad.yaml");
     std::fs::write(&bad, "domain: r2\ndescriptors:\n  - key: x\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n").unwrap();
-    wait_for(
-        &s,
+    wait_for_body(
+        s.http,
         "/metrics",
         r#"sluice_config_load_total{result="error"} 1"#,
     )
@@ -110,7 +95,7 @@ async fn a_bad_file_keeps_the_rules_in_force_until_fixed() {
 
     // Fixed: the new file's rules join, the error clears.
     std::fs::write(&bad, "domain: r2\ndescriptors:\n  - key: x\n    rate_limit: {unit: hour, requests_per_unit: 1}\n").unwrap();
-    wait_for(&s, "/rlconfig", "r2.x: unit=HOUR").await;
+    wait_for_body(s.http, "/rlconfig", "r2.x: unit=HOUR").await;
     let (_, _, status) = http_async(s.http, "GET", "/rlconfig/status", "")
         .await
         .unwrap();

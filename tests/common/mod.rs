@@ -183,6 +183,20 @@ pub async fn http_async(
         .unwrap()
 }
 
+/// Polls `path` every 25 ms for up to 10 s until its body contains `needle`.
+pub async fn wait_for_body(addr: SocketAddr, path: &str, needle: &str) {
+    for _ in 0..400 {
+        if http_async(addr, "GET", path, "")
+            .await
+            .is_ok_and(|r| r.2.contains(needle))
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{path} never showed {needle:?}");
+}
+
 /// A header's value.
 pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers
