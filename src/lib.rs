@@ -85,6 +85,9 @@ pub enum RunError {
     /// The HTTP server failed.
     #[error("HTTP server: {0}")]
     Http(std::io::Error),
+    /// A server task ended without an error of its own (it panicked or was cancelled).
+    #[error("{0} server stopped unexpectedly")]
+    Stopped(&'static str),
     /// The Redis settings are unusable.
     #[error("redis: {0}")]
     Redis(String),
@@ -214,12 +217,12 @@ pub async fn run(
         _ = shutdown => Ok(()),
         r = &mut grpc_task => Err(match r {
             Ok(Err(e)) => RunError::Grpc(e),
-            _ => RunError::Http(std::io::Error::other("gRPC server stopped unexpectedly")),
+            _ => RunError::Stopped("gRPC"),
         }),
-        r = &mut http_task => Err(RunError::Http(match r {
-            Ok(Err(e)) => e,
-            _ => std::io::Error::other("HTTP server stopped unexpectedly"),
-        })),
+        r = &mut http_task => Err(match r {
+            Ok(Err(e)) => RunError::Http(e),
+            _ => RunError::Stopped("HTTP"),
+        }),
     };
 
     // Not ready first, so probes and balancers stop sending; then drain in-flight calls.

@@ -409,17 +409,15 @@ impl RateLimiter {
                 });
                 continue;
             };
-            if rule.unlimited {
+            // Unlimited (and, defensively, a rule without limits): nothing is counted.
+            let Some(outcome) = self.evaluate(t, now, h, count) else {
                 statuses.push(DescriptorStatus {
                     code: Code::Ok as i32,
                     limit_remaining: u32::MAX,
                     ..Default::default()
                 });
                 continue;
-            }
-            let outcome = self
-                .evaluate(t, now, h, count)
-                .expect("a limited rule has an outcome");
+            };
             let quota = rule.quota_mode || self.opts.quota_mode;
             self.record_stats(t, rule, &outcome, h);
             if outcome.over {
