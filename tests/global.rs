@@ -225,7 +225,7 @@ fn spawn_sluice(rules_dir: &std::path::Path, redis_url: &str, extra_env: &[(&str
             "--http-addr",
             &format!("127.0.0.1:{port}"),
         ])
-        .env("REDIS_URL", redis_url.trim_start_matches("redis://"))
+        .env("REDIS_URL", redis_url)
         .env("SYNC_TICK", "100ms")
         .env("SYNC_INTERVAL", "200ms")
         .env("LOG_LEVEL", "debug");
@@ -317,12 +317,87 @@ async fn keys_take_the_cache_key_prefix() {
     })
     .await;
     ask(&s, "k", "p").await;
-    s.stop().await.unwrap();
-    let keys = redis.cli(&["--scan"]);
+    let key = loop {
+        let keys = redis.cli(&["--scan"]);
+        if !keys.is_empty() {
+            break keys;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert!(
-        !keys.is_empty() && keys.lines().all(|k| k.starts_with("tenant-a:sluice:{")),
-        "{keys}"
+        key.starts_with("tenant-a:sluice:{") && !key.contains('\n'),
+        "{key}"
     );
+    // The expiry (two day-long windows) is set when the counter is created, and a later
+    // INCRBY does not push it back.
+    let pttl = || redis.cli(&["PTTL", &key]).parse::<i64>().unwrap();
+    let first = pttl();
+    assert!(
+        (2 * 86_400_000 - 60_000..=2 * 86_400_000).contains(&first),
+        "{first}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ask(&s, "k", "p").await;
+    s.stop().await.unwrap();
+    assert_eq!(redis.get(&key).as_deref(), Some("2"));
+    assert!(
+        pttl() <= first - 250,
+        "the expiry was reset: {first} then {}",
+        pttl()
+    );
+}
+
+#[test]
+fn an_acl_user_authenticates_with_user_and_password() {
+    // The default user is off, so only alice's credentials get in.
+    let redis = RedisServer::start_with(&[
+        "--user",
+        "default",
+        "off",
+        "--user",
+        "alice",
+        "on",
+        ">alice-pw",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), RULES).unwrap();
+    let port = redis.port();
+    // As REDIS_AUTH=user:password, and as credentials in the URL.
+    let via_env = spawn_sluice(
+        dir.path(),
+        &redis.url(),
+        &[("REDIS_AUTH", "alice:alice-pw")],
+    );
+    let in_url = spawn_sluice(
+        dir.path(),
+        &format!("redis://alice:alice-pw@127.0.0.1:{port}"),
+        &[],
+    );
+    query(&via_env, "acl");
+    query(&in_url, "acl");
+    let as_alice = |args: &[&str]| {
+        let mut c = redis.cli_command();
+        c.args(["--user", "alice", "--pass", "alice-pw", "--no-auth-warning"])
+            .args(args);
+        String::from_utf8(c.output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    wait_until(10, "both replicas' hits in Redis", || {
+        let keys = as_alice(&["--scan"]);
+        keys.lines().any(|k| as_alice(&["GET", k]) == "2")
+    });
+    for p in [&via_env, &in_url] {
+        let (_, _, ready) = http(p.http, "GET", "/readyz", "", &[]).unwrap();
+        assert!(
+            ready.contains(": ok") && !ready.contains("alice-pw"),
+            "{ready}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
