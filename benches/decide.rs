@@ -55,17 +55,8 @@ fn bench_decide(c: &mut Criterion) {
 
 fn limiter(values: usize) -> (Arc<RateLimiter>, Vec<RateLimitRequest>) {
     let yaml = "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n";
-    let rules = sluice::rules::compile_sources(&[("b.yaml".into(), yaml.into())], false).unwrap();
-    let telemetry = Arc::new(sluice::telemetry::Telemetry::new().unwrap());
     let clock = ManualClock::new(UnixMillis(T0));
-    let limiter = RateLimiter::new(
-        rules,
-        vec![],
-        Arc::new(clock),
-        Options::default(),
-        telemetry,
-        None,
-    );
+    let limiter = RateLimiter::local(yaml, Arc::new(clock), Options::default()).unwrap();
     let requests: Vec<RateLimitRequest> = (0..values)
         .map(|v| RateLimitRequest {
             domain: "bench".into(),

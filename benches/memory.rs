@@ -21,17 +21,8 @@ fn rss() -> u64 {
 
 fn main() {
     let yaml = "domain: m\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
-    let rules = sluice::rules::compile_sources(&[("m.yaml".into(), yaml.into())], false).unwrap();
-    let telemetry = Arc::new(sluice::telemetry::Telemetry::new().unwrap());
     let clock = ManualClock::new(UnixMillis(1_700_000_040_000));
-    let limiter = RateLimiter::new(
-        rules,
-        vec![],
-        Arc::new(clock),
-        Options::default(),
-        telemetry,
-        None,
-    );
+    let limiter = RateLimiter::local(yaml, Arc::new(clock), Options::default()).unwrap();
     // One request reused: only the value changes, so the request itself adds no memory.
     let mut req = RateLimitRequest {
         domain: "m".into(),

@@ -27,6 +27,7 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::clock::{Clock, UnixMillis};
+use crate::config::ConfigError;
 use crate::limiter::{Algorithm, Limit, Verdict};
 use crate::rules::{EntryRef, LimitSpec, Rule, RuleSet, Unit};
 use crate::state::{CacheSettings, EntityCache};
@@ -235,6 +236,29 @@ impl RateLimiter {
             Arc::new(move || entities.len()),
         );
         limiter
+    }
+
+    /// A limiter in local mode with the rules in `yaml` (one rules file named `rules.yaml`)
+    /// and a metrics pipeline of its own: for embedding, benchmarks and tests.
+    ///
+    /// # Errors
+    /// The rules' errors.
+    pub fn local(
+        yaml: &str,
+        clock: Arc<dyn Clock>,
+        opts: Options,
+    ) -> Result<Arc<Self>, Vec<ConfigError>> {
+        let rules = crate::rules::compile_sources(&[("rules.yaml".into(), yaml.into())], false)?;
+        let telemetry =
+            Telemetry::new().map_err(|e| vec![ConfigError::new("metrics", e.to_string())])?;
+        Ok(Self::new(
+            rules,
+            vec![],
+            clock,
+            opts,
+            Arc::new(telemetry),
+            None,
+        ))
     }
 
     fn compile_stats(

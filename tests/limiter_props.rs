@@ -90,17 +90,8 @@ fn concurrent_threads_admit_exactly_the_limit() {
 
     for algorithm in ["sliding_window", "fixed_window"] {
         let yaml = format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: 500, algorithm: {algorithm}}}\n");
-        let rules = sluice::rules::compile_sources(&[("r.yaml".into(), yaml)], false).unwrap();
         let clock = ManualClock::new(UnixMillis(T0 - T0 % 60_000));
-        let telemetry = Arc::new(sluice::telemetry::Telemetry::new().unwrap());
-        let limiter = RateLimiter::new(
-            rules,
-            vec![],
-            Arc::new(clock),
-            Options::default(),
-            telemetry,
-            None,
-        );
+        let limiter = RateLimiter::local(&yaml, Arc::new(clock), Options::default()).unwrap();
         let admitted = Arc::new(AtomicU64::new(0));
         std::thread::scope(|s| {
             for _ in 0..16 {
