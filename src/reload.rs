@@ -64,14 +64,7 @@ pub fn load_files(files: &[PathBuf], merge_domains: bool) -> Result<RuleSet, Vec
             Err(e) => errors.push(read_error(f, &e)),
         }
     }
-    match rules::compile_sources(&sources, merge_domains) {
-        Ok(set) if errors.is_empty() => Ok(set),
-        Ok(_) => Err(errors),
-        Err(mut e) => {
-            errors.append(&mut e);
-            Err(errors)
-        }
-    }
+    rules::with_prior_errors(errors, rules::compile_sources(&sources, merge_domains))
 }
 
 /// Loads the rules at `path` (a file or a directory).

@@ -363,12 +363,24 @@ pub fn compile_sources(
             parsed.push((name.clone(), f));
         }
     }
-    match RuleSet::compile(&parsed, merge_domains) {
-        Ok(set) if errors.is_empty() => Ok(set),
-        Ok(_) => Err(errors),
+    with_prior_errors(errors, RuleSet::compile(&parsed, merge_domains))
+}
+
+/// `result`, failed when `prior` holds errors found before it (they come first): a file that
+/// could not be read or parsed fails the load even when the rest compiles.
+///
+/// # Errors
+/// `prior` followed by `result`'s own errors.
+pub fn with_prior_errors(
+    mut prior: Vec<ConfigError>,
+    result: Result<RuleSet, Vec<ConfigError>>,
+) -> Result<RuleSet, Vec<ConfigError>> {
+    match result {
+        Ok(set) if prior.is_empty() => Ok(set),
+        Ok(_) => Err(prior),
         Err(mut e) => {
-            errors.append(&mut e);
-            Err(errors)
+            prior.append(&mut e);
+            Err(prior)
         }
     }
 }

@@ -422,10 +422,8 @@ impl<S: ShardStore> ShardSync<S> {
                         let limit = &p.entity.limits[i];
                         let total = totals.next().unwrap_or([0, 0]);
                         let w = &mut st.windows[i];
-                        let (before, tier_before) = (
-                            w.pressure(limit, done),
-                            crate::limiter::Tier::of(w.pressure(limit, done)),
-                        );
+                        let before = w.pressure(limit, done);
+                        let tier_before = crate::limiter::Tier::of(before);
                         w.complete_sync(limit, plan, total, done);
                         let after = w.pressure(limit, done);
                         let drift =

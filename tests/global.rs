@@ -72,22 +72,9 @@ fn counters(r: &RedisServer) -> (u64, Vec<String>) {
 async fn one_replica_is_exact_under_concurrency_and_redis_holds_every_hit() {
     let redis = RedisServer::start();
     let s = Server::start(RULES, global(vec![redis.url()], false)).await;
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let mut c = s.client().await;
-        tasks.push(tokio::spawn(async move {
-            let mut ok = 0;
-            for _ in 0..40 {
-                let r = c.should_rate_limit(req("k", "shared")).await.unwrap();
-                ok += usize::from(r.get_ref().overall_code == 1);
-            }
-            ok
-        }));
-    }
-    let mut admitted = 0;
-    for t in tasks {
-        admitted += t.await.unwrap();
-    }
+    let admitted = s
+        .admitted_by_concurrent_clients(req("k", "shared"), 8, 40)
+        .await;
     assert_eq!(
         admitted, 100,
         "one replica with Redis is as exact as local mode"

@@ -469,25 +469,9 @@ async fn bad_requests_get_invalid_argument() {
 async fn concurrent_clients_admit_exactly_the_limit() {
     let rules = "domain: test\ndescriptors:\n  - key: c\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
     let s = Server::start(rules, |_| {}).await;
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let mut c = s.client().await;
-        tasks.push(tokio::spawn(async move {
-            let mut ok = 0;
-            for _ in 0..40 {
-                let r = c
-                    .should_rate_limit(req(vec![desc(&[("c", "shared")])]))
-                    .await
-                    .unwrap();
-                ok += usize::from(r.get_ref().overall_code == Code::Ok as i32);
-            }
-            ok
-        }));
-    }
-    let mut admitted = 0;
-    for t in tasks {
-        admitted += t.await.unwrap();
-    }
+    let admitted = s
+        .admitted_by_concurrent_clients(req(vec![desc(&[("c", "shared")])]), 8, 40)
+        .await;
     assert_eq!(admitted, 100);
     s.stop().await.unwrap();
 }

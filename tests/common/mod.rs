@@ -12,6 +12,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::clock::{ManualClock, UnixMillis};
 use sluice::settings::Settings;
 use tokio::sync::oneshot;
@@ -86,6 +87,33 @@ impl Server {
         RateLimitServiceClient::connect(format!("http://{}", self.grpc))
             .await
             .unwrap()
+    }
+
+    /// Sends `req` from `clients` concurrent gRPC clients, `each` times per client, and
+    /// returns how many answers were OK overall.
+    pub async fn admitted_by_concurrent_clients(
+        &self,
+        req: RateLimitRequest,
+        clients: usize,
+        each: usize,
+    ) -> usize {
+        let mut tasks = Vec::new();
+        for _ in 0..clients {
+            let (mut c, req) = (self.client().await, req.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut ok = 0;
+                for _ in 0..each {
+                    let r = c.should_rate_limit(req.clone()).await.unwrap();
+                    ok += usize::from(r.get_ref().overall_code == 1);
+                }
+                ok
+            }));
+        }
+        let mut admitted = 0;
+        for t in tasks {
+            admitted += t.await.unwrap();
+        }
+        admitted
     }
 
     /// Stops the server and waits for `run` to return.
