@@ -10,9 +10,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use sluice::clock::{ManualClock, UnixMillis};
-use sluice::limiter::{decide, Algorithm, Limit, WindowState};
-use sluice::service::{Options, RateLimiter};
+use sluice::core::clock::{ManualClock, UnixMillis};
+use sluice::core::{decide, Algorithm, Limit, WindowState};
+use sluice::rls::{Options, RateLimiter};
 
 const T0: u64 = 1_700_000_040_000;
 const ENTITIES: usize = 1_000_000;

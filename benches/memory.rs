@@ -7,8 +7,8 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use sluice::clock::{ManualClock, UnixMillis};
-use sluice::service::{Options, RateLimiter};
+use sluice::core::clock::{ManualClock, UnixMillis};
+use sluice::rls::{Options, RateLimiter};
 
 const ENTITIES: usize = 1_000_000;
 
@@ -56,6 +56,6 @@ fn main() {
     );
     println!(
         "WindowState: {} bytes per limit",
-        std::mem::size_of::<sluice::limiter::WindowState>()
+        std::mem::size_of::<sluice::core::WindowState>()
     );
 }

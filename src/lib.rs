@@ -21,22 +21,14 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
-pub mod admin;
-pub mod client;
-pub mod clock;
-pub mod config;
+pub mod cli;
+pub mod core;
 pub mod global;
-pub mod grpc;
-pub mod limiter;
-pub mod redis;
-pub mod reload;
+pub mod rls;
 pub mod rules;
-pub mod service;
+pub mod server;
 pub mod settings;
-pub mod shutdown;
-pub mod simulate;
-pub mod state;
-pub mod sync;
+pub mod sim;
 pub mod telemetry;
 
 use std::future::Future;
@@ -47,13 +39,14 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
-use crate::config::ConfigError;
-use crate::grpc::RlsService;
-use crate::reload::ReloadStatus;
-use crate::service::RateLimiter;
+use crate::core::clock::Clock;
+use crate::rls::RateLimiter;
+use crate::rules::model::ConfigError;
+use crate::server::grpc::{self, RlsService};
+use crate::server::reload::ReloadStatus;
+use crate::server::shutdown::Readiness;
+use crate::server::{http, reload};
 use crate::settings::Settings;
-use crate::shutdown::Readiness;
 use crate::telemetry::Telemetry;
 
 /// Why the service could not start or stopped with an error.
@@ -198,7 +191,7 @@ pub async fn run(
     );
     let http_stop = CancellationToken::new();
     let http_addr = listeners.http.local_addr().ok();
-    let state = admin::AdminState {
+    let state = http::AdminState {
         limiter: limiter.clone(),
         readiness: readiness.clone(),
         reload: reload_status,
@@ -207,7 +200,7 @@ pub async fn run(
             .map(|g| g.health.clone())
             .unwrap_or_default(),
     };
-    let http_server = axum::serve(listeners.http, admin::router(state))
+    let http_server = axum::serve(listeners.http, http::router(state))
         .with_graceful_shutdown(http_stop.clone().cancelled_owned());
     let mut http_task = tokio::spawn(async move { http_server.await });
     readiness.set(true);

@@ -37,11 +37,11 @@ fn main() -> ExitCode {
             sluice::telemetry::init_logging(&settings.log_level, &settings.log_format);
             runtime.block_on(serve(settings))
         }
-        Command::Check(args) => sluice::client::check(&args),
-        Command::Query(args) => runtime.block_on(sluice::client::query(args)),
-        Command::Load(args) => runtime.block_on(sluice::client::load(args)),
+        Command::Check(args) => sluice::cli::check(&args),
+        Command::Query(args) => runtime.block_on(sluice::cli::query(args)),
+        Command::Load(args) => runtime.block_on(sluice::cli::load(args)),
         Command::Simulate => {
-            print!("{}", sluice::simulate::run_all());
+            print!("{}", sluice::sim::run_all());
             ExitCode::SUCCESS
         }
     }
@@ -50,8 +50,16 @@ fn main() -> ExitCode {
 async fn serve(settings: Settings) -> ExitCode {
     let result = async {
         let listeners = sluice::Listeners::bind(&settings).await?;
-        let clock = Arc::new(sluice::clock::SystemClock::skewed(settings.clock_skew_ms));
-        sluice::run(settings, listeners, clock, sluice::shutdown::signal()).await
+        let clock = Arc::new(sluice::core::clock::SystemClock::skewed(
+            settings.clock_skew_ms,
+        ));
+        sluice::run(
+            settings,
+            listeners,
+            clock,
+            sluice::server::shutdown::signal(),
+        )
+        .await
     }
     .await;
     match result {

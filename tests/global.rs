@@ -11,11 +11,11 @@ use std::time::Duration;
 use common::redis::{RedisCluster, RedisServer, RedisTls};
 use common::{desc, free_port, http, http_async, wait_for_body, wait_until, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use sluice::limiter::{Algorithm, Limit, SyncPolicy};
-use sluice::redis::RedisOptions;
+use sluice::core::{Algorithm, Limit, SyncPolicy};
+use sluice::global::redis::RedisOptions;
+use sluice::global::ShardRouter;
 use sluice::settings::{RedisSettings, Settings};
-use sluice::simulate::{self, Load, Scenario};
-use sluice::sync::ShardRouter;
+use sluice::sim::{self, Load, Scenario};
 
 const RULES: &str = "domain: g\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 100, algorithm: fixed_window}\n";
 
@@ -267,7 +267,7 @@ fn a_fleet_of_three_processes_shares_one_limit() {
         windows: 1,
         seed: 11,
     };
-    let predicted = simulate::run(&scenario).sluice[0].admitted as usize;
+    let predicted = sim::run(&scenario).sluice[0].admitted as usize;
     assert!(
         (60..=63).contains(&predicted),
         "the simulator predicts {predicted}"

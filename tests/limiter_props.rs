@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use sluice::clock::{ManualClock, UnixMillis};
-use sluice::limiter::{decide, Algorithm, Limit, WindowState};
+use sluice::core::clock::{ManualClock, UnixMillis};
+use sluice::core::{decide, Algorithm, Limit, WindowState};
 
 const W: u64 = 10_000;
 const T0: u64 = 1_700_000_000_000;
@@ -86,7 +86,7 @@ fn concurrent_threads_admit_exactly_the_limit() {
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-    use sluice::service::{Options, RateLimiter};
+    use sluice::rls::{Options, RateLimiter};
 
     for algorithm in ["sliding_window", "fixed_window"] {
         let yaml = format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: 500, algorithm: {algorithm}}}\n");

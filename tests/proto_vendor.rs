@@ -18,7 +18,7 @@ fn descriptor_set_matches_the_vendored_protos() {
         .unwrap();
     assert!(status.success(), "grpc_tools.protoc failed: install it with `pip install grpcio-tools` (scripts/test.sh does)");
     assert!(
-        std::fs::read(&bin).unwrap() == sluice::grpc::FILE_DESCRIPTOR_SET,
+        std::fs::read(&bin).unwrap() == sluice::server::grpc::FILE_DESCRIPTOR_SET,
         "proto-vendor/rls_descriptor_set.bin is stale: run proto-vendor/regen.sh"
     );
 }

@@ -8,7 +8,7 @@
 //! the other scenarios are what sluice measures with some margin, each stated where asserted.
 //! The same bounds are then checked on other seeds, so that they are not one seed's luck.
 
-use sluice::simulate::{render_table, run, scenarios, Report, Scenario};
+use sluice::sim::{render_table, run, scenarios, Report, Scenario};
 
 /// DESIGN §9: false denials at most 2 % of the limit, in every window of every scenario.
 /// Measured: at most 1.4 % over the six seeds, in the moments before a limit is reached.
@@ -120,7 +120,7 @@ fn the_bounds_hold_on_other_seeds() {
 
 #[test]
 fn the_table_is_what_sluice_simulate_prints() {
-    let out = sluice::simulate::run_all();
+    let out = sluice::sim::run_all();
     for s in scenarios() {
         assert_eq!(
             out.matches(&format!("| {} |", s.name)).count(),

@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use sluice::clock::{ManualClock, UnixMillis};
+use sluice::core::clock::{ManualClock, UnixMillis};
 use sluice::settings::Settings;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;

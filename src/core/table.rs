@@ -14,7 +14,7 @@ use moka::sync::Cache;
 use moka::Expiry;
 use parking_lot::Mutex;
 
-use crate::limiter::{Limit, WindowState};
+use crate::core::{Limit, WindowState};
 
 /// Counters of one entity (rule + descriptor values): one window state per limit of its rule.
 #[derive(Debug)]
@@ -171,7 +171,7 @@ mod tests {
         let l = Limit {
             requests_per_unit: 1,
             window_ms: 1000,
-            algorithm: crate::limiter::Algorithm::SlidingWindow,
+            algorithm: crate::core::Algorithm::SlidingWindow,
         };
         let (a, hit_a) = c.get_or_create(7, || Box::new([l, l]));
         let (b, hit_b) = c.get_or_create(7, || Box::new([l, l]));

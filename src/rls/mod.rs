@@ -26,12 +26,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::clock::{Clock, UnixMillis};
-use crate::config::ConfigError;
-use crate::limiter::{Algorithm, Limit, Verdict};
+use crate::core::clock::{Clock, UnixMillis};
+use crate::core::table::{CacheSettings, EntityCache};
+use crate::core::{Algorithm, Limit, Verdict};
+use crate::global::SyncQueues;
+use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, LimitSpec, Rule, RuleSet, Unit};
-use crate::state::{CacheSettings, EntityCache};
-use crate::sync::SyncQueues;
 use crate::telemetry::{RuleStats, Telemetry};
 
 impl EntryRef for Entry {

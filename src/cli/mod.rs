@@ -18,7 +18,7 @@ use crate::settings::{CheckArgs, LoadArgs, QueryArgs};
 pub fn check(args: &CheckArgs) -> ExitCode {
     let mut files = Vec::new();
     for p in &args.paths {
-        match crate::reload::rule_files(p) {
+        match crate::server::reload::rule_files(p) {
             Ok(mut f) => files.append(&mut f),
             Err(e) => {
                 eprintln!("{e}");
@@ -26,7 +26,7 @@ pub fn check(args: &CheckArgs) -> ExitCode {
             }
         }
     }
-    match crate::reload::load_files(&files, args.merge_domain_config) {
+    match crate::server::reload::load_files(&files, args.merge_domain_config) {
         Ok(set) => {
             println!(
                 "OK: {} rule(s) in {} file(s)",
@@ -107,7 +107,7 @@ pub async fn query(args: QueryArgs) -> ExitCode {
         .await
     {
         Ok(resp) => {
-            let json = crate::admin::response_json(resp.get_ref());
+            let json = crate::server::http::response_json(resp.get_ref());
             println!(
                 "{}",
                 serde_json::to_string_pretty(&json).unwrap_or_default()

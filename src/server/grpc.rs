@@ -14,10 +14,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
-use crate::service::RateLimiter;
+use crate::rls::RateLimiter;
 
 /// The encoded `FileDescriptorSet` of the RLS protos, for reflection (see proto-vendor/).
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("../proto-vendor/rls_descriptor_set.bin");
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("../../proto-vendor/rls_descriptor_set.bin");
 
 /// The RLS service.
 #[derive(Debug, Clone)]

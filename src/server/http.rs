@@ -24,9 +24,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::reload::ReloadStatus;
-use crate::service::RateLimiter;
-use crate::shutdown::Readiness;
+use crate::rls::RateLimiter;
+use crate::server::reload::ReloadStatus;
+use crate::server::shutdown::Readiness;
 
 /// What the HTTP handlers share.
 #[derive(Debug, Clone)]
@@ -38,7 +38,7 @@ pub struct AdminState {
     /// Rules load status.
     pub reload: Arc<ReloadStatus>,
     /// Global mode: each Redis shard's health (empty in local mode).
-    pub shards: Vec<Arc<crate::sync::ShardHealth>>,
+    pub shards: Vec<Arc<crate::global::ShardHealth>>,
 }
 
 /// The HTTP routes.

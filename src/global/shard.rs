@@ -14,239 +14,21 @@
 //! Accuracy trade-off: between two syncs a node knows other nodes' hits only by extrapolating
 //! the rate it saw between replies; the limiter's `//!` explains the estimate.
 //!
-//! [`WindowState::begin_sync`]: crate::limiter::WindowState::begin_sync
+//! [`WindowState::begin_sync`]: crate::core::WindowState::begin_sync
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
-use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::clock::{Clock, UnixMillis};
-use crate::limiter::{SyncPlan, SyncPolicy};
-use crate::state::{Entity, EntityState};
-
-/// One limit of one entity in a sync call: add `deltas` to the counters of `epochs` (current,
-/// previous) and return both totals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SyncItem {
-    /// The entity.
-    pub entity: u128,
-    /// Which limit of the entity's rule.
-    pub limit: u8,
-    /// The current and previous epoch.
-    pub epochs: [u64; 2],
-    /// Hits to add to each.
-    pub deltas: [i64; 2],
-    /// Expiry of a counter the call creates: two windows.
-    pub ttl_ms: u64,
-}
-
-/// Why a store call failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// No answer within the command timeout.
-    #[error("timed out after {0:?}")]
-    Timeout(Duration),
-    /// The store answered with an error or the connection failed.
-    #[error("{0}")]
-    Backend(String),
-}
-
-/// A shard of the shared store.
-pub trait ShardStore: Send + Sync + 'static {
-    /// A name for logs and readiness (no secrets).
-    fn name(&self) -> &str;
-    /// Adds every item's deltas and returns each item's totals, in order, in one round trip.
-    fn sync(
-        &self,
-        items: &[SyncItem],
-    ) -> impl Future<Output = Result<Vec<[u64; 2]>, StoreError>> + Send;
-    /// The store's clock (Unix ms), to correct this node's.
-    fn time_ms(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
-    /// How many commands a call with `items` items sends.
-    fn commands_for(&self, items: usize) -> usize {
-        usize::from(items > 0)
-    }
-}
-
-/// Assigns entities to shards by rendezvous hashing: each entity goes to the shard whose
-/// (shard name, entity) hash is highest, so adding a shard moves only the ~1/N of entities
-/// that now score highest on it, whatever the order of the list.
-#[derive(Debug, Clone)]
-pub struct ShardRouter {
-    seeds: Vec<u64>,
-}
-
-impl ShardRouter {
-    /// A router over shards with these (stable) names.
-    pub fn new(names: &[String]) -> Self {
-        ShardRouter {
-            seeds: names
-                .iter()
-                .map(|n| xxhash_rust::xxh3::xxh3_64(n.as_bytes()))
-                .collect(),
-        }
-    }
-
-    /// The shard of `entity`.
-    pub fn shard(&self, entity: u128) -> usize {
-        if self.seeds.len() <= 1 {
-            return 0;
-        }
-        let bytes = entity.to_le_bytes();
-        (0..self.seeds.len())
-            .max_by_key(|&i| xxh3_64_with_seed(&bytes, self.seeds[i]))
-            .unwrap_or(0)
-    }
-}
-
-/// Counters of the sync machinery, read by the metrics.
-#[derive(Debug, Default)]
-pub struct SyncStats {
-    /// Ticks run, over all shards.
-    pub ticks: AtomicU64,
-    /// Store calls that succeeded.
-    pub calls_ok: AtomicU64,
-    /// Store calls that failed.
-    pub calls_failed: AtomicU64,
-    /// Items (entity limits) sent.
-    pub items_sent: AtomicU64,
-    /// Hits that could not be kept for sync (queue bound hit, or lost at a failed final flush).
-    pub deltas_dropped: AtomicU64,
-    /// Entities synced, by tier at the time of the sync: idle, low, normal, hot.
-    pub synced_by_tier: [AtomicU64; 4],
-    /// Entities whose tier changed between two syncs.
-    pub tier_transitions: AtomicU64,
-    /// Sum of |estimate after a reply − estimate before it|, in hits (drift of the local view).
-    pub drift_hits: AtomicU64,
-    /// Commands sent to the store.
-    pub commands_sent: AtomicU64,
-    /// Total time of store calls, in microseconds (with `calls_ok + calls_failed`, the mean).
-    pub call_micros: AtomicU64,
-}
-
-/// The per-shard queues of entities with news.
-#[derive(Debug)]
-pub struct SyncQueues {
-    queues: Vec<Mutex<Vec<Arc<Entity>>>>,
-    router: ShardRouter,
-    queued: AtomicUsize,
-    max_queued: usize,
-    /// Sync counters.
-    pub stats: Arc<SyncStats>,
-}
-
-impl SyncQueues {
-    /// Queues for `router`'s shards, holding at most `max_queued` entities in all.
-    pub fn new(router: ShardRouter, shards: usize, max_queued: usize) -> Self {
-        SyncQueues {
-            queues: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
-            router,
-            queued: AtomicUsize::new(0),
-            max_queued,
-            stats: Arc::default(),
-        }
-    }
-
-    /// Queues `entity` (whose lock the caller holds as `state`) unless it already is. When the
-    /// bound is hit the entity stays local only, and its pending hits are counted as dropped.
-    pub fn mark_dirty(&self, entity: &Arc<Entity>, state: &mut EntityState) {
-        if state.queued {
-            return;
-        }
-        if self.queued.fetch_add(1, Ordering::Relaxed) >= self.max_queued {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-            let lost: i64 = state.windows.iter().map(|w| w.pending().max(0)).sum();
-            self.stats
-                .deltas_dropped
-                .fetch_add(lost as u64, Ordering::Relaxed);
-            return;
-        }
-        state.queued = true;
-        self.queues[self.router.shard(entity.key)]
-            .lock()
-            .push(entity.clone());
-    }
-
-    /// Entities waiting in all queues (in flight ones included).
-    pub fn len(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
-    }
-
-    /// Whether nothing waits.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn take(&self, shard: usize) -> Vec<Arc<Entity>> {
-        std::mem::take(&mut *self.queues[shard].lock())
-    }
-
-    fn requeue(&self, shard: usize, mut entities: Vec<Arc<Entity>>) {
-        if !entities.is_empty() {
-            self.queues[shard].lock().append(&mut entities);
-        }
-    }
-
-    fn release(&self, state: &mut EntityState) {
-        state.queued = false;
-        self.queued.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A shard's health, for readiness details and metrics.
-#[derive(Debug)]
-pub struct ShardHealth {
-    /// The shard's name.
-    pub name: String,
-    degraded: AtomicBool,
-    last_error: Mutex<Option<String>>,
-    last_success_ms: AtomicU64,
-}
-
-impl ShardHealth {
-    /// A healthy shard named `name`.
-    pub fn new(name: String) -> Self {
-        ShardHealth {
-            name,
-            degraded: AtomicBool::new(false),
-            last_error: Mutex::new(None),
-            last_success_ms: AtomicU64::new(0),
-        }
-    }
-
-    /// Whether the last call failed.
-    pub fn is_degraded(&self) -> bool {
-        self.degraded.load(Ordering::Relaxed)
-    }
-
-    /// The last error, while degraded.
-    pub fn last_error(&self) -> Option<String> {
-        self.last_error.lock().clone()
-    }
-
-    /// When the last call succeeded (Unix ms; 0: never).
-    pub fn last_success_ms(&self) -> u64 {
-        self.last_success_ms.load(Ordering::Relaxed)
-    }
-
-    fn ok(&self, now: UnixMillis) {
-        self.degraded.store(false, Ordering::Relaxed);
-        *self.last_error.lock() = None;
-        self.last_success_ms.store(now.0, Ordering::Relaxed);
-    }
-
-    fn failed(&self, e: &StoreError) {
-        if !self.degraded.swap(true, Ordering::Relaxed) {
-            tracing::warn!(shard = %self.name, error = %e, "store shard degraded; deciding locally, keeping deltas");
-        }
-        *self.last_error.lock() = Some(e.to_string());
-    }
-}
+use super::health::ShardHealth;
+use super::queue::SyncQueues;
+use super::store::{ShardStore, StoreError, SyncItem};
+use crate::core::clock::Clock;
+use crate::core::fleet::SyncPlan;
+use crate::core::table::Entity;
+use crate::core::tier::{SyncPolicy, Tier};
 
 /// How the shard tasks run.
 #[derive(Debug, Clone, Copy)]
@@ -366,7 +148,7 @@ impl<S: ShardStore> ShardSync<S> {
             let mut plans = Vec::with_capacity(entity.limits.len());
             for (i, limit) in entity.limits.iter().enumerate() {
                 let w = &mut st.windows[i];
-                let tier = crate::limiter::Tier::of(w.pressure(limit, now)) as usize;
+                let tier = Tier::of(w.pressure(limit, now)) as usize;
                 stats.synced_by_tier[tier].fetch_add(1, Ordering::Relaxed);
                 let plan = w.begin_sync(limit, now);
                 items.push(SyncItem {
@@ -423,13 +205,13 @@ impl<S: ShardStore> ShardSync<S> {
                         let total = totals.next().unwrap_or([0, 0]);
                         let w = &mut st.windows[i];
                         let before = w.pressure(limit, done);
-                        let tier_before = crate::limiter::Tier::of(before);
+                        let tier_before = Tier::of(before);
                         w.complete_sync(limit, plan, total, done);
                         let after = w.pressure(limit, done);
                         let drift =
                             ((after - before).abs() * f64::from(limit.requests_per_unit)) as u64;
                         stats.drift_hits.fetch_add(drift, Ordering::Relaxed);
-                        if crate::limiter::Tier::of(after) != tier_before {
+                        if Tier::of(after) != tier_before {
                             stats.tier_transitions.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -479,68 +261,15 @@ impl<S: ShardStore> ShardSync<S> {
     }
 }
 
-/// Measures the offset of this node's clock from the store's: the store's time minus the
-/// local time at the middle of the round trip. Applied to the clock, it makes epochs agree
-/// across nodes whose clocks disagree.
-///
-/// # Errors
-/// The store's error.
-pub async fn measure_offset<S: ShardStore>(
-    store: &S,
-    clock: &dyn Clock,
-    timeout: Duration,
-) -> Result<i64, StoreError> {
-    let before = clock.now().0 as i64 - clock.offset_ms();
-    let remote = tokio::time::timeout(timeout, store.time_ms())
-        .await
-        .map_err(|_| StoreError::Timeout(timeout))??;
-    let after = clock.now().0 as i64 - clock.offset_ms();
-    Ok(remote as i64 - (before + after) / 2)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
-    use crate::limiter::{Algorithm, Limit};
-    use crate::state::{CacheSettings, EntityCache};
-    use std::collections::HashMap;
-
-    /// An in-memory store; `down` makes every call fail.
-    #[derive(Default)]
-    struct FakeStore {
-        counters: Mutex<HashMap<(u128, u8, u64), i64>>,
-        calls: AtomicU64,
-        down: AtomicBool,
-    }
-
-    impl ShardStore for FakeStore {
-        fn name(&self) -> &str {
-            "fake"
-        }
-        async fn sync(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            if self.down.load(Ordering::Relaxed) {
-                return Err(StoreError::Backend("connection refused".into()));
-            }
-            let mut c = self.counters.lock();
-            Ok(items
-                .iter()
-                .map(|it| {
-                    let mut out = [0; 2];
-                    for (i, o) in out.iter_mut().enumerate() {
-                        let v = c.entry((it.entity, it.limit, it.epochs[i])).or_default();
-                        *v += it.deltas[i];
-                        *o = (*v).max(0) as u64;
-                    }
-                    out
-                })
-                .collect())
-        }
-        async fn time_ms(&self) -> Result<u64, StoreError> {
-            Ok(1_700_000_005_000)
-        }
-    }
+    use crate::core::clock::{ManualClock, UnixMillis};
+    use crate::core::table::{CacheSettings, EntityCache};
+    use crate::core::window::{Algorithm, Limit};
+    use crate::global::clock_offset::measure_offset;
+    use crate::global::memory::MemoryStore as FakeStore;
+    use crate::global::queue::ShardRouter;
 
     const T0: u64 = 1_700_000_040_000;
 
@@ -580,7 +309,7 @@ mod tests {
         let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
         let mut st = e.state.lock();
         for _ in 0..n {
-            crate::limiter::decide(&mut st.windows[0], &limit(), clock.now(), 1);
+            crate::core::decide(&mut st.windows[0], &limit(), clock.now(), 1);
         }
         queues.mark_dirty(&e, &mut st);
     }
@@ -651,31 +380,6 @@ mod tests {
         assert_eq!(store.counters.lock()[&(3, 0, T0 / 60_000)], 1);
         stop.cancel();
         task.await.unwrap();
-    }
-
-    #[test]
-    fn adding_a_shard_moves_about_one_in_n_entities() {
-        let names = |n: usize| {
-            (0..n)
-                .map(|i| format!("redis://10.0.0.{i}:6379"))
-                .collect::<Vec<_>>()
-        };
-        let (three, four) = (ShardRouter::new(&names(3)), ShardRouter::new(&names(4)));
-        let total = 20_000u128;
-        let mut moved = 0;
-        let mut per_shard = [0usize; 4];
-        for e in 0..total {
-            let key = e.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
-            let (a, b) = (three.shard(key), four.shard(key));
-            per_shard[b] += 1;
-            if a != b {
-                moved += 1;
-                assert_eq!(b, 3, "an entity only ever moves to the new shard");
-            }
-        }
-        let share = moved as f64 / total as f64;
-        assert!((0.22..0.28).contains(&share), "moved {share}");
-        assert!(per_shard.iter().all(|&n| n > 4_000), "{per_shard:?}");
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@
 use deadpool_redis::redis::{self, Value};
 use deadpool_redis::{Config, Pool, Runtime};
 
-use crate::sync::{ShardStore, StoreError, SyncItem};
+use crate::global::{ShardStore, StoreError, SyncItem};
 
 /// Adds deltas and reads counters. KEYS: two per item (current, previous epoch). ARGV: three
 /// per item (ttl ms, current delta, previous delta). Returns one integer per key.

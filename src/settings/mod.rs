@@ -9,11 +9,11 @@ use std::time::Duration;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
-use crate::limiter::SyncPolicy;
-use crate::redis::{normalize_url, RedisOptions};
-use crate::service::{HeaderNames, Options};
-use crate::state::CacheSettings;
-use crate::sync::SyncSettings;
+use crate::core::table::CacheSettings;
+use crate::core::SyncPolicy;
+use crate::global::redis::{normalize_url, RedisOptions};
+use crate::global::SyncSettings;
+use crate::rls::{HeaderNames, Options};
 
 /// sluice: an external rate-limit service for Envoy and Istio.
 #[derive(Debug, Parser)]
@@ -289,7 +289,11 @@ pub struct RedisSettings {
 
 impl std::fmt::Debug for RedisSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let urls: Vec<String> = self.urls.iter().map(|u| crate::redis::redact(u)).collect();
+        let urls: Vec<String> = self
+            .urls
+            .iter()
+            .map(|u| crate::global::redis::redact(u))
+            .collect();
         f.debug_struct("RedisSettings")
             .field("urls", &urls)
             .field("cluster", &self.cluster)

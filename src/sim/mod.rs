@@ -5,7 +5,7 @@
 //! [`WindowState`] for one entity; a shared in-memory store of per-epoch counters (what Redis
 //! holds under `INCRBY {entity}:{epoch}`) with a round-trip time and an optional outage; and
 //! traffic spread over the nodes by a seeded generator. It owns neither the decision core
-//! ([`crate::limiter`]) nor the real sync task (`sync.rs`); a simulated node drives the core
+//! ([`crate::core`]) nor the real sync task (`sync.rs`); a simulated node drives the core
 //! the way the sync task does — each tick (at the node's own phase), an entity queued by a hit
 //! and with no sync in flight syncs when [`SyncPolicy::due`] says so: `begin_sync`, the store
 //! adds the deltas half a round trip later and returns both epochs' totals, `complete_sync`
@@ -30,8 +30,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt::Write as _;
 
-use crate::clock::UnixMillis;
-use crate::limiter::{decide, Algorithm, Limit, SyncPlan, SyncPolicy, Tier, WindowState};
+use crate::core::clock::UnixMillis;
+use crate::core::{decide, Algorithm, Limit, SyncPlan, SyncPolicy, Tier, WindowState};
 
 /// A Unix time aligned to every window the scenarios use, where every simulation starts.
 const T0: u64 = 1_700_000_040_000;

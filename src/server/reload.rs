@@ -13,10 +13,10 @@ use notify::{RecursiveMode, Watcher};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::UnixMillis;
-use crate::config::ConfigError;
+use crate::core::clock::UnixMillis;
+use crate::rls::RateLimiter;
+use crate::rules::model::ConfigError;
 use crate::rules::{self, RuleSet};
-use crate::service::RateLimiter;
 use crate::telemetry::ConfigLoad;
 
 /// A rules file that could not be read at all.

@@ -16,8 +16,10 @@ use std::fmt::Write as _;
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
-use crate::config::{self, ConfigError, DescriptorConfig, LimitConfig, RulesFile};
-use crate::limiter::{Algorithm, Limit};
+pub mod model;
+
+use crate::core::{Algorithm, Limit};
+use model::{ConfigError, DescriptorConfig, LimitConfig, RulesFile};
 
 /// The window unit of a limit, as in the RLS proto.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -357,7 +359,7 @@ pub fn compile_sources(
     let mut parsed = Vec::new();
     let mut errors = Vec::new();
     for (name, text) in sources {
-        let (file, mut errs) = config::parse_lenient(name, text);
+        let (file, mut errs) = model::parse_lenient(name, text);
         errors.append(&mut errs);
         if let Some(f) = file {
             parsed.push((name.clone(), f));
@@ -587,7 +589,7 @@ fn wildcard_match(pattern: &[u8], value: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse;
+    use crate::rules::model::parse;
 
     fn set(yaml: &str) -> RuleSet {
         RuleSet::compile(&[("t.yaml".into(), parse("t.yaml", yaml).unwrap())], false).unwrap()

@@ -2,6 +2,20 @@
 //! the sync metrics. `lib::run` calls [`start`] and, at shutdown, waits for [`Global::join`]
 //! (the tasks' final flush).
 
+pub mod clock_offset;
+pub mod health;
+pub mod memory;
+pub mod queue;
+pub mod redis;
+pub mod shard;
+pub mod store;
+
+pub use clock_offset::measure_offset;
+pub use health::ShardHealth;
+pub use queue::{ShardRouter, SyncQueues, SyncStats};
+pub use shard::{ShardSync, SyncSettings};
+pub use store::{ShardStore, StoreError, SyncItem};
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +24,9 @@ use opentelemetry::KeyValue;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
-use crate::redis::{RedisClusterStore, RedisShard};
+use crate::core::clock::Clock;
+use crate::global::redis::{RedisClusterStore, RedisShard};
 use crate::settings::{RedisSettings, Settings};
-use crate::sync::{measure_offset, ShardHealth, ShardRouter, ShardStore, ShardSync, SyncQueues};
 use crate::telemetry::Telemetry;
 
 /// How often the clock offset from Redis is measured again.
@@ -49,7 +62,7 @@ pub async fn start(
     telemetry: &Telemetry,
     stop: CancellationToken,
 ) -> Result<Global, String> {
-    crate::redis::init_tls();
+    crate::global::redis::init_tls();
     let g = if redis.cluster {
         let store = RedisClusterStore::new(&redis.urls, &redis.options)?;
         spawn(vec![store], settings, clock, stop).await
@@ -126,7 +139,7 @@ async fn adjust_clock<S: ShardStore>(store: &S, clock: &dyn Clock, timeout: Dura
 
 fn register_metrics(t: &Telemetry, g: &Global) {
     let s = g.queues.stats.clone();
-    type Pick = fn(&crate::sync::SyncStats) -> u64;
+    type Pick = fn(&crate::global::SyncStats) -> u64;
     let counters: [(&'static str, &'static str, Pick); 8] = [
         ("sluice_sync_ticks_total", "Sync ticks, all shards", |s| {
             s.ticks.load(Ordering::Relaxed)

@@ -1,0 +1,454 @@
+//! Global mode's side of a window state: the sync accounting (pending → in flight →
+//! acknowledged), the others' measured rate, the shared room near the limit, and pressure.
+//!
+//! # The accuracy trade-off
+//! With Redis, decisions still never wait on the network: a node decides from the fleet's
+//! count as of its last sync plus its own hits since, and learns what the other replicas did
+//! only at its next sync. What this owns is keeping that staleness from turning into
+//! over-admission (see [`WindowState`] for the details):
+//! - **the room left is shared**: a node spends only its share of the room the limit has
+//!   left (its part of the window's count), so however stale the reads, the fleet as a whole
+//!   spends the room about once — many nodes hit by a surge at the same moment, or a Redis
+//!   outage that lasts a whole window, included;
+//! - **the others' rate is measured** between consecutive replies, extrapolated for the
+//!   estimate a node reports, and used to reserve the others' hits not yet sent;
+//! - **pressure tiers** ([`Tier`](super::tier::Tier), [`SyncPolicy`](super::tier::SyncPolicy)): entities near their limit sync every
+//!   tick, cold ones at once and on the next tick again (to measure the rate), and an entity
+//!   whose own traffic says it will be Hot before its next sync is Hot now.
+//!
+//! The price is a few false denials in the last moments before a limit is reached (a node
+//! whose share is spent while another's is not), and at most one tick of traffic decided on
+//! stale counts. `sluice simulate` (`sim/`) measures both against DESIGN §9.
+
+use super::clock::UnixMillis;
+use super::window::{Algorithm, Limit, Slot, WindowState};
+
+/// What one sync sends and reads for one limit: the deltas of the current and previous epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncPlan {
+    /// The current and the previous epoch.
+    pub epochs: [u64; 2],
+    /// Own hits to add to each epoch's counter (0: read only).
+    pub deltas: [i64; 2],
+}
+
+/// Replies closer together than this give no rate sample: a handful of hits over a few
+/// milliseconds says little about a rate.
+const MIN_SAMPLE_MS: u64 = 100;
+
+/// The smallest share of the room a node keeps. With a sliding window only admitted hits
+/// count, so a node whose share fell to nothing (it had no traffic for a while) would never
+/// admit again and its share would never grow back.
+const SHARE_FLOOR: f64 = 1.0 / 64.0;
+
+/// How much of the others' expected unsent hits (half a sync interval's worth at their rate)
+/// a node keeps out of the room it shares. All of them would put the fleet at the limit
+/// exactly, on average — and a fleet that shares the room out, rather than serving requests
+/// first come first served, then denies in the last moments before the limit requests at
+/// nodes whose share is spent while other nodes' shares are not (about 2 % of the limit in a
+/// 10× surge, in the simulator). Three quarters trade about 3 % admitted over the limit in
+/// such a surge's first window for a third fewer of those denials; both stay well within
+/// DESIGN §9.
+const UNSENT_RESERVED: f64 = 0.75;
+
+// === impl WindowState ===
+
+impl WindowState {
+    /// Other nodes' hits expected since the last reply, in the epoch before `epoch` (up to its
+    /// end) and in `epoch` (since its start), each at most the limit.
+    pub(super) fn extrapolated(&self, limit: &Limit, now: UnixMillis, epoch: u64) -> (u64, u64) {
+        if self.synced_at == 0 || self.others_per_sec <= 0.0 {
+            return (0, 0);
+        }
+        let start = epoch.saturating_mul(limit.window_ms);
+        let from = self.synced_at;
+        let curr_ms = now.0.saturating_sub(from.max(start));
+        let prev_ms = start.saturating_sub(from.max(start.saturating_sub(limit.window_ms)));
+        let per_ms = f64::from(self.others_per_sec) / 1000.0;
+        let cap = u64::from(limit.requests_per_unit);
+        let hits = |ms: u64| ((per_ms * ms as f64) as u64).min(cap);
+        (hits(prev_ms), hits(curr_ms))
+    }
+
+    /// The fleet's count as this node estimates it at `now`, before any new hits: the count
+    /// last read, own hits since, and the others' hits since extrapolated at their rate.
+    pub(super) fn estimate(&self, limit: &Limit, now: UnixMillis) -> u64 {
+        let epoch = self.epoch_at(limit, now);
+        let (prev, curr) = self.pair(epoch, |_, s| s.total());
+        let (others_prev, others_curr) = self.extrapolated(limit, now, epoch);
+        Self::window(limit, now, epoch, prev + others_prev, curr + others_curr)
+    }
+
+    /// What this node leaves of the room to the others, as hits to add to the count it knows:
+    /// all of the room but its share (see [`WindowState`]).
+    ///
+    /// A share of a small room is rarely a whole number of hits, and rounding it the same way
+    /// on every node would make the whole fleet wait (down) or each node take one more (up).
+    /// Each node rounds with an offset of its own instead, drawn from the time of its last
+    /// reply, so that over the fleet the rounding errors cancel out.
+    pub(super) fn reserve(&self, limit: &Limit, now: UnixMillis, epoch: u64) -> u64 {
+        let share = self.share(limit, now, epoch);
+        if share >= 1.0 {
+            return 0;
+        }
+        let (read_prev, read_curr) = self.pair(epoch, |_, s| s.remote);
+        let rpu = f64::from(limit.requests_per_unit);
+        let read = Self::window(limit, now, epoch, read_prev, read_curr) as f64;
+        // Until its next reply the node learns nothing new, so it may spend its share of the
+        // room as it will be then (in a sliding window, more of the previous epoch will have
+        // drained out) rather than wait for each hit's worth to drain — which, spread over
+        // many nodes each with a fraction of a hit, would leave room unused.
+        let end = (epoch + 1).saturating_mul(limit.window_ms) - 1;
+        let next = UnixMillis(
+            now.0
+                .max(self.synced_at.saturating_add(u64::from(self.gap_ms)))
+                .min(end),
+        );
+        let read_next = Self::window(limit, next, epoch, read_prev, read_curr) as f64;
+        // The others' hits not sent yet when the count was read are spent already.
+        let unsent =
+            UNSENT_RESERVED * f64::from(self.others_per_sec) * f64::from(self.gap_ms / 2) / 1000.0;
+        let room = (rpu - read_next - unsent).max(0.0);
+        let offset =
+            (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
+        (rpu - read - share * room - offset).ceil().max(0.0) as u64
+    }
+
+    /// This node's share of the window's count as of the last reply: own acknowledged hits
+    /// over the fleet's count, both weighted as the window weighs them. Own hits not yet
+    /// acknowledged are left out on both sides, or a node cut off from Redis would see its
+    /// share creep up to 1 as the fleet's last count drained out of the window. 1 before any
+    /// reply (local mode).
+    pub(super) fn share(&self, limit: &Limit, now: UnixMillis, epoch: u64) -> f64 {
+        // In floats: near the end of a window the weighted counts are small, and rounding
+        // them would make the share jump.
+        let weight = match limit.algorithm {
+            Algorithm::FixedWindow => 0.0,
+            Algorithm::SlidingWindow => {
+                (limit.window_ms - now.0 % limit.window_ms) as f64 / limit.window_ms as f64
+            }
+        };
+        let (read_prev, read_curr) = self.pair(epoch, |_, s| s.remote);
+        let acked =
+            |i: usize, s: &Slot| (i64::from(self.own[i]) - s.inflight - s.pending).max(0) as u64;
+        let (own_prev, own_curr) = self.pair(epoch, acked);
+        let read = read_prev as f64 * weight + read_curr as f64;
+        if read <= 0.0 {
+            return 1.0;
+        }
+        ((own_prev as f64 * weight + own_curr as f64) / read).clamp(SHARE_FLOOR, 1.0)
+    }
+
+    /// Whether a sync has ever completed.
+    pub fn ever_synced(&self) -> bool {
+        self.synced_at != 0
+    }
+
+    /// Whether the others' rate was measured between two replies.
+    pub fn warm(&self) -> bool {
+        self.gap_ms != 0
+    }
+
+    /// Other nodes' hits per second as last measured (a first guess after one reply).
+    pub fn others_per_sec(&self) -> f64 {
+        f64::from(self.others_per_sec)
+    }
+
+    /// Starts a sync at `now`: the pending hits of the current and previous epoch become
+    /// in-flight, to be added to the fleet's counters by the store.
+    pub fn begin_sync(&mut self, limit: &Limit, now: UnixMillis) -> SyncPlan {
+        let epoch = now.0 / limit.window_ms;
+        // A read of an entity this node has not counted yet still needs a slot to land in.
+        self.slot_mut(epoch);
+        if epoch > 0 {
+            let i = ((epoch - 1) % 2) as usize;
+            if self.slots[i].epoch < epoch - 1 {
+                self.reset(i, epoch - 1);
+            }
+        }
+        let mut plan = SyncPlan {
+            epochs: [epoch, epoch.saturating_sub(1)],
+            deltas: [0; 2],
+        };
+        for i in 0..2 {
+            let s = &mut self.slots[(plan.epochs[i] % 2) as usize];
+            if s.epoch == plan.epochs[i] && (i == 0 || epoch > 0) {
+                plan.deltas[i] = s.pending;
+                s.inflight += s.pending;
+                s.pending = 0;
+            }
+        }
+        plan
+    }
+
+    /// Completes a sync: `totals` are the fleet's counters of `plan.epochs` after the deltas
+    /// were added, read at `now`. Measures the other nodes' rate from what they added since
+    /// the previous reply.
+    pub fn complete_sync(
+        &mut self,
+        limit: &Limit,
+        plan: &SyncPlan,
+        totals: [u64; 2],
+        now: UnixMillis,
+    ) {
+        // Epoch 0 has no previous epoch: the plan names it twice.
+        let epochs = if plan.epochs[0] == plan.epochs[1] {
+            1
+        } else {
+            2
+        };
+        let mut others = 0i64;
+        let mut whole = true;
+        for (i, &total) in totals.iter().enumerate().take(epochs) {
+            let s = &mut self.slots[(plan.epochs[i] % 2) as usize];
+            if s.epoch != plan.epochs[i] {
+                whole = false; // the window moved on; nothing left to settle
+                continue;
+            }
+            s.inflight -= plan.deltas[i];
+            // What the others added since the last reply (or since the slot was opened, when
+            // the last reply predates the epoch).
+            others += total as i64 - s.remote as i64 - plan.deltas[i];
+            s.remote = s.remote.max(total);
+        }
+        if self.synced_at == 0 {
+            // A first reply: the others' hits since the current epoch began give a first guess
+            // at their rate (their traffic may have started a moment ago), used until the next
+            // reply measures it; meanwhile the entity syncs every tick.
+            let since = now
+                .0
+                .saturating_sub(plan.epochs[0].saturating_mul(limit.window_ms));
+            let others = totals[0] as i64 - plan.deltas[0];
+            if since >= MIN_SAMPLE_MS {
+                self.others_per_sec = others.max(0) as f32 * 1000.0 / since as f32;
+            }
+        } else {
+            // Those hits were made since the last reply, but never before the start of the
+            // previous epoch, whose count is the oldest the reply holds.
+            let from = self
+                .synced_at
+                .max(plan.epochs[epochs - 1].saturating_mul(limit.window_ms));
+            let span_ms = now.0.saturating_sub(from);
+            if whole && span_ms >= MIN_SAMPLE_MS {
+                // The last interval's rate, not an average: it sizes hits of the last
+                // moments, and a fleet reaching its limit slows down within one interval.
+                self.others_per_sec = others.max(0) as f32 * 1000.0 / span_ms as f32;
+                // Near the limit every node syncs every tick, and that is when the others'
+                // unsent hits matter: follow a shorter gap at once, a longer one slowly.
+                let gap = now
+                    .0
+                    .saturating_sub(self.synced_at)
+                    .clamp(1, u64::from(u16::MAX)) as u16;
+                self.gap_ms = if self.gap_ms == 0 || gap <= self.gap_ms {
+                    gap
+                } else {
+                    self.gap_ms + (gap - self.gap_ms) / 8
+                };
+            }
+        }
+        self.synced_at = now.0.max(1);
+    }
+
+    /// Abandons a sync that failed: its deltas become pending again, to be resent.
+    pub fn fail_sync(&mut self, plan: &SyncPlan) {
+        for i in 0..2 {
+            let s = &mut self.slots[(plan.epochs[i] % 2) as usize];
+            if s.epoch == plan.epochs[i] {
+                s.inflight -= plan.deltas[i];
+                s.pending += plan.deltas[i];
+            }
+        }
+    }
+
+    /// The estimate at `now` as a share of the limit (0 for a zero limit).
+    pub fn pressure(&self, limit: &Limit, now: UnixMillis) -> f64 {
+        if limit.requests_per_unit == 0 {
+            return 0.0;
+        }
+        self.estimate(limit, now) as f64 / f64::from(limit.requests_per_unit)
+    }
+
+    /// The pressure expected `ahead_ms` after `now` at the fleet's pace: the others' measured
+    /// rate plus this node's own since the last reply — or, when more, this node's own rate
+    /// scaled up by its share of the window's count. Traffic spread over many replicas rises
+    /// on all of them at once, and each node sees its own rise a whole sync interval before
+    /// the fleet's count shows the others'. `min_span_ms` (a tick) keeps a hit or two just
+    /// after a reply from reading as a burst.
+    pub fn pressure_ahead(
+        &self,
+        limit: &Limit,
+        now: UnixMillis,
+        ahead_ms: u64,
+        min_span_ms: u64,
+    ) -> f64 {
+        if limit.requests_per_unit == 0 {
+            return 0.0;
+        }
+        let epoch = self.epoch_at(limit, now);
+        let since = now.0.saturating_sub(self.synced_at).max(min_span_ms).max(1);
+        let unacked: i64 = self.slots.iter().map(|s| s.inflight + s.pending).sum();
+        let own = unacked.max(0) as f64 * 1000.0 / since as f64;
+        let share = self.share(limit, now, epoch);
+        let fleet = (self.others_per_sec() + own).max(own / share);
+        let ahead = fleet * ahead_ms as f64 / 1000.0;
+        (self.estimate(limit, now) as f64 + ahead) / f64::from(limit.requests_per_unit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fixtures::*;
+    use crate::core::window::decide;
+
+    #[test]
+    fn hits_during_a_sync_in_flight_are_counted_once() {
+        let l = fixed(10);
+        let mut s = WindowState::default();
+        let mut store = std::collections::HashMap::new();
+        for _ in 0..3 {
+            decide(&mut s, &l, T0, 1);
+        }
+        let plan = s.begin_sync(&l, T0);
+        assert_eq!(plan.deltas, [3, 0]);
+        // Two more hits while the sync is in flight.
+        decide(&mut s, &l, T0.plus_millis(10), 1);
+        decide(&mut s, &l, T0.plus_millis(10), 1);
+        assert_eq!(s.check(&l, T0.plus_millis(10), 0).count_after, 5);
+        let totals = apply(&mut store, &plan);
+        s.complete_sync(&l, &plan, totals, T0.plus_millis(20));
+        assert_eq!(s.check(&l, T0.plus_millis(20), 0).count_after, 5);
+        assert_eq!(s.pending(), 2);
+        let plan = s.begin_sync(&l, T0.plus_millis(30));
+        let totals = apply(&mut store, &plan);
+        s.complete_sync(&l, &plan, totals, T0.plus_millis(40));
+        assert_eq!(store[&(T0.0 / MIN)], 5);
+        assert_eq!(
+            (s.pending(), s.check(&l, T0.plus_millis(40), 0).count_after),
+            (0, 5)
+        );
+    }
+
+    #[test]
+    fn a_failed_sync_is_resent() {
+        let l = fixed(10);
+        let mut s = WindowState::default();
+        decide(&mut s, &l, T0, 4);
+        let plan = s.begin_sync(&l, T0);
+        s.fail_sync(&plan);
+        assert_eq!((s.pending(), s.check(&l, T0, 0).count_after), (4, 4));
+        assert_eq!(s.begin_sync(&l, T0).deltas, [4, 0]);
+    }
+
+    #[test]
+    fn other_nodes_hits_are_read_and_extrapolated() {
+        let l = fixed(1000);
+        let mut s = WindowState::default();
+        let mut store = std::collections::HashMap::new();
+        // Others add 100 in the first 10 s of the window; our first sync sees them.
+        *store.entry(T0.0 / MIN).or_default() += 100;
+        let t = T0.plus_millis(10_000);
+        let plan = s.begin_sync(&l, t);
+        let totals = apply(&mut store, &plan);
+        s.complete_sync(&l, &plan, totals, t);
+        assert_eq!(s.check(&l, t, 0).count_after, 100);
+        // 10 hits/s from others: 5 s later, 50 more are expected before the next read.
+        assert_eq!(s.check(&l, t.plus_millis(5_000), 0).count_after, 150);
+        // The next read replaces the guess with the truth.
+        *store.entry(T0.0 / MIN).or_default() += 20;
+        let t2 = t.plus_millis(5_000);
+        let plan = s.begin_sync(&l, t2);
+        let totals = apply(&mut store, &plan);
+        s.complete_sync(&l, &plan, totals, t2);
+        assert_eq!(s.check(&l, t2, 0).count_after, 120);
+    }
+
+    #[test]
+    fn a_reply_after_the_window_moved_settles_the_previous_epoch() {
+        let l = sliding(100);
+        let mut s = WindowState::default();
+        let mut store = std::collections::HashMap::new();
+        let late = T0.plus_millis(MIN - 5);
+        decide(&mut s, &l, late, 10);
+        let plan = s.begin_sync(&l, late);
+        // The reply arrives in the next window, after more hits there.
+        let next = T0.plus_millis(MIN);
+        decide(&mut s, &l, next, 1);
+        let totals = apply(&mut store, &plan);
+        s.complete_sync(&l, &plan, totals, next);
+        // prev = 10 (acknowledged, weighted ~1), curr = 1 pending: nothing lost or doubled.
+        assert_eq!(s.check(&l, next, 0).count_after, 10 + 1);
+        assert_eq!(s.begin_sync(&l, next).deltas, [1, 0]);
+    }
+
+    #[test]
+    fn each_node_spends_only_its_share_of_the_room_left() {
+        let l = sliding(1000);
+        let mut store = std::collections::HashMap::new();
+        let (mut a, mut b) = (WindowState::default(), WindowState::default());
+        let t = T0.plus_millis(10_000);
+        // B counted 90 and synced; then A counted 10 and synced: A has 10 % of the count.
+        decide(&mut b, &l, t, 90);
+        sync(&mut b, &l, &mut store, t);
+        decide(&mut a, &l, t, 10);
+        sync(&mut a, &l, &mut store, t);
+        // A reports the fleet's count, but spends only its share of the 900 left: 90 hits
+        // (91 when its rounding offset says so).
+        assert_eq!(a.check(&l, t, 1).remaining, 1000 - 101);
+        let a_took = admit_all(&mut a, &l, t);
+        assert!((90..=91).contains(&a_took), "{a_took}");
+        // Once A's hits are sent, B's read shows about 190 of which 90 are B's: B takes its
+        // 47 % of the 810 left, and the two together stay within the limit.
+        sync(&mut a, &l, &mut store, t);
+        sync(&mut b, &l, &mut store, t);
+        let b_took = admit_all(&mut b, &l, t);
+        let expected = 90 * (900 - a_took) / (100 + a_took);
+        assert!((expected..=expected + 1).contains(&b_took), "{b_took}");
+        assert!(100 + a_took + b_took <= 1000);
+    }
+
+    #[test]
+    fn a_node_cut_off_from_the_store_keeps_to_its_share_as_the_window_drains() {
+        let l = sliding(1000);
+        let mut store = std::collections::HashMap::new();
+        let mut s = WindowState::default();
+        // The window ends full: 900 hits of other nodes and 100 of ours.
+        *store.entry(T0.0 / MIN).or_default() += 900;
+        let late = T0.plus_millis(MIN - 1_000);
+        decide(&mut s, &l, late, 100);
+        sync(&mut s, &l, &mut store, late);
+        // Then the store is gone. Half-way through the next window half of the previous
+        // epoch has drained: 500 hits of room for the fleet, of which this node takes its
+        // 10 % — not all 500, which every node cut off would otherwise take.
+        let half = T0.plus_millis(MIN + MIN / 2);
+        let took = admit_all(&mut s, &l, half);
+        assert!((49..=51).contains(&took), "{took}");
+        // By the end of that window, its share of the whole limit.
+        let end = T0.plus_millis(2 * MIN - 1);
+        let more = admit_all(&mut s, &l, end);
+        assert!((98..=101).contains(&(took + more)), "{took} + {more}");
+    }
+
+    #[test]
+    fn the_others_rate_is_measured_between_replies_across_a_boundary() {
+        let l = sliding(1000);
+        let mut store = std::collections::HashMap::new();
+        let mut s = WindowState::default();
+        let t1 = T0.plus_millis(MIN - 500);
+        decide(&mut s, &l, t1, 1);
+        sync(&mut s, &l, &mut store, t1);
+        assert!(!s.warm(), "a first reply only guesses the rate");
+        // The others add 10 before the boundary and 10 after it.
+        *store.entry(T0.0 / MIN).or_default() += 10;
+        *store.entry(T0.0 / MIN + 1).or_default() += 10;
+        let t2 = T0.plus_millis(MIN + 500);
+        sync(&mut s, &l, &mut store, t2);
+        assert!(s.warm());
+        assert_eq!(s.others_per_sec(), 20.0);
+        // Extrapolated between replies: 2 s later, 40 more (on top of 1 + 10 weighted ~1
+        // in the previous epoch and 10 in this one).
+        let later = t2.plus_millis(2_000);
+        let weighted = (11 * (MIN - 2_500) / MIN) + 10;
+        assert_eq!(s.check(&l, later, 0).count_after, weighted + 40);
+    }
+}

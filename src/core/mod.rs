@@ -1,0 +1,17 @@
+//! The pure core: time, window counters, the fleet estimate, pressure tiers and the entity
+//! table. Nothing here does I/O or reads the clock: `now` is always an argument, so every
+//! decision can be replayed on a manual clock. See ARCHITECTURE.md, "The core".
+
+pub mod clock;
+pub mod fleet;
+pub mod table;
+pub mod tier;
+pub mod window;
+
+pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
+pub use fleet::SyncPlan;
+pub use tier::{SyncPolicy, Tier};
+pub use window::{decide, Algorithm, Limit, Verdict, WindowState};
+
+#[cfg(test)]
+mod fixtures;

@@ -1,0 +1,408 @@
+//! Window counters: the state of one limit of one entity, `check`/`record`/`refund`, and
+//! `decide`. Global mode's additions to the same state live in `fleet.rs`.
+//!
+//! No locks, no I/O, no clock reads: `now` is an argument, so every decision is reproducible
+//! with a manual clock. Nothing here allocates.
+//!
+//! Two algorithms:
+//! - **Sliding window** (default), the 2-epoch sliding window counter. With window `W`,
+//!   `epoch = floor(now / W)` and `progress = (now mod W) / W`, the estimate is
+//!   `floor(prev × (1 − progress)) + curr`. Only admitted hits are counted: counting denied
+//!   hits would carry a rejected flood into the next window (through `prev`) and deny traffic
+//!   that is within the limit there.
+//! - **Fixed window** (`algorithm: fixed_window`), envoyproxy/ratelimit's windows: a counter per
+//!   epoch that counts every hit, admitted or not, as the reference's `INCRBY` does.
+//!
+//! In both, a request of `hits` is over the limit when `count + hits > limit`; reaching the
+//! limit exactly is within it, and a limit of 0 always denies.
+//!
+
+use super::clock::UnixMillis;
+
+/// How a limit counts hits over time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    /// The 2-epoch sliding window counter (the default).
+    #[default]
+    SlidingWindow,
+    /// Windows aligned to the epoch, reset at each boundary (envoyproxy/ratelimit's behaviour).
+    FixedWindow,
+}
+
+/// One limit: `requests_per_unit` hits per window of `window_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limit {
+    /// Hits allowed per window.
+    pub requests_per_unit: u32,
+    /// Window length in milliseconds; never 0.
+    pub window_ms: u64,
+    /// How hits are counted.
+    pub algorithm: Algorithm,
+}
+
+/// The outcome of checking `hits` against one limit at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// The (estimated) count including these hits.
+    pub count_after: u64,
+    /// Whether the hits go over the limit.
+    pub over: bool,
+    /// Hits left in the window after these (0 when over).
+    pub remaining: u32,
+    /// Milliseconds until the current window ends (1..=W).
+    pub reset_ms: u64,
+}
+
+/// Counts of one epoch, split by where they are in the sync pipeline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Slot {
+    pub(super) epoch: u64,
+    /// The fleet's count as Redis last reported it (own acknowledged hits included).
+    pub(super) remote: u64,
+    /// Own hits sent to Redis and not yet acknowledged.
+    pub(super) inflight: i64,
+    /// Own hits not yet sent.
+    pub(super) pending: i64,
+}
+
+impl Slot {
+    pub(super) fn total(&self) -> u64 {
+        (self.remote as i64 + self.inflight + self.pending).max(0) as u64
+    }
+}
+
+/// Counters of one limit of one entity: the current epoch and the one before it.
+///
+/// In local mode only `pending` ever moves and decisions are exact. In global mode a sync
+/// moves `pending` to `inflight` ([`WindowState::begin_sync`]) and the reply moves it into
+/// `remote` ([`WindowState::complete_sync`]), so a node's own hits are counted exactly once
+/// whether or not a sync is in flight.
+///
+/// # Other nodes' hits between syncs
+/// A node learns what the rest of the fleet did only from sync replies.
+///
+/// - **The room left is shared.** The *room* is the limit minus the fleet's count as last
+///   read, minus the others' hits not yet sent when it was read (see below). A node admits
+///   only while its own hits since that read fit in its *share* of the room: its part of the
+///   window's count as of that read (own acknowledged hits over the fleet's count, weighted
+///   as the window weighs them). When every node does this the fleet as a whole spends the
+///   room about once, however stale the reads: no surge of many nodes each spending the same
+///   room at the same moment, no drift during a Redis outage (the share and the count read
+///   stay put while the window drains), and a node that takes most of the traffic gets most
+///   of the room. Being measured, shares need no count of live replicas and follow uneven
+///   load; nor must they add up to exactly 1, because every read resets the room to the
+///   truth (too large a sum shows as a count a little over the limit, too small as room left
+///   unused until the next read). Two details keep small shares from wasting room: a node
+///   takes its share of the room as it will be at its next read (in a sliding window, more of
+///   the previous epoch will have drained out by then), and rounds it with an offset of its
+///   own. A node that has not read yet has the whole room, as in local mode; it reads on the
+///   next tick.
+/// - **The others' rate is measured** between consecutive replies, over both epochs (so a
+///   boundary in between loses nothing). It gives the estimate the node reports
+///   (`count_after`, `remaining`) and the pressure that sets its sync tier: the count read
+///   plus the rate times the time since, in the previous epoch up to its end and in the
+///   current one since its start. It also sizes the others' hits not yet sent when the count
+///   was read: they sync about as often as this node (the last gap between its replies), so
+///   those hits are half a gap old on average. A first reply gives only a guess at the rate
+///   (the others' hits since the epoch began); it counts as measured ([`WindowState::warm`])
+///   from the second, and until then [`SyncPolicy::due`] syncs the entity every tick.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WindowState {
+    pub(super) slots: [Slot; 2],
+    /// Own hits counted in each slot's epoch (acknowledged or not), for the share. Kept
+    /// apart from `Slot` so the state stays small: a u32 would pad a slot to 40 bytes.
+    pub(super) own: [u32; 2],
+    /// When the last sync reply arrived (Unix ms); 0 before the first.
+    pub(super) synced_at: u64,
+    /// Other nodes' hits per second between the last two replies (after one reply: a guess).
+    pub(super) others_per_sec: f32,
+    /// The time between replies (ms, saturating), following a shorter gap at once and a
+    /// longer one slowly; 0 until there were two replies.
+    pub(super) gap_ms: u16,
+}
+
+/// `floor(prev × left / w)`, in u64 unless that overflows.
+pub(super) fn weigh(prev: u64, left: u64, w: u64) -> u64 {
+    match prev.checked_mul(left) {
+        Some(p) => p / w,
+        None => (u128::from(prev) * u128::from(left) / u128::from(w)) as u64,
+    }
+}
+
+// === impl WindowState ===
+
+// === impl WindowState ===
+
+impl WindowState {
+    pub(super) fn count(&self, epoch: u64) -> u64 {
+        let s = &self.slots[(epoch % 2) as usize];
+        if s.epoch == epoch {
+            s.total()
+        } else {
+            0
+        }
+    }
+
+    pub(super) fn newest_epoch(&self) -> u64 {
+        self.slots[0].epoch.max(self.slots[1].epoch)
+    }
+
+    /// The slot of `epoch`, reset when it still holds an older epoch. A clock that stepped
+    /// back gets the newest slot, so counts are kept rather than forgotten.
+    pub(super) fn slot_mut(&mut self, epoch: u64) -> &mut Slot {
+        let epoch = epoch.max(self.newest_epoch());
+        let i = (epoch % 2) as usize;
+        if self.slots[i].epoch < epoch {
+            self.reset(i, epoch);
+        }
+        &mut self.slots[i]
+    }
+
+    /// Opens slot `i` for `epoch`. Anything still there is two windows old: no estimate
+    /// reads it any more.
+    pub(super) fn reset(&mut self, i: usize, epoch: u64) {
+        self.slots[i] = Slot {
+            epoch,
+            ..Slot::default()
+        };
+        self.own[i] = 0;
+    }
+
+    /// The epoch an estimate at `now` reads. A clock that stepped back reads the newest counts
+    /// rather than none.
+    pub(super) fn epoch_at(&self, limit: &Limit, now: UnixMillis) -> u64 {
+        (now.0 / limit.window_ms).max(self.newest_epoch())
+    }
+
+    /// The window formula at `now` over the counts of `epoch - 1` and `epoch`.
+    pub(super) fn window(limit: &Limit, now: UnixMillis, epoch: u64, prev: u64, curr: u64) -> u64 {
+        match limit.algorithm {
+            Algorithm::FixedWindow => curr,
+            Algorithm::SlidingWindow if epoch == 0 => curr,
+            Algorithm::SlidingWindow => {
+                let left = limit.window_ms - now.0 % limit.window_ms;
+                weigh(prev, left, limit.window_ms) + curr
+            }
+        }
+    }
+
+    /// Per-epoch values of `epoch - 1` and `epoch` read through `f`, 0 for an epoch no slot
+    /// holds.
+    pub(super) fn pair(&self, epoch: u64, f: impl Fn(usize, &Slot) -> u64) -> (u64, u64) {
+        let at = |e: u64| {
+            let i = (e % 2) as usize;
+            if self.slots[i].epoch == e {
+                f(i, &self.slots[i])
+            } else {
+                0
+            }
+        };
+        (if epoch == 0 { 0 } else { at(epoch - 1) }, at(epoch))
+    }
+
+    /// Checks `hits` at `now` without counting them.
+    ///
+    /// In local mode (never synced) the count is exact. In global mode `over` says whether
+    /// the hits fit in this node's share of the room left, while `count_after` and
+    /// `remaining` report the fleet's estimated count (see [`WindowState`]).
+    pub fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
+        let epoch = self.epoch_at(limit, now);
+        let (prev, curr) = self.pair(epoch, |_, s| s.total());
+        let known = Self::window(limit, now, epoch, prev, curr);
+        let (count_after, decision) = if self.synced_at == 0 {
+            let count = known.saturating_add(hits);
+            (count, count)
+        } else {
+            (
+                self.estimate(limit, now).saturating_add(hits),
+                (known + self.reserve(limit, now, epoch)).saturating_add(hits),
+            )
+        };
+        let rpu = u64::from(limit.requests_per_unit);
+        let over = rpu == 0 || decision > rpu;
+        Verdict {
+            count_after,
+            over,
+            remaining: if over {
+                0
+            } else {
+                rpu.saturating_sub(count_after) as u32
+            },
+            reset_ms: limit.window_ms - now.0 % limit.window_ms,
+        }
+    }
+
+    /// Counts `hits` at `now`. `admitted` says whether the request they belong to was let
+    /// through: the sliding window counts only admitted hits, the fixed window every hit.
+    pub fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64, admitted: bool) {
+        if admitted || limit.algorithm == Algorithm::FixedWindow {
+            let s = self.slot_mut(now.0 / limit.window_ms);
+            s.pending = s.pending.saturating_add(hits as i64);
+            let i = (s.epoch % 2) as usize;
+            self.own[i] = self.own[i].saturating_add(hits.min(u64::from(u32::MAX)) as u32);
+        }
+    }
+
+    /// Gives `hits` back to the current window (Envoy's `is_negative_hits`).
+    pub fn refund(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
+        let epoch = now.0 / limit.window_ms;
+        let have = self.count(epoch) as i64;
+        let s = self.slot_mut(epoch);
+        // Never below zero overall; in global mode the negative delta reaches Redis too.
+        let back = (hits as i64).min(have);
+        s.pending -= back;
+        let i = (s.epoch % 2) as usize;
+        self.own[i] = self.own[i].saturating_sub(back.clamp(0, i64::from(u32::MAX)) as u32);
+    }
+
+    /// Hits counted in the current epoch, as this node sees them (before extrapolation).
+    pub fn current_count(&mut self, limit: &Limit, now: UnixMillis) -> u64 {
+        self.count(now.0 / limit.window_ms)
+    }
+
+    /// Own hits not yet sent, over both epochs.
+    pub fn pending(&self) -> i64 {
+        self.slots.iter().map(|s| s.pending).sum()
+    }
+}
+
+/// Checks and counts `hits` against one limit at `now`.
+///
+/// ```
+/// use sluice::core::clock::UnixMillis;
+/// use sluice::core::window::{decide, Algorithm, Limit, WindowState};
+///
+/// let limit = Limit { requests_per_unit: 2, window_ms: 60_000, algorithm: Algorithm::FixedWindow };
+/// let mut state = WindowState::default();
+/// let t = UnixMillis::from_secs(600);
+/// assert!(!decide(&mut state, &limit, t, 1).over);
+/// assert_eq!(decide(&mut state, &limit, t, 1).remaining, 0);
+/// assert!(decide(&mut state, &limit, t, 1).over);
+/// assert!(!decide(&mut state, &limit, t.plus_millis(60_000), 1).over);
+/// ```
+pub fn decide(state: &mut WindowState, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
+    let verdict = state.check(limit, now, hits);
+    state.record(limit, now, hits, !verdict.over);
+    verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fixtures::*;
+
+    #[test]
+    fn reaching_the_limit_exactly_is_ok_with_zero_left() {
+        let mut s = WindowState::default();
+        for left in (0..3).rev() {
+            let v = decide(&mut s, &fixed(3), T0, 1);
+            assert!(!v.over);
+            assert_eq!(v.remaining, left);
+        }
+        let v = decide(&mut s, &fixed(3), T0, 1);
+        assert!(v.over);
+        assert_eq!((v.remaining, v.count_after), (0, 4));
+    }
+
+    #[test]
+    fn reset_counts_down_to_one_ms_at_window_end() {
+        let mut s = WindowState::default();
+        assert_eq!(s.check(&fixed(1), T0, 0).reset_ms, MIN);
+        assert_eq!(s.check(&fixed(1), T0.plus_millis(59_999), 0).reset_ms, 1);
+        assert_eq!(s.check(&fixed(1), T0.plus_millis(60_000), 0).reset_ms, MIN);
+    }
+
+    #[test]
+    fn fixed_window_resets_at_the_boundary_and_counts_denied_hits() {
+        let mut s = WindowState::default();
+        let l = fixed(2);
+        for _ in 0..5 {
+            decide(&mut s, &l, T0.plus_millis(59_000), 1);
+        }
+        assert_eq!(s.current_count(&l, T0.plus_millis(59_000)), 5);
+        let v = decide(&mut s, &l, T0.plus_millis(60_000), 1);
+        assert!(!v.over);
+        assert_eq!(v.remaining, 1);
+    }
+
+    #[test]
+    fn sliding_window_weights_the_previous_epoch_by_time_left() {
+        let l = sliding(10);
+        let mut s = WindowState::default();
+        for _ in 0..10 {
+            assert!(!decide(&mut s, &l, T0, 1).over);
+        }
+        assert!(decide(&mut s, &l, T0, 1).over, "the 11th hit is over");
+        // A quarter into the next window, 75 % of the previous 10 still count: 7 (floored).
+        let q = T0.plus_millis(MIN + MIN / 4);
+        assert_eq!(s.check(&l, q, 0).count_after, 7);
+        for _ in 0..3 {
+            assert!(!decide(&mut s, &l, q, 1).over);
+        }
+        assert!(decide(&mut s, &l, q, 1).over);
+        // Two windows later everything has aged out.
+        assert_eq!(s.check(&l, T0.plus_millis(3 * MIN), 0).count_after, 0);
+    }
+
+    #[test]
+    fn sliding_window_does_not_count_denied_hits() {
+        let l = sliding(1);
+        let mut s = WindowState::default();
+        decide(&mut s, &l, T0, 1);
+        for _ in 0..100 {
+            assert!(decide(&mut s, &l, T0, 1).over);
+        }
+        // The denied flood does not weigh on the next window: only the 1 admitted hit does.
+        let half = T0.plus_millis(MIN + MIN / 2);
+        assert_eq!(s.check(&l, half, 0).count_after, 0);
+    }
+
+    #[test]
+    fn zero_hits_checks_without_counting() {
+        let mut s = WindowState::default();
+        let l = fixed(1);
+        for _ in 0..3 {
+            let v = decide(&mut s, &l, T0, 0);
+            assert!(!v.over);
+            assert_eq!(v.remaining, 1);
+        }
+        decide(&mut s, &l, T0, 1);
+        let v = decide(&mut s, &l, T0, 0);
+        assert_eq!((v.over, v.remaining), (false, 0));
+    }
+
+    #[test]
+    fn zero_limit_always_denies() {
+        let mut s = WindowState::default();
+        for hits in [0, 1, 5] {
+            for l in [fixed(0), sliding(0)] {
+                assert!(decide(&mut s, &l, T0, hits).over);
+            }
+        }
+    }
+
+    #[test]
+    fn a_big_addend_is_denied_whole() {
+        let mut s = WindowState::default();
+        let l = sliding(10);
+        assert!(!decide(&mut s, &l, T0, 8).over);
+        let v = decide(&mut s, &l, T0, 5);
+        assert!(v.over);
+        // The denied 5 were not counted, so 2 more still fit.
+        assert!(!decide(&mut s, &l, T0, 2).over);
+    }
+
+    #[test]
+    fn a_clock_step_back_keeps_counts() {
+        let mut s = WindowState::default();
+        let l = fixed(1);
+        decide(&mut s, &l, T0.plus_millis(MIN), 1);
+        assert!(decide(&mut s, &l, T0, 1).over);
+    }
+
+    #[test]
+    fn the_state_stays_small() {
+        // Memory per entity is a DESIGN §9 target: the fleet-accuracy fields cost 8 bytes.
+        assert!(std::mem::size_of::<WindowState>() <= 88);
+    }
+}

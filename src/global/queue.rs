@@ -1,0 +1,165 @@
+//! Where the hot path hands entities to the sync: per-shard queues of entities with news, the
+//! rendezvous-hash router that picks an entity's shard, and the sync counters.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::core::table::{Entity, EntityState};
+
+/// Assigns entities to shards by rendezvous hashing: each entity goes to the shard whose
+/// (shard name, entity) hash is highest, so adding a shard moves only the ~1/N of entities
+/// that now score highest on it, whatever the order of the list.
+#[derive(Debug, Clone)]
+pub struct ShardRouter {
+    seeds: Vec<u64>,
+}
+
+impl ShardRouter {
+    /// A router over shards with these (stable) names.
+    pub fn new(names: &[String]) -> Self {
+        ShardRouter {
+            seeds: names
+                .iter()
+                .map(|n| xxhash_rust::xxh3::xxh3_64(n.as_bytes()))
+                .collect(),
+        }
+    }
+
+    /// The shard of `entity`.
+    pub fn shard(&self, entity: u128) -> usize {
+        if self.seeds.len() <= 1 {
+            return 0;
+        }
+        let bytes = entity.to_le_bytes();
+        (0..self.seeds.len())
+            .max_by_key(|&i| xxh3_64_with_seed(&bytes, self.seeds[i]))
+            .unwrap_or(0)
+    }
+}
+
+/// Counters of the sync machinery, read by the metrics.
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    /// Ticks run, over all shards.
+    pub ticks: AtomicU64,
+    /// Store calls that succeeded.
+    pub calls_ok: AtomicU64,
+    /// Store calls that failed.
+    pub calls_failed: AtomicU64,
+    /// Items (entity limits) sent.
+    pub items_sent: AtomicU64,
+    /// Hits that could not be kept for sync (queue bound hit, or lost at a failed final flush).
+    pub deltas_dropped: AtomicU64,
+    /// Entities synced, by tier at the time of the sync: idle, low, normal, hot.
+    pub synced_by_tier: [AtomicU64; 4],
+    /// Entities whose tier changed between two syncs.
+    pub tier_transitions: AtomicU64,
+    /// Sum of |estimate after a reply − estimate before it|, in hits (drift of the local view).
+    pub drift_hits: AtomicU64,
+    /// Commands sent to the store.
+    pub commands_sent: AtomicU64,
+    /// Total time of store calls, in microseconds (with `calls_ok + calls_failed`, the mean).
+    pub call_micros: AtomicU64,
+}
+
+/// The per-shard queues of entities with news.
+#[derive(Debug)]
+pub struct SyncQueues {
+    queues: Vec<Mutex<Vec<Arc<Entity>>>>,
+    router: ShardRouter,
+    queued: AtomicUsize,
+    max_queued: usize,
+    /// Sync counters.
+    pub stats: Arc<SyncStats>,
+}
+
+impl SyncQueues {
+    /// Queues for `router`'s shards, holding at most `max_queued` entities in all.
+    pub fn new(router: ShardRouter, shards: usize, max_queued: usize) -> Self {
+        SyncQueues {
+            queues: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            router,
+            queued: AtomicUsize::new(0),
+            max_queued,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Queues `entity` (whose lock the caller holds as `state`) unless it already is. When the
+    /// bound is hit the entity stays local only, and its pending hits are counted as dropped.
+    pub fn mark_dirty(&self, entity: &Arc<Entity>, state: &mut EntityState) {
+        if state.queued {
+            return;
+        }
+        if self.queued.fetch_add(1, Ordering::Relaxed) >= self.max_queued {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            let lost: i64 = state.windows.iter().map(|w| w.pending().max(0)).sum();
+            self.stats
+                .deltas_dropped
+                .fetch_add(lost as u64, Ordering::Relaxed);
+            return;
+        }
+        state.queued = true;
+        self.queues[self.router.shard(entity.key)]
+            .lock()
+            .push(entity.clone());
+    }
+
+    /// Entities waiting in all queues (in flight ones included).
+    pub fn len(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub(super) fn take(&self, shard: usize) -> Vec<Arc<Entity>> {
+        std::mem::take(&mut *self.queues[shard].lock())
+    }
+
+    pub(super) fn requeue(&self, shard: usize, mut entities: Vec<Arc<Entity>>) {
+        if !entities.is_empty() {
+            self.queues[shard].lock().append(&mut entities);
+        }
+    }
+
+    pub(super) fn release(&self, state: &mut EntityState) {
+        state.queued = false;
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adding_a_shard_moves_about_one_in_n_entities() {
+        let names = |n: usize| {
+            (0..n)
+                .map(|i| format!("redis://10.0.0.{i}:6379"))
+                .collect::<Vec<_>>()
+        };
+        let (three, four) = (ShardRouter::new(&names(3)), ShardRouter::new(&names(4)));
+        let total = 20_000u128;
+        let mut moved = 0;
+        let mut per_shard = [0usize; 4];
+        for e in 0..total {
+            let key = e.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+            let (a, b) = (three.shard(key), four.shard(key));
+            per_shard[b] += 1;
+            if a != b {
+                moved += 1;
+                assert_eq!(b, 3, "an entity only ever moves to the new shard");
+            }
+        }
+        let share = moved as f64 / total as f64;
+        assert!((0.22..0.28).contains(&share), "moved {share}");
+        assert!(per_shard.iter().all(|&n| n > 4_000), "{per_shard:?}");
+    }
+}

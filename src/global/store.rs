@@ -1,0 +1,50 @@
+//! The narrow interface to the shared store ([`ShardStore`]): one call per shard per tick adds
+//! the deltas and returns the totals. Redis implements it (`redis.rs`), and so does the
+//! in-memory store (`memory.rs`) that tests and the simulator use.
+
+use std::future::Future;
+use std::time::Duration;
+
+/// One limit of one entity in a sync call: add `deltas` to the counters of `epochs` (current,
+/// previous) and return both totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncItem {
+    /// The entity.
+    pub entity: u128,
+    /// Which limit of the entity's rule.
+    pub limit: u8,
+    /// The current and previous epoch.
+    pub epochs: [u64; 2],
+    /// Hits to add to each.
+    pub deltas: [i64; 2],
+    /// Expiry of a counter the call creates: two windows.
+    pub ttl_ms: u64,
+}
+
+/// Why a store call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// No answer within the command timeout.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The store answered with an error or the connection failed.
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// A shard of the shared store.
+pub trait ShardStore: Send + Sync + 'static {
+    /// A name for logs and readiness (no secrets).
+    fn name(&self) -> &str;
+    /// Adds every item's deltas and returns each item's totals, in order, in one round trip.
+    fn sync(
+        &self,
+        items: &[SyncItem],
+    ) -> impl Future<Output = Result<Vec<[u64; 2]>, StoreError>> + Send;
+    /// The store's clock (Unix ms), to correct this node's.
+    fn time_ms(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// How many commands a call with `items` items sends.
+    fn commands_for(&self, items: usize) -> usize {
+        usize::from(items > 0)
+    }
+}

@@ -1,0 +1,8 @@
+//! The I/O edges a client sees: the gRPC service, the HTTP admin port, rules reload from disk,
+//! and shutdown (signals, readiness). Each translates to and from the `rls` semantics; none
+//! decides anything itself.
+
+pub mod grpc;
+pub mod http;
+pub mod reload;
+pub mod shutdown;
