@@ -107,7 +107,7 @@ pub async fn query(args: QueryArgs) -> ExitCode {
         .await
     {
         Ok(resp) => {
-            let json = crate::server::http::response_json(resp.get_ref());
+            let json = crate::server::json::response_json(resp.get_ref());
             println!(
                 "{}",
                 serde_json::to_string_pretty(&json).unwrap_or_default()

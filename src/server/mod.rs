@@ -4,5 +4,6 @@
 
 pub mod grpc;
 pub mod http;
+pub mod json;
 pub mod reload;
 pub mod shutdown;
