@@ -315,6 +315,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_redis_key_of_a_known_rule_is_pinned() {
+        // The contract between versions (rules/identity.rs): a rolling upgrade must not move
+        // counters. The expected key was computed from the documented encoding with Python's
+        // `xxhash`, independently of this code.
+        let rules = crate::rules::compile_sources(
+            &[(
+                "edge.yaml".into(),
+                "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 3, algorithm: fixed_window}\n".into(),
+            )],
+            false,
+        )
+        .unwrap();
+        let m = rules
+            .find("edge", &[("remote_address", "10.0.0.1")])
+            .unwrap();
+        let item = SyncItem {
+            entity: m.entity,
+            limit: 0,
+            epochs: [20_000, 19_999],
+            deltas: [1, 0],
+            ttl_ms: 2 * 86_400_000,
+        };
+        assert_eq!(
+            key("tenant-a:", &item, 0),
+            "tenant-a:sluice:{11a4ed83fdcfa3756cf3fa4df5896fd2}:0:20000"
+        );
+    }
+
+    #[test]
     fn urls_take_the_reference_form_and_auth() {
         assert_eq!(
             normalize_url("localhost:6379", None, false).unwrap(),

@@ -1,0 +1,310 @@
+//! Validation and compilation of parsed rules files into a [`RuleSet`]: every error of every
+//! file is collected (the reference's wording), and nothing is compiled when there is one.
+
+use std::collections::HashMap;
+
+use super::identity::rule_id;
+use super::model::{self, ConfigError, DescriptorConfig, LimitConfig, RulesFile};
+use super::tree::{KeyLevel, Kind, Node};
+use super::{LimitSpec, Rule, RuleSet, Unit};
+use crate::core::{Algorithm, Limit};
+
+impl RuleSet {
+    /// Validates and compiles parsed files (name, content). With `merge_domains`, files that
+    /// share a domain are merged; otherwise a domain may appear in one file only.
+    ///
+    /// # Errors
+    /// Every problem found in every file; nothing is compiled when there is one.
+    pub fn compile(
+        files: &[(String, RulesFile)],
+        merge_domains: bool,
+    ) -> Result<RuleSet, Vec<ConfigError>> {
+        let mut set = RuleSet::default();
+        let mut errors = Vec::new();
+        for (name, file) in files {
+            if file.domain.is_empty() {
+                errors.push(ConfigError::new(
+                    name,
+                    "config file cannot have empty domain",
+                ));
+                continue;
+            }
+            if set.domains.contains_key(&file.domain) && !merge_domains {
+                errors.push(ConfigError::new(
+                    name,
+                    format!("duplicate domain '{}' in config file", file.domain),
+                ));
+                continue;
+            }
+            let mut root = set.domains.remove(&file.domain).unwrap_or_default();
+            let mut cx = Compiler {
+                file: name,
+                domain: &file.domain,
+                rules: &mut set.rules,
+                errors: &mut errors,
+            };
+            cx.load(
+                &mut root,
+                &format!("{}.", file.domain),
+                &file.descriptors,
+                false,
+            );
+            set.domains.insert(file.domain.clone(), root);
+        }
+        if errors.is_empty() {
+            Ok(set)
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+/// Parses and compiles rules sources given as (name, text), reporting every error of every
+/// file at once: key, syntax and type problems and semantic ones alike.
+///
+/// # Errors
+/// Every problem found; nothing is compiled when there is one.
+pub fn compile_sources(
+    sources: &[(String, String)],
+    merge_domains: bool,
+) -> Result<RuleSet, Vec<ConfigError>> {
+    let mut parsed = Vec::new();
+    let mut errors = Vec::new();
+    for (name, text) in sources {
+        let (file, mut errs) = model::parse_lenient(name, text);
+        errors.append(&mut errs);
+        if let Some(f) = file {
+            parsed.push((name.clone(), f));
+        }
+    }
+    with_prior_errors(errors, RuleSet::compile(&parsed, merge_domains))
+}
+
+/// `result`, failed when `prior` holds errors found before it (they come first): a file that
+/// could not be read or parsed fails the load even when the rest compiles.
+///
+/// # Errors
+/// `prior` followed by `result`'s own errors.
+pub fn with_prior_errors(
+    mut prior: Vec<ConfigError>,
+    result: Result<RuleSet, Vec<ConfigError>>,
+) -> Result<RuleSet, Vec<ConfigError>> {
+    match result {
+        Ok(set) if prior.is_empty() => Ok(set),
+        Ok(_) => Err(prior),
+        Err(mut e) => {
+            prior.append(&mut e);
+            Err(prior)
+        }
+    }
+}
+
+struct Compiler<'a> {
+    file: &'a str,
+    domain: &'a str,
+    rules: &'a mut Vec<Rule>,
+    errors: &'a mut Vec<ConfigError>,
+}
+
+impl Compiler<'_> {
+    fn error(&mut self, message: impl Into<String>) {
+        self.errors.push(ConfigError::new(self.file, message));
+    }
+
+    fn load(
+        &mut self,
+        level: &mut HashMap<String, KeyLevel>,
+        parent_key: &str,
+        descriptors: &[DescriptorConfig],
+        inherited_value_to_metric: bool,
+    ) {
+        for d in descriptors {
+            if d.key.is_empty() {
+                self.error("descriptor has empty key");
+                continue;
+            }
+            let final_key = if d.value.is_empty() {
+                d.key.clone()
+            } else {
+                format!("{}_{}", d.key, d.value)
+            };
+            let composite = format!("{parent_key}{final_key}");
+            let kind = if d.value.is_empty() {
+                Kind::AnyValue
+            } else if d.value.contains('*') {
+                Kind::Wildcard
+            } else {
+                Kind::Exact
+            };
+            let key_level = level.entry(d.key.clone()).or_default();
+            let duplicate = match kind {
+                Kind::AnyValue => key_level.any_value.is_some(),
+                Kind::Wildcard => key_level.wildcards.iter().any(|(p, _)| *p == d.value),
+                Kind::Exact => key_level.exact.contains_key(&d.value),
+            };
+            if duplicate {
+                self.error(format!("duplicate descriptor composite key '{composite}'"));
+                continue;
+            }
+            if d.share_threshold && kind != Kind::Wildcard {
+                self.error(format!(
+                    "share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
+                ));
+            }
+            let value_to_metric = inherited_value_to_metric || d.value_to_metric;
+            let rule = self.rule(d, &composite, value_to_metric);
+            let mut node = Node {
+                kind,
+                final_key,
+                rule,
+                share_threshold: d.share_threshold,
+                value_to_metric: d.value_to_metric,
+                children: HashMap::new(),
+            };
+            self.load(
+                &mut node.children,
+                &format!("{composite}."),
+                &d.descriptors,
+                value_to_metric,
+            );
+            // Re-borrow: the recursive load may not hold `level`'s entry.
+            let key_level = level.entry(d.key.clone()).or_default();
+            match kind {
+                Kind::AnyValue => key_level.any_value = Some(Box::new(node)),
+                Kind::Wildcard => key_level.wildcards.push((d.value.clone(), node)),
+                Kind::Exact => {
+                    key_level.exact.insert(d.value.clone(), node);
+                }
+            }
+        }
+    }
+
+    fn rule(
+        &mut self,
+        d: &DescriptorConfig,
+        composite: &str,
+        value_to_metric: bool,
+    ) -> Option<usize> {
+        let Some(rl) = &d.rate_limit else {
+            if !d.additional_limits.is_empty() {
+                self.error(format!(
+                    "additional_limits needs a rate_limit block: '{composite}'"
+                ));
+            }
+            return None;
+        };
+        let unit = Unit::parse(&rl.unit);
+        let mut limits = Vec::new();
+        if rl.unlimited {
+            if unit.is_some() {
+                self.error("should not specify rate limit unit when unlimited");
+            }
+            if !d.additional_limits.is_empty() {
+                self.error(format!(
+                    "additional_limits cannot be used with unlimited: '{composite}'"
+                ));
+            }
+        } else {
+            let primary = LimitConfig {
+                unit: rl.unit.clone(),
+                requests_per_unit: rl.requests_per_unit,
+                unit_multiplier: rl.unit_multiplier,
+                algorithm: rl.algorithm.clone(),
+            };
+            for l in std::iter::once(&primary).chain(&d.additional_limits) {
+                if let Some(spec) = self.limit(l) {
+                    limits.push(spec);
+                }
+            }
+        }
+        for r in &rl.replaces {
+            if r.name.is_empty() {
+                self.error("should not have an empty replaces entry");
+            } else if r.name == rl.name {
+                self.error("replaces should not contain name of same descriptor");
+            }
+        }
+        let plain: Vec<Limit> = limits.iter().map(|l| l.limit).collect();
+        self.rules.push(Rule {
+            id: rule_id(composite, rl.unlimited, &plain),
+            domain: self.domain.to_string(),
+            full_key: composite.to_string(),
+            name: rl.name.clone(),
+            limits,
+            unlimited: rl.unlimited,
+            shadow_mode: d.shadow_mode,
+            quota_mode: d.quota_mode,
+            detailed_metric: d.detailed_metric,
+            value_to_metric,
+            replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
+        });
+        Some(self.rules.len() - 1)
+    }
+
+    fn limit(&mut self, l: &LimitConfig) -> Option<LimitSpec> {
+        let Some(unit) = Unit::parse(&l.unit) else {
+            self.error(format!("invalid rate limit unit '{}'", l.unit));
+            return None;
+        };
+        let multiplier = l.unit_multiplier.unwrap_or(1);
+        if multiplier == 0 {
+            self.error("unit_multiplier must be at least 1");
+            return None;
+        }
+        let algorithm = match l.algorithm.as_deref() {
+            None | Some("sliding_window") => Algorithm::SlidingWindow,
+            Some("fixed_window") => Algorithm::FixedWindow,
+            Some(other) => {
+                self.error(format!(
+                    "invalid algorithm '{other}' (expected sliding_window or fixed_window)"
+                ));
+                return None;
+            }
+        };
+        Some(LimitSpec {
+            limit: Limit {
+                requests_per_unit: l.requests_per_unit,
+                window_ms: unit.seconds() * 1000 * u64::from(multiplier),
+                algorithm,
+            },
+            unit,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::model::parse;
+
+    fn set(yaml: &str) -> RuleSet {
+        RuleSet::compile(&[("t.yaml".into(), parse("t.yaml", yaml).unwrap())], false).unwrap()
+    }
+
+    #[test]
+    fn every_error_is_reported() {
+        let f = parse("e.yaml", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n  - key: a\n  - value: x\n  - key: b\n    rate_limit: {unit: second, unlimited: true}\n").unwrap();
+        let errs = RuleSet::compile(&[("e.yaml".into(), f)], false).unwrap_err();
+        let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "e.yaml: invalid rate limit unit 'fortnight'",
+                "e.yaml: duplicate descriptor composite key 'd.a'",
+                "e.yaml: descriptor has empty key",
+                "e.yaml: should not specify rate limit unit when unlimited",
+            ]
+        );
+    }
+
+    #[test]
+    fn custom_windows_and_several_limits() {
+        let s = set("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, unit_multiplier: 30, requests_per_unit: 5, algorithm: fixed_window}\n    additional_limits:\n      - {unit: day, requests_per_unit: 100}\n");
+        let r = &s.rules()[0];
+        assert_eq!(r.limits.len(), 2);
+        assert_eq!(r.limits[0].limit.window_ms, 30 * 60_000);
+        assert_eq!(r.limits[0].limit.algorithm, Algorithm::FixedWindow);
+        assert_eq!(r.limits[1].limit.window_ms, 86_400_000);
+        assert!(s.dump().contains("unit_multiplier=30"));
+    }
+}
