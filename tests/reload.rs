@@ -102,3 +102,40 @@ async fn a_bad_file_keeps_the_rules_in_force_until_fixed() {
     assert!(status.contains(r#""errors":[]"#), "{status}");
     s.stop().await.unwrap();
 }
+
+/// Successful loads so far, from `/rlconfig/status`.
+async fn loads(s: &Server) -> u64 {
+    let (_, _, status) = http_async(s.http, "GET", "/rlconfig/status", "")
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    v["loads"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn reading_the_rules_never_reloads_them() {
+    let s = Server::start(V1, |_| {}).await;
+    let start = loads(&s).await;
+    // What `cat`, a second sluice or `sluice check` do to the directory.
+    for _ in 0..20 {
+        for f in std::fs::read_dir(s.dir.path()).unwrap() {
+            std::fs::read_to_string(f.unwrap().path()).unwrap();
+        }
+    }
+    // Two real changes, each waited for: exactly two reloads, however much was read.
+    let file = s.dir.path().join("rules.yaml");
+    std::fs::write(&file, V2).unwrap();
+    wait_for_body(s.http, "/rlconfig", "r.added").await;
+    std::fs::write(&file, V1).unwrap();
+    wait_for_body(
+        s.http,
+        "/rlconfig",
+        "r.changed: unit=MINUTE requests_per_unit=1,",
+    )
+    .await;
+    // A reload loop would run a reload every debounce period (50 ms here) from now on; give it
+    // ten. This can only pass wrongly on a stalled machine, never fail wrongly.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(loads(&s).await, start + 2);
+    s.stop().await.unwrap();
+}

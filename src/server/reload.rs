@@ -3,13 +3,16 @@
 //! directory reloads after changes settle (debounced), which also covers Kubernetes ConfigMap
 //! volumes, whose files are symlinks through a `..data` link that is swapped atomically.
 //!
+//! Only events that can change content start a reload ([`is_content_change`]): a read of the
+//! directory, including the reload's own, never does.
+//!
 //! A load that fails leaves the rules in force untouched and reports every error.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
+use notify::{RecursiveMode, Watcher as _};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -149,6 +152,58 @@ pub fn reload(
     }
 }
 
+/// Whether a watch event can change what the rules directory holds. Reads (`open`, `access`,
+/// `close` without a write) and metadata changes (atime, chmod) cannot, and must not count:
+/// the reload itself reads every file, so counting reads would start a reload loop that never
+/// ends (as would any `cat`, a second sluice, or `sluice check` on the directory). Writes,
+/// creations, removals and renames do; the ConfigMap `..data` symlink swap is a rename.
+pub fn is_content_change(event: &notify::Event) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
+    match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => true,
+        // Unknown kinds (a backend that cannot tell): reload rather than miss a change.
+        EventKind::Any | EventKind::Other => true,
+    }
+}
+
+/// Watches the directory of `path` (itself, when it is a directory) and sends the paths of
+/// every event that can change its content ([`is_content_change`]). The watch lasts as long
+/// as the returned watcher; the notify callback only sends, so no I/O runs on its thread.
+///
+/// # Errors
+/// When the watch cannot be set up.
+pub fn watch_changes(
+    path: &Path,
+) -> Result<
+    (
+        notify::RecommendedWatcher,
+        tokio::sync::mpsc::UnboundedReceiver<Vec<PathBuf>>,
+    ),
+    notify::Error,
+> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut watcher =
+        notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
+            Ok(event) if is_content_change(&event) => {
+                let _ = tx.send(event.paths);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "rules watch error"),
+        })?;
+    let dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    };
+    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    Ok((watcher, rx))
+}
+
 /// Watches `path` (its directory, when it is a file) and reloads after changes settle for
 /// `debounce`, until `shutdown` is cancelled.
 ///
@@ -162,21 +217,7 @@ pub fn spawn_watcher(
     status: Arc<ReloadStatus>,
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, notify::Error> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    // The callback runs on notify's thread: it only signals; the reload runs in a tokio task.
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        if res.is_ok() {
-            let _ = tx.send(());
-        }
-    })?;
-    let dir = if path.is_dir() {
-        path.clone()
-    } else {
-        path.parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."))
-    };
-    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    let (watcher, mut rx) = watch_changes(&path)?;
     Ok(tokio::spawn(async move {
         let _watcher = watcher; // dropping it stops the watch
         loop {
@@ -195,4 +236,57 @@ pub fn spawn_watcher(
             reload(&path, merge_domains, &limiter, &status);
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The next batch of event paths, failing the test when none comes within a generous bound.
+    async fn next_paths(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<PathBuf>>,
+    ) -> Vec<PathBuf> {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("no change event within 10 s")
+            .expect("watcher gone")
+    }
+
+    #[tokio::test]
+    async fn reads_of_the_directory_are_not_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = dir.path().join("a.yaml");
+        std::fs::write(&rules, "domain: d\ndescriptors: []\n").unwrap();
+        let (_watcher, mut rx) = watch_changes(dir.path()).unwrap();
+        // Everything a reader does: list, open, read, stat, and a whole load (what a reload
+        // does). inotify reports all of these; none may count.
+        for _ in 0..20 {
+            std::fs::read_to_string(&rules).unwrap();
+            std::fs::read_dir(dir.path()).unwrap().for_each(drop);
+            load_path(dir.path(), false).unwrap();
+        }
+        // Then a real change. Events arrive in order, so had a read counted, it would come first.
+        let marker = dir.path().join("b.yaml");
+        std::fs::write(&marker, "domain: e\ndescriptors: []\n").unwrap();
+        let paths = next_paths(&mut rx).await;
+        assert!(paths.contains(&marker), "first event was {paths:?}");
+    }
+
+    #[tokio::test]
+    async fn a_configmap_swap_is_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("..v1")).unwrap();
+        std::os::unix::fs::symlink("..v1", dir.path().join("..data")).unwrap();
+        let (_watcher, mut rx) = watch_changes(dir.path()).unwrap();
+        std::fs::create_dir(dir.path().join("..v2")).unwrap();
+        std::os::unix::fs::symlink("..v2", dir.path().join("..data_tmp")).unwrap();
+        std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+        // Creating ..v2 comes first; the swap itself must be seen too.
+        let data = dir.path().join("..data");
+        loop {
+            if next_paths(&mut rx).await.contains(&data) {
+                break;
+            }
+        }
+    }
 }
