@@ -1,6 +1,8 @@
-//! The RLS v3 semantics of `ShouldRateLimit`, independent of the transport (gRPC or HTTP JSON):
-//! request checks, rule lookup, `replaces`, limit overrides, counting, statuses, the overall
-//! code with quota and shadow modes, and the rate-limit response headers.
+//! The RLS v3 semantics of `ShouldRateLimit`, independent of the transport (gRPC or HTTP JSON),
+//! in four steps, one file each: `validate.rs` (request checks and bounds), `resolve.rs`
+//! (descriptor → rule and entity, limit overrides, `replaces`), `evaluate.rs` (limits checked
+//! and counted on the entity) and `respond.rs` (statuses, overall code, headers). `gate.rs`
+//! refuses requests once shutdown has begun.
 //!
 //! These semantics follow envoyproxy/ratelimit (DESIGN §1):
 //! - `hits_addend`: a descriptor's own value wins, 0 included (check without counting);
@@ -14,25 +16,26 @@
 //! - With `stop_increment_when_over_limit`, when any descriptor would go over, the ones that
 //!   would stay within their limits are not counted.
 
+mod evaluate;
+mod gate;
+mod resolve;
+mod respond;
+mod validate;
+
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    rate_limit::Unit as PbUnit, Code, DescriptorStatus, RateLimit as PbRateLimit,
-};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use xxhash_rust::xxh3::Xxh3;
 
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::table::{CacheSettings, EntityCache};
-use crate::core::{Algorithm, Limit, Verdict};
 use crate::global::SyncQueues;
 use crate::rules::model::ConfigError;
-use crate::rules::{EntryRef, LimitSpec, Rule, RuleSet, Unit};
+use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{RuleStats, Telemetry};
+use evaluate::Count;
+use gate::Gate;
 
 impl EntryRef for Entry {
     fn key(&self) -> &str {
@@ -103,7 +106,9 @@ impl Default for Options {
     }
 }
 
-/// Why a request was refused. Every variant is the caller's mistake (INVALID_ARGUMENT / 400).
+/// Why a request was refused. Every variant but [`RequestError::ShuttingDown`] is the caller's
+/// mistake (INVALID_ARGUMENT / 400); that one is ours (UNAVAILABLE / 503), so Envoy's
+/// `failure_mode_deny` decides.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
     /// The domain is empty.
@@ -148,6 +153,16 @@ pub enum RequestError {
         /// The unit number sent.
         unit: i32,
     },
+    /// The service is shutting down and decides nothing more.
+    #[error("shutting down")]
+    ShuttingDown,
+}
+
+impl RequestError {
+    /// Whether the request itself is at fault (else the service is).
+    pub fn is_client_error(&self) -> bool {
+        !matches!(self, RequestError::ShuttingDown)
+    }
 }
 
 /// A compiled rule set with its metric handles, swapped in whole on reload.
@@ -171,6 +186,7 @@ pub struct RateLimiter {
     clock: Arc<dyn Clock>,
     opts: Options,
     telemetry: Arc<Telemetry>,
+    gate: Gate,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -180,31 +196,6 @@ impl std::fmt::Debug for RateLimiter {
             .field("opts", &self.opts)
             .finish_non_exhaustive()
     }
-}
-
-/// What a descriptor resolved to.
-enum Target<'a> {
-    NoRule,
-    Rule(&'a Rule, u128, Arc<RuleStats>),
-    Override(Rule, u128, Arc<RuleStats>),
-}
-
-impl Target<'_> {
-    fn rule(&self) -> Option<&Rule> {
-        match self {
-            Target::NoRule => None,
-            Target::Rule(r, ..) => Some(r),
-            Target::Override(r, ..) => Some(r),
-        }
-    }
-}
-
-/// The outcome of one descriptor against all of its rule's limits.
-struct Outcome {
-    over: bool,
-    /// The limit reported: the most restrictive one.
-    reported: usize,
-    verdict: Verdict,
 }
 
 // === impl RateLimiter ===
@@ -228,6 +219,7 @@ impl RateLimiter {
             clock,
             opts,
             telemetry,
+            gate: Gate::default(),
         });
         let entities = limiter.entities.clone();
         limiter.telemetry.gauge(
@@ -302,374 +294,72 @@ impl RateLimiter {
         &self.telemetry
     }
 
-    fn validate(&self, req: &RateLimitRequest) -> Result<(), RequestError> {
-        if req.domain.is_empty() {
-            return Err(RequestError::EmptyDomain);
-        }
-        if req.descriptors.is_empty() {
-            return Err(RequestError::NoDescriptors);
-        }
-        let o = &self.opts;
-        if req.descriptors.len() > o.max_descriptors {
-            return Err(RequestError::TooManyDescriptors {
-                count: req.descriptors.len(),
-                max: o.max_descriptors,
-            });
-        }
-        if req.domain.len() > o.max_value_bytes {
-            return Err(RequestError::ValueTooLong {
-                index: 0,
-                len: req.domain.len(),
-                max: o.max_value_bytes,
-            });
-        }
-        for (index, d) in req.descriptors.iter().enumerate() {
-            if d.entries.len() > o.max_entries {
-                return Err(RequestError::TooManyEntries {
-                    index,
-                    count: d.entries.len(),
-                    max: o.max_entries,
-                });
-            }
-            let len = d
-                .entries
-                .iter()
-                .map(|e| e.key.len().max(e.value.len()))
-                .max()
-                .unwrap_or(0);
-            if len > o.max_value_bytes {
-                return Err(RequestError::ValueTooLong {
-                    index,
-                    len,
-                    max: o.max_value_bytes,
-                });
-            }
-            if let Some(l) = &d.limit {
-                if !matches!(PbUnit::try_from(l.unit), Ok(u) if u != PbUnit::Unknown) {
-                    return Err(RequestError::BadOverrideUnit {
-                        index,
-                        unit: l.unit,
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Answers one `ShouldRateLimit` request at the clock's current time.
+    /// Answers one `ShouldRateLimit` request at the clock's current time: validate →
+    /// resolve → evaluate → respond.
     ///
     /// # Errors
-    /// [`RequestError`] when the request is malformed; nothing is counted then.
+    /// [`RequestError`] when the request is malformed or the service is shutting down;
+    /// nothing is counted then.
     pub fn should_rate_limit(
         &self,
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, RequestError> {
+        let _open = self.gate.enter().ok_or(RequestError::ShuttingDown)?;
         let stats = &self.telemetry.service;
         RuleStats::add(&stats.requests, 1);
-        if let Err(e) = self.validate(req) {
+        if let Err(e) = validate::validate(&self.opts, req) {
             RuleStats::add(&stats.invalid_requests, 1);
             return Err(e);
         }
         let now = self.clock.now();
         let compiled = self.rules.load();
+        let targets = self.resolve_all(&compiled, req);
         let default_hits = u64::from(req.hits_addend.max(1));
-
-        let mut targets: Vec<Target<'_>> = req
-            .descriptors
-            .iter()
-            .map(|d| self.resolve(&compiled, &req.domain, d))
-            .collect();
-
-        // `replaces`: names from every matched limit drop the named limits, for this request.
-        let replaced: Vec<&str> = targets
-            .iter()
-            .filter_map(Target::rule)
-            .flat_map(|r| r.replaces.iter().map(String::as_str))
-            .collect();
-        if !replaced.is_empty() {
-            let dropped: Vec<bool> = targets
-                .iter()
-                .map(|t| {
-                    t.rule()
-                        .is_some_and(|r| !r.name.is_empty() && replaced.contains(&r.name.as_str()))
-                })
-                .collect();
-            for (t, drop) in targets.iter_mut().zip(dropped) {
-                if drop {
-                    *t = Target::NoRule;
-                }
-            }
-        }
-
         let hits: Vec<u64> = req
             .descriptors
             .iter()
             .map(|d| d.hits_addend.map_or(default_hits, |h| h.value))
             .collect();
-
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, look before counting anything.
-        let any_over = self.opts.stop_increment_when_over_limit
+        let hold_within = self.opts.stop_increment_when_over_limit
             && targets
                 .iter()
                 .zip(&hits)
                 .any(|(t, &h)| self.evaluate(t, now, h, Count::No).is_some_and(|o| o.over));
-
-        let mut statuses = Vec::with_capacity(targets.len());
-        let (mut non_quota_over, mut quotas, mut quotas_over) = (false, 0usize, 0usize);
+        let mut response = respond::Response::with_capacity(targets.len());
         for (i, t) in targets.iter().enumerate() {
-            let (h, negative) = (hits[i], req.descriptors[i].is_negative_hits);
-            let count = if negative {
+            let count = if req.descriptors[i].is_negative_hits {
                 Count::Refund
             } else {
-                Count::Yes {
-                    hold_within: any_over,
-                }
+                Count::Yes { hold_within }
             };
             let Some(rule) = t.rule() else {
                 RuleStats::add(&stats.decisions_no_rule, 1);
-                statuses.push(DescriptorStatus {
-                    code: Code::Ok as i32,
-                    ..Default::default()
-                });
+                response.no_rule();
                 continue;
             };
             // Unlimited (and, defensively, a rule without limits): nothing is counted.
-            let Some(outcome) = self.evaluate(t, now, h, count) else {
-                statuses.push(DescriptorStatus {
-                    code: Code::Ok as i32,
-                    limit_remaining: u32::MAX,
-                    ..Default::default()
-                });
+            let Some(outcome) = self.evaluate(t, now, hits[i], count) else {
+                response.unlimited();
                 continue;
             };
-            let quota = rule.quota_mode || self.opts.quota_mode;
-            self.record_stats(t, rule, &outcome, h);
-            if outcome.over {
-                RuleStats::add(&stats.decisions_over, 1);
+            self.record_stats(t, rule, &outcome, hits[i]);
+            let decisions = if outcome.over {
+                &stats.decisions_over
             } else {
-                RuleStats::add(&stats.decisions_ok, 1);
-            }
-            let reported_over = outcome.over && !rule.shadow_mode;
-            if quota {
-                quotas += 1;
-                quotas_over += usize::from(reported_over);
-            } else {
-                non_quota_over |= reported_over;
-            }
-            let spec = &rule.limits[outcome.reported];
-            statuses.push(DescriptorStatus {
-                code: if reported_over {
-                    Code::OverLimit
-                } else {
-                    Code::Ok
-                } as i32,
-                current_limit: Some(PbRateLimit {
-                    name: rule.name.clone(),
-                    requests_per_unit: spec.limit.requests_per_unit,
-                    unit: pb_unit(spec.unit) as i32,
-                }),
-                limit_remaining: outcome.verdict.remaining,
-                duration_until_reset: Some(PbDuration {
-                    seconds: outcome.verdict.reset_ms.div_ceil(1000) as i64,
-                    nanos: 0,
-                }),
-                quota: None,
-            });
+                &stats.decisions_ok
+            };
+            RuleStats::add(decisions, 1);
+            response.limited(rule, &outcome, &self.opts);
         }
-        let over = non_quota_over || (quotas > 0 && quotas == quotas_over);
-        let overall = if over && !self.opts.shadow_mode {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        };
-        let response_headers_to_add = match &self.opts.response_headers {
-            Some(names) => headers(names, &statuses, overall == Code::OverLimit),
-            None => Vec::new(),
-        };
-        Ok(RateLimitResponse {
-            overall_code: overall as i32,
-            statuses,
-            response_headers_to_add,
-            ..Default::default()
-        })
+        Ok(response.finish(&self.opts))
     }
 
-    fn resolve<'a>(
-        &self,
-        compiled: &'a Compiled,
-        domain: &str,
-        d: &envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor,
-    ) -> Target<'a> {
-        let rules = &compiled.rules;
-        if let Some(o) = &d.limit {
-            if !rules.has_domain(domain) {
-                return Target::NoRule;
-            }
-            // validate() has checked the unit.
-            let unit = rule_unit(PbUnit::try_from(o.unit).unwrap_or(PbUnit::Second));
-            let mut key = format!("{domain}.");
-            for (i, e) in d.entries.iter().enumerate() {
-                if i > 0 {
-                    key.push('.');
-                }
-                key.push_str(&e.key);
-                if !e.value.is_empty() {
-                    key.push('_');
-                    key.push_str(&e.value);
-                }
-            }
-            let limit = Limit {
-                requests_per_unit: o.requests_per_unit,
-                window_ms: unit.seconds() * 1000,
-                algorithm: Algorithm::SlidingWindow,
-            };
-            let mut h = Xxh3::new();
-            h.update(b"override\0");
-            h.update(key.as_bytes());
-            h.update(&o.requests_per_unit.to_le_bytes());
-            h.update(&(unit.seconds()).to_le_bytes());
-            let stats = self
-                .telemetry
-                .rules
-                .get_detailed(domain, &key)
-                .unwrap_or_else(|| {
-                    self.telemetry
-                        .rules
-                        .get(domain, &format!("{domain}.override"))
-                });
-            let rule = Rule {
-                id: 0,
-                domain: domain.to_string(),
-                full_key: key,
-                name: String::new(),
-                limits: vec![LimitSpec { limit, unit }],
-                unlimited: false,
-                shadow_mode: false,
-                quota_mode: false,
-                detailed_metric: false,
-                value_to_metric: false,
-                replaces: Vec::new(),
-            };
-            return Target::Override(rule, h.digest128(), stats);
-        }
-        match rules.find(domain, &d.entries) {
-            None => Target::NoRule,
-            Some(m) => {
-                let stats = rules
-                    .metric_key(&m, &d.entries)
-                    .and_then(|k| self.telemetry.rules.get_detailed(domain, &k))
-                    .unwrap_or_else(|| compiled.stats[m.index].clone());
-                Target::Rule(m.rule, m.entity, stats)
-            }
-        }
-    }
-
-    /// Checks (and, per `count`, counts) `hits` against every limit of the target's rule.
-    /// `None` for targets that are not counted (no rule, unlimited).
-    fn evaluate(
-        &self,
-        t: &Target<'_>,
-        now: UnixMillis,
-        hits: u64,
-        count: Count,
-    ) -> Option<Outcome> {
-        let (rule, entity) = match t {
-            Target::NoRule => return None,
-            Target::Rule(r, e, _) => (*r, *e),
-            Target::Override(r, e, _) => (r, *e),
-        };
-        if rule.unlimited {
-            return None;
-        }
-        let (entity, hit) = self
-            .entities
-            .get_or_create(entity, || rule.limits.iter().map(|l| l.limit).collect());
-        let stats = &self.telemetry.service;
-        RuleStats::add(
-            if hit {
-                &stats.cache_hits
-            } else {
-                &stats.cache_misses
-            },
-            1,
-        );
-
-        let mut guard = entity.state.lock();
-        let windows = &mut guard.windows;
-        let check_hits = if matches!(count, Count::Refund) {
-            0
-        } else {
-            hits
-        };
-        let mut outcome: Option<Outcome> = None;
-        for (i, spec) in rule.limits.iter().enumerate() {
-            let v = windows[i].check(&spec.limit, now, check_hits);
-            let better = match &outcome {
-                None => true,
-                // Over beats within; then fewer hits left; then the later reset.
-                Some(o) => {
-                    (v.over, std::cmp::Reverse(v.remaining), v.reset_ms)
-                        > (
-                            o.verdict.over,
-                            std::cmp::Reverse(o.verdict.remaining),
-                            o.verdict.reset_ms,
-                        )
-                }
-            };
-            let over = v.over || outcome.as_ref().is_some_and(|o| o.over);
-            if better {
-                outcome = Some(Outcome {
-                    over,
-                    reported: i,
-                    verdict: v,
-                });
-            } else if let Some(o) = &mut outcome {
-                o.over = over;
-            }
-        }
-        let outcome = outcome?;
-        match count {
-            Count::No => {}
-            Count::Refund => {
-                for (i, spec) in rule.limits.iter().enumerate() {
-                    windows[i].refund(&spec.limit, now, hits);
-                }
-            }
-            Count::Yes { hold_within } => {
-                if !hold_within || outcome.over {
-                    for (i, spec) in rule.limits.iter().enumerate() {
-                        windows[i].record(&spec.limit, now, hits, !outcome.over);
-                    }
-                }
-            }
-        }
-        // Global mode: any look at an entity is news worth a sync (a count to send, or a
-        // first read of the fleet's count); a queued entity costs nothing more here.
-        if let Some(q) = &self.sync {
-            q.mark_dirty(&entity, &mut guard);
-        }
-        Some(outcome)
-    }
-
-    fn record_stats(&self, t: &Target<'_>, rule: &Rule, o: &Outcome, hits: u64) {
-        let s = match t {
-            Target::Rule(_, _, s) | Target::Override(_, _, s) => s,
-            Target::NoRule => return,
-        };
-        RuleStats::add(&s.total_hits, hits);
-        if o.over {
-            RuleStats::add(&s.over_limit, hits);
-            if rule.shadow_mode || self.opts.shadow_mode {
-                RuleStats::add(&s.shadow_mode, hits);
-            }
-        } else {
-            RuleStats::add(&s.within_limit, hits);
-            let limit = rule.limits[o.reported].limit.requests_per_unit;
-            let near = (f64::from(limit) * self.opts.near_limit_ratio).floor() as u64;
-            if o.verdict.count_after > near {
-                RuleStats::add(&s.near_limit, hits);
-            }
-        }
+    /// Refuses every request from now on ([`RequestError::ShuttingDown`]) and returns once
+    /// the requests being decided are done, so that a final flush after it sees every hit
+    /// this process will ever count.
+    pub fn close(&self) {
+        self.gate.close();
     }
 
     /// The number of entities with counters in memory.
@@ -681,76 +371,4 @@ impl RateLimiter {
     pub fn now(&self) -> UnixMillis {
         self.clock.now()
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Count {
-    /// Look only.
-    No,
-    /// Count; with `hold_within`, descriptors within their limits are not counted.
-    Yes { hold_within: bool },
-    /// Give hits back (`is_negative_hits`).
-    Refund,
-}
-
-fn pb_unit(u: Unit) -> PbUnit {
-    match u {
-        Unit::Second => PbUnit::Second,
-        Unit::Minute => PbUnit::Minute,
-        Unit::Hour => PbUnit::Hour,
-        Unit::Day => PbUnit::Day,
-        Unit::Week => PbUnit::Week,
-        Unit::Month => PbUnit::Month,
-        Unit::Year => PbUnit::Year,
-    }
-}
-
-fn rule_unit(u: PbUnit) -> Unit {
-    match u {
-        PbUnit::Unknown | PbUnit::Second => Unit::Second,
-        PbUnit::Minute => Unit::Minute,
-        PbUnit::Hour => Unit::Hour,
-        PbUnit::Day => Unit::Day,
-        PbUnit::Week => Unit::Week,
-        PbUnit::Month => Unit::Month,
-        PbUnit::Year => Unit::Year,
-    }
-}
-
-/// The rate-limit headers from the most restrictive limited descriptor: an over-limit one
-/// wins, else the one with the fewest hits left. `Retry-After` is added when the request is
-/// refused.
-fn headers(names: &HeaderNames, statuses: &[DescriptorStatus], refused: bool) -> Vec<HeaderValue> {
-    let reset = |s: &DescriptorStatus| s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
-    let Some(pick) = statuses
-        .iter()
-        .filter(|s| s.current_limit.is_some())
-        .max_by_key(|s| {
-            (
-                s.code == Code::OverLimit as i32,
-                std::cmp::Reverse(s.limit_remaining),
-                reset(s),
-            )
-        })
-    else {
-        return Vec::new();
-    };
-    let limit = pick
-        .current_limit
-        .as_ref()
-        .map_or(0, |l| l.requests_per_unit);
-    let header = |k: &str, v: String| HeaderValue {
-        key: k.to_string(),
-        value: v,
-        ..Default::default()
-    };
-    let mut out = vec![
-        header(&names.limit, limit.to_string()),
-        header(&names.remaining, pick.limit_remaining.to_string()),
-        header(&names.reset, reset(pick).to_string()),
-    ];
-    if refused {
-        out.push(header("Retry-After", reset(pick).to_string()));
-    }
-    out
 }

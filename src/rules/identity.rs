@@ -15,6 +15,10 @@
 //!   or wildcard level without `share_threshold`, `u64 LE length ‖ bytes` (length-prefixed so
 //!   `("ab","c")` and `("a","bc")` differ), then the rule id as `u64 LE`.
 //!
+//! - **Override entity key** (a request's own `limit`) = XXH3-128 (seed 0) of
+//!   `b"override\0" ‖ the descriptor's composite key (UTF-8, no length) ‖
+//!   requests_per_unit (u32 LE) ‖ unit seconds (u64 LE)`.
+//!
 //! Redis keys are `{prefix}sluice:{<entity key, 32 lowercase hex digits>}:<limit index>:<epoch>`
 //! (`global/redis.rs`).
 
@@ -76,6 +80,17 @@ impl EntityKey {
         self.0.update(&rule_id.to_le_bytes());
         self.0.digest128()
     }
+}
+
+/// The entity key of a request-supplied limit override on `composite_key`: see the module
+/// docs for the encoding.
+pub fn override_entity(composite_key: &str, requests_per_unit: u32, unit_seconds: u64) -> u128 {
+    let mut h = Xxh3::new();
+    h.update(b"override\0");
+    h.update(composite_key.as_bytes());
+    h.update(&requests_per_unit.to_le_bytes());
+    h.update(&unit_seconds.to_le_bytes());
+    h.digest128()
 }
 
 #[cfg(test)]

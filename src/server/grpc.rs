@@ -46,6 +46,12 @@ impl RateLimitService for RlsService {
         self.limiter
             .should_rate_limit(request.get_ref())
             .map(Response::new)
-            .map_err(|e| Status::invalid_argument(e.to_string()))
+            .map_err(|e| {
+                if e.is_client_error() {
+                    Status::invalid_argument(e.to_string())
+                } else {
+                    Status::unavailable(e.to_string())
+                }
+            })
     }
 }

@@ -128,6 +128,9 @@ async fn json_handler(State(s): State<AdminState>, body: axum::body::Bytes) -> R
             };
             (status, axum::Json(json::response_json(&resp))).into_response()
         }
-        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+        Err(e) if e.is_client_error() => {
+            (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
+        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
 }

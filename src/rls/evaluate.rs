@@ -1,0 +1,139 @@
+//! Step 3 of a request: a target's limits checked (and counted, refunded, or only looked
+//! at) on its entity, under the entity's lock, and the per-rule metrics.
+
+use super::resolve::Target;
+use super::RateLimiter;
+use crate::core::clock::UnixMillis;
+use crate::core::Verdict;
+use crate::rules::Rule;
+use crate::telemetry::RuleStats;
+
+/// The outcome of one descriptor against all of its rule's limits.
+pub(super) struct Outcome {
+    pub(super) over: bool,
+    /// The limit reported: the most restrictive one.
+    pub(super) reported: usize,
+    pub(super) verdict: Verdict,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Count {
+    /// Look only.
+    No,
+    /// Count; with `hold_within`, descriptors within their limits are not counted.
+    Yes { hold_within: bool },
+    /// Give hits back (`is_negative_hits`).
+    Refund,
+}
+
+// === impl RateLimiter ===
+
+impl RateLimiter {
+    /// Checks (and, per `count`, counts) `hits` against every limit of the target's rule.
+    /// `None` for targets that are not counted (no rule, unlimited).
+    pub(super) fn evaluate(
+        &self,
+        t: &Target<'_>,
+        now: UnixMillis,
+        hits: u64,
+        count: Count,
+    ) -> Option<Outcome> {
+        let (rule, entity) = match t {
+            Target::NoRule => return None,
+            Target::Rule(r, e, _) => (*r, *e),
+            Target::Override(r, e, _) => (r, *e),
+        };
+        if rule.unlimited {
+            return None;
+        }
+        let (entity, hit) = self
+            .entities
+            .get_or_create(entity, || rule.limits.iter().map(|l| l.limit).collect());
+        let stats = &self.telemetry.service;
+        RuleStats::add(
+            if hit {
+                &stats.cache_hits
+            } else {
+                &stats.cache_misses
+            },
+            1,
+        );
+
+        let mut guard = entity.state.lock();
+        let windows = &mut guard.windows;
+        let check_hits = if matches!(count, Count::Refund) {
+            0
+        } else {
+            hits
+        };
+        let mut outcome: Option<Outcome> = None;
+        for (i, spec) in rule.limits.iter().enumerate() {
+            let v = windows[i].check(&spec.limit, now, check_hits);
+            let better = match &outcome {
+                None => true,
+                // Over beats within; then fewer hits left; then the later reset.
+                Some(o) => {
+                    (v.over, std::cmp::Reverse(v.remaining), v.reset_ms)
+                        > (
+                            o.verdict.over,
+                            std::cmp::Reverse(o.verdict.remaining),
+                            o.verdict.reset_ms,
+                        )
+                }
+            };
+            let over = v.over || outcome.as_ref().is_some_and(|o| o.over);
+            if better {
+                outcome = Some(Outcome {
+                    over,
+                    reported: i,
+                    verdict: v,
+                });
+            } else if let Some(o) = &mut outcome {
+                o.over = over;
+            }
+        }
+        let outcome = outcome?;
+        match count {
+            Count::No => {}
+            Count::Refund => {
+                for (i, spec) in rule.limits.iter().enumerate() {
+                    windows[i].refund(&spec.limit, now, hits);
+                }
+            }
+            Count::Yes { hold_within } => {
+                if !hold_within || outcome.over {
+                    for (i, spec) in rule.limits.iter().enumerate() {
+                        windows[i].record(&spec.limit, now, hits, !outcome.over);
+                    }
+                }
+            }
+        }
+        // Global mode: any look at an entity is news worth a sync (a count to send, or a
+        // first read of the fleet's count); a queued entity costs nothing more here.
+        if let Some(q) = &self.sync {
+            q.mark_dirty(&entity, &mut guard);
+        }
+        Some(outcome)
+    }
+
+    pub(super) fn record_stats(&self, t: &Target<'_>, rule: &Rule, o: &Outcome, hits: u64) {
+        let s = match t {
+            Target::Rule(_, _, s) | Target::Override(_, _, s) => s,
+            Target::NoRule => return,
+        };
+        RuleStats::add(&s.total_hits, hits);
+        if o.over {
+            RuleStats::add(&s.over_limit, hits);
+            if rule.shadow_mode || self.opts.shadow_mode {
+                RuleStats::add(&s.shadow_mode, hits);
+            }
+        } else {
+            RuleStats::add(&s.within_limit, hits);
+            let limit = rule.limits[o.reported].limit.requests_per_unit;
+            let near = (f64::from(limit) * self.opts.near_limit_ratio).floor() as u64;
+            if o.verdict.count_after > near {
+                RuleStats::add(&s.near_limit, hits);
+            }
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Step 2 of a request: each descriptor to its target (a rule and the entity counting for it,
+//! a request-supplied limit override, or nothing), then `replaces` across the request.
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+use super::respond::rule_unit;
+use super::{Compiled, RateLimiter};
+use crate::core::{Algorithm, Limit};
+use crate::rules::identity;
+use crate::rules::{LimitSpec, Rule};
+use crate::telemetry::RuleStats;
+
+/// What a descriptor resolved to.
+pub(super) enum Target<'a> {
+    NoRule,
+    Rule(&'a Rule, u128, Arc<RuleStats>),
+    Override(Rule, u128, Arc<RuleStats>),
+}
+
+impl Target<'_> {
+    pub(super) fn rule(&self) -> Option<&Rule> {
+        match self {
+            Target::NoRule => None,
+            Target::Rule(r, ..) => Some(r),
+            Target::Override(r, ..) => Some(r),
+        }
+    }
+}
+
+// === impl RateLimiter ===
+
+impl RateLimiter {
+    /// Every descriptor's target, with the limits `replaces` names dropped (for this request
+    /// only: their counters are untouched).
+    pub(super) fn resolve_all<'a>(
+        &self,
+        compiled: &'a Compiled,
+        req: &RateLimitRequest,
+    ) -> Vec<Target<'a>> {
+        let mut targets: Vec<Target<'a>> = req
+            .descriptors
+            .iter()
+            .map(|d| self.resolve(compiled, &req.domain, d))
+            .collect();
+        let replaced: Vec<&str> = targets
+            .iter()
+            .filter_map(Target::rule)
+            .flat_map(|r| r.replaces.iter().map(String::as_str))
+            .collect();
+        if replaced.is_empty() {
+            return targets;
+        }
+        let dropped: Vec<bool> = targets
+            .iter()
+            .map(|t| {
+                t.rule()
+                    .is_some_and(|r| !r.name.is_empty() && replaced.contains(&r.name.as_str()))
+            })
+            .collect();
+        for (t, drop) in targets.iter_mut().zip(dropped) {
+            if drop {
+                *t = Target::NoRule;
+            }
+        }
+        targets
+    }
+
+    pub(super) fn resolve<'a>(
+        &self,
+        compiled: &'a Compiled,
+        domain: &str,
+        d: &RateLimitDescriptor,
+    ) -> Target<'a> {
+        let rules = &compiled.rules;
+        if let Some(o) = &d.limit {
+            if !rules.has_domain(domain) {
+                return Target::NoRule;
+            }
+            // validate() has checked the unit.
+            let unit = rule_unit(PbUnit::try_from(o.unit).unwrap_or(PbUnit::Second));
+            let mut key = format!("{domain}.");
+            for (i, e) in d.entries.iter().enumerate() {
+                if i > 0 {
+                    key.push('.');
+                }
+                key.push_str(&e.key);
+                if !e.value.is_empty() {
+                    key.push('_');
+                    key.push_str(&e.value);
+                }
+            }
+            let limit = Limit {
+                requests_per_unit: o.requests_per_unit,
+                window_ms: unit.seconds() * 1000,
+                algorithm: Algorithm::SlidingWindow,
+            };
+            let stats = self
+                .telemetry
+                .rules
+                .get_detailed(domain, &key)
+                .unwrap_or_else(|| {
+                    self.telemetry
+                        .rules
+                        .get(domain, &format!("{domain}.override"))
+                });
+            let rule = Rule {
+                id: 0,
+                domain: domain.to_string(),
+                full_key: key,
+                name: String::new(),
+                limits: vec![LimitSpec { limit, unit }],
+                unlimited: false,
+                shadow_mode: false,
+                quota_mode: false,
+                detailed_metric: false,
+                value_to_metric: false,
+                replaces: Vec::new(),
+            };
+            let entity =
+                identity::override_entity(&rule.full_key, o.requests_per_unit, unit.seconds());
+            return Target::Override(rule, entity, stats);
+        }
+        match rules.find(domain, &d.entries) {
+            None => Target::NoRule,
+            Some(m) => {
+                let stats = rules
+                    .metric_key(&m, &d.entries)
+                    .and_then(|k| self.telemetry.rules.get_detailed(domain, &k))
+                    .unwrap_or_else(|| compiled.stats[m.index].clone());
+                Target::Rule(m.rule, m.entity, stats)
+            }
+        }
+    }
+}
