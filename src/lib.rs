@@ -2,22 +2,23 @@
 //! and wire semantics, decided from memory.
 //!
 //! # Layout
-//! Dependencies point one way: the pure core (`clock`, `limiter`, `config`, `rules`) imports
-//! nothing from the I/O edges.
-//! - `clock`: the `Clock` trait; the only place that reads the wall clock.
-//! - `limiter`: the decision core, `decide(state, limit, now, hits)`.
-//! - `config`: the rules YAML model and key checks; `rules`: validation, compilation, matching.
-//! - `state`: the bounded entity table (moka) of counters.
-//! - `service`: RLS v3 semantics over the rules and the table, transport-independent.
-//! - `grpc`: the tonic service, health and reflection; `admin`: the HTTP endpoints.
-//! - `reload`: loading rules from disk and hot reload; `telemetry`: metrics and logs.
-//! - `sync`: global mode's background sync (queues, shard tasks); `redis`: its Redis stores;
-//!   `global`: starting them.
-//! - `settings`: flags and environment; `shutdown`: signals and readiness; `client`: `query`
-//!   and `load`.
+//! Dependencies point one way: the pure core (`core`, `rules`) imports nothing from the I/O
+//! edges (`server`, `global`'s Redis, `cli`); `rls` uses the core and `telemetry` only.
+//! - `core/`: time (`clock`), window counters (`window`), the fleet estimate (`fleet`), pressure
+//!   tiers and sync cadence (`tier`), the entity table (`table`). Pure: `now` is an argument.
+//! - `rules/`: the rules YAML (`model`), validation and compilation (`compile`), the descriptor
+//!   tree (`tree`) and counter identity (`identity`).
+//! - `rls/`: the ShouldRateLimit semantics, transport-independent: validate → resolve →
+//!   evaluate → respond.
+//! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
+//!   clock offset, Redis, an in-memory store.
+//! - `server/`: gRPC, HTTP admin and proto3 JSON, rules reload from disk, signals/readiness.
+//! - `settings/`: flags and environment; `telemetry`: metrics and logs; `cli/`: `check`,
+//!   `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
 //!
 //! [`run`] wires them: load rules, serve gRPC and HTTP, watch the rules, and on the shutdown
-//! future go not-ready, drain gRPC within the grace period, then stop.
+//! future stop within one grace period: not ready, servers drained, limiter closed, final
+//! flush. ARCHITECTURE.md walks through a request and a hit.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -33,13 +34,17 @@ pub mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
+use crate::global::Global;
 use crate::rls::RateLimiter;
 use crate::rules::model::ConfigError;
 use crate::server::grpc::{self, RlsService};
@@ -113,7 +118,7 @@ impl Listeners {
     }
 }
 
-/// Runs the service until `shutdown` resolves, then drains and returns.
+/// Runs the service until `shutdown` resolves, then stops it within `SHUTDOWN_GRACE`.
 ///
 /// # Errors
 /// [`RunError`] when the rules at start are rejected or a server fails.
@@ -123,138 +128,231 @@ pub async fn run(
     clock: Arc<dyn Clock>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
-    let telemetry = Arc::new(Telemetry::new()?);
-    let (rules, files) = reload::load_path(&settings.config_path, settings.merge_domains)
-        .map_err(RunError::Rules)?;
-    tracing::info!(
-        path = %settings.config_path.display(),
-        rules = rules.rules().len(),
-        "rules loaded"
-    );
-    telemetry.config_load(telemetry::ConfigLoad::Success);
-    let sync_stop = CancellationToken::new();
-    let global = match &settings.redis {
-        Some(redis) => Some(
-            global::start(
-                redis,
-                &settings,
-                clock.clone(),
-                &telemetry,
-                sync_stop.clone(),
-            )
-            .await
-            .map_err(RunError::Redis)?,
-        ),
-        None => None,
-    };
-    let limiter = RateLimiter::new(
-        rules,
-        files,
-        clock,
-        settings.options.clone(),
-        telemetry.clone(),
-        global.as_ref().map(|g| g.queues.clone()),
-    );
-    let reload_status = Arc::new(ReloadStatus::default());
-    let readiness = Arc::new(Readiness::default());
-
-    let background = CancellationToken::new();
-    let watcher = reload::spawn_watcher(
-        settings.config_path.clone(),
-        settings.merge_domains,
-        settings.reload_debounce,
-        limiter.clone(),
-        reload_status.clone(),
-        background.clone(),
-    )?;
-
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<RateLimitServiceServer<RlsService>>()
+    let mut service = Service::start(&settings, listeners, clock).await?;
+    let result = service.serve_until(shutdown).await;
+    service
+        .stop(settings.shutdown_grace, settings.sync.timeout)
         .await;
+    result
+}
+
+/// A server task and the token that stops it.
+struct ServerTask<E> {
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), E>>,
+}
+
+/// The running service: what `run` started and must stop.
+struct Service {
+    limiter: Arc<RateLimiter>,
+    telemetry: Arc<Telemetry>,
+    readiness: Arc<Readiness>,
+    health: tonic_health::server::HealthReporter,
+    grpc: ServerTask<tonic::transport::Error>,
+    http: ServerTask<std::io::Error>,
+    global: Option<Global>,
+    sync_stop: CancellationToken,
+    watcher: JoinHandle<()>,
+    background: CancellationToken,
+}
+
+// === impl Service ===
+
+impl Service {
+    /// Loads the rules, starts global mode (if configured), the gRPC and HTTP servers and the
+    /// rules watcher, then turns ready.
+    async fn start(
+        settings: &Settings,
+        listeners: Listeners,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Service, RunError> {
+        let telemetry = Arc::new(Telemetry::new()?);
+        let (rules, files) = reload::load_path(&settings.config_path, settings.merge_domains)
+            .map_err(RunError::Rules)?;
+        tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
+        telemetry.config_load(telemetry::ConfigLoad::Success);
+        let sync_stop = CancellationToken::new();
+        let global = match &settings.redis {
+            Some(redis) => Some(
+                global::start(
+                    redis,
+                    settings,
+                    clock.clone(),
+                    &telemetry,
+                    sync_stop.clone(),
+                )
+                .await
+                .map_err(RunError::Redis)?,
+            ),
+            None => None,
+        };
+        let limiter = RateLimiter::new(
+            rules,
+            files,
+            clock,
+            settings.options.clone(),
+            telemetry.clone(),
+            global.as_ref().map(|g| g.queues.clone()),
+        );
+        let reload_status = Arc::new(ReloadStatus::default());
+        let background = CancellationToken::new();
+        let watcher = reload::spawn_watcher(
+            settings.config_path.clone(),
+            settings.merge_domains,
+            settings.reload_debounce,
+            limiter.clone(),
+            reload_status.clone(),
+            background.clone(),
+        )?;
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<RateLimitServiceServer<RlsService>>()
+            .await;
+        let grpc_addr = listeners.grpc.local_addr().ok();
+        let http_addr = listeners.http.local_addr().ok();
+        let grpc = serve_grpc(listeners.grpc, health_service, limiter.clone())?;
+        let readiness = Arc::new(Readiness::default());
+        let state = http::AdminState {
+            limiter: limiter.clone(),
+            readiness: readiness.clone(),
+            reload: reload_status,
+            shards: global
+                .as_ref()
+                .map(|g| g.health.clone())
+                .unwrap_or_default(),
+        };
+        let http = serve_http(listeners.http, state);
+        readiness.set(true);
+        tracing::info!(grpc = ?grpc_addr, http = ?http_addr, "serving");
+        Ok(Service {
+            limiter,
+            telemetry,
+            readiness,
+            health,
+            grpc,
+            http,
+            global,
+            sync_stop,
+            watcher,
+            background,
+        })
+    }
+
+    /// Waits for `shutdown`, or for a server to fail.
+    async fn serve_until(&mut self, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
+        tokio::select! {
+            _ = shutdown => Ok(()),
+            r = &mut self.grpc.task => Err(match r {
+                Ok(Err(e)) => RunError::Grpc(e),
+                _ => RunError::Stopped("gRPC"),
+            }),
+            r = &mut self.http.task => Err(match r {
+                Ok(Err(e)) => RunError::Http(e),
+                _ => RunError::Stopped("HTTP"),
+            }),
+        }
+    }
+
+    /// Stops within one deadline, `grace` from now (DESIGN §4): not ready; both servers stop
+    /// taking and finish their calls; the limiter closes, so nothing is decided after the
+    /// final flush (not even over HTTP); then every shard flushes. The servers get the grace
+    /// less what the flush may need (one store call per shard, bounded by `store_timeout`),
+    /// so the whole stop fits the pod's `terminationGracePeriodSeconds`.
+    async fn stop(self, grace: Duration, store_timeout: Duration) {
+        let deadline = Instant::now() + grace;
+        let drain_deadline = deadline - flush_reserve(grace, store_timeout);
+        self.readiness.set(false);
+        self.health
+            .set_not_serving::<RateLimitServiceServer<RlsService>>()
+            .await;
+        self.health
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        self.grpc.stop.cancel();
+        self.http.stop.cancel();
+        let (mut grpc, mut http) = (self.grpc.task, self.http.task);
+        let drained = tokio::time::timeout_at(drain_deadline, async {
+            let _ = (&mut grpc).await;
+            let _ = (&mut http).await;
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                ?grace,
+                "grace period nearly over; closing connections with calls in flight"
+            );
+            grpc.abort();
+            http.abort();
+        }
+        // From here on nothing is counted: every hit is in memory, for the flush to send.
+        self.limiter.close();
+        self.sync_stop.cancel();
+        if let Some(g) = self.global {
+            if tokio::time::timeout_at(deadline, g.join()).await.is_err() {
+                tracing::warn!("grace period over before the final flush finished");
+            }
+        }
+        self.background.cancel();
+        let _ = self.watcher.await;
+        self.telemetry.shutdown();
+        tracing::info!("stopped");
+    }
+}
+
+/// How much of the grace period the final flush keeps for itself: each shard sends one call
+/// bounded by the store timeout (twice it, for the lock work around it), at most half the
+/// grace so the servers always get the other half.
+fn flush_reserve(grace: Duration, store_timeout: Duration) -> Duration {
+    (store_timeout * 2 + Duration::from_millis(100)).min(grace / 2)
+}
+
+/// Starts the gRPC server: the RLS service, health and reflection.
+fn serve_grpc(
+    listener: TcpListener,
+    health: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    limiter: Arc<RateLimiter>,
+) -> Result<ServerTask<tonic::transport::Error>, RunError> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(grpc::FILE_DESCRIPTOR_SET)
     };
-    let grpc_stop = CancellationToken::new();
-    let grpc_addr = listeners.grpc.local_addr().ok();
-    let mut grpc_task = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(health_service)
-            .add_service(reflection().build_v1()?)
-            .add_service(reflection().build_v1alpha()?)
-            .add_service(RlsService::new(limiter.clone()).into_server())
-            .serve_with_incoming_shutdown(
-                TcpListenerStream::new(listeners.grpc),
-                grpc_stop.clone().cancelled_owned(),
-            ),
-    );
-    let http_stop = CancellationToken::new();
-    let http_addr = listeners.http.local_addr().ok();
-    let state = http::AdminState {
-        limiter: limiter.clone(),
-        readiness: readiness.clone(),
-        reload: reload_status,
-        shards: global
-            .as_ref()
-            .map(|g| g.health.clone())
-            .unwrap_or_default(),
-    };
-    let http_server = axum::serve(listeners.http, http::router(state))
-        .with_graceful_shutdown(http_stop.clone().cancelled_owned());
-    let mut http_task = tokio::spawn(async move { http_server.await });
-    readiness.set(true);
-    tracing::info!(grpc = ?grpc_addr, http = ?http_addr, "serving");
+    let stop = CancellationToken::new();
+    let server = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(RlsService::new(limiter).into_server())
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener),
+            stop.clone().cancelled_owned(),
+        );
+    Ok(ServerTask {
+        stop,
+        task: tokio::spawn(server),
+    })
+}
 
-    let result = tokio::select! {
-        _ = shutdown => Ok(()),
-        r = &mut grpc_task => Err(match r {
-            Ok(Err(e)) => RunError::Grpc(e),
-            _ => RunError::Stopped("gRPC"),
-        }),
-        r = &mut http_task => Err(match r {
-            Ok(Err(e)) => RunError::Http(e),
-            _ => RunError::Stopped("HTTP"),
-        }),
-    };
+/// Starts the HTTP admin server.
+fn serve_http(listener: TcpListener, state: http::AdminState) -> ServerTask<std::io::Error> {
+    let stop = CancellationToken::new();
+    let server = axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(stop.clone().cancelled_owned());
+    ServerTask {
+        stop,
+        task: tokio::spawn(async move { server.await }),
+    }
+}
 
-    // Not ready first, so probes and balancers stop sending; then drain in-flight calls.
-    readiness.set(false);
-    health
-        .set_not_serving::<RateLimitServiceServer<RlsService>>()
-        .await;
-    health
-        .set_service_status("", tonic_health::ServingStatus::NotServing)
-        .await;
-    grpc_stop.cancel();
-    if !grpc_task.is_finished()
-        && tokio::time::timeout(settings.shutdown_grace, &mut grpc_task)
-            .await
-            .is_err()
-    {
-        tracing::warn!(grace = ?settings.shutdown_grace, "grace period over; exiting with gRPC calls in flight");
-        grpc_task.abort();
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flush_keeps_what_it_needs_but_never_more_than_half_the_grace() {
+        let ms = Duration::from_millis;
+        assert_eq!(flush_reserve(ms(20_000), ms(100)), ms(300));
+        assert_eq!(flush_reserve(ms(1_000), ms(5_000)), ms(500));
     }
-    // Every hit counted is now in memory: flush them all to Redis before exiting.
-    sync_stop.cancel();
-    if let Some(g) = global {
-        if tokio::time::timeout(settings.shutdown_grace, g.join())
-            .await
-            .is_err()
-        {
-            tracing::warn!("grace period over before the final flush finished");
-        }
-    }
-    http_stop.cancel();
-    if tokio::time::timeout(std::time::Duration::from_secs(1), &mut http_task)
-        .await
-        .is_err()
-    {
-        http_task.abort();
-    }
-    background.cancel();
-    let _ = watcher.await;
-    telemetry.shutdown();
-    tracing::info!("stopped");
-    result
 }
