@@ -217,6 +217,21 @@ pub fn scenarios() -> Vec<Scenario> {
             loads: vec![even(0, 4 * W, 2.0)],
             outage: Some((W + 20_000, W + 50_000)),
             seed: 0x5eed_0005,
+            ..base.clone()
+        },
+        // Two replicas, a limit of 600 a minute, hit from cold by 1000 requests a second (100×
+        // the limit) for 5 s: the small-fleet surge a real deployment sees, which DESIGN §9
+        // wants within 1.10× like any other cold surge.
+        Scenario {
+            name: "2-replica surge",
+            nodes: 2,
+            limit: Limit {
+                requests_per_unit: 600,
+                ..base.limit
+            },
+            loads: vec![even(0, 5_000, 100.0)],
+            windows: 1,
+            seed: 0x5eed_0006,
             ..base
         },
     ]
