@@ -123,7 +123,7 @@ impl Fleet {
                 let queues = Arc::new(SyncQueues::new(
                     ShardRouter::new(&[store.name().to_string()]),
                     1,
-                    1_000_000,
+                    1_000_000, // SYNC_MAX_QUEUED's default
                 ));
                 let sync = ShardSync {
                     index: 0,

@@ -2,13 +2,14 @@
 //! sluice's production code side by side with the plain design (DESIGN §3), on simulated time.
 //!
 //! This file owns the scenarios, the traffic driver, the exact reference and the report.
-//! Each replica of sluice is the shipped code ([`fleet`]): the `RateLimiter` request path in
+//! Each replica of sluice is the shipped code (`fleet.rs`): the `RateLimiter` request path in
 //! global mode and its real `ShardSync` task (tick, tier cadence, backoff), against an
-//! in-memory store with a round trip and an optional outage ([`store`]). Only the plain design,
-//! which is not our code, is a model ([`plain`]). So the table describes the system we ship.
+//! in-memory store with a round trip and an optional outage (`store.rs`). Only two things are
+//! models: the plain design (`plain.rs`), which is not our code, and the exact reference that
+//! counts false denials, which is the yardstick. So the table describes the system we ship.
 //!
 //! Each design runs on its own tokio current-thread runtime with paused time: every node's
-//! clock is a fixed Unix start ([`T0`], aligned to every window) plus tokio's elapsed time,
+//! clock is a fixed Unix start (`T0`, aligned to every window) plus tokio's elapsed time,
 //! so the decisions and the sync tasks see the same simulated time, with no wall clock and no
 //! threads. The fleet comes up one tick before the traffic and each node's sync task starts
 //! after a seeded phase, so a node's ticks fall at its own phase within each tick of the
@@ -37,14 +38,13 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::core::clock::UnixMillis;
 use crate::core::{Algorithm, Limit};
-pub use fleet::rules_yaml;
 use fleet::{Fleet, SimClock};
 use plain::PlainFleet;
 use store::SimStore;
 pub use table::{render_table, run_all};
 
 /// A Unix time aligned to every window the scenarios use, where every simulation starts.
-pub const T0: u64 = 1_700_000_040_000;
+const T0: u64 = 1_700_000_040_000;
 
 /// Traffic during one stretch of the run: hits evenly spaced in time.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -173,7 +173,7 @@ fn even(from_ms: u64, until_ms: u64, times_limit: f64) -> Load {
     }
 }
 
-/// The named scenarios, on [`base`]'s setting unless said otherwise.
+/// The named scenarios, on the shared setting (`base`) unless said otherwise.
 pub fn scenarios() -> Vec<Scenario> {
     let base = base();
     vec![
@@ -371,6 +371,7 @@ fn exact_estimate(limit: &Limit, t: u64, curr: u64, prev: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::fleet::rules_yaml;
     use super::*;
 
     #[test]
