@@ -243,9 +243,10 @@ fn query(p: &Proc, value: &str) -> serde_json::Value {
 
 #[test]
 fn a_fleet_of_three_processes_shares_one_limit() {
-    // The bound comes from the simulator, run on this test's setting: 3 replicas, a limit of
-    // 60 in a fixed window, a 100 ms tick (sync interval 2 s), ~1 ms round trip, 240 hits (4×)
-    // spread evenly over 3 s. The test uses a day-long window so no boundary falls inside it;
+    // The bound comes from the simulator (the production request path and sync task on
+    // simulated time), run on this test's setting: 3 replicas, a limit of 60 in a fixed
+    // window, a 100 ms tick (sync interval 2 s), ~1 ms round trip, 240 hits (4×) spread
+    // evenly over 3 s. The test uses a day-long window so no boundary falls inside it;
     // the simulator uses a minute, which behaves the same within its first 3 s.
     let scenario = Scenario {
         name: "3 processes",

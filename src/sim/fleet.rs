@@ -1,0 +1,171 @@
+//! sluice's fleet under simulation: each replica is the production code — a
+//! [`RateLimiter`] in global mode answering `ShouldRateLimit`, with its [`SyncQueues`] and
+//! one [`ShardSync`] task running its real loop (tick, tier cadence, backoff) against the
+//! shared [`SimStore`] — on a clock read from tokio's paused time.
+//!
+//! Nothing of the mechanism is modelled here: this file only wires the pieces the way
+//! `global::start` does for one shard, and turns a scenario's limit into a rules file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::store::SimStore;
+use crate::core::clock::{Clock, UnixMillis};
+use crate::core::{Algorithm, Limit, SyncPolicy};
+use crate::global::{ShardHealth, ShardRouter, ShardStore, ShardSync, SyncQueues, SyncSettings};
+use crate::rls::{Options, RateLimiter};
+use crate::telemetry::Telemetry;
+
+/// A node's clock: Unix time `t0` at the instant `zero` of tokio's clock, moving with it.
+/// Under paused time the decisions and the sync task read the same simulated time, and no
+/// wall clock is involved. Before `zero` it reads `t0`.
+#[derive(Debug, Clone, Copy)]
+pub struct SimClock {
+    /// The Unix time at `zero`.
+    pub t0: UnixMillis,
+    /// The tokio instant the simulated run calls `t0`.
+    pub zero: Instant,
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> UnixMillis {
+        let elapsed = Instant::now().saturating_duration_since(self.zero);
+        UnixMillis(self.t0.0 + elapsed.as_millis() as u64)
+    }
+}
+
+/// The rules file every replica loads: domain `sim`, key `k`, the scenario's limit.
+///
+/// # Panics
+/// When the limit's window is not a whole number of seconds (no rules file can say it).
+pub fn rules_yaml(limit: &Limit) -> String {
+    assert!(
+        limit.window_ms >= 1000 && limit.window_ms.is_multiple_of(1000),
+        "a rules file cannot express a window of {} ms",
+        limit.window_ms
+    );
+    let secs = limit.window_ms / 1000;
+    let (unit, multiplier) = [("day", 86_400), ("hour", 3_600), ("minute", 60)]
+        .into_iter()
+        .find(|&(_, s)| secs.is_multiple_of(s))
+        .map_or(("second", secs), |(u, s)| (u, secs / s));
+    let algorithm = match limit.algorithm {
+        Algorithm::SlidingWindow => "sliding_window",
+        Algorithm::FixedWindow => "fixed_window",
+    };
+    format!(
+        "domain: sim\ndescriptors:\n  - key: k\n    rate_limit: {{unit: {unit}, \
+         unit_multiplier: {multiplier}, requests_per_unit: {}, algorithm: {algorithm}}}\n",
+        limit.requests_per_unit
+    )
+}
+
+/// The one request of the run: one hit on entity `k=e` of domain `sim`.
+fn request() -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "sim".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "k".into(),
+                value: "e".into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    }
+}
+
+/// The replicas of one run, their sync tasks started.
+pub struct Fleet {
+    limiters: Vec<Arc<RateLimiter>>,
+    request: RateLimitRequest,
+}
+
+impl Fleet {
+    /// Starts `phases.len()` replicas on `store`, each deciding on a [`SimClock`] and each
+    /// sync task starting after its own phase. Must run inside the simulation's runtime.
+    ///
+    /// # Panics
+    /// When the limit makes no valid rules file (see [`rules_yaml`]).
+    pub fn start(
+        limit: &Limit,
+        tick_ms: u64,
+        clock: SimClock,
+        store: &Arc<SimStore>,
+        phases: &[u64],
+    ) -> Fleet {
+        let yaml = rules_yaml(limit);
+        // Never cancelled: a run ends by dropping its runtime, and a final flush after the
+        // last window would measure nothing.
+        let stop = CancellationToken::new();
+        let settings = SyncSettings {
+            policy: SyncPolicy {
+                tick_ms,
+                ..SyncPolicy::default()
+            },
+            ..SyncSettings::default()
+        };
+        let limiters = phases
+            .iter()
+            .map(|&phase| {
+                let rules =
+                    crate::rules::compile_sources(&[("sim.yaml".into(), yaml.clone())], false)
+                        .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
+                let telemetry = Telemetry::new().expect("a metrics pipeline");
+                // One shard, wired as `global::start` wires each of its shards.
+                let queues = Arc::new(SyncQueues::new(
+                    ShardRouter::new(&[store.name().to_string()]),
+                    1,
+                    1_000_000, // SYNC_MAX_QUEUED's default
+                ));
+                let sync = ShardSync {
+                    index: 0,
+                    store: store.clone(),
+                    queues: queues.clone(),
+                    health: Arc::new(ShardHealth::new(store.name().to_string())),
+                    clock: Arc::new(clock),
+                    settings,
+                };
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(phase)).await;
+                    sync.run(stop).await;
+                });
+                RateLimiter::new(
+                    rules,
+                    vec![],
+                    Arc::new(clock),
+                    Options::default(),
+                    Arc::new(telemetry),
+                    Some(queues),
+                )
+            })
+            .collect();
+        let fleet = Fleet {
+            limiters,
+            request: request(),
+        };
+        debug_assert_eq!(fleet.limit_in_force(), Some(*limit));
+        fleet
+    }
+
+    /// Node `node` answers one hit: whether it is admitted.
+    pub fn hit(&self, node: usize) -> bool {
+        self.limiters[node]
+            .should_rate_limit(&self.request)
+            .is_ok_and(|r| r.overall_code == Code::Ok as i32)
+    }
+
+    /// The limit the replicas' rules put on the simulated entity.
+    fn limit_in_force(&self) -> Option<Limit> {
+        let rules = self.limiters.first()?.rules();
+        Some(rules.rules.rules().first()?.limits.first()?.limit)
+    }
+}
