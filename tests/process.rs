@@ -87,6 +87,58 @@ fn serve_refuses_bad_settings_and_bad_rules() {
 }
 
 #[test]
+fn serve_names_every_bad_variable_in_one_run_and_exits_64() {
+    let out = sluice()
+        .args(["serve", "--grpc-port", "http"])
+        .env("REDIS_TIMEOUT", "xyz")
+        .env("NEAR_LIMIT_RATIO", "5")
+        .env("CACHE_MAX_ENTRIES", "0")
+        .env("REDIS_TYPE", "FOO")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "EX_USAGE");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "GRPC_PORT (--grpc-port): 'http'",
+        "REDIS_TIMEOUT (--redis-timeout): 'xyz' is not a duration",
+        "NEAR_LIMIT_RATIO (--near-limit-ratio): '5' is not between 0 and 1",
+        "CACHE_MAX_ENTRIES (--cache-max-entries): '0' is not at least 1",
+        "REDIS_TYPE (--redis-type): 'FOO' is not one of SINGLE, CLUSTER",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in\n{err}");
+    }
+    let unknown = sluice().args(["serve", "--no-such-flag"]).output().unwrap();
+    assert_eq!(
+        unknown.status.code(),
+        Some(64),
+        "a malformed command line is EX_USAGE too"
+    );
+}
+
+#[test]
+fn help_never_shows_a_secret() {
+    for sub in ["serve", "check", "query", "load"] {
+        let out = sluice()
+            .args([sub, "--help"])
+            .env("REDIS_URL", "redis://user:hunter2@redis:6379")
+            .env("REDIS_AUTH", "user:hunter2")
+            .env("SLUICE_ADDR", "http://user:hunter2@h:1")
+            .env("MERGE_DOMAIN_CONFIG", "hunter2")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{sub} --help");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !help.contains("hunter2"),
+            "{sub} --help shows a secret:\n{help}"
+        );
+        if sub == "serve" {
+            assert!(help.contains("[env: REDIS_URL]"), "{help}");
+        }
+    }
+}
+
+#[test]
 fn serve_with_reference_env_then_query_load_and_sigterm() {
     // envoyproxy/ratelimit's layout: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
     let root = tempfile::tempdir().unwrap();
