@@ -56,6 +56,28 @@ fn check_lists_every_error_of_every_file_and_exits_1() {
 }
 
 #[test]
+fn check_rejects_windows_too_long_to_count_naming_the_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("w.yaml");
+    std::fs::write(&f, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: year, unit_multiplier: 4294967295, requests_per_unit: 1}\n").unwrap();
+    // A count past u32 is a type error: the file does not decode, so it gets its own file.
+    let g = dir.path().join("x.yaml");
+    std::fs::write(&g, "domain: x\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n").unwrap();
+    let out = sluice().arg("check").arg(&f).arg(&g).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        format!(
+            "{}: edge.user: window of 4294967295 years is too long (at most 3650 days, 10 years)",
+            f.display()
+        ),
+        "expected a whole number from 0 to 4294967295".to_string(),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+}
+
+#[test]
 fn serve_refuses_bad_settings_and_bad_rules() {
     let out = sluice()
         .args(["serve", "--log-format", "xml", "--near-limit-ratio", "7"])
