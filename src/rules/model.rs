@@ -204,8 +204,14 @@ pub fn parse(file: &str, content: &str) -> Result<RulesFile, Vec<ConfigError>> {
 
 /// Parses one rules file, returning what could be decoded alongside every key and syntax
 /// problem. Unknown keys do not stop decoding (the rest of the file is still checked), so a
-/// caller can report the file's semantic errors in the same pass.
+/// caller can report the file's semantic errors in the same pass. A file past the size or
+/// nesting bounds of `prescan.rs` is refused unparsed.
 pub fn parse_lenient(file: &str, content: &str) -> (Option<RulesFile>, Vec<ConfigError>) {
+    // Before the parser: pathological nesting costs it quadratic time (see `prescan.rs`).
+    if let Err(e) = super::prescan::check(content) {
+        let err = ConfigError::new(file, format!("error loading config file: {e}"));
+        return (None, vec![err]);
+    }
     let value: Value = match serde_yaml::from_str(content) {
         Ok(v) => v,
         Err(e) => {
@@ -407,5 +413,51 @@ mod tests {
         .unwrap();
         let rl = f.descriptors[0].rate_limit.as_ref().unwrap();
         assert_eq!((rl.requests_per_unit, rl.unit_multiplier), (u32::MAX, None));
+    }
+
+    #[test]
+    fn pathological_nesting_is_refused_before_parsing() {
+        let lists = format!("domain: d\ndescriptors: {}", "[".repeat(200_000));
+        let maps = format!("domain: d\nmetadata: {}", "{a: ".repeat(50_000));
+        for (text, line) in [(lists, 2), (maps, 2)] {
+            let errs = parse("deep.yaml", &text).unwrap_err();
+            assert_eq!(
+                errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                vec![format!(
+                    "deep.yaml: error loading config file: nesting deeper than 64 levels at line {line}"
+                )]
+            );
+        }
+        let big = format!(
+            "domain: d\n#{}\n",
+            "x".repeat(super::super::prescan::MAX_FILE_BYTES)
+        );
+        let errs = parse("big.yaml", &big).unwrap_err();
+        assert!(
+            errs[0]
+                .message
+                .ends_with("bytes, more than the 4194304 allowed"),
+            "{}",
+            errs[0]
+        );
+    }
+
+    #[test]
+    fn ten_descriptor_levels_still_load() {
+        let mut text = String::from("domain: d\ndescriptors:\n");
+        for level in 0..10 {
+            let pad = "    ".repeat(level);
+            text += &format!("{pad}  - key: k{level}\n{pad}    rate_limit: {{unit: second, requests_per_unit: 1}}\n{pad}    metadata: {{tags: [a, [b]]}}\n{pad}    descriptors:\n");
+        }
+        text += &format!("{}  - key: leaf\n", "    ".repeat(10));
+        let mut f = parse("ten.yaml", &text).unwrap();
+        for level in 0..10 {
+            assert_eq!(f.descriptors[0].key, format!("k{level}"));
+            f = RulesFile {
+                descriptors: f.descriptors[0].descriptors.clone(),
+                ..f
+            };
+        }
+        assert_eq!(f.descriptors[0].key, "leaf");
     }
 }
