@@ -1,7 +1,9 @@
 //! The `sluice` binary: parse the command line, set up logging, run the subcommand, map
-//! failures to exit codes (64 usage, 78 configuration, 1 other).
+//! failures to exit codes (64 usage, 78 configuration, 1 other). The only place that reads
+//! the process environment: it is handed to `Settings::resolve` as a map.
 #![forbid(unsafe_code)]
 
+use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -12,7 +14,19 @@ const EX_USAGE: u8 = 64;
 const EX_CONFIG: u8 = 78;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` print and succeed; a malformed command line is a usage
+        // error like a bad setting, so it exits 64 too (clap's own code would be 2).
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(EX_USAGE);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -25,7 +39,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Serve(args) => {
-            let settings = match Settings::resolve(*args) {
+            let settings = match Settings::resolve(&args, &environment()) {
                 Ok(s) => s,
                 Err(errors) => {
                     for e in errors {
@@ -45,6 +59,19 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// The process environment. A value that is not UTF-8 is passed on lossily, so that it fails
+/// its setting's check (or shows) rather than vanishing as if unset.
+fn environment() -> HashMap<String, String> {
+    std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect()
 }
 
 async fn serve(settings: Settings) -> ExitCode {

@@ -56,6 +56,28 @@ fn check_lists_every_error_of_every_file_and_exits_1() {
 }
 
 #[test]
+fn check_rejects_windows_too_long_to_count_naming_the_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("w.yaml");
+    std::fs::write(&f, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: year, unit_multiplier: 4294967295, requests_per_unit: 1}\n").unwrap();
+    // A count past u32 is a type error: the file does not decode, so it gets its own file.
+    let g = dir.path().join("x.yaml");
+    std::fs::write(&g, "domain: x\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n").unwrap();
+    let out = sluice().arg("check").arg(&f).arg(&g).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        format!(
+            "{}: edge.user: window of 4294967295 years is too long (at most 3650 days, 10 years)",
+            f.display()
+        ),
+        "expected a whole number from 0 to 4294967295".to_string(),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+}
+
+#[test]
 fn serve_refuses_bad_settings_and_bad_rules() {
     let out = sluice()
         .args(["serve", "--log-format", "xml", "--near-limit-ratio", "7"])
@@ -84,6 +106,58 @@ fn serve_refuses_bad_settings_and_bad_rules() {
         .unwrap();
     assert_eq!(out.status.code(), Some(78), "EX_CONFIG");
     assert!(String::from_utf8_lossy(&out.stderr).contains("config file cannot have empty domain"));
+}
+
+#[test]
+fn serve_names_every_bad_variable_in_one_run_and_exits_64() {
+    let out = sluice()
+        .args(["serve", "--grpc-port", "http"])
+        .env("REDIS_TIMEOUT", "xyz")
+        .env("NEAR_LIMIT_RATIO", "5")
+        .env("CACHE_MAX_ENTRIES", "0")
+        .env("REDIS_TYPE", "FOO")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "EX_USAGE");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "GRPC_PORT (--grpc-port): 'http'",
+        "REDIS_TIMEOUT (--redis-timeout): 'xyz' is not a duration",
+        "NEAR_LIMIT_RATIO (--near-limit-ratio): '5' is not between 0 and 1",
+        "CACHE_MAX_ENTRIES (--cache-max-entries): '0' is not at least 1",
+        "REDIS_TYPE (--redis-type): 'FOO' is not one of SINGLE, CLUSTER",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in\n{err}");
+    }
+    let unknown = sluice().args(["serve", "--no-such-flag"]).output().unwrap();
+    assert_eq!(
+        unknown.status.code(),
+        Some(64),
+        "a malformed command line is EX_USAGE too"
+    );
+}
+
+#[test]
+fn help_never_shows_a_secret() {
+    for sub in ["serve", "check", "query", "load"] {
+        let out = sluice()
+            .args([sub, "--help"])
+            .env("REDIS_URL", "redis://user:hunter2@redis:6379")
+            .env("REDIS_AUTH", "user:hunter2")
+            .env("SLUICE_ADDR", "http://user:hunter2@h:1")
+            .env("MERGE_DOMAIN_CONFIG", "hunter2")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{sub} --help");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !help.contains("hunter2"),
+            "{sub} --help shows a secret:\n{help}"
+        );
+        if sub == "serve" {
+            assert!(help.contains("[env: REDIS_URL]"), "{help}");
+        }
+    }
 }
 
 #[test]

@@ -99,6 +99,20 @@ pub fn with_prior_errors(
     }
 }
 
+/// The longest window a limit may have: 10 years of 365 days, 3.2e11 ms (under 2^39).
+///
+/// Windows are counted in u64 milliseconds here and, in global mode, in the Redis script,
+/// where Lua numbers are doubles, exact only up to 2^53. The arithmetic done on a window is
+/// `2 × window_ms` (the key's TTL) and `epoch × window_ms` with `epoch = now_ms / window_ms`
+/// (a window start, at most `now_ms + window_ms`). With `now_ms` under 2^42 (until the year
+/// 2109) and the window under 2^39, every such value stays under 2^43: exact in a double and
+/// far from u64's end. Ten years also keeps errors readable and is longer than any useful
+/// rate limit.
+pub const MAX_WINDOW_MS: u64 = 10 * 365 * 86_400_000;
+
+// The bound above, checked where it is stated: a window start plus a TTL stays exact.
+const _: () = assert!(MAX_WINDOW_MS < 1 << 39 && 2 * MAX_WINDOW_MS + (1 << 42) < 1 << 53);
+
 struct Compiler<'a> {
     file: &'a str,
     domain: &'a str,
@@ -212,7 +226,7 @@ impl Compiler<'_> {
                 algorithm: rl.algorithm.clone(),
             };
             for l in std::iter::once(&primary).chain(&d.additional_limits) {
-                if let Some(spec) = self.limit(l) {
+                if let Some(spec) = self.limit(l, composite) {
                     limits.push(spec);
                 }
             }
@@ -241,7 +255,7 @@ impl Compiler<'_> {
         Some(self.rules.len() - 1)
     }
 
-    fn limit(&mut self, l: &LimitConfig) -> Option<LimitSpec> {
+    fn limit(&mut self, l: &LimitConfig, composite: &str) -> Option<LimitSpec> {
         let Some(unit) = Unit::parse(&l.unit) else {
             self.error(format!("invalid rate limit unit '{}'", l.unit));
             return None;
@@ -251,6 +265,17 @@ impl Compiler<'_> {
             self.error("unit_multiplier must be at least 1");
             return None;
         }
+        let window_ms = (unit.seconds() * 1000)
+            .checked_mul(u64::from(multiplier))
+            .filter(|ms| *ms <= MAX_WINDOW_MS);
+        let Some(window_ms) = window_ms else {
+            self.error(format!(
+                "{composite}: window of {multiplier} {}s is too long (at most {} days, 10 years)",
+                unit.name().to_ascii_lowercase(),
+                MAX_WINDOW_MS / 86_400_000,
+            ));
+            return None;
+        };
         let algorithm = match l.algorithm.as_deref() {
             None | Some("sliding_window") => Algorithm::SlidingWindow,
             Some("fixed_window") => Algorithm::FixedWindow,
@@ -264,7 +289,7 @@ impl Compiler<'_> {
         Some(LimitSpec {
             limit: Limit {
                 requests_per_unit: l.requests_per_unit,
-                window_ms: unit.seconds() * 1000 * u64::from(multiplier),
+                window_ms,
                 algorithm,
             },
             unit,
@@ -306,5 +331,26 @@ mod tests {
         assert_eq!(r.limits[0].limit.algorithm, Algorithm::FixedWindow);
         assert_eq!(r.limits[1].limit.window_ms, 86_400_000);
         assert!(s.dump().contains("unit_multiplier=30"));
+    }
+
+    #[test]
+    fn windows_past_ten_years_are_rejected_naming_the_rule() {
+        let f = parse(
+            "w.yaml",
+            "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: year, unit_multiplier: 4294967295, requests_per_unit: 1}\n  - key: ok\n    rate_limit: {unit: year, unit_multiplier: 10, requests_per_unit: 1}\n    additional_limits:\n      - {unit: day, unit_multiplier: 3651, requests_per_unit: 1}\n",
+        )
+        .unwrap();
+        let errs = RuleSet::compile(&[("w.yaml".into(), f)], false).unwrap_err();
+        let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "w.yaml: edge.user: window of 4294967295 years is too long (at most 3650 days, 10 years)",
+                "w.yaml: edge.ok: window of 3651 days is too long (at most 3650 days, 10 years)",
+            ]
+        );
+        // The bound itself is accepted.
+        let s = set("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, unit_multiplier: 3650, requests_per_unit: 1}\n");
+        assert_eq!(s.rules()[0].limits[0].limit.window_ms, MAX_WINDOW_MS);
     }
 }

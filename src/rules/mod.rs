@@ -12,8 +12,9 @@
 //! position in the file, so a reload keeps the counters of every unchanged rule. Both are
 //! explicit byte encodings, pinned by tests: see `identity.rs`.
 //!
-//! Files: `model.rs` (the YAML model), `compile.rs` (validation, compilation), `tree.rs` (the
-//! descriptor tree and wildcard matching), `identity.rs` (rule ids and entity keys).
+//! Files: `model.rs` (the YAML model), `prescan.rs` (size and nesting bounds checked before
+//! parsing), `compile.rs` (validation, compilation), `tree.rs` (the descriptor tree and
+//! wildcard matching), `identity.rs` (rule ids and entity keys).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -21,6 +22,7 @@ use std::fmt::Write as _;
 mod compile;
 pub mod identity;
 pub mod model;
+pub mod prescan;
 mod tree;
 
 pub use compile::{compile_sources, with_prior_errors};

@@ -5,6 +5,9 @@
 //! any level, any other key is an error. Every problem in a file is reported, not just the
 //! first, each prefixed with the file's name (`"<file>: <message>"`, the reference's wording).
 
+use std::fmt;
+
+use serde::de::{self, Deserializer, Unexpected, Visitor};
 use serde::Deserialize;
 use serde_yaml::Value;
 
@@ -108,7 +111,7 @@ pub struct RateLimitConfig {
     #[serde(default)]
     pub unit: String,
     /// Hits allowed per window.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole_u32")]
     pub requests_per_unit: u32,
     /// No limit: matching requests are never counted or denied.
     #[serde(default)]
@@ -120,7 +123,7 @@ pub struct RateLimitConfig {
     #[serde(default)]
     pub replaces: Vec<ReplacesConfig>,
     /// Window length in units (sluice extension; default 1).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_whole_u32")]
     pub unit_multiplier: Option<u32>,
     /// `sliding_window` (default) or `fixed_window` (sluice extension).
     #[serde(default)]
@@ -134,10 +137,10 @@ pub struct LimitConfig {
     #[serde(default)]
     pub unit: String,
     /// Hits allowed per window.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole_u32")]
     pub requests_per_unit: u32,
     /// Window length in units (default 1).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_whole_u32")]
     pub unit_multiplier: Option<u32>,
     /// `sliding_window` (default) or `fixed_window`.
     #[serde(default)]
@@ -150,6 +153,42 @@ pub struct ReplacesConfig {
     /// The name of the limit replaced.
     #[serde(default)]
     pub name: String,
+}
+
+/// A `u32` field whose type error says the range in words: serde's own ends "expected u32".
+struct WholeU32;
+
+impl Visitor<'_> for WholeU32 {
+    type Value = u32;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a whole number from 0 to {}", u32::MAX)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u32, E> {
+        u32::try_from(v).map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u32, E> {
+        u32::try_from(v).map_err(|_| E::invalid_value(Unexpected::Signed(v), &self))
+    }
+}
+
+fn whole_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    d.deserialize_u32(WholeU32)
+}
+
+fn optional_whole_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    Option::<Whole>::deserialize(d).map(|o| o.map(|w| w.0))
+}
+
+/// [`WholeU32`] as a type, so `Option` handles `null`.
+struct Whole(u32);
+
+impl<'de> Deserialize<'de> for Whole {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        whole_u32(d).map(Whole)
+    }
 }
 
 /// Parses one rules file, reporting every key and syntax problem in it.
@@ -165,8 +204,14 @@ pub fn parse(file: &str, content: &str) -> Result<RulesFile, Vec<ConfigError>> {
 
 /// Parses one rules file, returning what could be decoded alongside every key and syntax
 /// problem. Unknown keys do not stop decoding (the rest of the file is still checked), so a
-/// caller can report the file's semantic errors in the same pass.
+/// caller can report the file's semantic errors in the same pass. A file past the size or
+/// nesting bounds of `prescan.rs` is refused unparsed.
 pub fn parse_lenient(file: &str, content: &str) -> (Option<RulesFile>, Vec<ConfigError>) {
+    // Before the parser: pathological nesting costs it quadratic time (see `prescan.rs`).
+    if let Err(e) = super::prescan::check(content) {
+        let err = ConfigError::new(file, format!("error loading config file: {e}"));
+        return (None, vec![err]);
+    }
     let value: Value = match serde_yaml::from_str(content) {
         Ok(v) => v,
         Err(e) => {
@@ -335,5 +380,84 @@ mod tests {
             "domain: d\ndescriptors:\n  - key: k\n    metadata:\n      owner: team-a\n      anything: [1, 2]\n",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn counts_past_u32_say_the_range_in_words() {
+        let errs = parse(
+            "r.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n",
+        )
+        .unwrap_err();
+        assert!(
+            errs[0].message.contains("descriptors[0].rate_limit.requests_per_unit: invalid value: integer `4294967296`, expected a whole number from 0 to 4294967295"),
+            "{}",
+            errs[0]
+        );
+        let errs = parse(
+            "m.yaml",
+            "domain: d\ndescriptors:\n  - key: m\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: -1}\n",
+        )
+        .unwrap_err();
+        assert!(
+            errs[0]
+                .message
+                .contains("unit_multiplier: invalid type: integer `-1`, expected a whole number"),
+            "{}",
+            errs[0]
+        );
+        let f = parse(
+            "n.yaml",
+            "domain: d\ndescriptors:\n  - key: m\n    rate_limit: {unit: second, requests_per_unit: 4294967295, unit_multiplier: ~}\n",
+        )
+        .unwrap();
+        let rl = f.descriptors[0].rate_limit.as_ref().unwrap();
+        assert_eq!((rl.requests_per_unit, rl.unit_multiplier), (u32::MAX, None));
+    }
+
+    #[test]
+    fn pathological_nesting_is_refused_before_parsing() {
+        let lists = format!("domain: d\ndescriptors: {}", "[".repeat(200_000));
+        let maps = format!("domain: d\nmetadata: {}", "{a: ".repeat(50_000));
+        for (text, line) in [(lists, 2), (maps, 2)] {
+            let errs = parse("deep.yaml", &text).unwrap_err();
+            assert_eq!(
+                errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                vec![format!(
+                    "deep.yaml: error loading config file: nesting deeper than 64 levels at line {line}"
+                )]
+            );
+        }
+        let big = format!(
+            "domain: d\n#{}\n",
+            "x".repeat(super::super::prescan::MAX_FILE_BYTES)
+        );
+        let errs = parse("big.yaml", &big).unwrap_err();
+        assert!(
+            errs[0]
+                .message
+                .ends_with("bytes, more than the 4194304 allowed"),
+            "{}",
+            errs[0]
+        );
+    }
+
+    #[test]
+    fn ten_descriptor_levels_still_load() {
+        let mut text = String::from("domain: d\ndescriptors:\n");
+        for level in 0..10 {
+            let pad = "    ".repeat(level);
+            text += &format!("{pad}  - key: k{level}\n{pad}    rate_limit: {{unit: second, requests_per_unit: 1}}\n{pad}    metadata: {{tags: [a, [b]]}}\n{pad}    descriptors:\n");
+        }
+        text += &format!("{}  - key: leaf\n", "    ".repeat(10));
+        let mut f = parse("ten.yaml", &text).unwrap();
+        for level in 0..10 {
+            assert_eq!(f.descriptors[0].key, format!("k{level}"));
+            f = RulesFile {
+                descriptors: f.descriptors[0].descriptors.clone(),
+                ..f
+            };
+        }
+        assert_eq!(f.descriptors[0].key, "leaf");
     }
 }

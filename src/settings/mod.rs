@@ -1,13 +1,15 @@
-//! Command line and environment: every setting has a flag and an environment variable, with
+//! Process settings: every setting has a flag and an environment variable, with
 //! envoyproxy/ratelimit's variable names and defaults where the meaning is shared. `Settings`
-//! is the resolved form `lib::run` takes; resolving reports every bad setting at once.
+//! is the resolved form `lib::run` takes; [`Settings::resolve`] parses and checks every value
+//! from the flags and an injected environment ([`SettingsSource`]) and reports every bad
+//! setting at once.
+//!
+//! Files: `cli.rs` (clap definitions and `serve`'s settings table), `source.rs` (the
+//! environment source, lookup and value parsers), this file (resolving, per area), `tests.rs`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-
-use clap::builder::BoolishValueParser;
-use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::core::table::CacheSettings;
 use crate::core::SyncPolicy;
@@ -15,237 +17,20 @@ use crate::global::redis::{normalize_url, RedisOptions};
 use crate::global::SyncSettings;
 use crate::rls::{HeaderNames, Options};
 
-/// sluice: an external rate-limit service for Envoy and Istio.
-#[derive(Debug, Parser)]
-#[command(name = "sluice", version, about)]
-pub struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-}
+mod cli;
+mod source;
 
-/// The subcommands.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the rate-limit service.
-    Serve(Box<ServeArgs>),
-    /// Validate rules files; exit 1 listing every error.
-    Check(CheckArgs),
-    /// Send one ShouldRateLimit request and print the response.
-    Query(QueryArgs),
-    /// Drive ShouldRateLimit and print throughput and latency percentiles.
-    Load(LoadArgs),
-    /// Run the fleet simulator (global mode vs. the plain design) and print its table.
-    Simulate,
-}
+pub use cli::{
+    spec_of, CheckArgs, Cli, Command, LoadArgs, QueryArgs, ServeArgs, Shape, Spec, SERVE,
+};
+pub use source::{NoEnv, SettingsSource};
 
-fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| e.to_string())
-}
+use source::{
+    at_least_one, boolean, duration, number, one_of, positive_duration, ratio, signed_millis,
+    Values,
+};
 
-/// Flags of `sluice serve`.
-#[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
-    /// Rules: a YAML file or a directory of *.yaml/*.yml files. Default: RUNTIME_ROOT/
-    /// RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY when RUNTIME_ROOT is set, else config/rules.
-    #[arg(long, env = "SLUICE_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// envoyproxy/ratelimit's runtime root.
-    #[arg(long, env = "RUNTIME_ROOT")]
-    pub runtime_root: Option<PathBuf>,
-    /// envoyproxy/ratelimit's runtime subdirectory.
-    #[arg(long, env = "RUNTIME_SUBDIRECTORY", default_value = "")]
-    pub runtime_subdirectory: String,
-    /// envoyproxy/ratelimit's runtime app directory.
-    #[arg(long, env = "RUNTIME_APPDIRECTORY", default_value = "config")]
-    pub runtime_appdirectory: String,
-
-    /// gRPC listen address; overrides GRPC_HOST/GRPC_PORT.
-    #[arg(long, env = "GRPC_ADDR")]
-    pub grpc_addr: Option<SocketAddr>,
-    /// gRPC listen host.
-    #[arg(long, env = "GRPC_HOST", default_value = "0.0.0.0")]
-    pub grpc_host: String,
-    /// gRPC listen port.
-    #[arg(long, env = "GRPC_PORT", default_value_t = 8081)]
-    pub grpc_port: u16,
-    /// HTTP listen address; overrides HOST/PORT.
-    #[arg(long, env = "HTTP_ADDR")]
-    pub http_addr: Option<SocketAddr>,
-    /// HTTP listen host.
-    #[arg(long = "host", env = "HOST", default_value = "0.0.0.0")]
-    pub http_host: String,
-    /// HTTP listen port.
-    #[arg(long = "port", env = "PORT", default_value_t = 8080)]
-    pub http_port: u16,
-
-    /// Log level (trace, debug, info, warn, error) or an env-filter directive.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
-    pub log_level: String,
-    /// Log format: text or json.
-    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
-    pub log_format: String,
-
-    /// Report OK overall whatever the outcome (per-descriptor statuses are kept).
-    #[arg(long, env = "SHADOW_MODE", value_parser = BoolishValueParser::new(), action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
-    pub shadow_mode: bool,
-    /// Treat every rule as a quota (see quota_mode).
-    #[arg(long, env = "QUOTA_MODE", value_parser = BoolishValueParser::new(), action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
-    pub quota_mode: bool,
-    /// Add RateLimit-Limit/-Remaining/-Reset (and Retry-After when over) response headers.
-    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", value_parser = BoolishValueParser::new(), action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
-    pub limit_response_headers_enabled: bool,
-    /// Name of the limit header.
-    #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit")]
-    pub limit_limit_header: String,
-    /// Name of the remaining header.
-    #[arg(
-        long,
-        env = "LIMIT_REMAINING_HEADER",
-        default_value = "RateLimit-Remaining"
-    )]
-    pub limit_remaining_header: String,
-    /// Name of the reset header.
-    #[arg(long, env = "LIMIT_RESET_HEADER", default_value = "RateLimit-Reset")]
-    pub limit_reset_header: String,
-    /// When any descriptor of a request goes over, do not count the others.
-    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", value_parser = BoolishValueParser::new(), action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
-    pub stop_cache_key_increment_when_overlimit: bool,
-    /// Merge files that share a domain instead of rejecting them.
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", value_parser = BoolishValueParser::new(), action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
-    pub merge_domain_config: bool,
-    /// Share of the limit past which hits count as near_limit in metrics.
-    #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8)]
-    pub near_limit_ratio: f64,
-
-    /// Redis URL(s) for global mode: repeat the flag or separate with commas.
-    #[arg(long = "redis-url", env = "REDIS_URL", value_delimiter = ',')]
-    pub redis_url: Vec<String>,
-    /// Redis deployment: SINGLE or CLUSTER.
-    #[arg(long, env = "REDIS_TYPE", default_value = "SINGLE")]
-    pub redis_type: String,
-    /// Redis password or user:pass.
-    #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
-    pub redis_auth: Option<String>,
-    /// Use TLS to Redis (`rediss://`); the server is verified against the system's roots,
-    /// or the bundle named by `SSL_CERT_FILE`.
-    #[arg(long, env = "REDIS_TLS", value_parser = BoolishValueParser::new(), action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
-    pub redis_tls: bool,
-    /// Prefix of every Redis key.
-    #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
-    pub cache_key_prefix: String,
-    /// Connections per Redis shard.
-    #[arg(long, env = "REDIS_POOL_SIZE", default_value_t = 4)]
-    pub redis_pool_size: usize,
-    /// Timeout of one Redis call (a sync round trip).
-    #[arg(long, env = "REDIS_TIMEOUT", default_value = "100ms", value_parser = duration)]
-    pub redis_timeout: Duration,
-    /// Tick of the sync tasks: how often each shard sends one round trip.
-    #[arg(long, env = "SYNC_TICK", default_value = "1s", value_parser = duration)]
-    pub sync_tick: Duration,
-    /// Base sync interval: Normal entities sync this often, Low 4×, Idle 8×, Hot every tick.
-    #[arg(long, env = "SYNC_INTERVAL", default_value = "2s", value_parser = duration)]
-    pub sync_interval: Duration,
-    /// Most entities waiting to sync (bounds memory while Redis is down).
-    #[arg(long, env = "SYNC_MAX_QUEUED", default_value_t = 1_000_000)]
-    pub sync_max_queued: usize,
-
-    /// Most entities (rule + descriptor values) kept in memory.
-    #[arg(long, env = "CACHE_MAX_ENTRIES", default_value_t = 1_000_000)]
-    pub cache_max_entries: u64,
-    /// Drop an entity unused this long (never before twice its window).
-    #[arg(long, env = "CACHE_IDLE_TIMEOUT", default_value = "60s", value_parser = duration)]
-    pub cache_idle_timeout: Duration,
-    /// Upper bound on an entity's idle lifetime (unset: none).
-    #[arg(long, env = "CACHE_TTL", value_parser = duration)]
-    pub cache_ttl: Option<Duration>,
-
-    /// Most descriptors in one request.
-    #[arg(long, env = "MAX_DESCRIPTORS", default_value_t = 64)]
-    pub max_descriptors: usize,
-    /// Most entries in one descriptor.
-    #[arg(long, env = "MAX_DESCRIPTOR_ENTRIES", default_value_t = 32)]
-    pub max_descriptor_entries: usize,
-    /// Longest entry key or value, in bytes.
-    #[arg(long, env = "MAX_VALUE_BYTES", default_value_t = 4096)]
-    pub max_value_bytes: usize,
-
-    /// Testing aid: pretend this machine's clock is off by this much (e.g. `30s`, `-5s`); in
-    /// global mode the offset measured from Redis `TIME` corrects it.
-    #[arg(
-        long,
-        env = "SLUICE_CLOCK_SKEW",
-        hide = true,
-        allow_hyphen_values = true
-    )]
-    pub clock_skew: Option<String>,
-
-    /// Time given to in-flight calls on SIGTERM before exiting anyway.
-    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "20s", value_parser = duration)]
-    pub shutdown_grace: Duration,
-    /// Quiet time after a rules change before reloading.
-    #[arg(long, env = "RELOAD_DEBOUNCE", default_value = "200ms", value_parser = duration)]
-    pub reload_debounce: Duration,
-}
-
-/// Flags of `sluice check`.
-#[derive(Debug, Clone, Args)]
-pub struct CheckArgs {
-    /// Rules files or directories.
-    #[arg(required = true)]
-    pub paths: Vec<PathBuf>,
-    /// Merge files that share a domain.
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", value_parser = BoolishValueParser::new(), action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
-    pub merge_domain_config: bool,
-}
-
-/// Flags of `sluice query`.
-#[derive(Debug, Clone, Args)]
-pub struct QueryArgs {
-    /// The service's gRPC address.
-    #[arg(long, env = "SLUICE_ADDR", default_value = "http://127.0.0.1:8081")]
-    pub addr: String,
-    /// The domain.
-    #[arg(long)]
-    pub domain: String,
-    /// Descriptors, each `key=value[,key2=value2...]`.
-    #[arg(required = true)]
-    pub descriptors: Vec<String>,
-    /// Request-level hits_addend (0 means 1, as Envoy sends it).
-    #[arg(long, default_value_t = 0)]
-    pub hits_addend: u32,
-}
-
-/// Flags of `sluice load`.
-#[derive(Debug, Clone, Args)]
-pub struct LoadArgs {
-    /// The service's gRPC address.
-    #[arg(long, env = "SLUICE_ADDR", default_value = "http://127.0.0.1:8081")]
-    pub addr: String,
-    /// The domain.
-    #[arg(long, default_value = "load")]
-    pub domain: String,
-    /// The descriptor key; values are `v0`..`v{values-1}`.
-    #[arg(long, default_value = "user")]
-    pub key: String,
-    /// Distinct descriptor values.
-    #[arg(long, default_value_t = 10_000)]
-    pub values: u64,
-    /// Requests in flight at once.
-    #[arg(long, default_value_t = 64)]
-    pub concurrency: usize,
-    /// HTTP/2 connections shared by the workers.
-    #[arg(long, default_value_t = 4)]
-    pub connections: usize,
-    /// How long to run.
-    #[arg(long, default_value = "10s", value_parser = duration)]
-    pub duration: Duration,
-    /// Total requests per second (open loop); unset: as fast as responses come (closed loop).
-    #[arg(long)]
-    pub rate: Option<u64>,
-}
-
-/// Process settings resolved from [`ServeArgs`].
+/// Process settings resolved from [`ServeArgs`] and the environment.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Rules file or directory.
@@ -254,6 +39,12 @@ pub struct Settings {
     pub grpc_addr: SocketAddr,
     /// HTTP listen address.
     pub http_addr: SocketAddr,
+    /// Time an HTTP client has to send a request's headers.
+    pub http_header_read_timeout: Duration,
+    /// An idle HTTP keep-alive connection is closed after this long.
+    pub http_idle_timeout: Duration,
+    /// Most HTTP connections served at once.
+    pub http_max_connections: usize,
     /// Merge files sharing a domain.
     pub merge_domains: bool,
     /// Service behaviour.
@@ -302,261 +93,265 @@ impl std::fmt::Debug for RedisSettings {
     }
 }
 
-/// One bad setting.
+/// One bad setting: the variable (with its flag, when it has one of its own) and what is
+/// wrong, quoting the bad value unless it is a secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{setting}: {message}")]
+#[error("{setting}{}: {message}", flag_hint(setting))]
 pub struct SettingsError {
-    /// The flag / variable.
+    /// The variable, or variables (`GRPC_HOST/GRPC_PORT`) when the problem is their mix.
     pub setting: &'static str,
     /// What is wrong.
     pub message: String,
 }
 
+fn flag_hint(setting: &str) -> String {
+    spec_of(setting)
+        .map(|s| format!(" (--{})", s.flag))
+        .unwrap_or_default()
+}
+
+/// The listeners and the HTTP server's bounds.
+struct Listeners {
+    grpc: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
+    max_connections: usize,
+}
+
 impl Settings {
-    /// Resolves flags and environment into settings.
+    /// Resolves flags, then the variables of `env`, then defaults into settings.
     ///
     /// # Errors
-    /// Every bad setting, at once.
-    pub fn resolve(a: ServeArgs) -> Result<Settings, Vec<SettingsError>> {
-        let mut errors = Vec::new();
-        let mut err = |setting, message: String| errors.push(SettingsError { setting, message });
-        let mut addr = |explicit: Option<SocketAddr>, host: &str, port: u16, setting| {
-            explicit.or_else(|| {
-                let s = if host.contains(':') {
-                    format!("[{host}]:{port}")
-                } else {
-                    format!("{host}:{port}")
-                };
-                s.parse()
-                    .map_err(|_| err(setting, format!("'{s}' is not an IP address and port")))
-                    .ok()
-            })
-        };
-        let grpc = addr(
-            a.grpc_addr,
-            &a.grpc_host,
-            a.grpc_port,
-            "GRPC_HOST/GRPC_PORT",
-        );
-        let http = addr(a.http_addr, &a.http_host, a.http_port, "HOST/PORT");
-        if !(0.0..=1.0).contains(&a.near_limit_ratio) {
-            err(
-                "NEAR_LIMIT_RATIO",
-                format!("{} is not between 0 and 1", a.near_limit_ratio),
-            );
-        }
-        if !a.log_format.eq_ignore_ascii_case("json") && !a.log_format.eq_ignore_ascii_case("text")
-        {
-            err(
-                "LOG_FORMAT",
-                format!("'{}' is not text or json", a.log_format),
-            );
-        }
-        let urls: Vec<&str> = a
-            .redis_url
-            .iter()
-            .map(|u| u.trim())
-            .filter(|u| !u.is_empty())
-            .collect();
-        let cluster = match a.redis_type.to_ascii_uppercase().as_str() {
-            "SINGLE" => false,
-            "CLUSTER" => true,
-            other => {
-                err("REDIS_TYPE", format!("'{other}' is not SINGLE or CLUSTER"));
-                false
-            }
-        };
-        let mut normalized = Vec::new();
-        for u in &urls {
-            match normalize_url(u, a.redis_auth.as_deref(), a.redis_tls) {
-                Ok(n) => normalized.push(n),
-                Err(e) => err("REDIS_URL", e),
-            }
-        }
-        let redis = (!normalized.is_empty()).then(|| RedisSettings {
-            urls: normalized,
-            cluster,
-            options: RedisOptions {
-                auth: a.redis_auth.clone(),
-                prefix: a.cache_key_prefix.clone(),
-                pool_size: a.redis_pool_size,
-            },
-        });
-        let clock_skew_ms = match a.clock_skew.as_deref().map(str::trim) {
-            None | Some("") => 0,
-            Some(v) => {
-                let (neg, body) = v.strip_prefix('-').map_or((false, v), |b| (true, b));
-                match humantime::parse_duration(body) {
-                    Ok(d) => (d.as_millis() as i64) * if neg { -1 } else { 1 },
-                    Err(e) => {
-                        err("SLUICE_CLOCK_SKEW", e.to_string());
-                        0
-                    }
-                }
-            }
-        };
-        if a.sync_tick.is_zero() || a.sync_interval < a.sync_tick {
-            err(
-                "SYNC_TICK/SYNC_INTERVAL",
-                "the tick must be positive and no longer than the interval".into(),
-            );
-        }
-        if a.max_descriptors == 0 || a.max_descriptor_entries == 0 || a.max_value_bytes == 0 {
-            err(
-                "MAX_DESCRIPTORS/MAX_DESCRIPTOR_ENTRIES/MAX_VALUE_BYTES",
-                "must be at least 1".into(),
-            );
-        }
-        let config_path = a.config.clone().unwrap_or_else(|| match &a.runtime_root {
-            Some(root) => root
-                .join(&a.runtime_subdirectory)
-                .join(&a.runtime_appdirectory),
-            None => PathBuf::from("config/rules"),
-        });
-        let (Some(grpc_addr), Some(http_addr), true) = (grpc, http, errors.is_empty()) else {
-            return Err(errors);
+    /// Every bad setting, at once: unparsable values, values out of range, unknown choices.
+    pub fn resolve(
+        args: &ServeArgs,
+        env: &dyn SettingsSource,
+    ) -> Result<Settings, Vec<SettingsError>> {
+        let mut v = Values::new(args, env);
+        let listeners = listeners(&mut v);
+        let (config_path, merge_domains, reload_debounce) = rules(&mut v);
+        let options = options(&mut v);
+        let redis = redis(&mut v);
+        let (sync, sync_max_queued) = sync(&mut v);
+        let log_level = v.or("LOG_LEVEL", String::new(), log_level);
+        let log_format = v.or("LOG_FORMAT", "text", one_of(&["text", "json"]));
+        let shutdown_grace = v.or("SHUTDOWN_GRACE", Duration::ZERO, duration);
+        let clock_skew_ms = v.parse("SLUICE_CLOCK_SKEW", signed_millis).unwrap_or(0);
+        let (Some(grpc_addr), Some(http_addr), true) =
+            (listeners.grpc, listeners.http, v.errors.is_empty())
+        else {
+            return Err(v.errors);
         };
         Ok(Settings {
             config_path,
             grpc_addr,
             http_addr,
-            merge_domains: a.merge_domain_config,
-            options: Options {
-                shadow_mode: a.shadow_mode,
-                quota_mode: a.quota_mode,
-                response_headers: a.limit_response_headers_enabled.then(|| HeaderNames {
-                    limit: a.limit_limit_header.clone(),
-                    remaining: a.limit_remaining_header.clone(),
-                    reset: a.limit_reset_header.clone(),
-                }),
-                stop_increment_when_over_limit: a.stop_cache_key_increment_when_overlimit,
-                near_limit_ratio: a.near_limit_ratio,
-                max_descriptors: a.max_descriptors,
-                max_entries: a.max_descriptor_entries,
-                max_value_bytes: a.max_value_bytes,
-                cache: CacheSettings {
-                    max_entries: a.cache_max_entries,
-                    idle_timeout: a.cache_idle_timeout,
-                    ttl: a.cache_ttl,
-                },
-            },
-            log_level: a.log_level,
-            log_format: a.log_format,
-            shutdown_grace: a.shutdown_grace,
-            reload_debounce: a.reload_debounce,
+            http_header_read_timeout: listeners.header_read_timeout,
+            http_idle_timeout: listeners.idle_timeout,
+            http_max_connections: listeners.max_connections,
+            merge_domains,
+            options,
+            log_level,
+            log_format: log_format.to_string(),
+            shutdown_grace,
+            reload_debounce,
             redis,
-            sync: SyncSettings {
-                policy: SyncPolicy {
-                    tick_ms: a.sync_tick.as_millis() as u64,
-                    base_ms: a.sync_interval.as_millis() as u64,
-                },
-                timeout: a.redis_timeout,
-                ..SyncSettings::default()
-            },
-            sync_max_queued: a.sync_max_queued,
+            sync,
+            sync_max_queued,
             clock_skew_ms,
         })
     }
 
-    /// Default settings on the given addresses, for embedding and tests.
+    /// Default settings on the given addresses, for embedding and tests: no environment is
+    /// read.
     pub fn for_addrs(
         config_path: PathBuf,
         grpc_addr: SocketAddr,
         http_addr: SocketAddr,
     ) -> Settings {
-        let cli = Cli::parse_from(["sluice", "serve"]);
-        let Command::Serve(mut args) = cli.command else {
-            unreachable!("parsed serve")
-        };
-        args.config = Some(config_path);
-        args.grpc_addr = Some(grpc_addr);
-        args.http_addr = Some(http_addr);
-        args.redis_url.clear();
-        Settings::resolve(*args).expect("default settings are valid")
+        let mut s = Settings::resolve(&ServeArgs::default(), &NoEnv)
+            .expect("the default settings are valid");
+        s.config_path = config_path;
+        s.grpc_addr = grpc_addr;
+        s.http_addr = http_addr;
+        s
     }
+}
+
+/// `GRPC_ADDR` or `GRPC_HOST`+`GRPC_PORT`, the same for HTTP, and the HTTP server's bounds.
+fn listeners(v: &mut Values<'_>) -> Listeners {
+    let grpc = address(
+        v,
+        "GRPC_ADDR",
+        "GRPC_HOST",
+        "GRPC_PORT",
+        "GRPC_HOST/GRPC_PORT",
+    );
+    let http = address(v, "HTTP_ADDR", "HOST", "PORT", "HOST/PORT");
+    Listeners {
+        grpc,
+        http,
+        header_read_timeout: v.or(
+            "HTTP_HEADER_READ_TIMEOUT",
+            Duration::ZERO,
+            positive_duration,
+        ),
+        idle_timeout: v.or("HTTP_IDLE_TIMEOUT", Duration::ZERO, positive_duration),
+        max_connections: v.or("HTTP_MAX_CONNECTIONS", 1, at_least_one),
+    }
+}
+
+/// One listen address: `explicit` when set, else `host`:`port` (IPv6 hosts bracketed).
+fn address(
+    v: &mut Values<'_>,
+    explicit: &'static str,
+    host: &'static str,
+    port: &'static str,
+    pair: &'static str,
+) -> Option<SocketAddr> {
+    let port: Option<u16> = v.parse(port, number);
+    let explicit = v.raw(explicit).is_some().then(|| {
+        v.parse(explicit, |s| {
+            s.parse::<SocketAddr>()
+                .map_err(|_| "is not an IP address and port".to_string())
+        })
+    });
+    if let Some(addr) = explicit {
+        return addr;
+    }
+    let host = v.text(host);
+    let s = if host.contains(':') {
+        format!("[{host}]:{}", port?)
+    } else {
+        format!("{host}:{}", port?)
+    };
+    s.parse()
+        .map_err(|_| v.error(pair, format!("'{s}' is not an IP address and port")))
+        .ok()
+}
+
+/// Where the rules are, whether domains merge, and the reload debounce.
+fn rules(v: &mut Values<'_>) -> (PathBuf, bool, Duration) {
+    let config_path = match (v.raw("SLUICE_CONFIG"), v.raw("RUNTIME_ROOT")) {
+        (Some(config), _) => PathBuf::from(config),
+        (None, Some(root)) => PathBuf::from(root)
+            .join(v.text("RUNTIME_SUBDIRECTORY"))
+            .join(v.text("RUNTIME_APPDIRECTORY")),
+        (None, None) => PathBuf::from("config/rules"),
+    };
+    let merge = v.or("MERGE_DOMAIN_CONFIG", false, boolean);
+    let debounce = v.or("RELOAD_DEBOUNCE", Duration::ZERO, duration);
+    (config_path, merge, debounce)
+}
+
+/// The service's behaviour: modes, response headers, request bounds and the entity table.
+fn options(v: &mut Values<'_>) -> Options {
+    let headers = v
+        .or("LIMIT_RESPONSE_HEADERS_ENABLED", false, boolean)
+        .then(|| HeaderNames {
+            limit: v.text("LIMIT_LIMIT_HEADER"),
+            remaining: v.text("LIMIT_REMAINING_HEADER"),
+            reset: v.text("LIMIT_RESET_HEADER"),
+        });
+    Options {
+        shadow_mode: v.or("SHADOW_MODE", false, boolean),
+        quota_mode: v.or("QUOTA_MODE", false, boolean),
+        response_headers: headers,
+        stop_increment_when_over_limit: v.or(
+            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+            false,
+            boolean,
+        ),
+        near_limit_ratio: v.or("NEAR_LIMIT_RATIO", 0.8, ratio),
+        max_descriptors: v.or("MAX_DESCRIPTORS", 1, at_least_one),
+        max_entries: v.or("MAX_DESCRIPTOR_ENTRIES", 1, at_least_one),
+        max_value_bytes: v.or("MAX_VALUE_BYTES", 1, at_least_one),
+        // 0 entries would evict every counter at once: limiting silently off.
+        cache: CacheSettings {
+            max_entries: v.or("CACHE_MAX_ENTRIES", 1, at_least_one),
+            idle_timeout: v.or("CACHE_IDLE_TIMEOUT", Duration::ZERO, duration),
+            ttl: v.parse("CACHE_TTL", duration),
+        },
+    }
+}
+
+/// Global mode's Redis, when `REDIS_URL` names at least one server.
+fn redis(v: &mut Values<'_>) -> Option<RedisSettings> {
+    let cluster = v.or("REDIS_TYPE", "SINGLE", one_of(&["SINGLE", "CLUSTER"])) == "CLUSTER";
+    let tls = v.or("REDIS_TLS", false, boolean);
+    let auth = v.raw("REDIS_AUTH");
+    let pool_size = v.or("REDIS_POOL_SIZE", 1, at_least_one);
+    let prefix = v.text("CACHE_KEY_PREFIX");
+    let raw = v.raw("REDIS_URL").unwrap_or_default();
+    let mut urls = Vec::new();
+    for u in raw.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        // normalize_url's message shows the URL redacted.
+        match normalize_url(u, auth.as_deref(), tls) {
+            Ok(n) => urls.push(n),
+            Err(e) => v.error("REDIS_URL", e),
+        }
+    }
+    if urls.is_empty() {
+        return None;
+    }
+    Some(RedisSettings {
+        urls,
+        cluster,
+        options: RedisOptions {
+            auth,
+            prefix,
+            pool_size,
+        },
+    })
+}
+
+/// Global mode's sync cadence and bounds.
+fn sync(v: &mut Values<'_>) -> (SyncSettings, usize) {
+    let tick = v.parse("SYNC_TICK", duration);
+    let interval = v.parse("SYNC_INTERVAL", duration);
+    if let (Some(tick), Some(interval)) = (tick, interval) {
+        if tick.is_zero() || interval < tick {
+            v.error(
+                "SYNC_TICK/SYNC_INTERVAL",
+                format!(
+                    "the tick ({tick:?}) must be positive and no longer than the interval ({interval:?})"
+                ),
+            );
+        }
+    }
+    let timeout = v.or("REDIS_TIMEOUT", Duration::ZERO, positive_duration);
+    let max_queued = v.or("SYNC_MAX_QUEUED", 0, number);
+    let ms =
+        |d: Option<Duration>| d.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let settings = SyncSettings {
+        policy: SyncPolicy {
+            tick_ms: ms(tick),
+            base_ms: ms(interval),
+        },
+        timeout,
+        ..SyncSettings::default()
+    };
+    (settings, max_queued)
+}
+
+/// `LOG_LEVEL`: a level (the reference's logrus names included) or, with `=` or `,`, an
+/// env-filter directive. Checked here because a typo would otherwise log nothing useful: a bare
+/// unknown word is a valid env-filter *target*.
+fn log_level(s: &str) -> Result<String, String> {
+    let lower = s.to_ascii_lowercase();
+    if lower.contains('=') || lower.contains(',') {
+        return tracing_subscriber::EnvFilter::try_new(&lower)
+            .map(|_| lower.clone())
+            .map_err(|e| format!("is not a filter directive ({e})"));
+    }
+    Ok(match lower.as_str() {
+        "trace" | "debug" | "info" | "warn" | "error" | "off" => lower,
+        "warning" => "warn".into(),
+        "panic" | "fatal" => "error".into(),
+        _ => return Err("is not one of trace, debug, info, warn, error, off".into()),
+    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn serve(args: &[&str]) -> ServeArgs {
-        let mut all = vec!["sluice", "serve"];
-        all.extend_from_slice(args);
-        match Cli::try_parse_from(all).unwrap().command {
-            Command::Serve(a) => *a,
-            _ => unreachable!(),
-        }
-    }
-
-    #[test]
-    fn runtime_root_builds_the_config_path() {
-        let s = Settings::resolve(serve(&[
-            "--runtime-root",
-            "/srv/rt",
-            "--runtime-subdirectory",
-            "ratelimit",
-            "--grpc-port",
-            "1",
-            "--port",
-            "2",
-        ]))
-        .unwrap();
-        assert_eq!(s.config_path, PathBuf::from("/srv/rt/ratelimit/config"));
-        assert_eq!(s.grpc_addr.port(), 1);
-    }
-
-    #[test]
-    fn booleans_take_reference_spellings() {
-        let a = serve(&[
-            "--shadow-mode",
-            "--limit-response-headers-enabled",
-            "true",
-            "--merge-domain-config",
-            "1",
-        ]);
-        assert!(a.shadow_mode && a.limit_response_headers_enabled && a.merge_domain_config);
-        assert!(!serve(&["--shadow-mode", "false"]).shadow_mode);
-    }
-
-    #[test]
-    fn redis_settings_take_the_reference_forms() {
-        let s = Settings::resolve(serve(&[
-            "--redis-url",
-            "r1:6379,redis://r2:6380",
-            "--redis-auth",
-            "u:p",
-            "--cache-key-prefix",
-            "x:",
-        ]))
-        .unwrap();
-        let r = s.redis.unwrap();
-        assert_eq!(r.urls, vec!["redis://u:p@r1:6379", "redis://u:p@r2:6380"]);
-        assert!(!r.cluster);
-        assert!(
-            !format!("{r:?}").contains("u:p"),
-            "credentials are redacted in Debug"
-        );
-        let errs = Settings::resolve(serve(&["--redis-url", "r:1", "--redis-type", "SENTINEL"]))
-            .unwrap_err();
-        assert_eq!(errs[0].setting, "REDIS_TYPE");
-    }
-
-    #[test]
-    fn every_bad_setting_is_reported_at_once() {
-        let errs = Settings::resolve(serve(&[
-            "--grpc-host",
-            "not a host",
-            "--near-limit-ratio",
-            "3",
-            "--log-format",
-            "xml",
-        ]))
-        .unwrap_err();
-        let names: Vec<_> = errs.iter().map(|e| e.setting).collect();
-        assert_eq!(
-            names,
-            vec!["GRPC_HOST/GRPC_PORT", "NEAR_LIMIT_RATIO", "LOG_FORMAT"]
-        );
-    }
-}
+mod tests;

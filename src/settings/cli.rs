@@ -1,0 +1,317 @@
+//! The command line: clap definitions of every subcommand, and `serve`'s settings table.
+//!
+//! `serve`'s flags are built from [`SERVE`], one row per setting (variable, flag, default,
+//! help), and are taken as raw strings: clap does not read the environment for them and
+//! parses no value, so one run reports every bad setting at once (`Settings::resolve` does
+//! the parsing) and `--help` never shows an environment value, a password included.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::BoolishValueParser;
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+
+/// sluice: an external rate-limit service for Envoy and Istio.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the rate-limit service.
+    Serve(Box<ServeArgs>),
+    /// Validate rules files; exit 1 listing every error.
+    Check(CheckArgs),
+    /// Send one ShouldRateLimit request and print the response.
+    Query(QueryArgs),
+    /// Drive ShouldRateLimit and print throughput and latency percentiles.
+    Load(LoadArgs),
+    /// Run the fleet simulator (global mode vs. the plain design) and print its table.
+    Simulate,
+}
+
+/// How a setting's flag takes its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// `--flag VALUE`.
+    Value,
+    /// `--flag` alone means true; `--flag false` etc. also work (the reference's booleans).
+    Bool,
+    /// Repeatable, and comma-separated like the variable.
+    List,
+    /// A testing aid, not in `--help`; the value may start with `-`.
+    Hidden,
+}
+
+/// One setting of `sluice serve`: a row of [`SERVE`].
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    /// The environment variable, envoyproxy/ratelimit's name where it has one; also the
+    /// setting's name in errors.
+    pub env: &'static str,
+    /// The long flag, without `--`.
+    pub flag: &'static str,
+    /// The value when neither flag nor variable gives one.
+    pub default: Option<&'static str>,
+    /// How the flag takes its value.
+    pub shape: Shape,
+    /// A secret: its value is never shown in errors or `Debug`.
+    pub secret: bool,
+    /// The `--help` line.
+    pub help: &'static str,
+}
+
+const fn spec(
+    env: &'static str,
+    flag: &'static str,
+    default: Option<&'static str>,
+    help: &'static str,
+) -> Spec {
+    Spec {
+        env,
+        flag,
+        default,
+        shape: Shape::Value,
+        secret: false,
+        help,
+    }
+}
+
+const fn boolean(env: &'static str, flag: &'static str, help: &'static str) -> Spec {
+    Spec {
+        env,
+        flag,
+        default: Some("false"),
+        shape: Shape::Bool,
+        secret: false,
+        help,
+    }
+}
+
+/// Every setting of `sluice serve`, in `--help` order.
+#[rustfmt::skip]
+pub const SERVE: &[Spec] = &[
+    spec("SLUICE_CONFIG", "config", None, "Rules: a YAML file or a directory of *.yaml/*.yml files. Default: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY when RUNTIME_ROOT is set, else config/rules"),
+    spec("RUNTIME_ROOT", "runtime-root", None, "envoyproxy/ratelimit's runtime root"),
+    spec("RUNTIME_SUBDIRECTORY", "runtime-subdirectory", Some(""), "envoyproxy/ratelimit's runtime subdirectory"),
+    spec("RUNTIME_APPDIRECTORY", "runtime-appdirectory", Some("config"), "envoyproxy/ratelimit's runtime app directory"),
+    spec("GRPC_ADDR", "grpc-addr", None, "gRPC listen address; overrides GRPC_HOST/GRPC_PORT"),
+    spec("GRPC_HOST", "grpc-host", Some("0.0.0.0"), "gRPC listen host"),
+    spec("GRPC_PORT", "grpc-port", Some("8081"), "gRPC listen port"),
+    spec("HTTP_ADDR", "http-addr", None, "HTTP listen address; overrides HOST/PORT"),
+    spec("HOST", "host", Some("0.0.0.0"), "HTTP listen host"),
+    spec("PORT", "port", Some("8080"), "HTTP listen port"),
+    spec("HTTP_HEADER_READ_TIMEOUT", "http-header-read-timeout", Some("10s"), "Time an HTTP client has to send a request's headers"),
+    spec("HTTP_IDLE_TIMEOUT", "http-idle-timeout", Some("60s"), "An idle HTTP keep-alive connection is closed after this long"),
+    spec("HTTP_MAX_CONNECTIONS", "http-max-connections", Some("256"), "Most HTTP connections served at once (at least 1)"),
+    spec("LOG_LEVEL", "log-level", Some("info"), "Log level (trace, debug, info, warn, error) or an env-filter directive"),
+    spec("LOG_FORMAT", "log-format", Some("text"), "Log format: text or json"),
+    boolean("SHADOW_MODE", "shadow-mode", "Report OK overall whatever the outcome (per-descriptor statuses are kept)"),
+    boolean("QUOTA_MODE", "quota-mode", "Treat every rule as a quota (see quota_mode)"),
+    boolean("LIMIT_RESPONSE_HEADERS_ENABLED", "limit-response-headers-enabled", "Add RateLimit-Limit/-Remaining/-Reset (and Retry-After when over) response headers"),
+    spec("LIMIT_LIMIT_HEADER", "limit-limit-header", Some("RateLimit-Limit"), "Name of the limit header"),
+    spec("LIMIT_REMAINING_HEADER", "limit-remaining-header", Some("RateLimit-Remaining"), "Name of the remaining header"),
+    spec("LIMIT_RESET_HEADER", "limit-reset-header", Some("RateLimit-Reset"), "Name of the reset header"),
+    boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "stop-cache-key-increment-when-overlimit", "When any descriptor of a request goes over, do not count the others"),
+    boolean("MERGE_DOMAIN_CONFIG", "merge-domain-config", "Merge files that share a domain instead of rejecting them"),
+    spec("NEAR_LIMIT_RATIO", "near-limit-ratio", Some("0.8"), "Share of the limit (0 to 1) past which hits count as near_limit in metrics"),
+    Spec { shape: Shape::List, secret: true, ..spec("REDIS_URL", "redis-url", None, "Redis URL(s) for global mode: repeat the flag or separate with commas") },
+    spec("REDIS_TYPE", "redis-type", Some("SINGLE"), "Redis deployment: SINGLE or CLUSTER"),
+    Spec { secret: true, ..spec("REDIS_AUTH", "redis-auth", None, "Redis password or user:pass") },
+    boolean("REDIS_TLS", "redis-tls", "Use TLS to Redis (rediss://); the server is verified against the system's roots, or the bundle named by SSL_CERT_FILE"),
+    spec("CACHE_KEY_PREFIX", "cache-key-prefix", Some(""), "Prefix of every Redis key"),
+    spec("REDIS_POOL_SIZE", "redis-pool-size", Some("4"), "Connections per Redis shard (at least 1)"),
+    spec("REDIS_TIMEOUT", "redis-timeout", Some("100ms"), "Timeout of one Redis call (a sync round trip)"),
+    spec("SYNC_TICK", "sync-tick", Some("1s"), "Tick of the sync tasks: how often each shard sends one round trip"),
+    spec("SYNC_INTERVAL", "sync-interval", Some("2s"), "Base sync interval: Normal entities sync this often, Low 4x, Idle 8x, Hot every tick"),
+    spec("SYNC_MAX_QUEUED", "sync-max-queued", Some("1000000"), "Most entities waiting to sync (bounds memory while Redis is down)"),
+    spec("CACHE_MAX_ENTRIES", "cache-max-entries", Some("1000000"), "Most entities (rule + descriptor values) kept in memory (at least 1)"),
+    spec("CACHE_IDLE_TIMEOUT", "cache-idle-timeout", Some("60s"), "Drop an entity unused this long (never before twice its window)"),
+    spec("CACHE_TTL", "cache-ttl", None, "Upper bound on an entity's idle lifetime (unset: none)"),
+    spec("MAX_DESCRIPTORS", "max-descriptors", Some("64"), "Most descriptors in one request"),
+    spec("MAX_DESCRIPTOR_ENTRIES", "max-descriptor-entries", Some("32"), "Most entries in one descriptor"),
+    spec("MAX_VALUE_BYTES", "max-value-bytes", Some("4096"), "Longest entry key or value, in bytes"),
+    Spec { shape: Shape::Hidden, ..spec("SLUICE_CLOCK_SKEW", "clock-skew", None, "Testing aid: pretend this machine's clock is off by this much (e.g. 30s, -5s); in global mode the offset measured from Redis TIME corrects it") },
+    spec("SHUTDOWN_GRACE", "shutdown-grace", Some("20s"), "Time given to in-flight calls on SIGTERM before exiting anyway"),
+    spec("RELOAD_DEBOUNCE", "reload-debounce", Some("200ms"), "Quiet time after a rules change before reloading"),
+];
+
+/// The row of `env`, if it is a setting of `serve`.
+pub fn spec_of(env: &str) -> Option<&'static Spec> {
+    SERVE.iter().find(|s| s.env == env)
+}
+
+impl Spec {
+    fn arg(&self) -> Arg {
+        // The variable and default go in the help text by hand: clap's own `env` would read
+        // the process environment and print its values (REDIS_URL's password included).
+        let default = match self.default {
+            Some("") => " [default: \"\"]".to_string(),
+            Some(d) => format!(" [default: {d}]"),
+            None => String::new(),
+        };
+        let arg = Arg::new(self.env)
+            .long(self.flag)
+            .value_name("VALUE")
+            .help(format!("{} [env: {}]{default}", self.help, self.env));
+        match self.shape {
+            Shape::Value => arg.action(ArgAction::Set),
+            Shape::Bool => arg
+                .action(ArgAction::Set)
+                .num_args(0..=1)
+                .default_missing_value("true"),
+            Shape::List => arg.action(ArgAction::Append),
+            Shape::Hidden => arg
+                .action(ArgAction::Set)
+                .hide(true)
+                .allow_hyphen_values(true),
+        }
+    }
+}
+
+/// Flags of `sluice serve` as given, keyed by setting (variable) name; unparsed, so that
+/// `Settings::resolve` can report every bad value, wherever it came from, in one run.
+#[derive(Clone, Default)]
+pub struct ServeArgs {
+    flags: BTreeMap<&'static str, String>,
+}
+
+impl ServeArgs {
+    /// Sets the flag of setting `env`, as `--flag value` would (repeated list flags join
+    /// with commas). For embedding and tests.
+    ///
+    /// # Panics
+    /// When `env` is not a setting of `serve` (a programming error).
+    pub fn with(mut self, env: &str, value: impl Into<String>) -> Self {
+        let spec = spec_of(env).unwrap_or_else(|| panic!("{env} is not a serve setting"));
+        self.flags.insert(spec.env, value.into());
+        self
+    }
+
+    /// The flag's value of setting `env`, if the flag was given.
+    pub fn flag(&self, env: &str) -> Option<&str> {
+        self.flags.get(env).map(String::as_str)
+    }
+}
+
+impl std::fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = self.flags.iter().map(|(k, v)| {
+            let secret = spec_of(k).is_some_and(|s| s.secret);
+            (k, if secret { "<redacted>" } else { v.as_str() })
+        });
+        f.debug_map().entries(shown).finish()
+    }
+}
+
+impl FromArgMatches for ServeArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut args = ServeArgs::default();
+        args.update_from_arg_matches(m)?;
+        Ok(args)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        for s in SERVE {
+            if m.value_source(s.env) != Some(ValueSource::CommandLine) {
+                continue;
+            }
+            if let Some(values) = m.get_many::<String>(s.env) {
+                let joined = values.map(String::as_str).collect::<Vec<_>>().join(",");
+                self.flags.insert(s.env, joined);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Args for ServeArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.args(SERVE.iter().map(Spec::arg))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| e.to_string())
+}
+
+// The client subcommands below keep clap's `env` (read once, by `Cli::parse` in main.rs) with
+// `hide_env_values`, so their `--help` shows no environment value either.
+
+/// Flags of `sluice check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// Rules files or directories.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Merge files that share a domain.
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", hide_env_values = true, value_parser = BoolishValueParser::new(), action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
+    pub merge_domain_config: bool,
+}
+
+/// Flags of `sluice query`.
+#[derive(Debug, Clone, Args)]
+pub struct QueryArgs {
+    /// The service's gRPC address.
+    #[arg(
+        long,
+        env = "SLUICE_ADDR",
+        hide_env_values = true,
+        default_value = "http://127.0.0.1:8081"
+    )]
+    pub addr: String,
+    /// The domain.
+    #[arg(long)]
+    pub domain: String,
+    /// Descriptors, each `key=value[,key2=value2...]`.
+    #[arg(required = true)]
+    pub descriptors: Vec<String>,
+    /// Request-level hits_addend (0 means 1, as Envoy sends it).
+    #[arg(long, default_value_t = 0)]
+    pub hits_addend: u32,
+}
+
+/// Flags of `sluice load`.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    /// The service's gRPC address.
+    #[arg(
+        long,
+        env = "SLUICE_ADDR",
+        hide_env_values = true,
+        default_value = "http://127.0.0.1:8081"
+    )]
+    pub addr: String,
+    /// The domain.
+    #[arg(long, default_value = "load")]
+    pub domain: String,
+    /// The descriptor key; values are `v0`..`v{values-1}`.
+    #[arg(long, default_value = "user")]
+    pub key: String,
+    /// Distinct descriptor values.
+    #[arg(long, default_value_t = 10_000)]
+    pub values: u64,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// HTTP/2 connections shared by the workers.
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
+    /// How long to run.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub duration: Duration,
+    /// Total requests per second (open loop); unset: as fast as responses come (closed loop).
+    #[arg(long)]
+    pub rate: Option<u64>,
+}

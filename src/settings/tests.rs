@@ -1,0 +1,277 @@
+//! Tests of resolving `serve`'s settings: from flags and an injected environment, never the
+//! process's own.
+
+use super::*;
+use clap::Parser;
+
+/// `sluice serve ARGS` with environment `env`: never the process's own.
+fn resolve(args: &[&str], env: &[(&str, &str)]) -> Result<Settings, Vec<SettingsError>> {
+    let mut all = vec!["sluice", "serve"];
+    all.extend_from_slice(args);
+    let Command::Serve(a) = Cli::try_parse_from(all).unwrap().command else {
+        unreachable!("parsed serve")
+    };
+    let env: std::collections::HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Settings::resolve(&a, &env)
+}
+
+fn names(errs: &[SettingsError]) -> Vec<&'static str> {
+    errs.iter().map(|e| e.setting).collect()
+}
+
+#[test]
+fn defaults_are_the_references() {
+    let s = resolve(&[], &[]).unwrap();
+    assert_eq!(s.grpc_addr, "0.0.0.0:8081".parse().unwrap());
+    assert_eq!(s.http_addr, "0.0.0.0:8080".parse().unwrap());
+    assert_eq!(s.config_path, PathBuf::from("config/rules"));
+    assert_eq!(s.options.near_limit_ratio, 0.8);
+    assert_eq!(s.options.cache.max_entries, 1_000_000);
+    assert_eq!(s.sync.timeout, Duration::from_millis(100));
+    assert_eq!((s.sync.policy.tick_ms, s.sync.policy.base_ms), (1000, 2000));
+    assert_eq!(s.http_header_read_timeout, Duration::from_secs(10));
+    assert_eq!(s.http_idle_timeout, Duration::from_secs(60));
+    assert_eq!(s.http_max_connections, 256);
+    assert_eq!(
+        (s.log_level.as_str(), s.log_format.as_str()),
+        ("info", "text")
+    );
+    assert!(s.redis.is_none() && !s.merge_domains && s.options.response_headers.is_none());
+}
+
+#[test]
+fn runtime_root_builds_the_config_path() {
+    let s = resolve(
+        &["--runtime-subdirectory", "ratelimit", "--grpc-port", "1"],
+        &[("RUNTIME_ROOT", "/srv/rt"), ("PORT", "2")],
+    )
+    .unwrap();
+    assert_eq!(s.config_path, PathBuf::from("/srv/rt/ratelimit/config"));
+    assert_eq!((s.grpc_addr.port(), s.http_addr.port()), (1, 2));
+}
+
+#[test]
+fn flags_beat_variables() {
+    let s = resolve(
+        &["--grpc-port", "1"],
+        &[("GRPC_PORT", "2"), ("GRPC_HOST", "::1")],
+    )
+    .unwrap();
+    assert_eq!(s.grpc_addr, "[::1]:1".parse().unwrap());
+}
+
+#[test]
+fn booleans_take_reference_spellings() {
+    let s = resolve(
+        &[
+            "--shadow-mode",
+            "--limit-response-headers-enabled",
+            "true",
+            "--merge-domain-config",
+            "1",
+        ],
+        &[("QUOTA_MODE", "yes"), ("LIMIT_RESET_HEADER", "X-Reset")],
+    )
+    .unwrap();
+    assert!(s.options.shadow_mode && s.options.quota_mode && s.merge_domains);
+    assert_eq!(s.options.response_headers.unwrap().reset, "X-Reset");
+    let off = resolve(&["--shadow-mode", "false"], &[("SHADOW_MODE", "true")]).unwrap();
+    assert!(!off.options.shadow_mode);
+    assert_eq!(
+        names(&resolve(&[], &[("QUOTA_MODE", "maybe")]).unwrap_err()),
+        vec!["QUOTA_MODE"]
+    );
+}
+
+#[test]
+fn redis_settings_take_the_reference_forms() {
+    let s = resolve(
+        &["--redis-url", "r1:6379", "--redis-url", "redis://r2:6380"],
+        &[
+            ("REDIS_AUTH", "u:p"),
+            ("CACHE_KEY_PREFIX", "x:"),
+            ("REDIS_TYPE", "cluster"),
+        ],
+    )
+    .unwrap();
+    let r = s.redis.unwrap();
+    assert_eq!(r.urls, vec!["redis://u:p@r1:6379", "redis://u:p@r2:6380"]);
+    assert!(r.cluster);
+    assert_eq!(r.options.prefix, "x:");
+    assert!(
+        !format!("{r:?}").contains("u:p"),
+        "credentials are redacted in Debug"
+    );
+    let env = resolve(&[], &[("REDIS_URL", "a:1, b:2"), ("REDIS_TLS", "true")]).unwrap();
+    assert_eq!(
+        env.redis.unwrap().urls,
+        vec!["rediss://a:1", "rediss://b:2"]
+    );
+}
+
+#[test]
+fn every_bad_setting_is_reported_at_once_parse_errors_included() {
+    let errs = resolve(
+        &["--grpc-host", "not a host", "--log-format", "xml"],
+        &[
+            ("REDIS_TIMEOUT", "xyz"),
+            ("NEAR_LIMIT_RATIO", "5"),
+            ("REDIS_TYPE", "FOO"),
+            ("PORT", "99999"),
+            ("LOG_LEVEL", "verbose"),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(
+        names(&errs),
+        vec![
+            "GRPC_HOST/GRPC_PORT",
+            "PORT",
+            "NEAR_LIMIT_RATIO",
+            "REDIS_TYPE",
+            "REDIS_TIMEOUT",
+            "LOG_LEVEL",
+            "LOG_FORMAT",
+        ]
+    );
+    let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    assert!(
+        text[2].starts_with("NEAR_LIMIT_RATIO (--near-limit-ratio): '5' is not between 0 and 1"),
+        "{}",
+        text[2]
+    );
+    assert!(
+        text[4].starts_with("REDIS_TIMEOUT (--redis-timeout): 'xyz' is not a duration"),
+        "{}",
+        text[4]
+    );
+    assert_eq!(
+        text[6],
+        "LOG_FORMAT (--log-format): 'xml' is not one of text, json"
+    );
+}
+
+#[test]
+fn bounds_are_checked() {
+    let errs = resolve(
+        &["--cache-max-entries", "0", "--http-max-connections", "0"],
+        &[
+            ("HTTP_HEADER_READ_TIMEOUT", "0s"),
+            ("HTTP_IDLE_TIMEOUT", "soon"),
+            ("SYNC_TICK", "5s"),
+            ("REDIS_POOL_SIZE", "0"),
+            ("MAX_VALUE_BYTES", "0"),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(
+        names(&errs),
+        vec![
+            "HTTP_HEADER_READ_TIMEOUT",
+            "HTTP_IDLE_TIMEOUT",
+            "HTTP_MAX_CONNECTIONS",
+            "MAX_VALUE_BYTES",
+            "CACHE_MAX_ENTRIES",
+            "REDIS_POOL_SIZE",
+            "SYNC_TICK/SYNC_INTERVAL",
+        ]
+    );
+    assert_eq!(errs[4].message, "'0' is not at least 1");
+    let s = resolve(
+        &["--http-max-connections", "3"],
+        &[
+            ("HTTP_HEADER_READ_TIMEOUT", "2s"),
+            ("HTTP_IDLE_TIMEOUT", "1m"),
+            ("CACHE_MAX_ENTRIES", "1"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            s.http_header_read_timeout,
+            s.http_idle_timeout,
+            s.http_max_connections
+        ),
+        (Duration::from_secs(2), Duration::from_secs(60), 3)
+    );
+    assert_eq!(s.options.cache.max_entries, 1);
+}
+
+#[test]
+fn secrets_stay_out_of_errors_and_debug() {
+    let errs = resolve(
+        &[],
+        &[
+            ("REDIS_URL", "http://u:hunter2@h:1"),
+            ("REDIS_AUTH", "hunter2"),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(names(&errs), vec!["REDIS_URL"]);
+    assert!(!errs[0].to_string().contains("hunter2"), "{}", errs[0]);
+    let Command::Serve(a) = Cli::try_parse_from(["sluice", "serve", "--redis-auth", "hunter2"])
+        .unwrap()
+        .command
+    else {
+        unreachable!()
+    };
+    assert!(!format!("{a:?}").contains("hunter2"));
+}
+
+#[test]
+fn log_levels_take_the_references_names_and_directives() {
+    let level = |l: &str| resolve(&[], &[("LOG_LEVEL", l)]).map(|s| s.log_level);
+    assert_eq!(level("WARNING").unwrap(), "warn");
+    assert_eq!(level("sluice=debug,info").unwrap(), "sluice=debug,info");
+    assert!(level("verbose").is_err());
+}
+
+#[test]
+fn clock_skew_is_signed() {
+    let s = resolve(&["--clock-skew", "-5s"], &[]).unwrap();
+    assert_eq!(s.clock_skew_ms, -5000);
+}
+
+#[test]
+fn help_shows_variables_and_defaults_but_no_values() {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let help = cmd
+        .find_subcommand_mut("serve")
+        .unwrap()
+        .render_long_help()
+        .to_string();
+    assert!(
+        help.contains("[env: REDIS_AUTH]")
+            && help.contains("[env: HTTP_MAX_CONNECTIONS] [default: 256]"),
+        "{help}"
+    );
+    assert!(
+        !help.contains("SLUICE_CLOCK_SKEW"),
+        "the testing aid is hidden"
+    );
+}
+
+#[test]
+fn every_setting_has_a_distinct_variable_and_flag() {
+    for (i, a) in SERVE.iter().enumerate() {
+        for b in &SERVE[i + 1..] {
+            assert!(a.env != b.env && a.flag != b.flag, "{} / {}", a.env, b.env);
+        }
+    }
+}
+
+#[test]
+fn the_readme_documents_every_setting() {
+    // Read at compile time: the README's settings table must name every visible variable.
+    let readme = include_str!("../../README.md");
+    let table = &readme[readme.find("## Settings").unwrap()..];
+    for s in SERVE.iter().filter(|s| s.shape != Shape::Hidden) {
+        // GRPC_ADDR and HTTP_ADDR appear as their flags, which override GRPC_HOST/PORT, HOST/PORT.
+        let named =
+            table.contains(&format!("`{}`", s.env)) || table.contains(&format!("`--{}`", s.flag));
+        assert!(named, "{} is not in the README's settings table", s.env);
+    }
+}
