@@ -200,9 +200,13 @@ pub async fn run(
             .map(|g| g.health.clone())
             .unwrap_or_default(),
     };
-    let http_server = axum::serve(listeners.http, http::router(state))
-        .with_graceful_shutdown(http_stop.clone().cancelled_owned());
-    let mut http_task = tokio::spawn(async move { http_server.await });
+    let http_server = http::serve(
+        listeners.http,
+        http::router(state),
+        http::HttpLimits::default(),
+        http_stop.clone().cancelled_owned(),
+    );
+    let mut http_task = tokio::spawn(http_server);
     readiness.set(true);
     tracing::info!(grpc = ?grpc_addr, http = ?http_addr, "serving");
 

@@ -3,6 +3,9 @@
 //!
 //! `/json` speaks proto3 JSON (`json.rs`) and answers 429 when the overall code is
 //! `OVER_LIMIT`, as the reference does.
+//!
+//! The connections themselves (caps and timeouts) are `http_conn.rs`'s; [`serve`] is
+//! re-exported here.
 
 use std::sync::Arc;
 
@@ -14,6 +17,7 @@ use axum::Router;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use serde_json::json;
 
+pub use super::http_conn::{serve, HttpLimits};
 use super::json;
 use crate::rls::RateLimiter;
 use crate::server::reload::ReloadStatus;
@@ -131,4 +135,3 @@ async fn json_handler(State(s): State<AdminState>, body: axum::body::Bytes) -> R
         Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     }
 }
-
