@@ -71,15 +71,11 @@ async fn readyz(State(s): State<AdminState>) -> Response {
             errors.len()
         ));
     }
-    // A degraded shard is reported but does not make the service unready: decisions
-    // continue from memory and the deltas are kept until Redis is back.
+    // A degraded shard, or one that has not answered yet, is reported but does not make the
+    // service unready: decisions continue from memory and the deltas are kept until Redis
+    // answers. Only "ok" means the shard has answered and its last call succeeded.
     for h in &s.shards {
-        match h.last_error() {
-            Some(e) if h.is_degraded() => {
-                body.push_str(&format!("redis shard {}: degraded: {e}\n", h.name))
-            }
-            _ => body.push_str(&format!("redis shard {}: ok\n", h.name)),
-        }
+        body.push_str(&format!("redis shard {}: {}\n", h.name, h.status()));
     }
     if s.readiness.is_ready() {
         (StatusCode::OK, format!("ready\n{body}")).into_response()
