@@ -221,7 +221,7 @@ impl Service {
                 .map(|g| g.health.clone())
                 .unwrap_or_default(),
         };
-        let http = serve_http(listeners.http, state);
+        let http = serve_http(listeners.http, state, settings);
         readiness.set(true);
         tracing::info!(grpc = ?grpc_addr, http = ?http_addr, "serving");
         Ok(Service {
@@ -334,14 +334,27 @@ fn serve_grpc(
     })
 }
 
-/// Starts the HTTP admin server.
-fn serve_http(listener: TcpListener, state: http::AdminState) -> ServerTask<std::io::Error> {
+/// Starts the HTTP admin server, with the connection limits that keep it from starving gRPC.
+fn serve_http(
+    listener: TcpListener,
+    state: http::AdminState,
+    settings: &Settings,
+) -> ServerTask<std::io::Error> {
     let stop = CancellationToken::new();
-    let server = axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(stop.clone().cancelled_owned());
+    let limits = http::HttpLimits {
+        header_read_timeout: settings.http_header_read_timeout,
+        idle_timeout: settings.http_idle_timeout,
+        max_connections: settings.http_max_connections,
+    };
+    let server = http::serve(
+        listener,
+        http::router(state),
+        limits,
+        stop.clone().cancelled_owned(),
+    );
     ServerTask {
         stop,
-        task: tokio::spawn(async move { server.await }),
+        task: tokio::spawn(server),
     }
 }
 

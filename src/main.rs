@@ -75,6 +75,7 @@ fn environment() -> HashMap<String, String> {
 }
 
 async fn serve(settings: Settings) -> ExitCode {
+    sluice::server::nofile::raise_open_files_limit();
     let result = async {
         let listeners = sluice::Listeners::bind(&settings).await?;
         let clock = Arc::new(sluice::core::clock::SystemClock::skewed(

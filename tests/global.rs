@@ -176,6 +176,24 @@ async fn redis_absent_at_start_then_killed_then_back() {
     s.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shard_that_never_answered_is_not_called_ok() {
+    // A loopback port with nothing behind it: the shard never answers.
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let s = Server::start(RULES, global(vec![url], false)).await;
+    assert_eq!(
+        ask(&s, "k", "a").await.overall_code,
+        1,
+        "answered from memory"
+    );
+    wait_for_body(s.http, "/readyz", "degraded, not answered yet: ").await;
+    let (status, _, ready) = http_async(s.http, "GET", "/readyz", "").await.unwrap();
+    // Like a degraded shard, one not answered yet leaves sluice ready: it decides locally.
+    assert_eq!(status, 200, "{ready}");
+    assert!(!ready.contains(": ok"), "{ready}");
+    s.stop().await.unwrap();
+}
+
 async fn wait_redis(r: &RedisServer, want: u64) {
     for _ in 0..400 {
         if counters(r).0 == want {

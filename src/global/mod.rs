@@ -1,6 +1,9 @@
 //! Starting global mode: the Redis stores, one sync task per shard, the clock-offset task and
 //! the sync metrics. `lib::run` calls [`start`] and, at shutdown, waits for [`Global::join`]
 //! (the tasks' final flush).
+//!
+//! Every task runs under `supervise`: one that panics or ends before shutdown is logged,
+//! counted, marks its shard degraded with the reason, and is restarted with backoff.
 
 pub mod clock_offset;
 pub mod health;
@@ -16,6 +19,7 @@ pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use shard::{ShardSync, SyncSettings};
 pub use store::{ShardStore, StoreError, SyncItem};
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +35,11 @@ use crate::telemetry::Telemetry;
 
 /// How often the clock offset from Redis is measured again.
 const OFFSET_EVERY: Duration = Duration::from_secs(30);
+
+/// First wait before restarting a stopped task, doubling up to the most; a task that ran
+/// longer than the most before stopping starts again from the first.
+const RESTART_BACKOFF_MIN: Duration = Duration::from_millis(500);
+const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Running global mode.
 pub struct Global {
@@ -102,26 +111,114 @@ async fn spawn<S: ShardStore>(
             index,
             store: store.clone(),
             queues: queues.clone(),
-            health: h,
+            health: h.clone(),
             clock: clock.clone(),
             settings: settings.sync,
         };
-        tasks.push(tokio::spawn(task.run(stop.clone())));
+        let watch = Watch {
+            task: "sync task",
+            shard: Some(h),
+            clock: clock.clone(),
+            stats: queues.stats.clone(),
+            stop: stop.clone(),
+        };
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(supervise(watch, move || {
+            task.clone().run(stop.clone())
+        })));
     }
     let (store, timeout) = (stores[0].clone(), settings.sync.timeout * 10);
-    tasks.push(tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(OFFSET_EVERY) => adjust_clock(&*store, &*clock, timeout).await,
+    let watch = Watch {
+        task: "clock-offset task",
+        shard: None,
+        clock: clock.clone(),
+        stats: queues.stats.clone(),
+        stop: stop.clone(),
+    };
+    tasks.push(tokio::spawn(supervise(watch, move || {
+        let (store, clock, stop) = (store.clone(), clock.clone(), stop.clone());
+        async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(OFFSET_EVERY) => adjust_clock(&*store, &*clock, timeout).await,
+                }
             }
         }
-    }));
+    })));
     tracing::info!(shards = ?names, "global mode: syncing through Redis");
     Global {
         queues,
         health,
         tasks,
+    }
+}
+
+/// What [`supervise`] watches and where it reports.
+struct Watch {
+    /// The task, for logs and the degraded reason ("sync task", "clock-offset task").
+    task: &'static str,
+    /// The shard the task serves, marked degraded while it is down.
+    shard: Option<Arc<ShardHealth>>,
+    clock: Arc<dyn Clock>,
+    /// Where stopped tasks are counted (`task_failures`).
+    stats: Arc<SyncStats>,
+    /// Shutdown: the only time a task may end.
+    stop: CancellationToken,
+}
+
+/// Runs the task `start` makes until it ends after `stop`. One that panics or returns before
+/// `stop` is logged, counted, marks its shard degraded, and is started again after a backoff.
+///
+/// Restarting rather than exiting the process: a sync task's state lives outside it (the
+/// queues, and entities whose unsettled deltas the task's in-flight guard puts back when it
+/// unwinds), so a new task picks up where the old one stopped, while the process keeps
+/// answering from memory as it does when Redis is down; exiting would drop every node's
+/// unsynced hits and every open Envoy connection over what may be one bad reply. If `stop`
+/// comes during the backoff the task is still started once, to make its final flush.
+async fn supervise<F, Fut>(w: Watch, start: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let shard = w.shard.as_ref().map(|h| h.name.clone()).unwrap_or_default();
+    let mut backoff = RESTART_BACKOFF_MIN;
+    loop {
+        let started = tokio::time::Instant::now();
+        let why = match tokio::spawn(start()).await {
+            Ok(()) if w.stop.is_cancelled() => return,
+            Ok(()) => "ended unexpectedly".to_string(),
+            Err(e) if e.is_panic() => format!("panicked: {}", panic_message(e.into_panic())),
+            Err(e) => e.to_string(),
+        };
+        let reason = format!("{} stopped: {why}", w.task);
+        w.stats.task_failures.fetch_add(1, Ordering::Relaxed);
+        if let Some(h) = &w.shard {
+            h.failed(&reason, w.clock.now());
+        }
+        if w.stop.is_cancelled() {
+            tracing::error!(shard = %shard, error = %reason, "stopped during shutdown; not restarted, its unsent hits are lost");
+            return;
+        }
+        if started.elapsed() > RESTART_BACKOFF_MAX {
+            backoff = RESTART_BACKOFF_MIN;
+        }
+        tracing::error!(shard = %shard, error = %reason, restart_in = ?backoff, "background task stopped; restarting it");
+        tokio::select! {
+            _ = w.stop.cancelled() => {}
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(RESTART_BACKOFF_MAX);
+    }
+}
+
+/// The message of a panic payload (a `&str` or a `String` for `panic!` with a message).
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => payload
+            .downcast_ref::<&str>()
+            .map_or_else(|| "(no message)".to_string(), |s| (*s).to_string()),
     }
 }
 
@@ -140,7 +237,7 @@ async fn adjust_clock<S: ShardStore>(store: &S, clock: &dyn Clock, timeout: Dura
 fn register_metrics(t: &Telemetry, g: &Global) {
     let s = g.queues.stats.clone();
     type Pick = fn(&crate::global::SyncStats) -> u64;
-    let counters: [(&'static str, &'static str, Pick); 8] = [
+    let counters: [(&'static str, &'static str, Pick); 9] = [
         ("sluice_sync_ticks_total", "Sync ticks, all shards", |s| {
             s.ticks.load(Ordering::Relaxed)
         }),
@@ -173,6 +270,11 @@ fn register_metrics(t: &Telemetry, g: &Global) {
             "sluice_sync_call_seconds_total",
             "Time spent in Redis sync calls (microseconds / 1e6)",
             |s| s.call_micros.load(Ordering::Relaxed) / 1_000_000,
+        ),
+        (
+            "sluice_sync_task_failures_total",
+            "Sync and clock-offset tasks that panicked or ended before shutdown (each restarted)",
+            |s| s.task_failures.load(Ordering::Relaxed),
         ),
         (
             "sluice_redis_errors_total",
@@ -249,5 +351,99 @@ fn register_metrics(t: &Telemetry, g: &Global) {
                     .collect()
             }),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::clock::{ManualClock, UnixMillis};
+    use crate::core::table::{CacheSettings, EntityCache};
+    use crate::core::window::{Algorithm, Limit};
+    use crate::global::health::ShardStatus;
+    use crate::global::memory::MemoryStore;
+    use std::sync::atomic::AtomicBool;
+
+    const T0: u64 = 1_700_000_040_000;
+
+    /// A store whose first sync call panics (a bug in a reply's handling, say); then works.
+    #[derive(Default)]
+    struct PanicsOnce {
+        inner: MemoryStore,
+        panicked: AtomicBool,
+    }
+
+    impl ShardStore for PanicsOnce {
+        fn name(&self) -> &str {
+            "panics-once"
+        }
+        async fn sync(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+            if !self.panicked.swap(true, Ordering::Relaxed) {
+                panic!("boom");
+            }
+            self.inner.sync(items).await
+        }
+        async fn time_ms(&self) -> Result<u64, StoreError> {
+            self.inner.time_ms().await
+        }
+    }
+
+    /// Polls `cond` in (paused, auto-advancing) tokio time, up to a bound.
+    async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+        for _ in 0..10_000 {
+            if cond() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("never: {what}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sync_task_that_panics_is_reported_and_restarted_with_its_hits() {
+        let loopback = "127.0.0.1:0".parse().unwrap();
+        let settings = Settings::for_addrs(std::path::PathBuf::new(), loopback, loopback);
+        let clock = ManualClock::new(UnixMillis(T0));
+        let stop = CancellationToken::new();
+        let store = PanicsOnce::default();
+        let g = spawn(
+            vec![store],
+            &settings,
+            Arc::new(clock.clone()),
+            stop.clone(),
+        )
+        .await;
+        let shard = g.health[0].clone();
+
+        // One hit on one entity, queued for the shard as the hot path does.
+        let limit = Limit {
+            requests_per_unit: 100,
+            window_ms: 60_000,
+            algorithm: Algorithm::FixedWindow,
+        };
+        let cache = EntityCache::new(CacheSettings::default());
+        let (entity, _) = cache.get_or_create(7, || Box::new([limit]));
+        {
+            let mut st = entity.state.lock();
+            crate::core::decide(&mut st.windows[0], &limit, clock.now(), 1);
+            g.queues.mark_dirty(&entity, &mut st);
+        }
+
+        // The first sync call panics: the shard says so, and the failure is counted.
+        wait_for("the shard degraded by the panic", || {
+            shard
+                .last_error()
+                .is_some_and(|e| e == "sync task stopped: panicked: boom")
+        })
+        .await;
+        assert_eq!(g.queues.stats.task_failures.load(Ordering::Relaxed), 1);
+
+        // Restarted after the backoff, the task sends the hit the panicking call held.
+        wait_for("the shard back to ok", || shard.status() == ShardStatus::Ok).await;
+        wait_for("the queue to drain", || g.queues.is_empty()).await;
+        assert_eq!(entity.state.lock().windows[0].pending(), 0);
+        assert_eq!(g.queues.stats.task_failures.load(Ordering::Relaxed), 1);
+        stop.cancel();
+        g.join().await;
     }
 }

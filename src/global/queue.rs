@@ -63,6 +63,8 @@ pub struct SyncStats {
     pub commands_sent: AtomicU64,
     /// Total time of store calls, in microseconds (with `calls_ok + calls_failed`, the mean).
     pub call_micros: AtomicU64,
+    /// Background tasks (shard sync, clock offset) that panicked or ended before shutdown.
+    pub task_failures: AtomicU64,
 }
 
 /// The per-shard queues of entities with news.

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::health::ShardHealth;
 use super::queue::SyncQueues;
 use super::store::{ShardStore, StoreError, SyncItem};
-use crate::core::clock::Clock;
+use crate::core::clock::{Clock, UnixMillis};
 use crate::core::fleet::SyncPlan;
 use crate::core::table::Entity;
 use crate::core::tier::{SyncPolicy, Tier};
@@ -73,6 +73,19 @@ pub struct ShardSync<S> {
     pub settings: SyncSettings,
 }
 
+impl<S> Clone for ShardSync<S> {
+    fn clone(&self) -> Self {
+        ShardSync {
+            index: self.index,
+            store: self.store.clone(),
+            queues: self.queues.clone(),
+            health: self.health.clone(),
+            clock: self.clock.clone(),
+            settings: self.settings,
+        }
+    }
+}
+
 struct Planned {
     entity: Arc<Entity>,
     plans: Vec<SyncPlan>,
@@ -109,14 +122,68 @@ impl<S: ShardStore> ShardSync<S> {
         }
     }
 
-    /// One tick: syncs the due entities (all entities with pending hits when `flush`).
+    /// One tick: syncs the due entities (all entities with pending hits when `flush`). A tick
+    /// with nothing to send probes a shard that has not answered yet or is degraded, so
+    /// readiness tells the truth without traffic.
     ///
     /// # Errors
     /// The store's error; the deltas are kept for the next tick.
     pub async fn tick(&self, flush: bool) -> Result<(), StoreError> {
         let stats = &self.queues.stats;
         stats.ticks.fetch_add(1, Ordering::Relaxed);
-        let now = self.clock.now();
+        let (planned, items) = self.plan(flush, self.clock.now());
+        if items.is_empty() {
+            let unknown = !self.health.has_answered() || self.health.is_degraded();
+            return if unknown && !flush {
+                self.probe().await
+            } else {
+                Ok(())
+            };
+        }
+        // Until the reply is settled, the guard owns the in-flight entities: if the call
+        // panics, dropping it puts their deltas back and requeues them, so a restarted task
+        // sends them (see `global::supervise`).
+        let mut in_flight = InFlight {
+            planned,
+            queues: &self.queues,
+            index: self.index,
+        };
+        let result = self.call(&items).await;
+        let planned = std::mem::take(&mut in_flight.planned);
+        let done = self.clock.now();
+        match result {
+            Ok(totals) => {
+                stats.calls_ok.fetch_add(1, Ordering::Relaxed);
+                self.health.ok(done);
+                self.settle(planned, totals, done);
+                Ok(())
+            }
+            Err(e) => {
+                stats.calls_failed.fetch_add(1, Ordering::Relaxed);
+                self.health.failed(&e, done);
+                let requeue = put_back(planned);
+                if flush {
+                    let lost: i64 = requeue
+                        .iter()
+                        .map(|e| {
+                            let st = e.state.lock();
+                            st.windows.iter().map(|w| w.pending().max(0)).sum::<i64>()
+                        })
+                        .sum();
+                    stats
+                        .deltas_dropped
+                        .fetch_add(lost as u64, Ordering::Relaxed);
+                }
+                self.queues.requeue(self.index, requeue);
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes the shard's queue and begins a sync of every due entity; requeues the others
+    /// (or releases them when they have nothing left to send).
+    fn plan(&self, flush: bool, now: UnixMillis) -> (Vec<Planned>, Vec<SyncItem>) {
+        let stats = &self.queues.stats;
         let policy = &self.settings.policy;
         let mut keep = Vec::new();
         let mut planned: Vec<Planned> = Vec::new();
@@ -166,9 +233,12 @@ impl<S: ShardStore> ShardSync<S> {
             planned.push(Planned { entity, plans });
         }
         self.queues.requeue(self.index, keep);
-        if items.is_empty() {
-            return Ok(());
-        }
+        (planned, items)
+    }
+
+    /// The store call, within the timeout, with its counters.
+    async fn call(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+        let stats = &self.queues.stats;
         stats
             .items_sent
             .fetch_add(items.len() as u64, Ordering::Relaxed);
@@ -177,86 +247,101 @@ impl<S: ShardStore> ShardSync<S> {
             Ordering::Relaxed,
         );
         let started = tokio::time::Instant::now();
-        let result =
-            match tokio::time::timeout(self.settings.timeout, self.store.sync(&items)).await {
-                Ok(Ok(totals)) if totals.len() == items.len() => Ok(totals),
-                Ok(Ok(totals)) => Err(StoreError::Backend(format!(
-                    "store answered {} totals for {} items",
-                    totals.len(),
-                    items.len()
-                ))),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
-            };
+        let result = match tokio::time::timeout(self.settings.timeout, self.store.sync(items)).await
+        {
+            Ok(Ok(totals)) if totals.len() == items.len() => Ok(totals),
+            Ok(Ok(totals)) => Err(StoreError::Backend(format!(
+                "store answered {} totals for {} items",
+                totals.len(),
+                items.len()
+            ))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
+        };
         stats
             .call_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        let done = self.clock.now();
+        result
+    }
+
+    /// Settles a successful reply: each entity's deltas are counted and the fleet's totals
+    /// taken in; entities with hits since are requeued, the others released.
+    fn settle(&self, planned: Vec<Planned>, totals: Vec<[u64; 2]>, done: UnixMillis) {
+        let stats = &self.queues.stats;
+        let mut totals = totals.into_iter();
         let mut requeue = Vec::new();
-        match result {
-            Ok(totals) => {
-                stats.calls_ok.fetch_add(1, Ordering::Relaxed);
-                self.health.ok(done);
-                let mut totals = totals.into_iter();
-                for p in planned {
-                    let mut st = p.entity.state.lock();
-                    for (i, plan) in p.plans.iter().enumerate() {
-                        let limit = &p.entity.limits[i];
-                        let total = totals.next().unwrap_or([0, 0]);
-                        let w = &mut st.windows[i];
-                        let before = w.pressure(limit, done);
-                        let tier_before = Tier::of(before);
-                        w.complete_sync(limit, plan, total, done);
-                        let after = w.pressure(limit, done);
-                        let drift =
-                            ((after - before).abs() * f64::from(limit.requests_per_unit)) as u64;
-                        stats.drift_hits.fetch_add(drift, Ordering::Relaxed);
-                        if Tier::of(after) != tier_before {
-                            stats.tier_transitions.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    st.in_flight = false;
-                    if st.windows.iter().any(|w| w.pending() != 0) {
-                        drop(st);
-                        requeue.push(p.entity);
-                    } else {
-                        self.queues.release(&mut st);
-                    }
+        for p in planned {
+            let mut st = p.entity.state.lock();
+            for (i, plan) in p.plans.iter().enumerate() {
+                let limit = &p.entity.limits[i];
+                let total = totals.next().unwrap_or([0, 0]);
+                let w = &mut st.windows[i];
+                let before = w.pressure(limit, done);
+                let tier_before = Tier::of(before);
+                w.complete_sync(limit, plan, total, done);
+                let after = w.pressure(limit, done);
+                let drift = ((after - before).abs() * f64::from(limit.requests_per_unit)) as u64;
+                stats.drift_hits.fetch_add(drift, Ordering::Relaxed);
+                if Tier::of(after) != tier_before {
+                    stats.tier_transitions.fetch_add(1, Ordering::Relaxed);
                 }
-                self.queues.requeue(self.index, requeue);
-                Ok(())
             }
-            Err(e) => {
-                stats.calls_failed.fetch_add(1, Ordering::Relaxed);
-                self.health.failed(&e);
-                for p in planned {
-                    let mut st = p.entity.state.lock();
-                    for (i, plan) in p.plans.iter().enumerate() {
-                        st.windows[i].fail_sync(plan);
-                    }
-                    st.in_flight = false;
-                    drop(st);
-                    requeue.push(p.entity);
-                }
-                if flush {
-                    let lost: i64 = requeue
-                        .iter()
-                        .map(|e| {
-                            e.state
-                                .lock()
-                                .windows
-                                .iter()
-                                .map(|w| w.pending().max(0))
-                                .sum::<i64>()
-                        })
-                        .sum();
-                    stats
-                        .deltas_dropped
-                        .fetch_add(lost as u64, Ordering::Relaxed);
-                }
-                self.queues.requeue(self.index, requeue);
-                Err(e)
+            st.in_flight = false;
+            if st.windows.iter().any(|w| w.pending() != 0) {
+                drop(st);
+                requeue.push(p.entity);
+            } else {
+                self.queues.release(&mut st);
             }
+        }
+        self.queues.requeue(self.index, requeue);
+    }
+
+    /// Asks the store for its time, only to learn whether it answers.
+    async fn probe(&self) -> Result<(), StoreError> {
+        let result = match tokio::time::timeout(self.settings.timeout, self.store.time_ms()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
+        };
+        match &result {
+            Ok(()) => self.health.ok(self.clock.now()),
+            Err(e) => self.health.failed(e, self.clock.now()),
+        }
+        result
+    }
+}
+
+/// Undoes the beginning of a sync that got no reply: the deltas go back to pending.
+fn put_back(planned: Vec<Planned>) -> Vec<Arc<Entity>> {
+    planned
+        .into_iter()
+        .map(|p| {
+            let mut st = p.entity.state.lock();
+            for (i, plan) in p.plans.iter().enumerate() {
+                st.windows[i].fail_sync(plan);
+            }
+            st.in_flight = false;
+            drop(st);
+            p.entity
+        })
+        .collect()
+}
+
+/// The entities of a store call in progress; dropped before the reply is settled (the call
+/// panicked, or the task was aborted mid-call), it puts their deltas back and requeues them,
+/// so they are neither lost nor stuck in flight.
+struct InFlight<'a> {
+    planned: Vec<Planned>,
+    queues: &'a SyncQueues,
+    index: usize,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.planned.is_empty() {
+            let requeue = put_back(std::mem::take(&mut self.planned));
+            self.queues.requeue(self.index, requeue);
         }
     }
 }

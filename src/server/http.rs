@@ -3,6 +3,9 @@
 //!
 //! `/json` speaks proto3 JSON (`json.rs`) and answers 429 when the overall code is
 //! `OVER_LIMIT`, as the reference does.
+//!
+//! The connections themselves (caps and timeouts) are `http_conn.rs`'s; [`serve`] is
+//! re-exported here.
 
 use std::sync::Arc;
 
@@ -14,6 +17,7 @@ use axum::Router;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use serde_json::json;
 
+pub use super::http_conn::{serve, HttpLimits};
 use super::json;
 use crate::rls::RateLimiter;
 use crate::server::reload::ReloadStatus;
@@ -67,15 +71,11 @@ async fn readyz(State(s): State<AdminState>) -> Response {
             errors.len()
         ));
     }
-    // A degraded shard is reported but does not make the service unready: decisions
-    // continue from memory and the deltas are kept until Redis is back.
+    // A degraded shard, or one that has not answered yet, is reported but does not make the
+    // service unready: decisions continue from memory and the deltas are kept until Redis
+    // answers. Only "ok" means the shard has answered and its last call succeeded.
     for h in &s.shards {
-        match h.last_error() {
-            Some(e) if h.is_degraded() => {
-                body.push_str(&format!("redis shard {}: degraded: {e}\n", h.name))
-            }
-            _ => body.push_str(&format!("redis shard {}: ok\n", h.name)),
-        }
+        body.push_str(&format!("redis shard {}: {}\n", h.name, h.status()));
     }
     if s.readiness.is_ready() {
         (StatusCode::OK, format!("ready\n{body}")).into_response()

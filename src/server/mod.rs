@@ -4,6 +4,8 @@
 
 pub mod grpc;
 pub mod http;
+pub mod http_conn;
 pub mod json;
+pub mod nofile;
 pub mod reload;
 pub mod shutdown;

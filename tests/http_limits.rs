@@ -1,0 +1,165 @@
+//! The admin port's connection bounds, on an in-process server with small limits: a header
+//! that never completes, a body that stalls, connections past the cap waiting for a slot, and
+//! shutdown with connections open. (The real process under a flood of idle connections is
+//! in `process.rs`.)
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use axum::routing::{get, post};
+use axum::Router;
+use sluice::server::http::{serve, HttpLimits};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Deadlines here are generous bounds on waiting, never assertions of speed.
+const PATIENCE: Duration = Duration::from_secs(15);
+
+struct Admin {
+    addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+async fn start(limits: HttpLimits) -> Admin {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .route("/echo", post(|body: String| async move { body }));
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve(listener, router, limits, async {
+        let _ = rx.await;
+    }));
+    Admin { addr, stop, task }
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s
+}
+
+/// Reads until the server closes the connection; panics if it is still open after
+/// [`PATIENCE`]. Returns what was read.
+fn read_until_closed(mut s: TcpStream) -> String {
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => {}
+        // A reset is a close too (the server may drop unread bytes).
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("connection still open after {PATIENCE:?} ({e}); read {got:?}"),
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_header_that_never_completes_is_closed_after_the_header_timeout() {
+    let admin = start(HttpLimits {
+        header_read_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_secs(600),
+        max_connections: 8,
+    })
+    .await;
+    let mut partial = connect(admin.addr);
+    partial
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .unwrap();
+    let silent = connect(admin.addr);
+    let (a, b) = blocking(move || (read_until_closed(partial), read_until_closed(silent))).await;
+    assert!(!a.contains("hello") && !b.contains("hello"), "{a:?} {b:?}");
+
+    // A complete request is still served on a fresh connection.
+    let addr = admin.addr;
+    let (status, _, body) = blocking(move || common::http(addr, "GET", "/", "", &[]))
+        .await
+        .unwrap();
+    assert_eq!((status, body.as_str()), (200, "hello"));
+    let _ = admin.stop.send(());
+    admin.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_stalled_body_is_closed_after_the_idle_timeout() {
+    // The header timeout is out of reach; only the idle timeout can end this connection.
+    let admin = start(HttpLimits {
+        header_read_timeout: Duration::from_secs(600),
+        idle_timeout: Duration::from_millis(300),
+        max_connections: 8,
+    })
+    .await;
+    let mut s = connect(admin.addr);
+    s.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
+        .unwrap();
+    let got = blocking(move || read_until_closed(s)).await;
+    assert!(!got.contains("ab"), "{got:?}");
+    let _ = admin.stop.send(());
+    admin.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn past_the_cap_a_connection_waits_for_a_slot_then_is_served() {
+    let admin = start(HttpLimits {
+        header_read_timeout: Duration::from_secs(600),
+        idle_timeout: Duration::from_secs(600),
+        max_connections: 2,
+    })
+    .await;
+    // Two idle connections take both slots (the kernel hands connections to accept in order).
+    let mut idle: Vec<TcpStream> = (0..2).map(|_| connect(admin.addr)).collect();
+    let mut third = connect(admin.addr);
+    third
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    // Not served while the cap is reached: nothing to read yet.
+    third.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let early = third.read(&mut byte);
+    assert!(
+        matches!(&early, Err(e) if e.kind() == ErrorKind::WouldBlock),
+        "answered past the cap: {early:?}"
+    );
+    third.set_nonblocking(false).unwrap();
+
+    // One idle client leaves: its slot goes to the waiting connection.
+    drop(idle.pop());
+    let got = blocking(move || read_until_closed(third)).await;
+    assert!(
+        got.starts_with("HTTP/1.1 200") && got.ends_with("hello"),
+        "{got:?}"
+    );
+
+    // Shutdown with an idle connection still open: it is closed and serve returns.
+    let lingering = connect(admin.addr);
+    let _ = admin.stop.send(());
+    tokio::time::timeout(PATIENCE, admin.task)
+        .await
+        .expect("serve returned after shutdown")
+        .unwrap()
+        .unwrap();
+    blocking(move || read_until_closed(lingering)).await;
+    drop(idle);
+}
+
+#[tokio::test]
+async fn the_settings_reach_the_admin_port() {
+    // The whole service, with HTTP_HEADER_READ_TIMEOUT=300ms: a silent connection is closed
+    // long before the default 10 s would close it (5 s of patience: 16 times the setting).
+    let s = common::Server::start(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+        |s| s.http_header_read_timeout = Duration::from_millis(300),
+    )
+    .await;
+    let silent = connect(s.http);
+    silent.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let got = blocking(move || read_until_closed(silent)).await;
+    assert!(got.is_empty() || got.contains("408"), "{got:?}");
+    s.stop().await.unwrap();
+}
