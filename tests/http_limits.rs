@@ -158,7 +158,9 @@ async fn the_settings_reach_the_admin_port() {
     )
     .await;
     let silent = connect(s.http);
-    silent.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let got = blocking(move || read_until_closed(silent)).await;
     assert!(got.is_empty() || got.contains("408"), "{got:?}");
     s.stop().await.unwrap();
