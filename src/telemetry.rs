@@ -150,97 +150,8 @@ impl Telemetry {
         let rules = Arc::new(RuleStatsRegistry::default());
         let service = Arc::new(ServiceStats::default());
 
-        type Pick = fn(&RuleStats) -> &AtomicU64;
-        let per_rule: [(&str, &str, Pick); 5] = [
-            ("ratelimit_total_hits", "Hits seen per rule", |s| {
-                &s.total_hits
-            }),
-            (
-                "ratelimit_over_limit",
-                "Hits over the limit per rule",
-                |s| &s.over_limit,
-            ),
-            (
-                "ratelimit_near_limit",
-                "Hits within the limit but past NEAR_LIMIT_RATIO of it",
-                |s| &s.near_limit,
-            ),
-            (
-                "ratelimit_within_limit",
-                "Hits within the limit per rule",
-                |s| &s.within_limit,
-            ),
-            (
-                "ratelimit_shadow_mode",
-                "Over-limit hits let through by shadow mode",
-                |s| &s.shadow_mode,
-            ),
-        ];
-        for (name, help, pick) in per_rule {
-            let rules = rules.clone();
-            meter
-                .u64_observable_counter(format!("{name}_total"))
-                .with_description(help)
-                .with_callback(move |obs| {
-                    for ((domain, key), s) in rules.snapshot() {
-                        obs.observe(
-                            pick(&s).load(Ordering::Relaxed),
-                            &[KeyValue::new("domain", domain), KeyValue::new("rule", key)],
-                        );
-                    }
-                })
-                .build();
-        }
-
-        type Series = (
-            Option<(&'static str, &'static str)>,
-            fn(&ServiceStats) -> &AtomicU64,
-        );
-        let svc: [(&str, &str, Vec<Series>); 4] = [
-            (
-                "sluice_requests_total",
-                "ShouldRateLimit calls answered",
-                vec![(None, |s| &s.requests)],
-            ),
-            (
-                "sluice_request_errors_total",
-                "Requests refused, by reason",
-                vec![(Some(("reason", "invalid_argument")), |s| {
-                    &s.invalid_requests
-                })],
-            ),
-            (
-                "sluice_decisions_total",
-                "Descriptor decisions, by outcome",
-                vec![
-                    (Some(("outcome", "ok")), |s| &s.decisions_ok),
-                    (Some(("outcome", "over_limit")), |s| &s.decisions_over),
-                    (Some(("outcome", "no_rule")), |s| &s.decisions_no_rule),
-                ],
-            ),
-            (
-                "sluice_cache_total",
-                "Entity cache lookups, by result",
-                vec![
-                    (Some(("result", "hit")), |s| &s.cache_hits),
-                    (Some(("result", "miss")), |s| &s.cache_misses),
-                ],
-            ),
-        ];
-        for (name, help, series) in svc {
-            let service = service.clone();
-            meter
-                .u64_observable_counter(name)
-                .with_description(help)
-                .with_callback(move |obs| {
-                    for (label, pick) in &series {
-                        let attrs: Vec<KeyValue> =
-                            label.iter().map(|(k, v)| KeyValue::new(*k, *v)).collect();
-                        obs.observe(pick(&service).load(Ordering::Relaxed), &attrs);
-                    }
-                })
-                .build();
-        }
+        register_rule_counters(&meter, &rules);
+        register_service_counters(&meter, &service);
         let config_loads = meter
             .u64_counter("sluice_config_load_total")
             .with_description("Rules loads, by result")
@@ -325,6 +236,104 @@ pub fn init_logging(level: &str, format: &str) {
     } else {
         builder.try_init()
     };
+}
+
+/// The reference's per-rule counters, labelled by domain and rule path.
+fn register_rule_counters(meter: &Meter, rules: &Arc<RuleStatsRegistry>) {
+    type Pick = fn(&RuleStats) -> &AtomicU64;
+    let per_rule: [(&str, &str, Pick); 5] = [
+        ("ratelimit_total_hits", "Hits seen per rule", |s| {
+            &s.total_hits
+        }),
+        (
+            "ratelimit_over_limit",
+            "Hits over the limit per rule",
+            |s| &s.over_limit,
+        ),
+        (
+            "ratelimit_near_limit",
+            "Hits within the limit but past NEAR_LIMIT_RATIO of it",
+            |s| &s.near_limit,
+        ),
+        (
+            "ratelimit_within_limit",
+            "Hits within the limit per rule",
+            |s| &s.within_limit,
+        ),
+        (
+            "ratelimit_shadow_mode",
+            "Over-limit hits let through by shadow mode",
+            |s| &s.shadow_mode,
+        ),
+    ];
+    for (name, help, pick) in per_rule {
+        let rules = rules.clone();
+        meter
+            .u64_observable_counter(format!("{name}_total"))
+            .with_description(help)
+            .with_callback(move |obs| {
+                for ((domain, key), s) in rules.snapshot() {
+                    obs.observe(
+                        pick(&s).load(Ordering::Relaxed),
+                        &[KeyValue::new("domain", domain), KeyValue::new("rule", key)],
+                    );
+                }
+            })
+            .build();
+    }
+}
+
+/// The service's own counters: requests, refusals, decisions, cache lookups.
+fn register_service_counters(meter: &Meter, service: &Arc<ServiceStats>) {
+    type Series = (
+        Option<(&'static str, &'static str)>,
+        fn(&ServiceStats) -> &AtomicU64,
+    );
+    let svc: [(&str, &str, Vec<Series>); 4] = [
+        (
+            "sluice_requests_total",
+            "ShouldRateLimit calls answered",
+            vec![(None, |s| &s.requests)],
+        ),
+        (
+            "sluice_request_errors_total",
+            "Requests refused, by reason",
+            vec![(Some(("reason", "invalid_argument")), |s| {
+                &s.invalid_requests
+            })],
+        ),
+        (
+            "sluice_decisions_total",
+            "Descriptor decisions, by outcome",
+            vec![
+                (Some(("outcome", "ok")), |s| &s.decisions_ok),
+                (Some(("outcome", "over_limit")), |s| &s.decisions_over),
+                (Some(("outcome", "no_rule")), |s| &s.decisions_no_rule),
+            ],
+        ),
+        (
+            "sluice_cache_total",
+            "Entity cache lookups, by result",
+            vec![
+                (Some(("result", "hit")), |s| &s.cache_hits),
+                (Some(("result", "miss")), |s| &s.cache_misses),
+            ],
+        ),
+    ];
+    for (name, help, series) in svc {
+        let service = service.clone();
+        meter
+            .u64_observable_counter(name)
+            .with_description(help)
+            .with_callback(move |obs| {
+                for (label, pick) in &series {
+                    let attrs: Vec<KeyValue> =
+                        label.iter().map(|(k, v)| KeyValue::new(*k, *v)).collect();
+                    obs.observe(pick(&service).load(Ordering::Relaxed), &attrs);
+                }
+            })
+            .build();
+    }
 }
 
 #[cfg(test)]

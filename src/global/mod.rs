@@ -320,6 +320,11 @@ fn register_metrics(t: &Telemetry, g: &Global) {
                 .collect()
         }),
     );
+    register_shard_gauges(t, g);
+}
+
+/// Gauges of the queues and of each shard's health.
+fn register_shard_gauges(t: &Telemetry, g: &Global) {
     let q = g.queues.clone();
     t.gauge(
         "sluice_sync_pending_entities",

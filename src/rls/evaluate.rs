@@ -4,7 +4,7 @@
 use super::resolve::Target;
 use super::RateLimiter;
 use crate::core::clock::UnixMillis;
-use crate::core::Verdict;
+use crate::core::{Verdict, WindowState};
 use crate::rules::Rule;
 use crate::telemetry::RuleStats;
 
@@ -66,33 +66,7 @@ impl RateLimiter {
         } else {
             hits
         };
-        let mut outcome: Option<Outcome> = None;
-        for (i, spec) in rule.limits.iter().enumerate() {
-            let v = windows[i].check(&spec.limit, now, check_hits);
-            let better = match &outcome {
-                None => true,
-                // Over beats within; then fewer hits left; then the later reset.
-                Some(o) => {
-                    (v.over, std::cmp::Reverse(v.remaining), v.reset_ms)
-                        > (
-                            o.verdict.over,
-                            std::cmp::Reverse(o.verdict.remaining),
-                            o.verdict.reset_ms,
-                        )
-                }
-            };
-            let over = v.over || outcome.as_ref().is_some_and(|o| o.over);
-            if better {
-                outcome = Some(Outcome {
-                    over,
-                    reported: i,
-                    verdict: v,
-                });
-            } else if let Some(o) = &mut outcome {
-                o.over = over;
-            }
-        }
-        let outcome = outcome?;
+        let outcome = most_restrictive(rule, windows, now, check_hits)?;
         match count {
             Count::No => {}
             Count::Refund => {
@@ -136,4 +110,41 @@ impl RateLimiter {
             }
         }
     }
+}
+
+/// Checks `hits` against every limit of `rule` and reports the most restrictive: over beats
+/// within, then fewer hits left, then the later reset. Over if any limit is over.
+fn most_restrictive(
+    rule: &Rule,
+    windows: &mut [WindowState],
+    now: UnixMillis,
+    hits: u64,
+) -> Option<Outcome> {
+    let mut outcome: Option<Outcome> = None;
+    for (i, spec) in rule.limits.iter().enumerate() {
+        let v = windows[i].check(&spec.limit, now, hits);
+        let better = match &outcome {
+            None => true,
+            // Over beats within; then fewer hits left; then the later reset.
+            Some(o) => {
+                (v.over, std::cmp::Reverse(v.remaining), v.reset_ms)
+                    > (
+                        o.verdict.over,
+                        std::cmp::Reverse(o.verdict.remaining),
+                        o.verdict.reset_ms,
+                    )
+            }
+        };
+        let over = v.over || outcome.as_ref().is_some_and(|o| o.over);
+        if better {
+            outcome = Some(Outcome {
+                over,
+                reported: i,
+                verdict: v,
+            });
+        } else if let Some(o) = &mut outcome {
+            o.over = over;
+        }
+    }
+    outcome
 }
