@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the hot path (DESIGN §9): `decide` per descriptor with 1M tracked
+//! Criterion benchmarks of the hot path (ARCHITECTURE.md, "Targets"): `decide` per descriptor with 1M tracked
 //! entities (target ≤ 200 ns median), local and global (synced) states, and a whole
 //! `ShouldRateLimit` request through the limiter in local mode over 10k and 1M distinct values.
 //!

@@ -1,4 +1,4 @@
-//! Memory per tracked entity (DESIGN §9: ≤ 200 bytes at 1M entities), measured as the growth
+//! Memory per tracked entity (ARCHITECTURE.md, "Targets": ≤ 200 bytes at 1M entities), measured as the growth
 //! of the process's resident set while the limiter tracks 1M distinct values, divided by 1M.
 //! Prints the figure; `cargo bench --bench memory`.
 

@@ -253,7 +253,7 @@ impl Service {
         }
     }
 
-    /// Stops within one deadline, `grace` from now (DESIGN §4): not ready; both servers stop
+    /// Stops within one deadline, `grace` from now (ARCHITECTURE.md, "Invariants"): not ready; both servers stop
     /// taking and finish their calls; the limiter closes, so nothing is decided after the
     /// final flush (not even over HTTP); then every shard flushes. The servers get the grace
     /// less what the flush may need (one store call per shard, bounded by `store_timeout`),

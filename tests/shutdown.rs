@@ -1,4 +1,4 @@
-//! Shutdown within one deadline (DESIGN §4): whatever hangs (a gRPC call that never ends, a
+//! Shutdown within one deadline (ARCHITECTURE.md, "Invariants"): whatever hangs (a gRPC call that never ends, a
 //! client that never finishes its request, a Redis that never answers the final flush), `run`
 //! returns within
 //! `SHUTDOWN_GRACE` of the shutdown signal, and no decision is taken after the limiter closes.

@@ -2,18 +2,18 @@
 //!
 //! The simulator runs the production request path and sync task on paused tokio time with
 //! seeded traffic, so it is deterministic and each bound is checked against the same numbers
-//! the README's table shows. The bounds of DESIGN §9 (20 nodes: a cold entity at 10× its limit
+//! the README's table shows. The target bounds (ARCHITECTURE.md, "Targets") (20 nodes: a cold entity at 10× its limit
 //! admits at most 1.10× the limit in its first window; steady 2× at most 1.05× per window;
 //! false denials at most 2 % of the limit) apply to sluice; the plain design runs beside it to
 //! show that the mechanism is what meets them. The bounds of the other scenarios are what
 //! sluice measures with some margin, each stated where asserted. Where the shipped code misses
-//! a DESIGN §9 bound, the assertion holds it to what it achieves (with a small margin) and
+//! a target bound (ARCHITECTURE.md, "Targets"), the assertion holds it to what it achieves (with a small margin) and
 //! says which issue tightens it. The same bounds are then checked on other seeds, so that
 //! they are not one seed's luck.
 
 use sluice::sim::{render_table, run, scenarios, Report, Scenario};
 
-/// DESIGN §9: false denials at most 2 % of the limit, in every window of every scenario.
+/// the targets (ARCHITECTURE.md, "Targets"): false denials at most 2 % of the limit, in every window of every scenario.
 /// Measured: at most 1.4 % over the six seeds, in the moments before a limit is reached.
 const MAX_FALSE_DENIALS: f64 = 0.02;
 
@@ -46,12 +46,12 @@ fn check(s: &Scenario) -> Result<(), String> {
     };
     match s.name {
         "cold surge 10x" => {
-            // DESIGN §9: the first window of a cold entity at 10× stays within 1.10×.
+            // the targets (ARCHITECTURE.md, "Targets"): the first window of a cold entity at 10× stays within 1.10×.
             // Measured: 1.014–1.031 over the six seeds (the plain design: 9.8–10.0×).
             over(&r, 0, 1.10)?;
             // Then the steady state at 10×, held to the steady target. Measured ≤ 1.006.
             over(&r, 1, 1.05)?;
-            // The plain design admits about ρ× in the first window (DESIGN §3): the mechanism,
+            // The plain design admits about ρ× in the first window (ARCHITECTURE.md, "The plain design"): the mechanism,
             // not the scenario, is what keeps sluice within bounds.
             if r.baseline_admitted(0) < 5.0 {
                 return fail(format!(
@@ -61,7 +61,7 @@ fn check(s: &Scenario) -> Result<(), String> {
             }
         }
         "steady 2x" => {
-            // DESIGN §9: steady 2× stays within 1.05× in every window (cold start included).
+            // the targets (ARCHITECTURE.md, "Targets"): steady 2× stays within 1.05× in every window (cold start included).
             // Measured ≤ 1.006; the plain design admits 2.0× in the first window.
             over(&r, 0, 1.05)?;
             if r.baseline_admitted(0) < 1.5 {
@@ -94,7 +94,7 @@ fn check(s: &Scenario) -> Result<(), String> {
             }
         }
         "2-replica surge" => {
-            // DESIGN §9 holds 2 nodes hit within one tick to 1.10×. Measured 1.678–1.810 over
+            // the targets (ARCHITECTURE.md, "Targets") holds 2 nodes hit within one tick to 1.10×. Measured 1.678–1.810 over
             // the six seeds (the plain design: 1.75–2.07×): at ~500 hits a second per node,
             // both spend much of the room in the first tick or two, before the sync replies
             // show each node the other's hits.

@@ -18,7 +18,7 @@
 //!
 //! The price is a few false denials in the last moments before a limit is reached (a node
 //! whose share is spent while another's is not), and at most one tick of traffic decided on
-//! stale counts. `sluice simulate` (`sim/`) measures both against DESIGN §9.
+//! stale counts. `sluice simulate` (`sim/`) measures both against the targets (ARCHITECTURE.md, "Targets").
 
 use super::clock::UnixMillis;
 use super::window::{Algorithm, Limit, Slot, WindowState};
@@ -48,7 +48,7 @@ const SHARE_FLOOR: f64 = 1.0 / 64.0;
 /// nodes whose share is spent while other nodes' shares are not (about 2 % of the limit in a
 /// 10× surge, in the simulator). Three quarters trade about 3 % admitted over the limit in
 /// such a surge's first window for a third fewer of those denials; both stay well within
-/// DESIGN §9.
+/// the targets (ARCHITECTURE.md, "Targets").
 const UNSENT_RESERVED: f64 = 0.75;
 
 // === impl WindowState ===

@@ -1,6 +1,6 @@
 //! The pure core: time, window counters, the fleet estimate, pressure tiers and the entity
 //! table. Nothing here does I/O or reads the clock: `now` is always an argument, so every
-//! decision can be replayed on a manual clock. See ARCHITECTURE.md, "The core".
+//! decision can be replayed on a manual clock. See ARCHITECTURE.md, "The path of a request".
 
 pub mod clock;
 pub mod fleet;

@@ -402,7 +402,7 @@ mod tests {
 
     #[test]
     fn the_state_stays_small() {
-        // Memory per entity is a DESIGN §9 target: the fleet-accuracy fields cost 8 bytes.
+        // Memory per entity is a target (ARCHITECTURE.md, "Targets"): the fleet-accuracy fields cost 8 bytes.
         assert!(std::mem::size_of::<WindowState>() <= 88);
     }
 }

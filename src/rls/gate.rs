@@ -1,6 +1,6 @@
 //! The gate every request passes: open while serving, closed for good at shutdown, and
 //! `close` waits for the requests inside, so a final flush that follows it sees every hit
-//! this process counts (DESIGN §4: no counted hit is lost on a clean shutdown). The servers'
+//! this process counts (ARCHITECTURE.md, "Invariants": no counted hit is lost on a clean shutdown). The servers'
 //! own drain is not enough: a connection task can outlive its server when the grace runs out.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,7 +4,7 @@
 //! and counted on the entity) and `respond.rs` (statuses, overall code, headers). `gate.rs`
 //! refuses requests once shutdown has begun.
 //!
-//! These semantics follow envoyproxy/ratelimit (DESIGN §1):
+//! These semantics follow envoyproxy/ratelimit (README, "Wire semantics"):
 //! - `hits_addend`: a descriptor's own value wins, 0 included (check without counting);
 //!   otherwise `max(1, request.hits_addend)`, since Envoy sends 0.
 //! - No rule (unknown domain, whitelisted node, depth mismatch, replaced): `OK`, no limit,

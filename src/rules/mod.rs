@@ -118,7 +118,7 @@ pub struct Rule {
     pub unlimited: bool,
     /// Over-limit statuses are reported as OK.
     pub shadow_mode: bool,
-    /// The descriptor is a quota: see DESIGN §1 on the overall code.
+    /// The descriptor is a quota: see README, "Wire semantics", on the overall code.
     pub quota_mode: bool,
     /// Metrics keyed by the request's actual values.
     pub detailed_metric: bool,

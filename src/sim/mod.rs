@@ -1,5 +1,5 @@
 //! The fleet simulator behind `sluice simulate`: replicas sharing one limit through a store,
-//! sluice's production code side by side with the plain design (DESIGN §3), on simulated time.
+//! sluice's production code side by side with the plain design (ARCHITECTURE.md, "The plain design"), on simulated time.
 //!
 //! This file owns the scenarios, the traffic driver, the exact reference and the report.
 //! Each replica of sluice is the shipped code (`fleet.rs`): the `RateLimiter` request path in
@@ -220,7 +220,7 @@ pub fn scenarios() -> Vec<Scenario> {
             ..base.clone()
         },
         // Two replicas, a limit of 600 a minute, hit from cold by 1000 requests a second (100×
-        // the limit) for 5 s: the small-fleet surge a real deployment sees, which DESIGN §9
+        // the limit) for 5 s: the small-fleet surge a real deployment sees, which the targets (ARCHITECTURE.md, "Targets")
         // wants within 1.10× like any other cold surge.
         Scenario {
             name: "2-replica surge",

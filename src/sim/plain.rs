@@ -1,4 +1,4 @@
-//! A model of the plain design (DESIGN §3, "our baseline"), run beside sluice on the same
+//! A model of the plain design (ARCHITECTURE.md, "The plain design"), run beside sluice on the same
 //! traffic and the same kind of store. It is not our code, so a model of it is what there is.
 //!
 //! `level = max(0, synced − (limit/W) × elapsed) + local_pending`. A never-read entity is
