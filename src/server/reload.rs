@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::core::clock::UnixMillis;
 use crate::rls::RateLimiter;
 use crate::rules::model::ConfigError;
+use crate::rules::prescan::MAX_FILE_BYTES;
 use crate::rules::{self, RuleSet};
 use crate::telemetry::ConfigLoad;
 
@@ -54,6 +55,25 @@ pub fn rule_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     Ok(files)
 }
 
+/// Reads a rules file, refusing one over [`MAX_FILE_BYTES`] before reading it whole (the
+/// parser refuses it anyway; this keeps a runaway file out of memory).
+fn read_bounded(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| read_error(path, &e))?;
+    let mut text = String::new();
+    // One byte past the bound is enough to know the file is too large.
+    file.take(MAX_FILE_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| read_error(path, &e))?;
+    if text.len() > MAX_FILE_BYTES {
+        return Err(ConfigError::new(
+            &path.display().to_string(),
+            format!("the file is more than the {MAX_FILE_BYTES} bytes allowed"),
+        ));
+    }
+    Ok(text)
+}
+
 /// Reads, parses, validates and compiles `files`.
 ///
 /// # Errors
@@ -62,9 +82,9 @@ pub fn load_files(files: &[PathBuf], merge_domains: bool) -> Result<RuleSet, Vec
     let mut sources = Vec::new();
     let mut errors = Vec::new();
     for f in files {
-        match std::fs::read_to_string(f) {
+        match read_bounded(f) {
             Ok(text) => sources.push((f.display().to_string(), text)),
-            Err(e) => errors.push(read_error(f, &e)),
+            Err(e) => errors.push(e),
         }
     }
     rules::with_prior_errors(errors, rules::compile_sources(&sources, merge_domains))
@@ -250,6 +270,22 @@ mod tests {
             .await
             .expect("no change event within 10 s")
             .expect("watcher gone")
+    }
+
+    #[test]
+    fn a_file_over_the_size_bound_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.yaml");
+        std::fs::write(&big, "#".repeat(MAX_FILE_BYTES + 10)).unwrap();
+        let errs = load_files(&[big], false).unwrap_err();
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0]
+                .to_string()
+                .contains("more than the 4194304 bytes allowed"),
+            "{}",
+            errs[0]
+        );
     }
 
     #[tokio::test]
