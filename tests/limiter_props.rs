@@ -1,19 +1,21 @@
 //! Property tests of the decision core on a manual clock, against a straightforward model:
 //! a single node never admits more than the limit in a window and never denies a request the
-//! model says fits. Plus exactness of the limiter under concurrent threads.
+//! model says fits, strict or not, with huge addends (saturating, never wrapping) and refunds
+//! (never below zero, never adding). Plus exactness of the limiter under concurrent threads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
 use sluice::core::clock::{ManualClock, UnixMillis};
-use sluice::core::{decide, Algorithm, Limit, WindowState};
+use sluice::core::{decide, decide_lenient, Algorithm, Limit, WindowState, MAX_COUNT};
 
 const W: u64 = 10_000;
 const T0: u64 = 1_700_000_000_000;
 
-/// The model: what each aligned window counted (a fixed window counts every hit, as the
-/// reference does; the sliding window only admitted ones), and what it admitted.
+/// The model: what each aligned window counted (every hit when strict, as the reference's
+/// INCRBY; else only admitted ones; saturating at `MAX_COUNT`, refunds stopping at 0), and
+/// what it admitted.
 #[derive(Default)]
 struct Model {
     per_window: std::collections::HashMap<u64, u64>,
@@ -22,9 +24,9 @@ struct Model {
 
 impl Model {
     /// The count the limit sees at `t` before new hits (exact rational arithmetic).
-    fn estimate(&self, limit: &Limit, t: u64) -> u64 {
+    fn estimate(&self, limit: &Limit, t: u64) -> u128 {
         let e = t / W;
-        let curr = self.per_window.get(&e).copied().unwrap_or(0);
+        let curr = u128::from(self.per_window.get(&e).copied().unwrap_or(0));
         match limit.algorithm {
             Algorithm::FixedWindow => curr,
             Algorithm::SlidingWindow => {
@@ -33,15 +35,30 @@ impl Model {
                 } else {
                     self.per_window.get(&(e - 1)).copied().unwrap_or(0)
                 };
-                prev * (W - t % W) / W + curr
+                u128::from(prev) * u128::from(W - t % W) / u128::from(W) + curr
             }
         }
     }
+
+    fn count(&mut self, t: u64, hits: u64) {
+        let c = self.per_window.entry(t / W).or_default();
+        *c = c.saturating_add(hits).min(MAX_COUNT);
+    }
+
+    fn refund(&mut self, t: u64, hits: u64) {
+        let c = self.per_window.entry(t / W).or_default();
+        *c -= hits.min(*c);
+    }
 }
 
-fn arb_steps() -> impl Strategy<Value = Vec<(u64, u64)>> {
-    // (time step in ms, hits): steps up to a window, hits 0..4.
-    prop::collection::vec((0..W, 0u64..4), 1..300)
+/// One step: (time step in ms, hits, a refund rather than a hit).
+fn arb_steps() -> impl Strategy<Value = Vec<(u64, u64, bool)>> {
+    let hits = prop_oneof![
+        8 => 0u64..4,
+        1 => (1u64 << 62)..u64::MAX,
+        1 => prop_oneof![Just(u64::MAX), Just(u64::MAX - 100), Just(1u64 << 63)],
+    ];
+    prop::collection::vec((0..W, hits, prop::bool::weighted(0.1)), 1..300)
 }
 
 proptest! {
@@ -51,6 +68,7 @@ proptest! {
     fn never_over_the_limit_in_a_window_never_denied_below(
         rpu in 0u32..20,
         fixed in any::<bool>(),
+        strict in any::<bool>(),
         steps in arb_steps(),
     ) {
         let limit = Limit {
@@ -61,22 +79,45 @@ proptest! {
         let mut state = WindowState::default();
         let mut model = Model::default();
         let mut t = T0;
-        for (dt, hits) in steps {
+        let mut refunded = false;
+        for (dt, hits, refund) in steps {
             t += dt / 4;
-            let expected_over = rpu == 0 || model.estimate(&limit, t) + hits > u64::from(rpu);
-            let v = decide(&mut state, &limit, UnixMillis(t), hits);
-            prop_assert_eq!(v.over, expected_over, "at t={} hits={}", t, hits);
-            if !v.over || fixed {
-                *model.per_window.entry(t / W).or_default() += hits;
+            if refund {
+                state.refund(&limit, UnixMillis(t), hits);
+                model.refund(t, hits);
+                refunded = true;
+                prop_assert_eq!(
+                    u128::from(state.current_count(&limit, UnixMillis(t))),
+                    model.estimate(&Limit { algorithm: Algorithm::FixedWindow, ..limit }, t)
+                );
+                continue;
             }
-            if !v.over {
+            let expected_over =
+                rpu == 0 || model.estimate(&limit, t) + u128::from(hits) > u128::from(rpu);
+            let v = if strict {
+                decide(&mut state, &limit, UnixMillis(t), hits)
+            } else {
+                decide_lenient(&mut state, &limit, UnixMillis(t), hits)
+            };
+            prop_assert_eq!(v.over, expected_over, "at t={} hits={}", t, hits);
+            if !v.over || strict {
+                model.count(t, hits);
+            }
+            if v.over {
+                prop_assert_eq!(v.remaining, 0);
+            } else {
                 *model.admitted.entry(t / W).or_default() += hits;
-                prop_assert_eq!(v.remaining as u64, u64::from(rpu) - model.estimate(&limit, t));
+                prop_assert_eq!(
+                    u128::from(v.remaining),
+                    u128::from(rpu) - model.estimate(&limit, t)
+                );
             }
             prop_assert!(v.reset_ms >= 1 && v.reset_ms <= W);
         }
-        for (_, admitted) in model.admitted {
-            prop_assert!(admitted <= u64::from(rpu));
+        if !refunded {
+            for (_, admitted) in model.admitted {
+                prop_assert!(admitted <= u64::from(rpu));
+            }
         }
     }
 }

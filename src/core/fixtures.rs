@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::clock::UnixMillis;
 use super::fleet::SyncPlan;
-use super::window::{decide, Algorithm, Limit, WindowState};
+use super::window::{decide_lenient, Algorithm, Limit, WindowState};
 
 pub const MIN: u64 = 60_000;
 
@@ -44,7 +44,11 @@ pub fn sync(s: &mut WindowState, l: &Limit, store: &mut HashMap<u64, u64>, t: Un
     s.complete_sync(l, &plan, totals, t);
 }
 
-/// Decides single hits at `t` until one is denied; returns how many were admitted.
+/// Decides single hits at `t` while they fit; returns how many were admitted.
 pub fn admit_all(s: &mut WindowState, l: &Limit, t: UnixMillis) -> u64 {
-    (0..10_000).take_while(|_| !decide(s, l, t, 1).over).count() as u64
+    // The first hit that does not fit is not counted either: it stands for traffic that
+    // stopped there, not for a denied request (which a strict limit would count).
+    (0..10_000)
+        .take_while(|_| !decide_lenient(s, l, t, 1).over)
+        .count() as u64
 }

@@ -11,7 +11,7 @@ pub mod window;
 pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
 pub use fleet::SyncPlan;
 pub use tier::{SyncPolicy, Tier};
-pub use window::{decide, Algorithm, Limit, Verdict, WindowState};
+pub use window::{decide, decide_lenient, Algorithm, Limit, Verdict, WindowState, MAX_COUNT};
 
 #[cfg(test)]
 mod fixtures;

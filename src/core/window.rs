@@ -7,14 +7,23 @@
 //! Two algorithms:
 //! - **Sliding window** (default), the 2-epoch sliding window counter. With window `W`,
 //!   `epoch = floor(now / W)` and `progress = (now mod W) / W`, the estimate is
-//!   `floor(prev × (1 − progress)) + curr`. Only admitted hits are counted: counting denied
-//!   hits would carry a rejected flood into the next window (through `prev`) and deny traffic
-//!   that is within the limit there.
+//!   `floor(prev × (1 − progress)) + curr`.
 //! - **Fixed window** (`algorithm: fixed_window`), envoyproxy/ratelimit's windows: a counter per
-//!   epoch that counts every hit, admitted or not, as the reference's `INCRBY` does.
+//!   epoch, reset at each boundary.
 //!
-//! In both, a request of `hits` is over the limit when `count + hits > limit`; reaching the
-//! limit exactly is within it, and a limit of 0 always denies.
+//! In both, a request of `hits` is over the limit when `count + hits > limit` (the reference's
+//! `count > limit` after its `INCRBY`); reaching the limit exactly is within it, and a limit
+//! of 0 always denies. [`WindowState::check`] only looks; [`WindowState::record`] counts.
+//! Whether denied hits are counted is the caller's choice (a rule's `strict`, `rls/evaluate.rs`):
+//! [`decide`] counts every hit, as the reference's `INCRBY` does, and [`decide_lenient`] only
+//! admitted ones.
+//!
+//! # Saturation
+//! Counts saturate at [`MAX_COUNT`] (2^53 − 1) and never wrap: an addend too large for the
+//! room left fills the slot to it. The bound keeps a node's own hits (`inflight + pending`)
+//! far from `i64`'s end, every value exact in the Lua numbers (doubles) of the Redis script,
+//! and a fleet's `INCRBY` far from Redis's own overflow error. Refunds never take a count
+//! below zero.
 //!
 
 use super::clock::UnixMillis;
@@ -65,9 +74,14 @@ pub(super) struct Slot {
     pub(super) pending: i64,
 }
 
+/// The most a counter holds: hits past it are not counted (see the module docs).
+pub const MAX_COUNT: u64 = (1 << 53) - 1;
+
 impl Slot {
+    /// `remote + inflight + pending`, never below 0 (wide enough not to overflow).
     pub(super) fn total(&self) -> u64 {
-        (self.remote as i64 + self.inflight + self.pending).max(0) as u64
+        let sum = i128::from(self.remote) + i128::from(self.inflight) + i128::from(self.pending);
+        sum.clamp(0, i128::from(u64::MAX)) as u64
     }
 }
 
@@ -215,7 +229,9 @@ impl WindowState {
         } else {
             (
                 self.estimate(limit, now).saturating_add(hits),
-                (known + self.reserve(limit, now, epoch)).saturating_add(hits),
+                known
+                    .saturating_add(self.reserve(limit, now, epoch))
+                    .saturating_add(hits),
             )
         };
         let rpu = u64::from(limit.requests_per_unit);
@@ -232,27 +248,27 @@ impl WindowState {
         }
     }
 
-    /// Counts `hits` at `now`. `admitted` says whether the request they belong to was let
-    /// through: the sliding window counts only admitted hits, the fixed window every hit.
-    pub fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64, admitted: bool) {
-        if admitted || limit.algorithm == Algorithm::FixedWindow {
-            let s = self.slot_mut(now.0 / limit.window_ms);
-            s.pending = s.pending.saturating_add(hits as i64);
-            let i = (s.epoch % 2) as usize;
-            self.own[i] = self.own[i].saturating_add(hits.min(u64::from(u32::MAX)) as u32);
-        }
+    /// Counts `hits` at `now`, up to [`MAX_COUNT`] in the slot.
+    pub fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
+        let s = self.slot_mut(now.0 / limit.window_ms);
+        // At most MAX_COUNT < 2^53: the cast is exact and no sum of in-flight and pending hits
+        // overflows.
+        let add = hits.min(MAX_COUNT.saturating_sub(s.total())) as i64;
+        s.pending += add;
+        let i = (s.epoch % 2) as usize;
+        self.own[i] = self.own[i].saturating_add(add.min(i64::from(u32::MAX)) as u32);
     }
 
-    /// Gives `hits` back to the current window (Envoy's `is_negative_hits`).
+    /// Gives `hits` back to the current window (Envoy's `is_negative_hits`), never taking the
+    /// count below zero.
     pub fn refund(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
-        let epoch = now.0 / limit.window_ms;
-        let have = self.count(epoch) as i64;
-        let s = self.slot_mut(epoch);
-        // Never below zero overall; in global mode the negative delta reaches Redis too.
-        let back = (hits as i64).min(have);
-        s.pending -= back;
+        let s = self.slot_mut(now.0 / limit.window_ms);
+        // `min` before the cast, so a refund of 2^63 or more never becomes a negative number
+        // (which would add hits). In global mode the negative delta reaches Redis too.
+        let back = i64::try_from(hits.min(s.total())).unwrap_or(i64::MAX);
+        s.pending = s.pending.saturating_sub(back);
         let i = (s.epoch % 2) as usize;
-        self.own[i] = self.own[i].saturating_sub(back.clamp(0, i64::from(u32::MAX)) as u32);
+        self.own[i] = self.own[i].saturating_sub(back.min(i64::from(u32::MAX)) as u32);
     }
 
     /// Hits counted in the current epoch, as this node sees them (before extrapolation).
@@ -266,7 +282,8 @@ impl WindowState {
     }
 }
 
-/// Checks and counts `hits` against one limit at `now`.
+/// Checks `hits` against one limit at `now` and counts them, admitted or not (a `strict`
+/// limit, the default; the reference's `INCRBY`).
 ///
 /// ```
 /// use sluice::core::clock::UnixMillis;
@@ -278,11 +295,26 @@ impl WindowState {
 /// assert!(!decide(&mut state, &limit, t, 1).over);
 /// assert_eq!(decide(&mut state, &limit, t, 1).remaining, 0);
 /// assert!(decide(&mut state, &limit, t, 1).over);
+/// assert_eq!(state.current_count(&limit, t), 3, "the denied hit is counted too");
 /// assert!(!decide(&mut state, &limit, t.plus_millis(60_000), 1).over);
 /// ```
 pub fn decide(state: &mut WindowState, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
     let verdict = state.check(limit, now, hits);
-    state.record(limit, now, hits, !verdict.over);
+    state.record(limit, now, hits);
+    verdict
+}
+
+/// As [`decide`], but denied hits cost nothing (`strict: false`).
+pub fn decide_lenient(
+    state: &mut WindowState,
+    limit: &Limit,
+    now: UnixMillis,
+    hits: u64,
+) -> Verdict {
+    let verdict = state.check(limit, now, hits);
+    if !verdict.over {
+        state.record(limit, now, hits);
+    }
     verdict
 }
 
@@ -332,7 +364,7 @@ mod tests {
         for _ in 0..10 {
             assert!(!decide(&mut s, &l, T0, 1).over);
         }
-        assert!(decide(&mut s, &l, T0, 1).over, "the 11th hit is over");
+        assert!(s.check(&l, T0, 1).over, "the 11th hit is over");
         // A quarter into the next window, 75 % of the previous 10 still count: 7 (floored).
         let q = T0.plus_millis(MIN + MIN / 4);
         assert_eq!(s.check(&l, q, 0).count_after, 7);
@@ -345,16 +377,36 @@ mod tests {
     }
 
     #[test]
-    fn sliding_window_does_not_count_denied_hits() {
+    fn denied_hits_are_counted_unless_lenient() {
         let l = sliding(1);
-        let mut s = WindowState::default();
-        decide(&mut s, &l, T0, 1);
+        let (mut strict, mut lenient) = (WindowState::default(), WindowState::default());
+        decide(&mut strict, &l, T0, 1);
+        decide_lenient(&mut lenient, &l, T0, 1);
         for _ in 0..100 {
-            assert!(decide(&mut s, &l, T0, 1).over);
+            assert!(decide(&mut strict, &l, T0, 1).over);
+            assert!(decide_lenient(&mut lenient, &l, T0, 1).over);
         }
-        // The denied flood does not weigh on the next window: only the 1 admitted hit does.
+        // Half-way through the next window half of the previous epoch still counts: the 101
+        // hits (all counted, as the reference's INCRBY) keep denying; of the lenient 1
+        // admitted hit, nothing is left.
         let half = T0.plus_millis(MIN + MIN / 2);
-        assert_eq!(s.check(&l, half, 0).count_after, 0);
+        assert_eq!(strict.check(&l, half, 0).count_after, 50);
+        assert!(decide(&mut strict, &l, half, 1).over);
+        assert_eq!(lenient.check(&l, half, 0).count_after, 0);
+        assert!(!decide_lenient(&mut lenient, &l, half, 1).over);
+    }
+
+    #[test]
+    fn an_over_limit_count_stays_over_until_it_drains() {
+        // The reference's INCRBY: 6 then 6 against 10 leaves 12 counted, so even a check of
+        // 0 hits is over until the window moves on.
+        let mut s = WindowState::default();
+        let l = fixed(10);
+        assert!(!decide(&mut s, &l, T0, 6).over);
+        let v = decide(&mut s, &l, T0, 6);
+        assert_eq!((v.over, v.remaining, v.count_after), (true, 0, 12));
+        assert!(decide(&mut s, &l, T0, 0).over);
+        assert!(!decide(&mut s, &l, T0.plus_millis(MIN), 0).over);
     }
 
     #[test]
@@ -383,13 +435,47 @@ mod tests {
 
     #[test]
     fn a_big_addend_is_denied_whole() {
-        let mut s = WindowState::default();
         let l = sliding(10);
-        assert!(!decide(&mut s, &l, T0, 8).over);
-        let v = decide(&mut s, &l, T0, 5);
-        assert!(v.over);
-        // The denied 5 were not counted, so 2 more still fit.
-        assert!(!decide(&mut s, &l, T0, 2).over);
+        let (mut strict, mut lenient) = (WindowState::default(), WindowState::default());
+        for s in [&mut strict, &mut lenient] {
+            assert!(!decide(s, &l, T0, 8).over);
+        }
+        assert!(decide(&mut strict, &l, T0, 5).over);
+        assert!(decide_lenient(&mut lenient, &l, T0, 5).over);
+        // Counted, the denied 5 leave no room; not counted, 2 more still fit.
+        assert!(decide(&mut strict, &l, T0, 2).over);
+        assert!(!decide_lenient(&mut lenient, &l, T0, 2).over);
+    }
+
+    #[test]
+    fn a_huge_addend_saturates_the_count_instead_of_wrapping() {
+        for l in [fixed(100), sliding(100)] {
+            let mut s = WindowState::default();
+            assert!(decide(&mut s, &l, T0, 101).over);
+            // 101 + (2^64 − 101) would wrap to 0 in u64 (and was -101 as an i64).
+            let v = decide(&mut s, &l, T0, u64::MAX - 100);
+            assert_eq!((v.over, v.remaining), (true, 0));
+            assert_eq!(s.current_count(&l, T0), MAX_COUNT);
+            for hits in [0, 1, u64::MAX] {
+                assert!(decide(&mut s, &l, T0, hits).over, "{hits}");
+            }
+            assert_eq!(s.current_count(&l, T0), MAX_COUNT);
+            assert_eq!(s.pending(), MAX_COUNT as i64);
+        }
+    }
+
+    #[test]
+    fn a_huge_refund_empties_the_count_and_never_adds() {
+        for l in [fixed(100), sliding(100)] {
+            let mut s = WindowState::default();
+            decide(&mut s, &l, T0, 7);
+            // 2^63 as an i64 is negative: subtracting it used to add 2^63 hits.
+            s.refund(&l, T0, 1 << 63);
+            assert_eq!(s.current_count(&l, T0), 0);
+            s.refund(&l, T0, u64::MAX);
+            assert_eq!((s.current_count(&l, T0), s.pending()), (0, 0));
+            assert!(!decide(&mut s, &l, T0, 100).over);
+        }
     }
 
     #[test]

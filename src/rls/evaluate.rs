@@ -20,7 +20,8 @@ pub(super) struct Outcome {
 pub(super) enum Count {
     /// Look only.
     No,
-    /// Count; with `hold_within`, descriptors within their limits are not counted.
+    /// Count (a denied request's hits only on `strict` limits); with `hold_within`,
+    /// descriptors within their limits are not counted and report their count unchanged.
     Yes { hold_within: bool },
     /// Give hits back (`is_negative_hits`).
     Refund,
@@ -66,7 +67,7 @@ impl RateLimiter {
         } else {
             hits
         };
-        let outcome = most_restrictive(rule, windows, now, check_hits)?;
+        let mut outcome = most_restrictive(rule, windows, now, check_hits)?;
         match count {
             Count::No => {}
             Count::Refund => {
@@ -74,10 +75,16 @@ impl RateLimiter {
                     windows[i].refund(&spec.limit, now, hits);
                 }
             }
-            Count::Yes { hold_within } => {
-                if !hold_within || outcome.over {
-                    for (i, spec) in rule.limits.iter().enumerate() {
-                        windows[i].record(&spec.limit, now, hits, !outcome.over);
+            // Held back: nothing is counted, so the status is the count as it stands (the
+            // reference reads the unchanged counter), not as if these hits had been added.
+            Count::Yes { hold_within: true } if !outcome.over => {
+                outcome = most_restrictive(rule, windows, now, 0)?;
+            }
+            Count::Yes { .. } => {
+                for (i, spec) in rule.limits.iter().enumerate() {
+                    // A `strict` limit (the default) counts a denied request's hits too.
+                    if !outcome.over || spec.strict {
+                        windows[i].record(&spec.limit, now, hits);
                     }
                 }
             }

@@ -14,7 +14,9 @@
 //! - Overall `OVER_LIMIT` iff a non-quota descriptor is over, or every quota descriptor is.
 //!   Rule `shadow_mode` reports `OK`; global shadow mode makes only the overall code `OK`.
 //! - With `stop_increment_when_over_limit`, when any descriptor would go over, the ones that
-//!   would stay within their limits are not counted.
+//!   would stay within their limits are not counted, and report their count as it stands.
+//! - Every hit is counted, admitted or not (the reference's `INCRBY`), unless the limit says
+//!   `strict: false`: then a denied request costs nothing.
 
 mod evaluate;
 mod gate;

@@ -112,7 +112,11 @@ impl RateLimiter {
                 domain: domain.to_string(),
                 full_key: key,
                 name: String::new(),
-                limits: vec![LimitSpec { limit, unit }],
+                limits: vec![LimitSpec {
+                    limit,
+                    unit,
+                    strict: true,
+                }],
                 unlimited: false,
                 shadow_mode: false,
                 quota_mode: false,

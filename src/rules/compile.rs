@@ -160,6 +160,11 @@ impl Compiler<'_> {
                 self.error(format!("duplicate descriptor composite key '{composite}'"));
                 continue;
             }
+            if d.strict.is_some() {
+                self.error(format!(
+                    "strict belongs in rate_limit or an additional_limits entry: '{composite}'"
+                ));
+            }
             if d.share_threshold && kind != Kind::Wildcard {
                 self.error(format!(
                     "share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
@@ -218,12 +223,16 @@ impl Compiler<'_> {
                     "additional_limits cannot be used with unlimited: '{composite}'"
                 ));
             }
+            if rl.strict.is_some() {
+                self.error("should not specify strict when unlimited");
+            }
         } else {
             let primary = LimitConfig {
                 unit: rl.unit.clone(),
                 requests_per_unit: rl.requests_per_unit,
                 unit_multiplier: rl.unit_multiplier,
                 algorithm: rl.algorithm.clone(),
+                strict: rl.strict,
             };
             for l in std::iter::once(&primary).chain(&d.additional_limits) {
                 if let Some(spec) = self.limit(l, composite) {
@@ -293,6 +302,7 @@ impl Compiler<'_> {
                 algorithm,
             },
             unit,
+            strict: l.strict.unwrap_or(true),
         })
     }
 }
@@ -331,6 +341,46 @@ mod tests {
         assert_eq!(r.limits[0].limit.algorithm, Algorithm::FixedWindow);
         assert_eq!(r.limits[1].limit.window_ms, 86_400_000);
         assert!(s.dump().contains("unit_multiplier=30"));
+    }
+
+    #[test]
+    fn strict_is_per_limit_defaults_on_and_is_checked() {
+        let s = set("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, strict: false}\n    additional_limits:\n      - {unit: day, requests_per_unit: 100}\n      - {unit: hour, requests_per_unit: 50, strict: true}\n");
+        let strict: Vec<bool> = s.rules()[0].limits.iter().map(|l| l.strict).collect();
+        assert_eq!(strict, [false, true, true]);
+        // Not part of the rule id: the same counters, counted another way.
+        let y = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+        let off = y.replace("5}", "5, strict: false}");
+        assert_eq!(set(y).rules()[0].id, set(&off).rules()[0].id);
+        assert!(s
+            .dump()
+            .contains("requests_per_unit=5 strict=false, unit=DAY"));
+        let f = parse(
+            "s.yaml",
+            "domain: d\ndescriptors:\n  - key: a\n    strict: false\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unlimited: true, strict: true}\n",
+        )
+        .unwrap();
+        let errs = RuleSet::compile(&[("s.yaml".into(), f)], false).unwrap_err();
+        let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "s.yaml: strict belongs in rate_limit or an additional_limits entry: 'd.a'",
+                "s.yaml: should not specify strict when unlimited",
+            ]
+        );
+        let errs = parse(
+            "t.yaml",
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, strict: sometimes}\n",
+        )
+        .unwrap_err();
+        assert!(
+            errs[0].message.contains(
+                "rate_limit.strict: invalid type: string \"sometimes\", expected a boolean"
+            ),
+            "{}",
+            errs[0]
+        );
     }
 
     #[test]

@@ -99,6 +99,10 @@ pub struct LimitSpec {
     pub limit: Limit,
     /// The unit reported to Envoy in `current_limit`.
     pub unit: Unit,
+    /// Whether a denied request's hits are counted (`strict`, default true: the reference's
+    /// `INCRBY` of every hit). Not part of the rule id: it changes what is counted, not
+    /// which counter.
+    pub strict: bool,
 }
 
 /// A compiled rule: what applies when a descriptor matches a node with a `rate_limit`.
@@ -248,6 +252,9 @@ impl RuleSet {
                     }
                     if l.limit.algorithm == Algorithm::FixedWindow {
                         out.push_str(" algorithm=fixed_window");
+                    }
+                    if !l.strict {
+                        out.push_str(" strict=false");
                     }
                 }
             }

@@ -33,6 +33,7 @@ pub const VALID_KEYS: &[&str] = &[
     "algorithm",
     "unit_multiplier",
     "additional_limits",
+    "strict",
 ];
 
 /// One error in one rules file.
@@ -102,6 +103,10 @@ pub struct DescriptorConfig {
     /// Free-form annotations, ignored by the limiter.
     #[serde(default)]
     pub metadata: Option<Value>,
+    /// `strict` misplaced at the descriptor level (it belongs to a limit): kept only to be
+    /// reported, since a silently ignored `strict: false` would change what is counted.
+    #[serde(default)]
+    pub strict: Option<Value>,
 }
 
 /// The `rate_limit` block.
@@ -128,6 +133,9 @@ pub struct RateLimitConfig {
     /// `sliding_window` (default) or `fixed_window` (sluice extension).
     #[serde(default)]
     pub algorithm: Option<String>,
+    /// Whether denied hits are counted (sluice extension; default true).
+    #[serde(default)]
+    pub strict: Option<bool>,
 }
 
 /// An entry of `additional_limits`.
@@ -145,6 +153,9 @@ pub struct LimitConfig {
     /// `sliding_window` (default) or `fixed_window`.
     #[serde(default)]
     pub algorithm: Option<String>,
+    /// Whether denied hits are counted (default true).
+    #[serde(default)]
+    pub strict: Option<bool>,
 }
 
 /// An entry of `replaces`.

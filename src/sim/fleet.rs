@@ -41,7 +41,11 @@ impl Clock for SimClock {
     }
 }
 
-/// The rules file every replica loads: domain `sim`, key `k`, the scenario's limit.
+/// The rules file every replica loads: domain `sim`, key `k`, the scenario's limit; a sliding
+/// window with `strict: false` (denied hits cost nothing), as the exact model (`mod.rs`)
+/// counts. A strict sliding window (the default) under the scenarios' sustained overload
+/// admits nothing after the first window — the denied hits keep the count over, for the exact
+/// limiter too — so the fleet's sharing of the room would go unmeasured past a cold start.
 ///
 /// # Panics
 /// When the limit's window is not a whole number of seconds (no rules file can say it).
@@ -57,7 +61,7 @@ pub fn rules_yaml(limit: &Limit) -> String {
         .find(|&(_, s)| secs.is_multiple_of(s))
         .map_or(("second", secs), |(u, s)| (u, secs / s));
     let algorithm = match limit.algorithm {
-        Algorithm::SlidingWindow => "sliding_window",
+        Algorithm::SlidingWindow => "sliding_window, strict: false",
         Algorithm::FixedWindow => "fixed_window",
     };
     format!(
