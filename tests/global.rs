@@ -177,8 +177,10 @@ async fn redis_absent_at_start_then_killed_then_back() {
     for _ in 0..7 {
         assert_eq!(ask(&s, "k", "a").await.overall_code, 1);
     }
-    redis.restart(); // no persistence: Redis restarts empty, and gets the 7 kept hits
-    wait_redis(&redis, 7).await;
+    // No persistence: Redis restarts empty, gets the 7 kept hits, and the 5 it had
+    // acknowledged before, put back by the same sync.
+    redis.restart();
+    wait_redis(&redis, 12).await;
     s.stop().await.unwrap();
 }
 
@@ -318,10 +320,11 @@ fn a_redis_that_restarts_empty_gets_the_fleets_count_back() {
     redis.restart(); // no persistence: back empty, on the same port
     assert_eq!(counters(&redis).0, 0);
     send(400);
-    // Tolerance: the prediction ± 6, as for the fleet above. With the count lost, the fleet
-    // would admit about 300 more after the restart (and did: 509 before key version 2).
+    // Tolerance: the prediction ± 6, as for the fleet above (measured: 299 and 301 for a
+    // prediction of 301), so at most 1.04× the limit. Before key version 2 the restart lost
+    // the 220 and this fleet admitted 523 (the simulator, then, predicted 522).
     assert!(
-        admitted + 6 >= predicted && admitted <= predicted + 6,
+        admitted + 6 >= predicted && admitted <= predicted + 6 && admitted <= 312,
         "admitted {admitted}, simulator predicts {predicted}, limit 300 across 3 replicas"
     );
 }
