@@ -35,6 +35,47 @@ pub fn apply(store: &mut HashMap<u64, u64>, plan: &SyncPlan) -> [u64; 2] {
     })
 }
 
+/// A fake fleet counter per epoch with a part per node (`(epoch, node)`), as Redis holds it:
+/// the node's part gets the delta, and is raised to what the node says it acknowledged plus
+/// the delta when it holds less (a store that restarted empty). Returns the sums.
+pub fn apply_as(store: &mut HashMap<(u64, u64), i64>, node: u64, plan: &SyncPlan) -> [u64; 2] {
+    let epochs = if plan.epochs[0] == plan.epochs[1] {
+        1
+    } else {
+        2
+    };
+    for i in 0..epochs {
+        let want = plan.acked[i] + plan.deltas[i];
+        if plan.deltas[i] != 0 || want > 0 {
+            let mine = store.entry((plan.epochs[i], node)).or_default();
+            *mine = (*mine + plan.deltas[i]).max(want);
+        }
+    }
+    std::array::from_fn(|i| part(store, plan.epochs[i]).max(0) as u64)
+}
+
+/// The sum of every node's part of `epoch`'s counter in an [`apply_as`] store.
+pub fn part(store: &HashMap<(u64, u64), i64>, epoch: u64) -> i64 {
+    store
+        .iter()
+        .filter(|((e, _), _)| *e == epoch)
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+/// Syncs `s` as node `node` with an [`apply_as`] store at `t` (the reply lands at once).
+pub fn sync_as(
+    s: &mut WindowState,
+    node: u64,
+    l: &Limit,
+    store: &mut HashMap<(u64, u64), i64>,
+    t: UnixMillis,
+) {
+    let plan = s.begin_sync(l, t);
+    let totals = apply_as(store, node, &plan);
+    s.complete_sync(l, &plan, totals, t);
+}
+
 // === global mode: fleet accuracy ===
 
 /// Syncs `s` with the fake store at `t` (the reply lands at once).

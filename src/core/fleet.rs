@@ -16,6 +16,12 @@
 //!   tick, cold ones at once and on the next tick again (to measure the rate), and an entity
 //!   whose own traffic says it will be Hot before its next sync is Hot now.
 //!
+//! - **a store that restarts empty is rebuilt**: each node's part of a counter is its own
+//!   (Redis keeps one per replica), and every sync states what this node's part held when
+//!   last acknowledged ([`SyncPlan::acked`], from `own` less what is in flight or pending);
+//!   the store raises a part found short to that, so after a restart the count comes back
+//!   to the sum of what the live nodes counted as each syncs the entity again.
+//!
 //! The price is a few false denials in the last moments before a limit is reached (a node
 //! whose share is spent while another's is not), and at most one tick of traffic decided on
 //! stale counts. `sluice simulate` (`sim/`) measures both against the targets (ARCHITECTURE.md, "Targets").
@@ -23,13 +29,18 @@
 use super::clock::UnixMillis;
 use super::window::{Algorithm, Limit, Slot, WindowState};
 
-/// What one sync sends and reads for one limit: the deltas of the current and previous epoch.
+/// What one sync sends and reads for one limit: the deltas of the current and previous epoch,
+/// and what this node's part of each counter held before them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SyncPlan {
     /// The current and the previous epoch.
     pub epochs: [u64; 2],
     /// Own hits to add to each epoch's counter (0: read only).
     pub deltas: [i64; 2],
+    /// Own hits the store acknowledged before this sync, per epoch: this node's part of the
+    /// counter holds at least that much, plus the delta, once the sync is applied. A store
+    /// whose part holds less (Redis restarted empty) raises it to that; never lowers it.
+    pub acked: [i64; 2],
 }
 
 /// Replies closer together than this give no rate sample: a handful of hits over a few
@@ -155,7 +166,9 @@ impl WindowState {
     }
 
     /// Starts a sync at `now`: the pending hits of the current and previous epoch become
-    /// in-flight, to be added to the fleet's counters by the store.
+    /// in-flight, to be added to the fleet's counters by the store, with the own hits it
+    /// acknowledged before ([`SyncPlan::acked`]) so that a store that lost them (Redis
+    /// restarted empty) gets this node's part back in the same call.
     pub fn begin_sync(&mut self, limit: &Limit, now: UnixMillis) -> SyncPlan {
         let epoch = now.0 / limit.window_ms;
         // A read of an entity this node has not counted yet still needs a slot to land in.
@@ -168,11 +181,15 @@ impl WindowState {
         }
         let mut plan = SyncPlan {
             epochs: [epoch, epoch.saturating_sub(1)],
-            deltas: [0; 2],
+            ..SyncPlan::default()
         };
         for i in 0..2 {
-            let s = &mut self.slots[(plan.epochs[i] % 2) as usize];
+            let slot = (plan.epochs[i] % 2) as usize;
+            let s = &mut self.slots[slot];
             if s.epoch == plan.epochs[i] && (i == 0 || epoch > 0) {
+                // A sync still in flight (only a final flush starts one beside another) is
+                // left out: what it adds comes on top, so this stays a lower bound.
+                plan.acked[i] = i64::from(self.own[slot]) - s.inflight - s.pending;
                 plan.deltas[i] = s.pending;
                 s.inflight += s.pending;
                 s.pending = 0;
@@ -327,6 +344,67 @@ mod tests {
             (s.pending(), s.check(&l, T0.plus_millis(40), 0).count_after),
             (0, 5)
         );
+    }
+
+    #[test]
+    fn a_store_that_restarts_empty_gets_each_nodes_acknowledged_part_back() {
+        let l = sliding(300);
+        let mut store = std::collections::HashMap::new();
+        let (mut a, mut b) = (WindowState::default(), WindowState::default());
+        // A counted 100 and B 120 late in a window, all acknowledged.
+        let late = T0.plus_millis(MIN - 2_000);
+        decide(&mut a, &l, late, 100);
+        decide(&mut b, &l, late, 120);
+        for t in [late, late.plus_millis(1_000)] {
+            sync_as(&mut a, 1, &l, &mut store, t);
+            sync_as(&mut b, 2, &l, &mut store, t);
+        }
+        assert_eq!(part(&store, T0.0 / MIN), 220);
+        // The store restarts empty early in the next window; A counts one more hit there.
+        store.clear();
+        let next = T0.plus_millis(MIN + 1_000);
+        a.record(&l, next, 1);
+        let plan = a.begin_sync(&l, next);
+        assert_eq!((plan.deltas, plan.acked), ([1, 0], [0, 100]));
+        let totals = apply_as(&mut store, 1, &plan);
+        a.complete_sync(&l, &plan, totals, next);
+        // A's part of the previous epoch is back at once; B's with B's next sync, a read.
+        assert_eq!(totals, [1, 100]);
+        sync_as(&mut b, 2, &l, &mut store, next);
+        assert_eq!(
+            (part(&store, T0.0 / MIN), part(&store, T0.0 / MIN + 1)),
+            (220, 1)
+        );
+        // Not the 120 that topping up a single counter to each node's own count would give.
+        sync_as(&mut a, 1, &l, &mut store, next.plus_millis(1_000));
+        let at = next.plus_millis(1_000);
+        assert_eq!(
+            a.check(&l, at, 0).count_after,
+            220 * (MIN - 2_000) / MIN + 1
+        );
+    }
+
+    #[test]
+    fn a_part_is_raised_only_when_short_never_lowered() {
+        let l = fixed(100);
+        let mut store = std::collections::HashMap::new();
+        let (mut a, mut b) = (WindowState::default(), WindowState::default());
+        decide(&mut a, &l, T0, 10);
+        sync_as(&mut a, 1, &l, &mut store, T0);
+        // B counts 5, then gives back 10 hits, its own and A's (Envoy's negative hits,
+        // balanced to another replica): B's part goes below zero, and its syncs keep it there.
+        decide(&mut b, &l, T0, 5);
+        sync_as(&mut b, 2, &l, &mut store, T0);
+        b.refund(&l, T0, 10);
+        for t in [T0, T0.plus_millis(1_000), T0.plus_millis(2_000)] {
+            sync_as(&mut b, 2, &l, &mut store, t);
+        }
+        assert_eq!((store[&(T0.0 / MIN, 2)], part(&store, T0.0 / MIN)), (-5, 5));
+        // A part holding more than the node knows of (a call that timed out but was applied)
+        // is left as it is.
+        *store.get_mut(&(T0.0 / MIN, 1)).unwrap() += 3;
+        sync_as(&mut a, 1, &l, &mut store, T0.plus_millis(3_000));
+        assert_eq!(store[&(T0.0 / MIN, 1)], 13);
     }
 
     #[test]

@@ -123,9 +123,12 @@ impl Slot {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct WindowState {
     pub(super) slots: [Slot; 2],
-    /// Own hits counted in each slot's epoch (acknowledged or not), for the share. Kept
-    /// apart from `Slot` so the state stays small: a u32 would pad a slot to 40 bytes.
-    pub(super) own: [u32; 2],
+    /// Own hits counted in each slot's epoch (acknowledged or not), less own refunds: the sum
+    /// of every delta this node made to the epoch's counter, so `own − inflight − pending` is
+    /// its acknowledged part (for the share, and restored after Redis restarts empty). Signed:
+    /// a node may refund hits another node counted. Kept apart from `Slot` so the state stays
+    /// small: an i32 would pad a slot to 40 bytes.
+    pub(super) own: [i32; 2],
     /// When the last sync reply arrived (Unix ms); 0 before the first.
     pub(super) synced_at: u64,
     /// Other nodes' hits per second between the last two replies (after one reply: a guess).
@@ -256,7 +259,7 @@ impl WindowState {
         let add = hits.min(MAX_COUNT.saturating_sub(s.total())) as i64;
         s.pending += add;
         let i = (s.epoch % 2) as usize;
-        self.own[i] = self.own[i].saturating_add(add.min(i64::from(u32::MAX)) as u32);
+        self.own[i] = self.own[i].saturating_add(add.min(i64::from(i32::MAX)) as i32);
     }
 
     /// Gives `hits` back to the current window (Envoy's `is_negative_hits`), never taking the
@@ -268,7 +271,8 @@ impl WindowState {
         let back = i64::try_from(hits.min(s.total())).unwrap_or(i64::MAX);
         s.pending = s.pending.saturating_sub(back);
         let i = (s.epoch % 2) as usize;
-        self.own[i] = self.own[i].saturating_sub(back.min(i64::from(u32::MAX)) as u32);
+        // Not clamped at 0: the counter's part of this node goes down by `back` in Redis too.
+        self.own[i] = self.own[i].saturating_sub(back.clamp(0, i64::from(i32::MAX)) as i32);
     }
 
     /// Hits counted in the current epoch, as this node sees them (before extrapolation).

@@ -1,5 +1,6 @@
-//! An in-memory [`ShardStore`]: per-epoch counters in a map, as Redis holds them. The sync
-//! tests and the fleet simulator run the production sync code against it.
+//! An in-memory [`ShardStore`]: per-epoch counters in a map, one part per replica, as Redis
+//! holds them (`redis.rs`). The sync tests and the fleet simulator run the production sync
+//! code against it; [`MemoryStore::flush_all`] is a Redis that restarted empty.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,20 +9,38 @@ use parking_lot::Mutex;
 
 use super::store::{ShardStore, StoreError, SyncItem};
 
+/// A counter: each replica's part.
+pub type Parts = HashMap<u64, i64>;
+
 /// An in-memory store of counters keyed by (entity, limit, epoch); `down` makes every call
 /// fail.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    pub counters: Mutex<HashMap<(u128, u8, u64), i64>>,
+    pub counters: Mutex<HashMap<(u128, u8, u64), Parts>>,
     pub calls: AtomicU64,
     pub down: AtomicBool,
+}
+
+impl MemoryStore {
+    /// The total of a counter (the sum of its parts; 0 when absent).
+    pub fn total(&self, entity: u128, limit: u8, epoch: u64) -> i64 {
+        self.counters
+            .lock()
+            .get(&(entity, limit, epoch))
+            .map_or(0, |p| p.values().sum())
+    }
+
+    /// Forgets every counter, as a Redis without persistence does when it restarts.
+    pub fn flush_all(&self) {
+        self.counters.lock().clear();
+    }
 }
 
 impl ShardStore for MemoryStore {
     fn name(&self) -> &str {
         "memory"
     }
-    async fn sync(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if self.down.load(Ordering::Relaxed) {
             return Err(StoreError::Backend("connection refused".into()));
@@ -31,10 +50,21 @@ impl ShardStore for MemoryStore {
             .iter()
             .map(|it| {
                 let mut out = [0; 2];
+                // Epoch 0 has no previous epoch: the item names it twice, with no delta.
+                let epochs = if it.epochs[0] == it.epochs[1] { 1 } else { 2 };
+                for i in 0..epochs {
+                    let want = it.acked[i] + it.deltas[i];
+                    // As the script: a read creates nothing.
+                    if it.deltas[i] != 0 || want > 0 {
+                        let key = (it.entity, it.limit, it.epochs[i]);
+                        let mine = c.entry(key).or_default().entry(replica).or_default();
+                        *mine = (*mine + it.deltas[i]).max(want);
+                    }
+                }
                 for (i, o) in out.iter_mut().enumerate() {
-                    let v = c.entry((it.entity, it.limit, it.epochs[i])).or_default();
-                    *v += it.deltas[i];
-                    *o = (*v).max(0) as u64;
+                    let key = (it.entity, it.limit, it.epochs[i]);
+                    let sum: i64 = c.get(&key).map_or(0, |p| p.values().sum());
+                    *o = sum.max(0) as u64;
                 }
                 out
             })

@@ -17,7 +17,7 @@ pub use clock_offset::measure_offset;
 pub use health::ShardHealth;
 pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use shard::{ShardSync, SyncSettings};
-pub use store::{ShardStore, StoreError, SyncItem};
+pub use store::{new_replica_id, ShardStore, StoreError, SyncItem};
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -102,6 +102,9 @@ async fn spawn<S: ShardStore>(
     let stores: Vec<Arc<S>> = stores.into_iter().map(Arc::new).collect();
     // Correct the clock before the first decision, so this node's epochs match the fleet's.
     adjust_clock(&*stores[0], &*clock, settings.sync.timeout * 10).await;
+    // This process's part of every counter (a restarted replica is a new one).
+    let replica = new_replica_id();
+    tracing::debug!(replica = format!("{replica:016x}"), "replica id");
     let mut tasks = Vec::new();
     let mut health = Vec::new();
     for (index, store) in stores.iter().enumerate() {
@@ -110,6 +113,7 @@ async fn spawn<S: ShardStore>(
         let task = ShardSync {
             index,
             store: store.clone(),
+            replica,
             queues: queues.clone(),
             health: h.clone(),
             clock: clock.clone(),
@@ -382,11 +386,15 @@ mod tests {
         fn name(&self) -> &str {
             "panics-once"
         }
-        async fn sync(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+        async fn sync(
+            &self,
+            replica: u64,
+            items: &[SyncItem],
+        ) -> Result<Vec<[u64; 2]>, StoreError> {
             if !self.panicked.swap(true, Ordering::Relaxed) {
                 panic!("boom");
             }
-            self.inner.sync(items).await
+            self.inner.sync(replica, items).await
         }
         async fn time_ms(&self) -> Result<u64, StoreError> {
             self.inner.time_ms().await

@@ -1,9 +1,34 @@
 //! The Redis [`ShardStore`]s of global mode: standalone shards (one deadpool pool each) and
-//! Redis Cluster. One Lua script adds the deltas of a whole tick and returns the counters:
-//! `INCRBY` per entity limit and epoch, with the expiry (two windows) set only when the
-//! counter is created, and `GET` for read-only items. Keys are
-//! `{prefix}sluice:{<entity>}:<limit>:<epoch>`; the hash tag keeps an entity's keys in one
-//! cluster slot.
+//! Redis Cluster. One Lua script adds the deltas of a whole tick and returns the counters.
+//!
+//! # Data model (key version 2)
+//! A counter of (entity, limit, epoch) is a hash at
+//! `{prefix}sluice:v2:{<entity>}:<limit>:<epoch>` (the hash tag keeps an entity's keys in one
+//! cluster slot) with one field per replica: its id as 16 hex digits, holding that
+//! replica's hits. For each key the script `HINCRBY`s the replica's field by its delta;
+//! raises the field to `acked + delta` with `HSET` when it holds less (the replica knows it
+//! wrote that much: Redis restarted empty, or lost the key); sets the expiry (two windows)
+//! when a write finds the key without one, i.e. when the script created it; and returns the
+//! sum of the fields. A read (no delta, nothing acknowledged) writes nothing.
+//!
+//! Why a hash: a single `INCRBY` counter cannot be rebuilt from what each replica knows. With
+//! A at 100 and B at 120, each topping the counter up to its own count gives 120, not 220;
+//! one part per replica makes the raise idempotent and the sum right. Only a replica's own
+//! process writes its field, and it never lowers it, so a raise cannot undo another call's
+//! hits; a late duplicate of a timed-out call is counted twice, as with `INCRBY` before.
+//!
+//! Costs. The sum is an `HVALS` over the fields: O(replicas that counted the entity in that
+//! epoch), at most the fleet (≤ 50 by the targets), so a chunk of 500 items reads at most
+//! 500 × 2 × 50 values. A total kept in a field of its own would make the read O(1), but
+//! it is a second write per key that must stay in step with the parts, and a script aborted
+//! between the two (Redis does not roll scripts back) would leave them apart for the key's
+//! life; the sum cannot drift. Memory: each replica writing an entity adds a field (16-byte
+//! name and an integer, listpack-encoded up to 128 fields) to that key, where it used to add
+//! nothing; an entity hit on one replica costs about what the string did.
+//!
+//! Upgrading from key version 1 (plain strings at `{prefix}sluice:{<entity>}:…`) starts every
+//! counter afresh once: a version-2 replica never reads or writes a version-1 key, so a
+//! rolling upgrade cannot hit `WRONGTYPE`, and the old keys expire on their own.
 //!
 //! Credentials never leave this module: shard names are the URLs without them.
 
@@ -12,21 +37,31 @@ use deadpool_redis::{Config, Pool, Runtime};
 
 use crate::global::{ShardStore, StoreError, SyncItem};
 
-/// Adds deltas and reads counters. KEYS: two per item (current, previous epoch). ARGV: three
-/// per item (ttl ms, current delta, previous delta). Returns one integer per key.
+/// Adds deltas and reads counters (see the module docs). KEYS: two per item (current,
+/// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current delta,
+/// previous delta, current acked, previous acked). Returns one integer per key: the sum.
 const SYNC_SCRIPT: &str = r#"
+local me = ARGV[1]
 local out = {}
 for i = 1, #KEYS do
-  local item = math.floor((i - 1) / 2)
-  local delta = tonumber(ARGV[item * 3 + 2 + ((i - 1) % 2)])
-  local v
+  local k = KEYS[i]
+  local base = 1 + math.floor((i - 1) / 2) * 5
+  local e = (i - 1) % 2
+  local delta = tonumber(ARGV[base + 2 + e])
+  local want = tonumber(ARGV[base + 4 + e]) + delta
+  local mine = nil
   if delta ~= 0 then
-    v = redis.call('INCRBY', KEYS[i], delta)
-    if v == delta then redis.call('PEXPIRE', KEYS[i], ARGV[item * 3 + 1]) end
-  else
-    v = tonumber(redis.call('GET', KEYS[i]) or '0')
+    mine = redis.call('HINCRBY', k, me, delta)
+  elseif want > 0 then
+    mine = tonumber(redis.call('HGET', k, me) or '0')
   end
-  out[i] = v
+  if mine ~= nil then
+    if mine < want then redis.call('HSET', k, me, want) end
+    if redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ARGV[base + 1]) end
+  end
+  local sum = 0
+  for _, v in ipairs(redis.call('HVALS', k)) do sum = sum + tonumber(v) end
+  out[i] = sum
 end
 return out
 "#;
@@ -114,25 +149,43 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// The key of an item's counter of epoch `i` (0: current, 1: previous): version 2, a hash.
 fn key(prefix: &str, it: &SyncItem, i: usize) -> String {
     format!(
-        "{prefix}sluice:{{{:032x}}}:{}:{}",
+        "{prefix}sluice:v2:{{{:032x}}}:{}:{}",
         it.entity, it.limit, it.epochs[i]
     )
+}
+
+/// A replica's field in every counter.
+fn field(replica: u64) -> String {
+    format!("{replica:016x}")
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
-fn evalsha(sha: &str, items: &[SyncItem], prefix: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha).arg(items.len() * 2);
+/// `EVALSHA sha` (or `EVAL source`) of the script over `items`.
+fn script_call(
+    verb: &str,
+    script: &str,
+    replica: u64,
+    items: &[SyncItem],
+    prefix: &str,
+) -> redis::Cmd {
+    let mut cmd = redis::cmd(verb);
+    cmd.arg(script).arg(items.len() * 2);
     for it in items {
         cmd.arg(key(prefix, it, 0)).arg(key(prefix, it, 1));
     }
+    cmd.arg(field(replica));
     for it in items {
-        cmd.arg(it.ttl_ms).arg(it.deltas[0]).arg(it.deltas[1]);
+        cmd.arg(it.ttl_ms)
+            .arg(it.deltas[0])
+            .arg(it.deltas[1])
+            .arg(it.acked[0])
+            .arg(it.acked[1]);
     }
     cmd
 }
@@ -201,11 +254,12 @@ impl ShardStore for RedisShard {
         &self.name
     }
 
-    async fn sync(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
         let mut pipe = redis::pipe();
         for chunk in items.chunks(CHUNK) {
-            pipe.add_command(evalsha(self.script.get_hash(), chunk, &self.prefix));
+            let sha = self.script.get_hash();
+            pipe.add_command(script_call("EVALSHA", sha, replica, chunk, &self.prefix));
         }
         let replies: Vec<Value> = match pipe.query_async(&mut *conn).await {
             Err(e) if is_noscript(&e) => {
@@ -273,23 +327,19 @@ impl ShardStore for RedisClusterStore {
         &self.name
     }
 
-    async fn sync(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
         let conn = self.pool.get().await.map_err(backend)?;
         let sha = self.script.get_hash();
         // One call per entity limit: a script's keys must share a slot.
         let calls = items.iter().map(|it| {
             let mut c = (*conn).clone();
-            let cmd = evalsha(sha, std::slice::from_ref(it), &self.prefix);
+            let one = std::slice::from_ref(it);
+            let cmd = script_call("EVALSHA", sha, replica, one, &self.prefix);
             async move {
                 let v: Value = match cmd.query_async(&mut c).await {
                     Err(e) if is_noscript(&e) => {
                         // EVAL with the source caches the script on the slot's owner.
-                        let mut load = redis::cmd("EVAL");
-                        load.arg(SYNC_SCRIPT)
-                            .arg(2)
-                            .arg(key(&self.prefix, it, 0))
-                            .arg(key(&self.prefix, it, 1));
-                        load.arg(it.ttl_ms).arg(it.deltas[0]).arg(it.deltas[1]);
+                        let load = script_call("EVAL", SYNC_SCRIPT, replica, one, &self.prefix);
                         load.query_async(&mut c).await.map_err(backend)?
                     }
                     r => r.map_err(backend)?,
@@ -318,7 +368,9 @@ mod tests {
     fn the_redis_key_of_a_known_rule_is_pinned() {
         // The contract between versions (rules/identity.rs): a rolling upgrade must not move
         // counters. The expected key was computed from the documented encoding with Python's
-        // `xxhash`, independently of this code.
+        // `xxhash`, independently of this code. Changed once, on purpose, for key version 2
+        // (a hash per counter, one field per replica): a version-1 string at the old key must
+        // never meet a hash command, so upgrading from version 1 starts counters afresh.
         let rules = crate::rules::compile_sources(
             &[(
                 "edge.yaml".into(),
@@ -335,12 +387,14 @@ mod tests {
             limit: 0,
             epochs: [20_000, 19_999],
             deltas: [1, 0],
+            acked: [0, 0],
             ttl_ms: 2 * 86_400_000,
         };
         assert_eq!(
             key("tenant-a:", &item, 0),
-            "tenant-a:sluice:{11a4ed83fdcfa3756cf3fa4df5896fd2}:0:20000"
+            "tenant-a:sluice:v2:{11a4ed83fdcfa3756cf3fa4df5896fd2}:0:20000"
         );
+        assert_eq!(field(0xab), "00000000000000ab");
     }
 
     #[test]
@@ -382,15 +436,16 @@ mod tests {
             limit: 1,
             epochs: [10, 9],
             deltas: [1, 0],
+            acked: [0, 0],
             ttl_ms: 1,
         };
         assert_eq!(
             key("p:", &it, 0),
-            "p:sluice:{000000000000000000000000000000ab}:1:10"
+            "p:sluice:v2:{000000000000000000000000000000ab}:1:10"
         );
         assert_eq!(
             key("p:", &it, 1),
-            "p:sluice:{000000000000000000000000000000ab}:1:9"
+            "p:sluice:v2:{000000000000000000000000000000ab}:1:9"
         );
     }
 }

@@ -7,7 +7,9 @@
 //! once, hot ones every tick), turns their pending hits into in-flight deltas
 //! ([`WindowState::begin_sync`]), and makes **one** call to its [`ShardStore`], which adds
 //! the deltas and returns both epochs' totals. The replies settle the deltas
-//! (`complete_sync`), so a node's own hits are counted exactly once. A failed call puts the
+//! (`complete_sync`), so a node's own hits are counted exactly once. Each call also states
+//! what this node's part of each counter held when last acknowledged, so a store that
+//! restarted empty gets it back (`store.rs`). A failed call puts the
 //! deltas back (`fail_sync`), marks the shard degraded and backs off; the hot path keeps
 //! deciding from memory meanwhile.
 //!
@@ -63,6 +65,8 @@ pub struct ShardSync<S> {
     pub index: usize,
     /// Its store.
     pub store: Arc<S>,
+    /// This replica's part in every counter (`store::new_replica_id`, one per process).
+    pub replica: u64,
     /// The queues.
     pub queues: Arc<SyncQueues>,
     /// Its health.
@@ -78,6 +82,7 @@ impl<S> Clone for ShardSync<S> {
         ShardSync {
             index: self.index,
             store: self.store.clone(),
+            replica: self.replica,
             queues: self.queues.clone(),
             health: self.health.clone(),
             clock: self.clock.clone(),
@@ -223,6 +228,7 @@ impl<S: ShardStore> ShardSync<S> {
                     limit: i as u8,
                     epochs: plan.epochs,
                     deltas: plan.deltas,
+                    acked: plan.acked,
                     ttl_ms: 2 * limit.window_ms,
                 });
                 plans.push(plan);
@@ -247,17 +253,19 @@ impl<S: ShardStore> ShardSync<S> {
             Ordering::Relaxed,
         );
         let started = tokio::time::Instant::now();
-        let result = match tokio::time::timeout(self.settings.timeout, self.store.sync(items)).await
-        {
-            Ok(Ok(totals)) if totals.len() == items.len() => Ok(totals),
-            Ok(Ok(totals)) => Err(StoreError::Backend(format!(
-                "store answered {} totals for {} items",
-                totals.len(),
-                items.len()
-            ))),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
-        };
+        let result =
+            match tokio::time::timeout(self.settings.timeout, self.store.sync(self.replica, items))
+                .await
+            {
+                Ok(Ok(totals)) if totals.len() == items.len() => Ok(totals),
+                Ok(Ok(totals)) => Err(StoreError::Backend(format!(
+                    "store answered {} totals for {} items",
+                    totals.len(),
+                    items.len()
+                ))),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
+            };
         stats
             .call_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -377,6 +385,7 @@ mod tests {
         let sync = ShardSync {
             index: 0,
             store: Arc::new(FakeStore::default()),
+            replica: 1,
             queues: queues.clone(),
             health: Arc::new(ShardHealth::new("fake".into())),
             clock: Arc::new(clock.clone()),
@@ -408,9 +417,7 @@ mod tests {
         assert_eq!(queues.len(), 50);
         sync.tick(false).await.unwrap();
         assert_eq!(sync.store.calls.load(Ordering::Relaxed), 1);
-        let c = sync.store.counters.lock();
-        assert_eq!(c[&(7, 0, T0 / 60_000)], 2);
-        drop(c);
+        assert_eq!(sync.store.total(7, 0, T0 / 60_000), 2);
         // Synced and quiet: released from the queue until the next hit.
         assert!(queues.is_empty());
     }
@@ -426,7 +433,7 @@ mod tests {
         sync.store.down.store(false, Ordering::Relaxed);
         sync.tick(false).await.unwrap();
         assert!(!sync.health.is_degraded());
-        assert_eq!(sync.store.counters.lock()[&(1, 0, T0 / 60_000)], 4);
+        assert_eq!(sync.store.total(1, 0, T0 / 60_000), 4);
     }
 
     #[tokio::test]
@@ -441,10 +448,32 @@ mod tests {
         // ...after which a hit right after a sync of an idle entity is not due for a while...
         hit(&cache, &queues, 9, &clock, 1);
         sync.tick(false).await.unwrap();
-        assert_eq!(sync.store.counters.lock()[&(9, 0, T0 / 60_000)], 2);
+        assert_eq!(sync.store.total(9, 0, T0 / 60_000), 2);
         // ...but a final flush sends it.
         sync.tick(true).await.unwrap();
-        assert_eq!(sync.store.counters.lock()[&(9, 0, T0 / 60_000)], 3);
+        assert_eq!(sync.store.total(9, 0, T0 / 60_000), 3);
+    }
+
+    #[tokio::test]
+    async fn a_store_that_restarts_empty_gets_this_nodes_hits_back_with_the_next_hit() {
+        let (cache, queues, sync, clock) = setup();
+        hit(&cache, &queues, 5, &clock, 30);
+        sync.tick(false).await.unwrap();
+        // Another replica's part, then a restart that loses both.
+        let e = T0 / 60_000;
+        sync.store
+            .counters
+            .lock()
+            .get_mut(&(5, 0, e))
+            .unwrap()
+            .insert(2, 40);
+        sync.store.flush_all();
+        clock.advance_ms(1000);
+        hit(&cache, &queues, 5, &clock, 1);
+        sync.tick(false).await.unwrap();
+        // This node's 30 are back beside the new hit; the other's come with its next sync.
+        assert_eq!(sync.store.total(5, 0, e), 31);
+        assert_eq!(sync.store.counters.lock()[&(5, 0, e)][&1], 31);
     }
 
     #[tokio::test(start_paused = true)]
@@ -462,7 +491,7 @@ mod tests {
         // Back up: the next attempt succeeds and keeps the hit.
         store.down.store(false, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_secs(6)).await;
-        assert_eq!(store.counters.lock()[&(3, 0, T0 / 60_000)], 1);
+        assert_eq!(store.total(3, 0, T0 / 60_000), 1);
         stop.cancel();
         task.await.unwrap();
     }

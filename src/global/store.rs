@@ -1,6 +1,13 @@
 //! The narrow interface to the shared store ([`ShardStore`]): one call per shard per tick adds
 //! the deltas and returns the totals. Redis implements it (`redis.rs`), and so does the
 //! in-memory store (`memory.rs`) that tests and the simulator use.
+//!
+//! A counter of (entity, limit, epoch) has one part per replica, and its total is their sum:
+//! a replica adds its deltas to its own part, and raises that part to what it knows was
+//! acknowledged ([`SyncItem::acked`]) when the store holds less — a store that restarted
+//! empty gets back what the live replicas counted. Replicas are told apart by a random id per
+//! process start ([`new_replica_id`]): a restarted replica is a new one, and the part of the
+//! old one stays as it was.
 
 use std::future::Future;
 use std::time::Duration;
@@ -17,6 +24,9 @@ pub struct SyncItem {
     pub epochs: [u64; 2],
     /// Hits to add to each.
     pub deltas: [i64; 2],
+    /// This replica's part of each before the deltas, as last acknowledged: after the call
+    /// the part holds at least `acked + deltas` (raised if less, never lowered).
+    pub acked: [i64; 2],
     /// Expiry of a counter the call creates: two windows.
     pub ttl_ms: u64,
 }
@@ -36,9 +46,11 @@ pub enum StoreError {
 pub trait ShardStore: Send + Sync + 'static {
     /// A name for logs and readiness (no secrets).
     fn name(&self) -> &str;
-    /// Adds every item's deltas and returns each item's totals, in order, in one round trip.
+    /// Adds every item's deltas to the part of `replica` (raising it to `acked + deltas` when
+    /// short) and returns each item's totals, in order, in one round trip.
     fn sync(
         &self,
+        replica: u64,
         items: &[SyncItem],
     ) -> impl Future<Output = Result<Vec<[u64; 2]>, StoreError>> + Send;
     /// The store's clock (Unix ms), to correct this node's.
@@ -47,4 +59,14 @@ pub trait ShardStore: Send + Sync + 'static {
     fn commands_for(&self, items: usize) -> usize {
         usize::from(items > 0)
     }
+}
+
+/// A random id for this replica's part of every counter: drawn once per process start (by
+/// `global::start`), so a restarted replica is a new replica. No two live replicas share one
+/// but by a 2^-64 chance; if they did, their parts would merge, and only the rebuilding after
+/// a Redis restart would lose precision (a shared part is raised to the larger of the two).
+pub fn new_replica_id() -> u64 {
+    use std::hash::BuildHasher;
+    // std's hasher keys are random per process (and differ between calls): no RNG crate.
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id())
 }

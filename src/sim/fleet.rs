@@ -118,7 +118,8 @@ impl Fleet {
         };
         let limiters = phases
             .iter()
-            .map(|&phase| {
+            .enumerate()
+            .map(|(node, &phase)| {
                 let rules =
                     crate::rules::compile_sources(&[("sim.yaml".into(), yaml.clone())], false)
                         .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
@@ -132,6 +133,8 @@ impl Fleet {
                 let sync = ShardSync {
                     index: 0,
                     store: store.clone(),
+                    // Distinct and the same on every run, where production draws one at random.
+                    replica: node as u64 + 1,
                     queues: queues.clone(),
                     health: Arc::new(ShardHealth::new(store.name().to_string())),
                     clock: Arc::new(clock),

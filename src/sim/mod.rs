@@ -77,6 +77,8 @@ pub struct Scenario {
     pub loads: Vec<Load>,
     /// When the store is down (ms from the start, half-open): calls reaching it then fail.
     pub outage: Option<(u64, u64)>,
+    /// When the store restarts empty (ms from the start): every counter is lost then.
+    pub restart_at_ms: Option<u64>,
     /// How many windows are run and reported; the run starts at a window boundary.
     pub windows: u64,
     /// Seed of the traffic and of the tick phases.
@@ -158,6 +160,7 @@ fn base() -> Scenario {
         rtt_ms: 2,
         loads: vec![],
         outage: None,
+        restart_at_ms: None,
         windows: 4,
         seed: 0x5eed_0001,
     }
@@ -217,6 +220,17 @@ pub fn scenarios() -> Vec<Scenario> {
             loads: vec![even(0, 4 * W, 2.0)],
             outage: Some((W + 20_000, W + 50_000)),
             seed: 0x5eed_0005,
+            ..base.clone()
+        },
+        // Twice the limit over 4 replicas; the store goes down 28 s into the second window and
+        // comes back 2 s later empty, as a Redis without persistence restarts.
+        Scenario {
+            name: "redis restart",
+            nodes: 4,
+            loads: vec![even(0, 4 * W, 2.0)],
+            outage: Some((W + 28_000, W + 30_000)),
+            restart_at_ms: Some(W + 30_000),
+            seed: 0x5eed_0007,
             ..base.clone()
         },
         // Two replicas, a limit of 600 a minute, hit from cold by 1000 requests a second (100×
@@ -283,7 +297,7 @@ where
             t0: UnixMillis(T0),
             zero,
         };
-        let store = Arc::new(SimStore::new(s.rtt_ms, s.outage, zero));
+        let store = Arc::new(SimStore::new(s.rtt_ms, s.outage, s.restart_at_ms, zero));
         let mut hit = start(clock, &store);
         let end = s.windows * s.limit.window_ms;
         let mut exact = Exact::new(s);

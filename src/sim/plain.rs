@@ -107,6 +107,8 @@ impl PlainNode {
             limit: 0,
             epochs: [epoch, epoch.saturating_sub(1)],
             deltas: [0; 2],
+            // INCRBY semantics: every plain node adds to one part and never restores it.
+            acked: [0; 2],
             ttl_ms: 2 * limit.window_ms,
         };
         for &(e, n) in &self.unflushed {
@@ -208,7 +210,7 @@ async fn sync_task(
         sleep_until(next).await;
         let item = node.lock().tick(&limit, clock.now());
         if let Some(item) = item {
-            let result = store.sync(&[item]).await;
+            let result = store.sync(0, &[item]).await;
             let now = clock.now();
             let applied_at = now.0 - store.return_trip().as_millis() as u64;
             let totals = result.ok().and_then(|t| t.first().copied());

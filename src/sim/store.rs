@@ -1,12 +1,13 @@
-//! The simulated shared store: the in-memory [`MemoryStore`] behind a network round trip
-//! and an optional outage, on tokio's (paused) clock.
+//! The simulated shared store: the in-memory [`MemoryStore`] behind a network round trip,
+//! with an optional outage and an optional restart that loses every counter, on tokio's
+//! (paused) clock.
 //!
 //! A call travels half the round trip, is applied (or refused, during the outage) by the
 //! counters, and its answer travels the other half: so a reply is as stale as a real one,
 //! and another node's call can land in between. Both designs of a run use a store of their
 //! own, so they never see each other's counts.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
@@ -23,19 +24,30 @@ pub struct SimStore {
     back: Duration,
     /// When the store is down, as instants of the simulated clock (half-open).
     outage: Option<(Instant, Instant)>,
+    /// When the store restarts empty, and whether it has.
+    restart: Option<Instant>,
+    restarted: AtomicBool,
     /// Calls made, failed ones included.
     round_trips: AtomicU64,
 }
 
 impl SimStore {
-    /// A store `rtt_ms` away, down over `outage` (ms after `zero`, the start of the traffic).
-    pub fn new(rtt_ms: u64, outage: Option<(u64, u64)>, zero: Instant) -> Self {
+    /// A store `rtt_ms` away, down over `outage` and restarting empty at `restart` (ms after
+    /// `zero`, the start of the traffic).
+    pub fn new(
+        rtt_ms: u64,
+        outage: Option<(u64, u64)>,
+        restart: Option<u64>,
+        zero: Instant,
+    ) -> Self {
         let ms = Duration::from_millis;
         SimStore {
             counters: MemoryStore::default(),
             there: ms(rtt_ms / 2),
             back: ms(rtt_ms - rtt_ms / 2),
             outage: outage.map(|(from, until)| (zero + ms(from), zero + ms(until))),
+            restart: restart.map(|at| zero + ms(at)),
+            restarted: AtomicBool::new(false),
             round_trips: AtomicU64::new(0),
         }
     }
@@ -61,15 +73,23 @@ impl ShardStore for SimStore {
         "sim"
     }
 
-    async fn sync(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         sleep(self.there).await;
         // Whether the call is refused is decided where it lands, as a connection to a dead
         // Redis fails there; the error still takes the way back.
-        let result = if self.is_down(Instant::now()) {
+        let landed = Instant::now();
+        // Nothing reads the counters between calls, so losing them when the first call after
+        // the restart lands is losing them at the restart.
+        if self.restart.is_some_and(|at| landed >= at)
+            && !self.restarted.swap(true, Ordering::Relaxed)
+        {
+            self.counters.flush_all();
+        }
+        let result = if self.is_down(landed) {
             Err(StoreError::Backend("simulated outage".into()))
         } else {
-            self.counters.sync(items).await
+            self.counters.sync(replica, items).await
         };
         sleep(self.back).await;
         result

@@ -1,0 +1,69 @@
+//! Real sluice processes for multi-process tests: spawned with `serve` on free loopback
+//! ports, asked through `POST /json`, killed when dropped.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+
+use super::{free_port, http, wait_until};
+
+/// A sluice process; killed when dropped. Its log goes to `log`.
+pub struct Proc {
+    pub child: Child,
+    pub http: SocketAddr,
+    pub log: tempfile::NamedTempFile,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A sluice process serving the rules in `rules_dir`, in global mode on `redis_url`, with a
+/// 100 ms tick and a 200 ms sync interval unless `extra_env` says otherwise.
+pub fn spawn_sluice(
+    rules_dir: &std::path::Path,
+    redis_url: &str,
+    extra_env: &[(&str, &str)],
+) -> Proc {
+    let (grpc, port) = (free_port(), free_port());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    c.env_clear()
+        .args(["serve", "--config"])
+        .arg(rules_dir)
+        .args([
+            "--grpc-addr",
+            &format!("127.0.0.1:{grpc}"),
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("REDIS_URL", redis_url)
+        .env("SYNC_TICK", "100ms")
+        .env("SYNC_INTERVAL", "200ms")
+        .env("LOG_LEVEL", "debug");
+    let log = tempfile::NamedTempFile::new().unwrap();
+    c.stderr(Stdio::from(log.reopen().unwrap()));
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    let child = c.spawn().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until(20, "sluice ready", || {
+        matches!(http(addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
+    });
+    Proc {
+        child,
+        http: addr,
+        log,
+    }
+}
+
+/// One hit on `k=value` of domain `g`, as JSON.
+pub fn query(p: &Proc, value: &str) -> serde_json::Value {
+    let body = format!(
+        r#"{{"domain":"g","descriptors":[{{"entries":[{{"key":"k","value":"{value}"}}]}}]}}"#
+    );
+    let (_, _, text) = http(p.http, "POST", "/json", &body, &[]).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"))
+}
