@@ -172,7 +172,7 @@ impl Service {
         tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
         telemetry.config_load(telemetry::ConfigLoad::Success);
         let sync_stop = CancellationToken::new();
-        let global = match &settings.redis {
+        let mut global = match &settings.redis {
             Some(redis) => Some(
                 global::start(
                     redis,
@@ -194,6 +194,9 @@ impl Service {
             telemetry.clone(),
             global.as_ref().map(|g| g.queues.clone()),
         );
+        if let Some(exact) = global.as_mut().and_then(|g| g.exact.take()) {
+            limiter.set_exact(exact);
+        }
         let reload_status = Arc::new(ReloadStatus::default());
         let background = CancellationToken::new();
         let watcher = reload::spawn_watcher(

@@ -33,6 +33,7 @@ pub const VALID_KEYS: &[&str] = &[
     "algorithm",
     "unit_multiplier",
     "additional_limits",
+    "exact",
 ];
 
 /// One error in one rules file.
@@ -128,6 +129,10 @@ pub struct RateLimitConfig {
     /// `sliding_window` (default) or `fixed_window` (sluice extension).
     #[serde(default)]
     pub algorithm: Option<String>,
+    /// Global mode: decide every hit against Redis, atomically (sluice extension; README,
+    /// "Exact rules"). Applies to every limit of the descriptor.
+    #[serde(default)]
+    pub exact: bool,
 }
 
 /// An entry of `additional_limits`.
