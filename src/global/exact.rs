@@ -140,6 +140,9 @@ impl ExactClient {
         items: &[ExactItem],
         commit: bool,
     ) -> Result<ExactReply, StoreError> {
+        if self.stores.is_empty() {
+            return Err(StoreError::Backend("no exact store".into()));
+        }
         let groups = self.groups(items);
         let run = async {
             let calls = groups.iter().map(|(store, idx)| {

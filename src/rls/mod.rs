@@ -351,10 +351,10 @@ impl RateLimiter {
         let Some(client) = self.exact.get() else {
             return self.should_rate_limit(req);
         };
-        let compiled = self.rules.load_full();
-        if !compiled.has_exact {
+        if !self.rules.load().has_exact {
             return self.should_rate_limit(req);
         }
+        let compiled = self.rules.load_full();
         let open = self.gate.enter().ok_or(RequestError::ShuttingDown)?;
         self.admit(req)?;
         let now = self.clock.now();

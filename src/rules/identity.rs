@@ -20,7 +20,9 @@
 //!   requests_per_unit (u32 LE) ‖ unit seconds (u64 LE)`.
 //!
 //! Redis keys are `{prefix}sluice:{<entity key, 32 lowercase hex digits>}:<limit index>:<epoch>`
-//! (`global/redis.rs`).
+//! (`global/redis.rs`); exact rules' counters are
+//! `{prefix}sluice:x:{<entity key>}:<limit index>:<epoch>` (`global/exact_redis.rs`), so they
+//! never collide with the sync's. `exact` is not encoded in the rule id.
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
