@@ -502,6 +502,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_shard_failing_gives_back_what_the_other_counted_and_the_prior_decides() {
+        let f = fixture();
+        let names = vec!["m0".to_string(), "m1".to_string()];
+        let router = ShardRouter::new(&names);
+        let rules =
+            crate::rules::compile_sources(&[("r.yaml".into(), RULES.into())], false).unwrap();
+        let shard = |k: &str| router.shard(rules.find("d", &[(k, "u1")]).unwrap().entity);
+        let (up, down) = (shard("b"), 1 - shard("b"));
+        let other = ["a", "c"].into_iter().find(|k| shard(k) == down).unwrap();
+        let stores = [
+            Arc::new(MemoryStore::default()),
+            Arc::new(MemoryStore::default()),
+        ];
+        stores[down].down.store(true, Ordering::Relaxed);
+        let client = ExactClient::new(
+            stores.iter().map(|s| s.clone() as _).collect(),
+            router,
+            Duration::from_millis(100),
+        );
+        let limiter = RateLimiter::new(
+            rules,
+            vec![],
+            Arc::new(f.clock.clone()),
+            Options::default(),
+            Arc::new(crate::telemetry::Telemetry::new().unwrap()),
+            Some(f.queues.clone()),
+        );
+        limiter.set_exact(client);
+        let r = limiter
+            .should_rate_limit_async(&req(&["b", other]))
+            .await
+            .unwrap();
+        assert_eq!(r.overall_code, OK, "the prior admits");
+        // `b`'s shard counted, then gave it back: the store holds nothing for it.
+        let held: u64 = stores[up].exact.lock().values().sum();
+        assert_eq!(held, 0);
+        let stats = limiter.exact.get().unwrap().stats.clone();
+        assert_eq!(stats.given_back.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
     async fn without_exact_descriptors_nothing_is_asked() {
         let f = fixture();
         let r = RateLimitRequest {
