@@ -2,7 +2,8 @@
 //! in four steps, one file each: `validate.rs` (request checks and bounds), `resolve.rs`
 //! (descriptor → rule and entity, limit overrides, `replaces`), `evaluate.rs` (limits checked
 //! and counted on the entity) and `respond.rs` (statuses, overall code, headers). `gate.rs`
-//! refuses requests once shutdown has begun.
+//! refuses requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
+//! mode against the store ([`RateLimiter::should_rate_limit_async`]).
 //!
 //! These semantics follow envoyproxy/ratelimit (README, "Wire semantics"):
 //! - `hits_addend`: a descriptor's own value wins, 0 included (check without counting);
