@@ -11,7 +11,7 @@
 //! - `rls/`: the ShouldRateLimit semantics, transport-independent: validate → resolve →
 //!   evaluate → respond.
 //! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
-//!   clock offset, Redis, an in-memory store.
+//!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`).
 //! - `server/`: gRPC, HTTP admin and proto3 JSON, rules reload from disk, signals/readiness.
 //! - `settings/`: flags and environment; `telemetry`: metrics and logs; `cli/`: `check`,
 //!   `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
@@ -172,7 +172,7 @@ impl Service {
         tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
         telemetry.config_load(telemetry::ConfigLoad::Success);
         let sync_stop = CancellationToken::new();
-        let global = match &settings.redis {
+        let mut global = match &settings.redis {
             Some(redis) => Some(
                 global::start(
                     redis,
@@ -194,6 +194,9 @@ impl Service {
             telemetry.clone(),
             global.as_ref().map(|g| g.queues.clone()),
         );
+        if let Some(exact) = global.as_mut().and_then(|g| g.exact.take()) {
+            limiter.set_exact(exact);
+        }
         let reload_status = Arc::new(ReloadStatus::default());
         let background = CancellationToken::new();
         let watcher = reload::spawn_watcher(

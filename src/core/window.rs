@@ -286,6 +286,27 @@ impl WindowState {
     }
 }
 
+/// The window count at `now` of a store's counters `prev` (epoch − 1) and `curr` (the
+/// current epoch): the limit's own formula (`floor(prev × left / W) + curr` for the sliding
+/// window, `curr` for the fixed one). Exact rules decide with it from Redis's counts.
+pub fn window_count(limit: &Limit, now: UnixMillis, prev: u64, curr: u64) -> u64 {
+    WindowState::window(limit, now, now.0 / limit.window_ms, prev, curr)
+}
+
+/// The verdict of `hits` on top of a window count `count` (see [`window_count`]): the same
+/// rule as [`WindowState::check`] in local mode.
+pub fn verdict_on(limit: &Limit, now: UnixMillis, count: u64, hits: u64) -> Verdict {
+    let count_after = count.saturating_add(hits);
+    let rpu = u64::from(limit.requests_per_unit);
+    let over = rpu == 0 || count_after > rpu;
+    Verdict {
+        count_after,
+        over,
+        remaining: if over { 0 } else { (rpu - count_after) as u32 },
+        reset_ms: limit.window_ms - now.0 % limit.window_ms,
+    }
+}
+
 /// Checks `hits` against one limit at `now` and counts them, admitted or not (a `strict`
 /// limit, the default; the reference's `INCRBY`).
 ///

@@ -1,12 +1,14 @@
-//! An in-memory [`ShardStore`]: per-epoch counters in a map, one part per replica, as Redis
-//! holds them (`redis.rs`). The sync tests and the fleet simulator run the production sync
-//! code against it; [`MemoryStore::flush_all`] is a Redis that restarted empty.
+//! An in-memory [`ShardStore`] and [`ExactStore`]: per-epoch counters in maps, one part per
+//! replica, as Redis holds them (`redis.rs`). The sync tests and the fleet simulator run the
+//! production sync code against it, and the exact rules' tests the exact path;
+//! [`MemoryStore::flush_all`] is a Redis that restarted empty.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::exact::{apply, ExactFuture, ExactItem, ExactStore};
 use super::store::{ShardStore, StoreError, SyncItem};
 
 /// A counter: each replica's part.
@@ -19,6 +21,44 @@ pub struct MemoryStore {
     pub counters: Mutex<HashMap<(u128, u8, u64), Parts>>,
     pub calls: AtomicU64,
     pub down: AtomicBool,
+    /// Exact rules' counters, keyed by (entity, limit, epoch): apart from the sync's, as in
+    /// Redis.
+    pub exact: Mutex<HashMap<(u128, u8, u64), u64>>,
+    /// Exact calls received (failed ones included).
+    pub exact_calls: AtomicU64,
+}
+
+impl ExactStore for MemoryStore {
+    fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
+        Box::pin(async move {
+            self.exact_calls.fetch_add(1, Ordering::Relaxed);
+            if self.down.load(Ordering::Relaxed) {
+                return Err(StoreError::Backend("connection refused".into()));
+            }
+            let mut c = self.exact.lock();
+            let read = |e, l, ep| c.get(&(e, l, ep)).copied().unwrap_or(0);
+            // Reads first, then writes: `apply` calls them in that order.
+            let snapshot: HashMap<_, _> = items
+                .iter()
+                .flat_map(|it| {
+                    [
+                        (it.entity, it.limit, it.epoch),
+                        (it.entity, it.limit, it.epoch.saturating_sub(1)),
+                    ]
+                })
+                .map(|k| (k, read(k.0, k.1, k.2)))
+                .collect();
+            Ok(apply(
+                items,
+                commit,
+                |e, l, ep| snapshot.get(&(e, l, ep)).copied().unwrap_or(0),
+                |e, l, ep, d| {
+                    let v = c.entry((e, l, ep)).or_default();
+                    *v = (*v as i64 + d).max(0) as u64;
+                },
+            ))
+        })
+    }
 }
 
 impl MemoryStore {

@@ -6,6 +6,8 @@
 //! counted, marks its shard degraded with the reason, and is restarted with backoff.
 
 pub mod clock_offset;
+pub mod exact;
+pub mod exact_redis;
 pub mod health;
 pub mod memory;
 pub mod queue;
@@ -14,6 +16,7 @@ pub mod shard;
 pub mod store;
 
 pub use clock_offset::measure_offset;
+pub use exact::{ExactClient, ExactItem, ExactStore};
 pub use health::ShardHealth;
 pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use shard::{ShardSync, SyncSettings};
@@ -47,6 +50,8 @@ pub struct Global {
     pub queues: Arc<SyncQueues>,
     /// Each shard's health.
     pub health: Vec<Arc<ShardHealth>>,
+    /// Exact rules' way to Redis (set by [`start`]), for the limiter to take.
+    pub exact: Option<ExactClient>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -72,7 +77,7 @@ pub async fn start(
     stop: CancellationToken,
 ) -> Result<Global, String> {
     crate::global::redis::init_tls();
-    let g = if redis.cluster {
+    let mut g = if redis.cluster {
         let store = RedisClusterStore::new(&redis.urls, &redis.options)?;
         spawn(vec![store], settings, clock, stop).await
     } else {
@@ -83,8 +88,41 @@ pub async fn start(
             .collect::<Result<Vec<_>, _>>()?;
         spawn(stores, settings, clock, stop).await
     };
+    g.exact = Some(exact_client(redis, settings)?);
     register_metrics(telemetry, &g);
     Ok(g)
+}
+
+/// The exact rules' client: stores of their own (pools apart from the sync's), routed as the
+/// sync routes entities, bounded by the Redis timeout.
+fn exact_client(redis: &RedisSettings, settings: &Settings) -> Result<ExactClient, String> {
+    use crate::global::exact_redis::{RedisClusterExact, RedisExact};
+    let stores: Vec<Arc<dyn ExactStore>> = if redis.cluster {
+        vec![Arc::new(RedisClusterExact::new(
+            &redis.urls,
+            &redis.options,
+        )?)]
+    } else {
+        let mut stores: Vec<Arc<dyn ExactStore>> = Vec::new();
+        for u in &redis.urls {
+            stores.push(Arc::new(RedisExact::new(u, &redis.options)?));
+        }
+        stores
+    };
+    let names: Vec<String> = if redis.cluster {
+        vec![String::new()]
+    } else {
+        redis
+            .urls
+            .iter()
+            .map(|u| crate::global::redis::redact(u))
+            .collect()
+    };
+    Ok(ExactClient::new(
+        stores,
+        ShardRouter::new(&names),
+        settings.sync.timeout,
+    ))
 }
 
 async fn spawn<S: ShardStore>(
@@ -154,6 +192,7 @@ async fn spawn<S: ShardStore>(
     Global {
         queues,
         health,
+        exact: None,
         tasks,
     }
 }

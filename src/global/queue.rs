@@ -1,7 +1,7 @@
 //! Where the hot path hands entities to the sync: per-shard queues of entities with news, the
 //! rendezvous-hash router that picks an entity's shard, and the sync counters.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -76,6 +76,9 @@ pub struct SyncQueues {
     max_queued: usize,
     /// Sync counters.
     pub stats: Arc<SyncStats>,
+    /// Replicas believed live (this one included), for priors such as an exact rule's share
+    /// of its limit while Redis is down; 1 until something says otherwise.
+    live_replicas: AtomicU32,
 }
 
 impl SyncQueues {
@@ -87,7 +90,18 @@ impl SyncQueues {
             queued: AtomicUsize::new(0),
             max_queued,
             stats: Arc::default(),
+            live_replicas: AtomicU32::new(1),
         }
+    }
+
+    /// Replicas believed live, this one included: never below 1.
+    pub fn live_replicas(&self) -> u32 {
+        self.live_replicas.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Sets the number of live replicas (0 reads as 1).
+    pub fn set_live_replicas(&self, n: u32) {
+        self.live_replicas.store(n, Ordering::Relaxed);
     }
 
     /// Queues `entity` (whose lock the caller holds as `state`) unless it already is. When the

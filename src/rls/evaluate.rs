@@ -9,6 +9,7 @@ use crate::rules::Rule;
 use crate::telemetry::RuleStats;
 
 /// The outcome of one descriptor against all of its rule's limits.
+#[derive(Debug, Clone)]
 pub(super) struct Outcome {
     pub(super) over: bool,
     /// The limit reported: the most restrictive one.
@@ -119,20 +120,29 @@ impl RateLimiter {
     }
 }
 
-/// Checks `hits` against every limit of `rule` and reports the most restrictive: over beats
-/// within, then fewer hits left, then the later reset. Over if any limit is over.
+/// Checks `hits` against every limit of `rule` and reports the most restrictive (see
+/// [`pick`]).
 fn most_restrictive(
     rule: &Rule,
     windows: &mut [WindowState],
     now: UnixMillis,
     hits: u64,
 ) -> Option<Outcome> {
+    pick(
+        windows
+            .iter_mut()
+            .zip(&rule.limits)
+            .map(|(w, spec)| w.check(&spec.limit, now, hits)),
+    )
+}
+
+/// The most restrictive of a rule's verdicts, in limit order: over beats within, then fewer
+/// hits left, then the later reset. Over if any limit is over.
+pub(super) fn pick(verdicts: impl Iterator<Item = Verdict>) -> Option<Outcome> {
     let mut outcome: Option<Outcome> = None;
-    for (i, spec) in rule.limits.iter().enumerate() {
-        let v = windows[i].check(&spec.limit, now, hits);
+    for (i, v) in verdicts.enumerate() {
         let better = match &outcome {
             None => true,
-            // Over beats within; then fewer hits left; then the later reset.
             Some(o) => {
                 (v.over, std::cmp::Reverse(v.remaining), v.reset_ms)
                     > (

@@ -2,7 +2,8 @@
 //! in four steps, one file each: `validate.rs` (request checks and bounds), `resolve.rs`
 //! (descriptor → rule and entity, limit overrides, `replaces`), `evaluate.rs` (limits checked
 //! and counted on the entity) and `respond.rs` (statuses, overall code, headers). `gate.rs`
-//! refuses requests once shutdown has begun.
+//! refuses requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
+//! mode against the store ([`RateLimiter::should_rate_limit_async`]).
 //!
 //! These semantics follow envoyproxy/ratelimit (README, "Wire semantics"):
 //! - `hits_addend`: a descriptor's own value wins, 0 included (check without counting);
@@ -19,12 +20,13 @@
 //!   `strict: false`: then a denied request costs nothing.
 
 mod evaluate;
+mod exact;
 mod gate;
 mod resolve;
 mod respond;
 mod validate;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -32,12 +34,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::table::{CacheSettings, EntityCache};
-use crate::global::SyncQueues;
+use crate::global::{ExactClient, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{RuleStats, Telemetry};
 use evaluate::Count;
+use exact::{ExactAnswer, OverCache};
 use gate::Gate;
+use resolve::Target;
 
 impl EntryRef for Entry {
     fn key(&self) -> &str {
@@ -177,6 +181,8 @@ pub struct Compiled {
     pub files: Vec<String>,
     /// When the set was swapped in.
     pub applied_at: UnixMillis,
+    /// Some rule says `exact: true`.
+    has_exact: bool,
 }
 
 /// The rate limiter: the rules in force, the counters and the clock.
@@ -185,6 +191,10 @@ pub struct RateLimiter {
     entities: EntityCache,
     /// Global mode: where entities with news are queued for the background sync.
     sync: Option<Arc<SyncQueues>>,
+    /// Global mode: exact rules' way to the store ([`RateLimiter::set_exact`]).
+    exact: OnceLock<ExactClient>,
+    /// Exact keys known to be over in their window.
+    over: OverCache,
     clock: Arc<dyn Clock>,
     opts: Options,
     telemetry: Arc<Telemetry>,
@@ -218,6 +228,8 @@ impl RateLimiter {
             rules: ArcSwap::from_pointee(compiled),
             entities,
             sync,
+            exact: OnceLock::new(),
+            over: OverCache::default(),
             clock,
             opts,
             telemetry,
@@ -267,6 +279,7 @@ impl RateLimiter {
             .map(|r| t.rules.get(&r.domain, &r.full_key))
             .collect();
         Compiled {
+            has_exact: rules.has_exact(),
             rules,
             stats,
             files,
@@ -296,8 +309,18 @@ impl RateLimiter {
         &self.telemetry
     }
 
+    /// Global mode: decide exact rules through `client` from now on (once; later calls are
+    /// ignored), and register its metrics. Without it `exact: true` changes nothing.
+    pub fn set_exact(&self, client: ExactClient) {
+        let stats = client.stats.clone();
+        if self.exact.set(client).is_ok() {
+            exact::register_metrics(&self.telemetry, &stats);
+        }
+    }
+
     /// Answers one `ShouldRateLimit` request at the clock's current time: validate →
-    /// resolve → evaluate → respond.
+    /// resolve → evaluate → respond. Exact rules are decided from memory here, as in local
+    /// mode; [`RateLimiter::should_rate_limit_async`] sends them to the store.
     ///
     /// # Errors
     /// [`RequestError`] when the request is malformed or the service is shutting down;
@@ -307,27 +330,99 @@ impl RateLimiter {
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, RequestError> {
         let _open = self.gate.enter().ok_or(RequestError::ShuttingDown)?;
-        let stats = &self.telemetry.service;
-        RuleStats::add(&stats.requests, 1);
-        if let Err(e) = validate::validate(&self.opts, req) {
-            RuleStats::add(&stats.invalid_requests, 1);
-            return Err(e);
-        }
+        self.admit(req)?;
         let now = self.clock.now();
         let compiled = self.rules.load();
         let targets = self.resolve_all(&compiled, req);
-        let default_hits = u64::from(req.hits_addend.max(1));
-        let hits: Vec<u64> = req
-            .descriptors
-            .iter()
-            .map(|d| d.hits_addend.map_or(default_hits, |h| h.value))
-            .collect();
+        Ok(self.decide(req, &targets, &hits_of(req), now, &[]))
+    }
+
+    /// Like [`RateLimiter::should_rate_limit`], but in global mode a request with exact
+    /// descriptors awaits one atomic store call per shard for them (README, "Exact rules");
+    /// any other request is answered at once, without an await.
+    ///
+    /// The gate is left during the store call (shutdown does not wait for Redis) and entered
+    /// again for the rest: a request that finds it closed then is refused, though the store
+    /// may have counted its exact hits.
+    ///
+    /// # Errors
+    /// As [`RateLimiter::should_rate_limit`].
+    pub async fn should_rate_limit_async(
+        &self,
+        req: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, RequestError> {
+        let Some(client) = self.exact.get() else {
+            return self.should_rate_limit(req);
+        };
+        if !self.rules.load().has_exact {
+            return self.should_rate_limit(req);
+        }
+        let compiled = self.rules.load_full();
+        let open = self.gate.enter().ok_or(RequestError::ShuttingDown)?;
+        self.admit(req)?;
+        let now = self.clock.now();
+        let targets = self.resolve_all(&compiled, req);
+        let hits = hits_of(req);
+        let refund = |i: usize| req.descriptors[i].is_negative_hits;
+        let Some(mut plan) = self.exact_plan(&targets, &hits, refund, now) else {
+            return Ok(self.decide(req, &targets, &hits, now, &[]));
+        };
+        if let Some(answers) = self.exact_from_memory(&plan, now) {
+            return Ok(self.decide(req, &targets, &hits, now, &answers));
+        }
+        // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a normal descriptor over holds the
+        // exact ones back too.
+        plan.commit =
+            !(self.opts.stop_increment_when_over_limit && self.any_over(&targets, &hits, now, &[]));
+        drop(open);
+        let reply = client.check_and_count(&plan.items, plan.commit).await;
+        let _open = self.gate.enter().ok_or(RequestError::ShuttingDown)?;
+        let answers = self.exact_answers(&plan, reply, now);
+        Ok(self.decide(req, &targets, &hits, now, &answers))
+    }
+
+    /// Counts the request and validates it.
+    fn admit(&self, req: &RateLimitRequest) -> Result<(), RequestError> {
+        let stats = &self.telemetry.service;
+        RuleStats::add(&stats.requests, 1);
+        validate::validate(&self.opts, req).inspect_err(|_| {
+            RuleStats::add(&stats.invalid_requests, 1);
+        })
+    }
+
+    /// Whether a descriptor would go over (nothing is counted).
+    fn any_over(
+        &self,
+        targets: &[Target<'_>],
+        hits: &[u64],
+        now: UnixMillis,
+        exact: &[Option<ExactAnswer>],
+    ) -> bool {
+        targets.iter().zip(hits).enumerate().any(|(i, (t, &h))| {
+            match exact.get(i).and_then(Option::as_ref) {
+                Some(ExactAnswer::Decided(o)) => o.over,
+                Some(ExactAnswer::Prior) => self
+                    .evaluate_prior(t, now, h, Count::No)
+                    .is_some_and(|o| o.over),
+                None => self.evaluate(t, now, h, Count::No).is_some_and(|o| o.over),
+            }
+        })
+    }
+
+    /// Evaluates every target (exact ones by their answers, when given) and builds the
+    /// response.
+    fn decide(
+        &self,
+        req: &RateLimitRequest,
+        targets: &[Target<'_>],
+        hits: &[u64],
+        now: UnixMillis,
+        exact: &[Option<ExactAnswer>],
+    ) -> RateLimitResponse {
+        let stats = &self.telemetry.service;
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, look before counting anything.
-        let hold_within = self.opts.stop_increment_when_over_limit
-            && targets
-                .iter()
-                .zip(&hits)
-                .any(|(t, &h)| self.evaluate(t, now, h, Count::No).is_some_and(|o| o.over));
+        let hold_within =
+            self.opts.stop_increment_when_over_limit && self.any_over(targets, hits, now, exact);
         let mut response = respond::Response::with_capacity(targets.len());
         for (i, t) in targets.iter().enumerate() {
             let count = if req.descriptors[i].is_negative_hits {
@@ -341,7 +436,12 @@ impl RateLimiter {
                 continue;
             };
             // Unlimited (and, defensively, a rule without limits): nothing is counted.
-            let Some(outcome) = self.evaluate(t, now, hits[i], count) else {
+            let outcome = match exact.get(i).and_then(Option::as_ref) {
+                Some(ExactAnswer::Decided(o)) => Some(o.clone()),
+                Some(ExactAnswer::Prior) => self.evaluate_prior(t, now, hits[i], count),
+                None => self.evaluate(t, now, hits[i], count),
+            };
+            let Some(outcome) = outcome else {
                 response.unlimited();
                 continue;
             };
@@ -354,7 +454,7 @@ impl RateLimiter {
             RuleStats::add(decisions, 1);
             response.limited(rule, &outcome, &self.opts);
         }
-        Ok(response.finish(&self.opts))
+        response.finish(&self.opts)
     }
 
     /// Refuses every request from now on ([`RequestError::ShuttingDown`]) and returns once
@@ -373,4 +473,14 @@ impl RateLimiter {
     pub fn now(&self) -> UnixMillis {
         self.clock.now()
     }
+}
+
+/// Each descriptor's hits: its own `hits_addend` wins (0 included), else
+/// `max(1, request.hits_addend)`.
+fn hits_of(req: &RateLimitRequest) -> Vec<u64> {
+    let default_hits = u64::from(req.hits_addend.max(1));
+    req.descriptors
+        .iter()
+        .map(|d| d.hits_addend.map_or(default_hits, |h| h.value))
+        .collect()
 }

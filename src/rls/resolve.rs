@@ -123,6 +123,7 @@ impl RateLimiter {
                 detailed_metric: false,
                 value_to_metric: false,
                 replaces: Vec::new(),
+                exact: false,
             };
             let entity =
                 identity::override_entity(&rule.full_key, o.requests_per_unit, unit.seconds());

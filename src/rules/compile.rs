@@ -226,6 +226,11 @@ impl Compiler<'_> {
             if rl.strict.is_some() {
                 self.error("should not specify strict when unlimited");
             }
+            if rl.exact {
+                self.error(format!(
+                    "exact cannot be used with unlimited: '{composite}'"
+                ));
+            }
         } else {
             let primary = LimitConfig {
                 unit: rl.unit.clone(),
@@ -239,6 +244,16 @@ impl Compiler<'_> {
                     limits.push(spec);
                 }
             }
+        }
+        // Exact rules count a request all or nothing, admitted hits only (README, "Exact
+        // rules"); a `strict: true` there would promise what they do not do.
+        let strict_said = std::iter::once(rl.strict)
+            .chain(d.additional_limits.iter().map(|l| l.strict))
+            .any(|s| s == Some(true));
+        if rl.exact && strict_said {
+            self.error(format!(
+                "strict cannot be used with exact (exact rules count admitted hits only): '{composite}'"
+            ));
         }
         for r in &rl.replaces {
             if r.name.is_empty() {
@@ -260,6 +275,7 @@ impl Compiler<'_> {
             detailed_metric: d.detailed_metric,
             value_to_metric,
             replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
+            exact: rl.exact,
         });
         Some(self.rules.len() - 1)
     }
@@ -402,5 +418,48 @@ mod tests {
         // The bound itself is accepted.
         let s = set("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, unit_multiplier: 3650, requests_per_unit: 1}\n");
         assert_eq!(s.rules()[0].limits[0].limit.window_ms, MAX_WINDOW_MS);
+    }
+
+    #[test]
+    fn exact_is_a_rule_flag_checked_like_the_other_keys() {
+        let s = set("domain: d\ndescriptors:\n  - key: login\n    rate_limit: {unit: hour, requests_per_unit: 10, exact: true}\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n");
+        assert!(s.rules()[0].exact && !s.rules()[1].exact);
+        assert!(s.has_exact());
+        assert_eq!(
+            s.dump(),
+            "d.login: unit=HOUR requests_per_unit=10, shadow_mode: false, quota_mode: false, exact: true\n\
+             d.k: unit=HOUR requests_per_unit=10, shadow_mode: false, quota_mode: false\n"
+        );
+        // The flag is not part of the rule's identity: turning it on keeps the counters.
+        assert_eq!(
+            s.rules()[0].id,
+            set("domain: d\ndescriptors:\n  - key: login\n    rate_limit: {unit: hour, requests_per_unit: 10}\n").rules()[0].id
+        );
+        let f = parse(
+            "x.yaml",
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, exact: true}\n",
+        )
+        .unwrap();
+        let errs = RuleSet::compile(&[("x.yaml".into(), f)], false).unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "x.yaml: exact cannot be used with unlimited: 'd.a'"
+        );
+        let errs = parse(
+            "y.yaml",
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1, exact: maybe}\n",
+        )
+        .unwrap_err();
+        assert!(errs[0].message.contains("rate_limit.exact"), "{}", errs[0]);
+        let f = parse(
+            "z.yaml",
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1, exact: true, strict: true}\n",
+        )
+        .unwrap();
+        let errs = RuleSet::compile(&[("z.yaml".into(), f)], false).unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "z.yaml: strict cannot be used with exact (exact rules count admitted hits only): 'd.a'"
+        );
     }
 }

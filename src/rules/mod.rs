@@ -130,6 +130,9 @@ pub struct Rule {
     pub value_to_metric: bool,
     /// Names of limits dropped when this rule matches in the same request.
     pub replaces: Vec<String>,
+    /// `exact: true`: in global mode every hit is decided against Redis, atomically (README,
+    /// "Exact rules"); in local mode it changes nothing.
+    pub exact: bool,
 }
 
 /// A request entry, as matching needs it. Implemented for the proto entry by the service.
@@ -178,6 +181,11 @@ impl RuleSet {
     /// Every compiled rule, in load order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// Whether any rule says `exact: true` (else a request never needs the exact path).
+    pub fn has_exact(&self) -> bool {
+        self.rules.iter().any(|r| r.exact)
     }
 
     /// The rule that applies to a descriptor, if any. Allocation-free.
@@ -258,17 +266,19 @@ impl RuleSet {
                     }
                 }
             }
-            let _ = writeln!(
+            let _ = write!(
                 out,
-                ", shadow_mode: {}, quota_mode: {}{}",
-                r.shadow_mode,
-                r.quota_mode,
-                if r.name.is_empty() {
-                    String::new()
-                } else {
-                    format!(", name: {}", r.name)
-                }
+                ", shadow_mode: {}, quota_mode: {}",
+                r.shadow_mode, r.quota_mode
             );
+            if !r.name.is_empty() {
+                let _ = write!(out, ", name: {}", r.name);
+            }
+            // Shown only when set, so other lines keep the reference's form.
+            if r.exact {
+                out.push_str(", exact: true");
+            }
+            out.push('\n');
         }
         out
     }

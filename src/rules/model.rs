@@ -34,6 +34,7 @@ pub const VALID_KEYS: &[&str] = &[
     "unit_multiplier",
     "additional_limits",
     "strict",
+    "exact",
 ];
 
 /// One error in one rules file.
@@ -136,6 +137,10 @@ pub struct RateLimitConfig {
     /// Whether denied hits are counted (sluice extension; default true).
     #[serde(default)]
     pub strict: Option<bool>,
+    /// Global mode: decide every hit against Redis, atomically (sluice extension; README,
+    /// "Exact rules"). Applies to every limit of the descriptor.
+    #[serde(default)]
+    pub exact: bool,
 }
 
 /// An entry of `additional_limits`.

@@ -44,7 +44,8 @@ impl RateLimitService for RlsService {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         self.limiter
-            .should_rate_limit(request.get_ref())
+            .should_rate_limit_async(request.get_ref())
+            .await
             .map(Response::new)
             .map_err(|e| {
                 if e.is_client_error() {

@@ -119,7 +119,7 @@ async fn json_handler(State(s): State<AdminState>, body: axum::body::Bytes) -> R
         Ok(r) => r,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("bad request: {e}\n")).into_response(),
     };
-    match s.limiter.should_rate_limit(&req) {
+    match s.limiter.should_rate_limit_async(&req).await {
         Ok(resp) => {
             let status = if resp.overall_code == Code::OverLimit as i32 {
                 StatusCode::TOO_MANY_REQUESTS

@@ -1,0 +1,294 @@
+//! Exact rules' store calls (README, "Exact rules"): the narrow [`ExactStore`] trait (one
+//! atomic check-and-count call for a group of keys), and [`ExactClient`], which splits a
+//! request's exact items into one call per shard (per entity on a Redis Cluster), runs them
+//! at once under the Redis timeout, and keeps all-or-nothing across the calls by giving back
+//! what a call counted when another one refused or failed.
+//!
+//! Redis implements the trait in `exact_redis.rs`, the in-memory store in `memory.rs`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::queue::ShardRouter;
+use super::store::StoreError;
+
+/// One limit of one entity in an exact call: check `hits` against the limit on the store's
+/// exact counters of `epoch` (and `epoch - 1` for the sliding window) and count them if every
+/// item of the call fits; or, with `refund`, give `hits` back to `epoch` unconditionally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExactItem {
+    /// The entity.
+    pub entity: u128,
+    /// Which limit of the entity's rule.
+    pub limit: u8,
+    /// The current epoch (`now / window_ms`).
+    pub epoch: u64,
+    /// The window.
+    pub window_ms: u64,
+    /// Milliseconds left in the current epoch (`window_ms - now % window_ms`), for the weight
+    /// of the previous epoch.
+    pub left_ms: u64,
+    /// Sliding window (the previous epoch counts, weighted); else fixed (it does not).
+    pub sliding: bool,
+    /// The limit.
+    pub requests_per_unit: u32,
+    /// Hits to check and count (or give back). At most 2^32: more is over any limit anyway,
+    /// and keeps the number exact in Lua.
+    pub hits: u64,
+    /// Expiry of a counter the call creates: two windows.
+    pub ttl_ms: u64,
+    /// Give `hits` back (`is_negative_hits`) instead of checking and counting them.
+    pub refund: bool,
+}
+
+/// What the store holds for one item, before the call counted anything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExactCount {
+    /// The previous epoch's count (0 for a fixed window).
+    pub prev: u64,
+    /// The current epoch's count.
+    pub curr: u64,
+    /// Whether the item's hits go over its limit.
+    pub over: bool,
+}
+
+/// The answer to an exact call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExactReply {
+    /// Every checked item fits (and, when the call was to commit, all were counted).
+    pub fits: bool,
+    /// One per item, in order.
+    pub counts: Vec<ExactCount>,
+}
+
+/// A boxed store future: the exact path is taken per request, so the trait is used as an
+/// object ([`ExactClient`] holds any store), unlike [`super::ShardStore`].
+pub type ExactFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ExactReply, StoreError>> + Send + 'a>>;
+
+/// A store that checks and counts exact items atomically.
+pub trait ExactStore: Send + Sync + 'static {
+    /// In one atomic step: reads every item's counters; if every non-refund item fits and
+    /// `commit` is set, counts them all; applies every refund; returns the counts read.
+    fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a>;
+    /// Items whose groups differ cannot go in one call (a Redis Cluster: different slots).
+    fn group(&self, _entity: u128) -> u128 {
+        0
+    }
+}
+
+/// Counters of the exact path, read by the metrics.
+#[derive(Debug, Default)]
+pub struct ExactStats {
+    /// Exact store calls that answered.
+    pub calls_ok: AtomicU64,
+    /// Exact store calls that failed or timed out.
+    pub calls_failed: AtomicU64,
+    /// Exact descriptors decided by the prior because the store failed.
+    pub fallbacks: AtomicU64,
+    /// Exact requests answered from memory (a key known to be over), with no store call.
+    pub from_memory: AtomicU64,
+    /// Calls that gave back what they had counted, another call of the request having
+    /// refused or failed.
+    pub given_back: AtomicU64,
+    /// When a fallback was last logged (Unix ms), to log at most one line per interval.
+    pub last_log_ms: AtomicU64,
+}
+
+/// The exact path's way to the stores: routing, timeout, all-or-nothing across calls.
+pub struct ExactClient {
+    stores: Vec<Arc<dyn ExactStore>>,
+    router: ShardRouter,
+    timeout: Duration,
+    /// Counters for the metrics.
+    pub stats: Arc<ExactStats>,
+}
+
+impl std::fmt::Debug for ExactClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExactClient")
+            .field("stores", &self.stores.len())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExactClient {
+    /// A client over `stores` (the shards, routed as the sync routes them), each call bounded
+    /// by `timeout`.
+    pub fn new(stores: Vec<Arc<dyn ExactStore>>, router: ShardRouter, timeout: Duration) -> Self {
+        ExactClient {
+            stores,
+            router,
+            timeout,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Checks `items` and, with `commit`, counts them all or none: one call per store group,
+    /// at once. When one call refuses (an item over) or fails, the calls that counted give it
+    /// back with a second call, so other requests may see those hits for a round trip (a
+    /// false denial, never an over-admission); if that fails too, the hits stay counted.
+    ///
+    /// # Errors
+    /// A call failed or the whole took longer than the timeout.
+    pub async fn check_and_count(
+        &self,
+        items: &[ExactItem],
+        commit: bool,
+    ) -> Result<ExactReply, StoreError> {
+        if self.stores.is_empty() {
+            return Err(StoreError::Backend("no exact store".into()));
+        }
+        let groups = self.groups(items);
+        let run = async {
+            let calls = groups.iter().map(|(store, idx)| {
+                let sub: Vec<ExactItem> = idx.iter().map(|&i| items[i]).collect();
+                let store = &self.stores[*store];
+                async move { store.exact(&sub, commit).await }
+            });
+            let replies = futures_util::future::join_all(calls).await;
+            self.settle(items, &groups, replies, commit).await
+        };
+        match tokio::time::timeout(self.timeout, run).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.stats.calls_failed.fetch_add(1, Ordering::Relaxed);
+                Err(StoreError::Timeout(self.timeout))
+            }
+        }
+    }
+
+    /// Item indices by (store, group), in first-seen order.
+    fn groups(&self, items: &[ExactItem]) -> Vec<(usize, Vec<usize>)> {
+        let mut groups: Vec<(usize, u128, Vec<usize>)> = Vec::new();
+        for (i, it) in items.iter().enumerate() {
+            let store = self.router.shard(it.entity).min(self.stores.len() - 1);
+            let group = self.stores[store].group(it.entity);
+            match groups
+                .iter_mut()
+                .find(|(s, g, _)| *s == store && *g == group)
+            {
+                Some((_, _, idx)) => idx.push(i),
+                None => groups.push((store, group, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(s, _, idx)| (s, idx)).collect()
+    }
+
+    /// Merges the calls' replies in item order; gives back what was counted when the request
+    /// as a whole does not fit or a call failed.
+    async fn settle(
+        &self,
+        items: &[ExactItem],
+        groups: &[(usize, Vec<usize>)],
+        replies: Vec<Result<ExactReply, StoreError>>,
+        commit: bool,
+    ) -> Result<ExactReply, StoreError> {
+        let mut out = ExactReply {
+            fits: true,
+            counts: vec![ExactCount::default(); items.len()],
+        };
+        let mut error = None;
+        for ((_, idx), reply) in groups.iter().zip(&replies) {
+            match reply {
+                Ok(r) => {
+                    self.stats.calls_ok.fetch_add(1, Ordering::Relaxed);
+                    out.fits &= r.fits;
+                    for (&i, c) in idx.iter().zip(&r.counts) {
+                        out.counts[i] = *c;
+                    }
+                }
+                Err(e) => {
+                    self.stats.calls_failed.fetch_add(1, Ordering::Relaxed);
+                    error = Some(e.clone());
+                }
+            }
+        }
+        let whole = out.fits && error.is_none();
+        if commit && !whole && groups.len() > 1 {
+            self.give_back(items, groups, &replies).await;
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Refunds the hits of the calls that counted theirs.
+    async fn give_back(
+        &self,
+        items: &[ExactItem],
+        groups: &[(usize, Vec<usize>)],
+        replies: &[Result<ExactReply, StoreError>],
+    ) {
+        let calls = groups.iter().zip(replies).filter_map(|((store, idx), r)| {
+            if !r.as_ref().is_ok_and(|r| r.fits) {
+                return None;
+            }
+            let back: Vec<ExactItem> = idx
+                .iter()
+                .map(|&i| items[i])
+                .filter(|it| !it.refund && it.hits > 0)
+                .map(|it| ExactItem { refund: true, ..it })
+                .collect();
+            let store = &self.stores[*store];
+            Some(async move { store.exact(&back, true).await })
+        });
+        for r in futures_util::future::join_all(calls).await {
+            self.stats.given_back.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "could not give back exact hits; they stay counted");
+            }
+        }
+    }
+}
+
+/// The store-independent semantics of an exact call, for stores that hold their counters in
+/// a map (`memory.rs`); Redis runs the same steps in Lua (`exact_redis.rs`). `read` returns a
+/// counter; `add` adds to one (creating it).
+pub fn apply(
+    items: &[ExactItem],
+    commit: bool,
+    mut read: impl FnMut(u128, u8, u64) -> u64,
+    mut add: impl FnMut(u128, u8, u64, i64),
+) -> ExactReply {
+    let mut reply = ExactReply {
+        fits: true,
+        counts: Vec::with_capacity(items.len()),
+    };
+    for it in items {
+        let curr = read(it.entity, it.limit, it.epoch);
+        let prev = if it.sliding && it.epoch > 0 {
+            read(it.entity, it.limit, it.epoch - 1)
+        } else {
+            0
+        };
+        let mut over = false;
+        if !it.refund {
+            let weighted = if it.sliding {
+                (u128::from(prev) * u128::from(it.left_ms) / u128::from(it.window_ms)) as u64
+            } else {
+                0
+            };
+            let count = weighted + curr + it.hits;
+            over = it.requests_per_unit == 0 || count > u64::from(it.requests_per_unit);
+        }
+        reply.fits &= !over;
+        reply.counts.push(ExactCount { prev, curr, over });
+    }
+    for (it, c) in items.iter().zip(&reply.counts) {
+        if it.refund {
+            let back = it.hits.min(c.curr);
+            if back > 0 {
+                add(it.entity, it.limit, it.epoch, -(back as i64));
+            }
+        } else if commit && reply.fits && it.hits > 0 {
+            add(it.entity, it.limit, it.epoch, it.hits as i64);
+        }
+    }
+    reply
+}

@@ -1,0 +1,285 @@
+//! Exact rules on Redis: the [`ExactStore`] of standalone shards and of Redis Cluster. One Lua
+//! script call per request and shard reads every exact key of the request, and counts them all
+//! only when all fit (the steps of `exact::apply`, atomically on the Redis thread).
+//!
+//! Keys are `{prefix}sluice:x:{<entity, 32 hex digits>}:<limit index>:<epoch>`: the `x:` keeps
+//! them apart from the background sync's `{prefix}sluice:{<entity>}:…` counters, and the hash
+//! tag keeps an entity's keys in one cluster slot. On a cluster the keys of different entities
+//! are in different slots, so a request's calls there are one per entity.
+
+use deadpool_redis::redis::{self, Value};
+use deadpool_redis::{Config, Pool, Runtime};
+
+use super::exact::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
+use super::redis::{redact, RedisOptions};
+use super::store::StoreError;
+
+/// KEYS: two per item (current epoch, previous epoch). ARGV[1]: commit (1/0); then seven per
+/// item: hits, limit, window ms, ms left in the epoch, sliding (1/0), ttl ms, refund (1/0).
+/// Returns `{fits, prev₁, curr₁, over₁, prev₂, …}` with the counts read before counting.
+/// `floor(prev × left / window)` is exact while the product stays under 2^53 (a count under
+/// 2^14 with the longest window; any count with windows up to a day below 10^8).
+const EXACT_SCRIPT: &str = r#"
+local commit = ARGV[1] == '1'
+local n = #KEYS / 2
+local out = {0}
+local fits = true
+local curr = {}
+for i = 1, n do
+  local a = 1 + (i - 1) * 7
+  local hits = tonumber(ARGV[a + 1])
+  local c = tonumber(redis.call('GET', KEYS[2 * i - 1]) or '0')
+  local p = 0
+  if ARGV[a + 5] == '1' then
+    p = tonumber(redis.call('GET', KEYS[2 * i]) or '0')
+  end
+  local over = 0
+  if ARGV[a + 7] ~= '1' then
+    local limit = tonumber(ARGV[a + 2])
+    local count = c + hits
+    if ARGV[a + 5] == '1' then
+      count = count + math.floor(p * tonumber(ARGV[a + 4]) / tonumber(ARGV[a + 3]))
+    end
+    if limit == 0 or count > limit then
+      over = 1
+      fits = false
+    end
+  end
+  curr[i] = c
+  out[#out + 1] = p
+  out[#out + 1] = c
+  out[#out + 1] = over
+end
+for i = 1, n do
+  local a = 1 + (i - 1) * 7
+  local hits = tonumber(ARGV[a + 1])
+  if ARGV[a + 7] == '1' then
+    local back = math.min(hits, curr[i])
+    if back > 0 then redis.call('DECRBY', KEYS[2 * i - 1], back) end
+  elseif commit and fits and hits > 0 then
+    local v = redis.call('INCRBY', KEYS[2 * i - 1], hits)
+    if v == hits then redis.call('PEXPIRE', KEYS[2 * i - 1], ARGV[a + 6]) end
+  end
+end
+if fits then out[1] = 1 end
+return out
+"#;
+
+/// The Redis key of an exact counter.
+pub fn exact_key(prefix: &str, entity: u128, limit: u8, epoch: u64) -> String {
+    format!("{prefix}sluice:x:{{{entity:032x}}}:{limit}:{epoch}")
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+/// The script call for `items`: `EVALSHA sha`, or `EVAL` with the source when `sha` is None.
+fn command(sha: Option<&str>, prefix: &str, items: &[ExactItem], commit: bool) -> redis::Cmd {
+    let mut cmd = match sha {
+        Some(sha) => {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(sha);
+            c
+        }
+        None => {
+            let mut c = redis::cmd("EVAL");
+            c.arg(EXACT_SCRIPT);
+            c
+        }
+    };
+    cmd.arg(items.len() * 2);
+    for it in items {
+        cmd.arg(exact_key(prefix, it.entity, it.limit, it.epoch))
+            .arg(exact_key(
+                prefix,
+                it.entity,
+                it.limit,
+                it.epoch.saturating_sub(1),
+            ));
+    }
+    cmd.arg(u8::from(commit));
+    for it in items {
+        cmd.arg(it.hits.min(1 << 32))
+            .arg(it.requests_per_unit)
+            .arg(it.window_ms)
+            .arg(it.left_ms)
+            .arg(u8::from(it.sliding))
+            .arg(it.ttl_ms)
+            .arg(u8::from(it.refund));
+    }
+    cmd
+}
+
+/// Decodes the script's reply for `n` items.
+fn reply(v: &Value, n: usize) -> Result<ExactReply, StoreError> {
+    let Value::Array(vals) = v else {
+        return Err(backend(format!("unexpected exact script reply {v:?}")));
+    };
+    if vals.len() != 1 + 3 * n {
+        return Err(backend(format!(
+            "exact script returned {} values for {n} items",
+            vals.len()
+        )));
+    }
+    let num = |v: &Value| match v {
+        Value::Int(i) => (*i).max(0) as u64,
+        _ => 0,
+    };
+    Ok(ExactReply {
+        fits: num(&vals[0]) == 1,
+        counts: vals[1..]
+            .chunks(3)
+            .map(|c| ExactCount {
+                prev: num(&c[0]),
+                curr: num(&c[1]),
+                over: num(&c[2]) == 1,
+            })
+            .collect(),
+    })
+}
+
+/// Runs the script, loading it (by sending its source) when the server does not have it.
+async fn run<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    script: &redis::Script,
+    prefix: &str,
+    items: &[ExactItem],
+    commit: bool,
+) -> Result<ExactReply, StoreError> {
+    let cmd = command(Some(script.get_hash()), prefix, items, commit);
+    let v: Value = match cmd.query_async(conn).await {
+        Err(e) if e.code() == Some("NOSCRIPT") => command(None, prefix, items, commit)
+            .query_async(conn)
+            .await
+            .map_err(backend)?,
+        r => r.map_err(backend)?,
+    };
+    reply(&v, items.len())
+}
+
+/// Exact calls to one standalone Redis shard, on a pool of their own (a request never waits
+/// behind a sync tick's connection).
+pub struct RedisExact {
+    pool: Pool,
+    prefix: String,
+    script: redis::Script,
+}
+
+impl RedisExact {
+    /// Exact calls to the shard at `url` (normalized).
+    ///
+    /// # Errors
+    /// When the URL is unusable.
+    pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
+        let mut cfg = Config::from_url(url);
+        cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
+        let pool = cfg
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| format!("{}: {e}", redact(url)))?;
+        Ok(RedisExact {
+            pool,
+            prefix: opts.prefix.clone(),
+            script: redis::Script::new(EXACT_SCRIPT),
+        })
+    }
+}
+
+impl ExactStore for RedisExact {
+    fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
+        Box::pin(async move {
+            let mut conn = self.pool.get().await.map_err(backend)?;
+            run(&mut *conn, &self.script, &self.prefix, items, commit).await
+        })
+    }
+}
+
+/// Exact calls to a Redis Cluster: one call per entity (its keys share a slot).
+pub struct RedisClusterExact {
+    pool: deadpool_redis::cluster::Pool,
+    prefix: String,
+    script: redis::Script,
+}
+
+impl RedisClusterExact {
+    /// Exact calls to the cluster reached through `seeds` (normalized URLs).
+    ///
+    /// # Errors
+    /// When the URLs are unusable.
+    pub fn new(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
+        let mut cfg = deadpool_redis::cluster::Config::from_urls(seeds.to_vec());
+        cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
+        let pool = cfg
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| format!("cluster: {e}"))?;
+        Ok(RedisClusterExact {
+            pool,
+            prefix: opts.prefix.clone(),
+            script: redis::Script::new(EXACT_SCRIPT),
+        })
+    }
+}
+
+impl ExactStore for RedisClusterExact {
+    fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
+        Box::pin(async move {
+            let mut conn = self.pool.get().await.map_err(backend)?;
+            run(&mut *conn, &self.script, &self.prefix, items, commit).await
+        })
+    }
+
+    fn group(&self, entity: u128) -> u128 {
+        entity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_keys_are_apart_from_the_sync_keys_and_keep_an_entity_in_one_slot() {
+        assert_eq!(
+            exact_key("p:", 0xab, 1, 10),
+            "p:sluice:x:{000000000000000000000000000000ab}:1:10"
+        );
+        let it = ExactItem {
+            entity: 0xab,
+            limit: 0,
+            epoch: 10,
+            window_ms: 60_000,
+            left_ms: 30_000,
+            sliding: true,
+            requests_per_unit: 5,
+            hits: 1,
+            ttl_ms: 120_000,
+            refund: false,
+        };
+        let cmd = command(Some("sha"), "p:", &[it], true);
+        let args: Vec<String> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "EVALSHA",
+                "sha",
+                "2",
+                "p:sluice:x:{000000000000000000000000000000ab}:0:10",
+                "p:sluice:x:{000000000000000000000000000000ab}:0:9",
+                "1",
+                "1",
+                "5",
+                "60000",
+                "30000",
+                "1",
+                "120000",
+                "0"
+            ]
+        );
+    }
+}
