@@ -132,6 +132,9 @@ pub enum ConfigLoad {
     Error,
 }
 
+/// A row of a table of internal counters: name, help, and how to read it from the stats.
+pub type CounterRow<S> = (&'static str, &'static str, fn(&S) -> u64);
+
 impl Telemetry {
     /// Builds the pipeline and registers every instrument.
     ///
@@ -189,6 +192,15 @@ impl Telemetry {
                 }
             })
             .build();
+    }
+
+    /// Registers one unlabelled counter per [`CounterRow`], each read from `stats`
+    /// at scrape time: the shape of every table of internal counters.
+    pub fn counter_table<S: Send + Sync + 'static>(&self, stats: &Arc<S>, table: &[CounterRow<S>]) {
+        for &(name, help, read) in table {
+            let s = stats.clone();
+            self.counter(name, help, Arc::new(move || vec![(read(&s), vec![])]));
+        }
     }
 
     /// Registers a gauge read at scrape time, as (value, labels) series.

@@ -8,10 +8,10 @@
 //! are in different slots, so a request's calls there are one per entity.
 
 use deadpool_redis::redis::{self, Value};
-use deadpool_redis::{Config, Pool, Runtime};
+use deadpool_redis::Pool;
 
 use super::exact::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
-use super::redis::{redact, RedisOptions};
+use super::redis::RedisOptions;
 use super::store::StoreError;
 
 /// KEYS: two per item (current epoch, previous epoch). ARGV[1]: commit (1/0); then seven per
@@ -172,11 +172,7 @@ impl RedisExact {
     /// # Errors
     /// When the URL is unusable.
     pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
-        let mut cfg = Config::from_url(url);
-        cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
-        let pool = cfg
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| format!("{}: {e}", redact(url)))?;
+        let pool = super::redis::pool(url, opts)?;
         Ok(RedisExact {
             pool,
             prefix: opts.prefix.clone(),
@@ -207,11 +203,7 @@ impl RedisClusterExact {
     /// # Errors
     /// When the URLs are unusable.
     pub fn new(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
-        let mut cfg = deadpool_redis::cluster::Config::from_urls(seeds.to_vec());
-        cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
-        let pool = cfg
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| format!("cluster: {e}"))?;
+        let pool = super::redis::cluster_pool(seeds, opts)?;
         Ok(RedisClusterExact {
             pool,
             prefix: opts.prefix.clone(),

@@ -279,8 +279,7 @@ async fn adjust_clock<S: ShardStore>(store: &S, clock: &dyn Clock, timeout: Dura
 
 fn register_metrics(t: &Telemetry, g: &Global) {
     let s = g.queues.stats.clone();
-    type Pick = fn(&crate::global::SyncStats) -> u64;
-    let counters: [(&'static str, &'static str, Pick); 9] = [
+    let counters: [crate::telemetry::CounterRow<SyncStats>; 9] = [
         ("sluice_sync_ticks_total", "Sync ticks, all shards", |s| {
             s.ticks.load(Ordering::Relaxed)
         }),
@@ -325,10 +324,7 @@ fn register_metrics(t: &Telemetry, g: &Global) {
             |s| s.calls_failed.load(Ordering::Relaxed),
         ),
     ];
-    for (name, help, pick) in counters {
-        let s = s.clone();
-        t.counter(name, help, Arc::new(move || vec![(pick(&s), vec![])]));
-    }
+    t.counter_table(&s, &counters);
     let s2 = s.clone();
     t.counter(
         "sluice_sync_calls_total",

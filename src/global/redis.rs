@@ -220,6 +220,32 @@ async fn time_of<C: redis::aio::ConnectionLike>(conn: &mut C) -> Result<u64, Sto
     Ok(secs * 1000 + micros / 1000)
 }
 
+/// A connection pool to the standalone Redis at `url` (normalized), `pool_size` connections;
+/// connections are made lazily.
+///
+/// # Errors
+/// When the URL is unusable.
+pub(crate) fn pool(url: &str, opts: &RedisOptions) -> Result<Pool, String> {
+    let mut cfg = Config::from_url(url);
+    cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
+    cfg.create_pool(Some(Runtime::Tokio1))
+        .map_err(|e| format!("{}: {e}", redact(url)))
+}
+
+/// A connection pool to the Redis Cluster reached through `seeds` (normalized URLs).
+///
+/// # Errors
+/// When the URLs are unusable.
+pub(crate) fn cluster_pool(
+    seeds: &[String],
+    opts: &RedisOptions,
+) -> Result<deadpool_redis::cluster::Pool, String> {
+    let mut cfg = deadpool_redis::cluster::Config::from_urls(seeds.to_vec());
+    cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
+    cfg.create_pool(Some(Runtime::Tokio1))
+        .map_err(|e| format!("cluster: {e}"))
+}
+
 /// A standalone Redis server holding one shard of the entities.
 pub struct RedisShard {
     name: String,
@@ -235,11 +261,7 @@ impl RedisShard {
     /// # Errors
     /// When the URL is unusable.
     pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
-        let mut cfg = Config::from_url(url);
-        cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
-        let pool = cfg
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| format!("{}: {e}", redact(url)))?;
+        let pool = pool(url, opts)?;
         Ok(RedisShard {
             name: redact(url),
             pool,
@@ -301,11 +323,7 @@ impl RedisClusterStore {
     /// # Errors
     /// When the URLs are unusable.
     pub fn new(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
-        let mut cfg = deadpool_redis::cluster::Config::from_urls(seeds.to_vec());
-        cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
-        let pool = cfg
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| format!("cluster: {e}"))?;
+        let pool = cluster_pool(seeds, opts)?;
         Ok(RedisClusterStore {
             name: format!(
                 "cluster({})",

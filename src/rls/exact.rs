@@ -298,8 +298,7 @@ impl RateLimiter {
 
 /// Registers the exact path's metrics.
 pub(super) fn register_metrics(t: &Telemetry, stats: &std::sync::Arc<ExactStats>) {
-    type Pick = fn(&ExactStats) -> u64;
-    let counters: [(&'static str, &'static str, Pick); 3] = [
+    let counters: [crate::telemetry::CounterRow<ExactStats>; 3] = [
         (
             "sluice_exact_fallback_total",
             "Exact descriptors decided by the prior (limit / live replicas) because Redis failed",
@@ -316,14 +315,7 @@ pub(super) fn register_metrics(t: &Telemetry, stats: &std::sync::Arc<ExactStats>
             |s| s.given_back.load(Ordering::Relaxed),
         ),
     ];
-    for (name, help, read) in counters {
-        let s = stats.clone();
-        t.counter(
-            name,
-            help,
-            std::sync::Arc::new(move || vec![(read(&s), vec![])]),
-        );
-    }
+    t.counter_table(stats, &counters);
     let s = stats.clone();
     t.counter(
         "sluice_exact_calls_total",
