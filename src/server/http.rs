@@ -131,4 +131,3 @@ async fn json_handler(State(s): State<AdminState>, body: axum::body::Bytes) -> R
         Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     }
 }
-
