@@ -10,7 +10,7 @@
 # (`cargo afl config --build`). Findings accumulate in fuzz/out/TARGET/default/ (ignored by
 # git) and a later run resumes from there.
 #
-# Exit status: 0 when no input in fuzz/out/*/default/crashes still makes its target panic;
+# Exit status: 0 when no input in fuzz/out/*/default/crashes* still makes its target panic;
 # 1 otherwise (or when afl-fuzz itself fails), after listing each such file (copy it to fuzz/regressions/TARGET/ once fixed,
 # so `cargo test --test fuzz_regressions` replays it on every CI run). Hangs (inputs slower
 # than AFL's timeout) are listed but do not fail the run.
@@ -74,8 +74,9 @@ for t in "${targets[@]}"; do
   if [ -f "$stats" ]; then
     awk -F' *: *' '/^(execs_done|execs_per_sec|corpus_count|bitmap_cvg|saved_crashes|saved_hangs) /{printf "   %s: %s\n", $1, $2}' "$stats"
   fi
-  # Replay: a crash counts until it no longer panics (fixed ones stop failing the run).
-  for f in "$out"/default/crashes/id:*; do
+  # Replay every crash, this run's and earlier ones (a resumed run moves those to
+  # crashes.<date>/): one counts until it no longer panics, so fixed ones stop failing runs.
+  for f in "$out"/default/crashes*/id:*; do
     [ -e "$f" ] || continue
     if ! "fuzz/target/debug/$t" <"$f" >/dev/null 2>"$out/replay.err"; then
       echo "CRASH in $t: $f"
@@ -83,7 +84,7 @@ for t in "${targets[@]}"; do
       crashed=1
     fi
   done
-  for f in "$out"/default/hangs/id:*; do
+  for f in "$out"/default/hangs*/id:*; do
     [ -e "$f" ] || continue
     echo "slow input (AFL timeout) in $t: $f"
   done
