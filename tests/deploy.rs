@@ -1,8 +1,9 @@
 //! Deployment artifacts: the Helm chart in `helm/sluice`, the Istio `EnvoyFilter` it
 //! renders, and the example rules it ships.
 //!
-//! The chart is linted and rendered without a cluster by `../shared/tools/helm_offline.py`
-//! (the Helm v4 library from the `helm-python-sdk` wheel), then checked three ways:
+//! The chart is linted and rendered without a cluster by the project's
+//! `scripts/helm_offline.py` (the Helm v4 library from the `helm-python-sdk` wheel), then
+//! checked three ways:
 //! - built-in kinds against the Kubernetes 1.30 schemas with `kubernetes-validate --strict`;
 //! - custom resources (Istio `EnvoyFilter`, Prometheus Operator `ServiceMonitor`), which
 //!   `kubernetes-validate` cannot check (it only warns about a kind it has no schema for
@@ -29,10 +30,7 @@ const ALL_ON_VALUES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/helm/sluice/ci/all-on-values.yaml"
 );
-const HELM_OFFLINE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/tools/helm_offline.py"
-);
+const HELM_OFFLINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/helm_offline.py");
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
 const RELEASE: &str = "sluice";
@@ -101,13 +99,13 @@ fn run(mut cmd: Command, what: &str) -> Run {
 }
 
 /// Fails (once per test binary) unless python3 with helm_python and kubernetes_validate
-/// is on PATH and the shared helm_offline.py tool exists.
+/// is on PATH and scripts/helm_offline.py exists.
 fn require_python_tools() {
     static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
     let result = CHECKED.get_or_init(|| {
         if !Path::new(HELM_OFFLINE).is_file() {
             return Err(format!(
-                "{HELM_OFFLINE} is missing (the shared tools sit beside the repository)"
+                "{HELM_OFFLINE} is missing (it is part of the repository)"
             ));
         }
         let mut cmd = Command::new("python3");

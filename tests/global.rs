@@ -9,13 +9,16 @@ use std::time::Duration;
 
 use common::procs::{query, spawn_sluice, Proc};
 use common::redis::{RedisCluster, RedisServer, RedisTls};
-use common::{desc, free_port, http, http_async, wait_for_body, wait_until, Server};
+use common::{
+    desc, free_port, http, http_async, wait_for_body, wait_until, wait_until_async, Server,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluice::core::{Algorithm, Limit, SyncPolicy};
 use sluice::global::redis::RedisOptions;
 use sluice::global::ShardRouter;
 use sluice::settings::{RedisSettings, Settings};
 use sluice::sim::{self, Load, Scenario};
+use tokio::time::Instant;
 
 const RULES: &str = "domain: g\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 100, algorithm: fixed_window}\n";
 
@@ -203,13 +206,8 @@ async fn a_shard_that_never_answered_is_not_called_ok() {
 }
 
 async fn wait_redis(r: &RedisServer, want: u64) {
-    for _ in 0..400 {
-        if counters(r).0 == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("Redis never held {want} hits (has {})", counters(r).0);
+    let what = format!("Redis to hold {want} hits");
+    wait_until_async(30, &what, || std::future::ready(counters(r).0 == want)).await;
 }
 
 #[test]
@@ -339,13 +337,12 @@ async fn keys_take_the_cache_key_prefix() {
     })
     .await;
     ask(&s, "k", "p").await;
-    let key = loop {
-        let keys = redis.cli(&["--scan"]);
-        if !keys.is_empty() {
-            break keys;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let mut key = String::new();
+    wait_until_async(30, "the first hit's counter in Redis", || {
+        key = redis.cli(&["--scan"]);
+        std::future::ready(!key.is_empty())
+    })
+    .await;
     assert!(
         key.starts_with("tenant-a:sluice:v2:{") && !key.contains('\n'),
         "{key}"
@@ -504,11 +501,28 @@ fn a_replica_with_a_skewed_clock_shares_the_fleets_windows() {
             .parse()
             .unwrap()
     };
-    // Both replicas see the same window end, within the time between the two calls;
-    // uncorrected, the skewed one would be 25 s off.
-    let (a, b) = (reset(&honest), reset(&skewed));
+    // Both replicas see the same window end, within the time between the two calls (plus
+    // the rounding to whole seconds); uncorrected, the skewed one would be 25 s off. A pair
+    // is asked again until both answers come within 2 s, so a stalled machine cannot pass
+    // for a skewed clock; the allowance is then what that pair actually took.
+    let mut pair = (0, 0, Duration::ZERO);
+    wait_until(
+        60,
+        "both replicas answering within 2 s of each other",
+        || {
+            let started = Instant::now();
+            let (a, b) = (reset(&honest), reset(&skewed));
+            pair = (a, b, started.elapsed());
+            pair.2 < Duration::from_secs(2)
+        },
+    );
+    let (a, b, took) = pair;
+    let allowed = 1 + took.as_secs_f64().ceil() as i64;
     let diff = (a - b).rem_euclid(60).min((b - a).rem_euclid(60));
-    assert!(diff <= 2, "honest {a}s, skewed {b}s");
+    assert!(
+        diff <= allowed,
+        "honest {a}s, skewed {b}s, asked {took:?} apart"
+    );
 }
 
 #[test]

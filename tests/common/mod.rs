@@ -4,6 +4,7 @@
 pub mod procs;
 pub mod redis;
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::core::clock::{ManualClock, UnixMillis};
 use sluice::settings::Settings;
 use tokio::sync::oneshot;
+use tokio::time::Instant; // real time, as clippy.toml asks of latency and deadlines
 use tonic::transport::Channel;
 
 /// The start of a minute (and of a day: 2023-11-15T00:00:00Z), so windows are easy to reason about.
@@ -74,13 +76,14 @@ impl Server {
     }
 
     async fn wait_ready(&self) {
-        for _ in 0..200 {
-            if let Ok((200, _, _)) = http_async(self.http, "GET", "/readyz", "").await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("server on {} never became ready", self.http);
+        let what = format!("the server on {} to become ready", self.http);
+        wait_until_async(30, &what, || async {
+            matches!(
+                http_async(self.http, "GET", "/readyz", "").await,
+                Ok((200, _, _))
+            )
+        })
+        .await;
     }
 
     /// A gRPC client.
@@ -212,18 +215,15 @@ pub async fn http_async(
         .unwrap()
 }
 
-/// Polls `path` every 25 ms for up to 10 s until its body contains `needle`.
+/// Polls `path` for up to 30 s until its body contains `needle`.
 pub async fn wait_for_body(addr: SocketAddr, path: &str, needle: &str) {
-    for _ in 0..400 {
-        if http_async(addr, "GET", path, "")
+    let what = format!("{path} to show {needle:?}");
+    wait_until_async(30, &what, || async {
+        http_async(addr, "GET", path, "")
             .await
             .is_ok_and(|r| r.2.contains(needle))
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{path} never showed {needle:?}");
+    })
+    .await;
 }
 
 /// A header's value.
@@ -254,15 +254,41 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Polls `cond` every 20 ms for up to `secs` seconds.
+/// How often the `wait_until*` helpers poll.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Polls `cond` every 20 ms until it holds; fails naming `what` once `secs` seconds have
+/// passed (deadlines are generous: they bound a hang, they do not measure speed).
 pub fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..secs * 50 {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
         if cond() {
             return;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        if Instant::now() >= deadline {
+            panic!("timed out after {secs}s waiting for {what}");
+        }
+        std::thread::sleep(POLL);
     }
-    panic!("timed out after {secs}s waiting for {what}");
+}
+
+/// [`wait_until`] for async tests: `cond` is awaited, and the runtime is not blocked
+/// between polls.
+pub async fn wait_until_async<F, Fut>(secs: u64, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if cond().await {
+            return;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {secs}s waiting for {what}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// The repository root.
