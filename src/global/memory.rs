@@ -1,12 +1,13 @@
-//! An in-memory [`ShardStore`]: per-epoch counters in a map, as Redis holds them. The sync
-//! tests and the fleet simulator run the production sync code against it.
+//! An in-memory [`ShardStore`]: per-epoch counters in a map, as Redis holds them, and the
+//! replicas' heartbeats (id → last seen). The sync tests and the fleet simulator run the
+//! production sync code against it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::store::{ShardStore, StoreError, SyncItem};
+use super::store::{Heartbeat, ShardStore, StoreError, SyncItem};
 
 /// An in-memory store of counters keyed by (entity, limit, epoch); `down` makes every call
 /// fail.
@@ -15,6 +16,8 @@ pub struct MemoryStore {
     pub counters: Mutex<HashMap<(u128, u8, u64), i64>>,
     pub calls: AtomicU64,
     pub down: AtomicBool,
+    /// Live replicas: id → last seen (Unix ms).
+    pub replicas: Mutex<HashMap<u64, u64>>,
 }
 
 impl ShardStore for MemoryStore {
@@ -39,6 +42,24 @@ impl ShardStore for MemoryStore {
                 out
             })
             .collect())
+    }
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(StoreError::Backend("connection refused".into()));
+        }
+        let mut r = self.replicas.lock();
+        if beat.leaving {
+            r.remove(&beat.replica);
+        } else {
+            r.insert(beat.replica, beat.now_ms);
+        }
+        let oldest = beat.now_ms.saturating_sub(beat.ttl_ms);
+        r.retain(|_, seen| *seen >= oldest);
+        Ok(r.len() as u32)
+    }
+    /// As Redis sends them: one script call per 500 items.
+    fn commands_for(&self, items: usize) -> usize {
+        items.div_ceil(500)
     }
     async fn time_ms(&self) -> Result<u64, StoreError> {
         Ok(1_700_000_005_000)

@@ -11,13 +11,15 @@ pub mod memory;
 pub mod queue;
 pub mod redis;
 pub mod shard;
+#[cfg(test)]
+mod shard_fleet_tests;
 pub mod store;
 
 pub use clock_offset::measure_offset;
 pub use health::ShardHealth;
 pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use shard::{ShardSync, SyncSettings};
-pub use store::{ShardStore, StoreError, SyncItem};
+pub use store::{Heartbeat, ShardStore, StoreError, SyncItem};
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -331,6 +333,12 @@ fn register_shard_gauges(t: &Telemetry, g: &Global) {
         "Entities waiting to sync",
         Arc::new(move || q.len() as u64),
     );
+    let q = g.queues.clone();
+    t.gauge(
+        "sluice_sync_live_replicas",
+        "Live replicas (this one included) as the Redis heartbeats last counted them",
+        Arc::new(move || u64::from(q.live_replicas())),
+    );
     type PerShard = fn(&ShardHealth) -> u64;
     let per_shard: [(&'static str, &'static str, PerShard); 2] = [
         (
@@ -387,6 +395,9 @@ mod tests {
                 panic!("boom");
             }
             self.inner.sync(items).await
+        }
+        async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+            self.inner.heartbeat(beat).await
         }
         async fn time_ms(&self) -> Result<u64, StoreError> {
             self.inner.time_ms().await

@@ -5,11 +5,17 @@
 //! `{prefix}sluice:{<entity>}:<limit>:<epoch>`; the hash tag keeps an entity's keys in one
 //! cluster slot.
 //!
+//! Each tick also runs a second, separate script in the same pipeline: the replica's
+//! heartbeat in the sorted set `{prefix}sluice:replicas` (member: the replica's id, score:
+//! when it was last seen), which drops members older than the TTL and returns how many are
+//! live. One key, so one slot on a cluster.
+//!
 //! Credentials never leave this module: shard names are the URLs without them.
 
 use deadpool_redis::redis::{self, Value};
 use deadpool_redis::{Config, Pool, Runtime};
 
+use crate::global::store::Heartbeat;
 use crate::global::{ShardStore, StoreError, SyncItem};
 
 /// Adds deltas and reads counters. KEYS: two per item (current, previous epoch). ARGV: three
@@ -29,6 +35,19 @@ for i = 1, #KEYS do
   out[i] = v
 end
 return out
+"#;
+
+/// A replica's heartbeat. KEYS: the replicas' set. ARGV: replica id, now (ms), the oldest
+/// last-seen still live (ms), TTL (ms), 1 when the replica leaves. Returns the live count.
+const HEARTBEAT_SCRIPT: &str = r#"
+if ARGV[5] == '1' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
+return redis.call('ZCARD', KEYS[1])
 "#;
 
 /// Items per script call: bounds the script's run time on the Redis thread.
@@ -121,6 +140,31 @@ fn key(prefix: &str, it: &SyncItem, i: usize) -> String {
     )
 }
 
+fn replicas_key(prefix: &str) -> String {
+    format!("{prefix}sluice:replicas")
+}
+
+/// The heartbeat script's call (`EVALSHA`, or with the source, `EVAL`).
+fn beat_cmd(verb: &str, script: &str, beat: &Heartbeat, prefix: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd(verb);
+    cmd.arg(script)
+        .arg(1)
+        .arg(replicas_key(prefix))
+        .arg(format!("{:016x}", beat.replica))
+        .arg(beat.now_ms)
+        .arg(beat.now_ms.saturating_sub(beat.ttl_ms))
+        .arg(beat.ttl_ms.max(1))
+        .arg(u8::from(beat.leaving));
+    cmd
+}
+
+fn live_count(v: &Value) -> Result<u32, StoreError> {
+    match v {
+        Value::Int(n) => Ok((*n).clamp(0, i64::from(u32::MAX)) as u32),
+        _ => Err(backend(format!("unexpected heartbeat reply {v:?}"))),
+    }
+}
+
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
@@ -155,6 +199,11 @@ fn totals(v: &Value, n: usize) -> Result<Vec<[u64; 2]>, StoreError> {
     Ok(vals.chunks(2).map(|c| [num(&c[0]), num(&c[1])]).collect())
 }
 
+/// A script's SHA-1, as `EVALSHA` names it.
+fn sha1_hex(script: &str) -> String {
+    redis::Script::new(script).get_hash().to_string()
+}
+
 fn is_noscript(e: &redis::RedisError) -> bool {
     e.code() == Some("NOSCRIPT")
 }
@@ -173,6 +222,7 @@ pub struct RedisShard {
     pool: Pool,
     prefix: String,
     script: redis::Script,
+    beat: redis::Script,
 }
 
 impl RedisShard {
@@ -192,7 +242,47 @@ impl RedisShard {
             pool,
             prefix: opts.prefix.clone(),
             script: redis::Script::new(SYNC_SCRIPT),
+            beat: redis::Script::new(HEARTBEAT_SCRIPT),
         })
+    }
+
+    /// One pipeline: the heartbeat (when given), then the sync script per chunk of items.
+    async fn pipeline(
+        &self,
+        items: &[SyncItem],
+        beat: Option<&Heartbeat>,
+    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+        let mut conn = self.pool.get().await.map_err(backend)?;
+        let mut pipe = redis::pipe();
+        if let Some(b) = beat {
+            pipe.add_command(beat_cmd("EVALSHA", self.beat.get_hash(), b, &self.prefix));
+        }
+        for chunk in items.chunks(CHUNK) {
+            pipe.add_command(evalsha(self.script.get_hash(), chunk, &self.prefix));
+        }
+        let replies: Vec<Value> = match pipe.query_async(&mut *conn).await {
+            Err(e) if is_noscript(&e) => {
+                // A new or restarted Redis: load the scripts and send the tick again.
+                self.script.load_async(&mut *conn).await.map_err(backend)?;
+                self.beat.load_async(&mut *conn).await.map_err(backend)?;
+                pipe.query_async(&mut *conn).await.map_err(backend)?
+            }
+            r => r.map_err(backend)?,
+        };
+        let (live, replies) = match beat {
+            Some(_) => {
+                let (first, rest) = replies
+                    .split_first()
+                    .ok_or_else(|| backend("empty pipeline reply"))?;
+                (Some(live_count(first)?), rest)
+            }
+            None => (None, &replies[..]),
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for (reply, chunk) in replies.iter().zip(items.chunks(CHUNK)) {
+            out.extend(totals(reply, chunk.len())?);
+        }
+        Ok((out, live))
     }
 }
 
@@ -202,24 +292,20 @@ impl ShardStore for RedisShard {
     }
 
     async fn sync(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
-        let mut conn = self.pool.get().await.map_err(backend)?;
-        let mut pipe = redis::pipe();
-        for chunk in items.chunks(CHUNK) {
-            pipe.add_command(evalsha(self.script.get_hash(), chunk, &self.prefix));
-        }
-        let replies: Vec<Value> = match pipe.query_async(&mut *conn).await {
-            Err(e) if is_noscript(&e) => {
-                // A new or restarted Redis: load the script and send the tick again.
-                self.script.load_async(&mut *conn).await.map_err(backend)?;
-                pipe.query_async(&mut *conn).await.map_err(backend)?
-            }
-            r => r.map_err(backend)?,
-        };
-        let mut out = Vec::with_capacity(items.len());
-        for (reply, chunk) in replies.iter().zip(items.chunks(CHUNK)) {
-            out.extend(totals(reply, chunk.len())?);
-        }
-        Ok(out)
+        Ok(self.pipeline(items, None).await?.0)
+    }
+
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        Ok(self.pipeline(&[], Some(beat)).await?.1.unwrap_or(1))
+    }
+
+    async fn sync_and_beat(
+        &self,
+        items: &[SyncItem],
+        beat: &Heartbeat,
+    ) -> Result<(Vec<[u64; 2]>, u32), StoreError> {
+        let (totals, live) = self.pipeline(items, Some(beat)).await?;
+        Ok((totals, live.unwrap_or(1)))
     }
 
     async fn time_ms(&self) -> Result<u64, StoreError> {
@@ -298,6 +384,28 @@ impl ShardStore for RedisClusterStore {
             }
         });
         futures_util::future::try_join_all(calls).await
+    }
+
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        let mut conn = self.pool.get().await.map_err(backend)?;
+        let cmd = beat_cmd("EVALSHA", &sha1_hex(HEARTBEAT_SCRIPT), beat, &self.prefix);
+        let v: Value = match cmd.query_async(&mut *conn).await {
+            Err(e) if is_noscript(&e) => beat_cmd("EVAL", HEARTBEAT_SCRIPT, beat, &self.prefix)
+                .query_async(&mut *conn)
+                .await
+                .map_err(backend)?,
+            r => r.map_err(backend)?,
+        };
+        live_count(&v)
+    }
+
+    async fn sync_and_beat(
+        &self,
+        items: &[SyncItem],
+        beat: &Heartbeat,
+    ) -> Result<(Vec<[u64; 2]>, u32), StoreError> {
+        // The item calls and the heartbeat in flight at once: one round trip.
+        futures_util::future::try_join(self.sync(items), self.heartbeat(beat)).await
     }
 
     async fn time_ms(&self) -> Result<u64, StoreError> {

@@ -1,6 +1,7 @@
 //! The narrow interface to the shared store ([`ShardStore`]): one call per shard per tick adds
-//! the deltas and returns the totals. Redis implements it (`redis.rs`), and so does the
-//! in-memory store (`memory.rs`) that tests and the simulator use.
+//! the deltas and returns the totals, and refreshes this replica's heartbeat, which returns
+//! how many replicas are live. Redis implements it (`redis.rs`), and so does the in-memory
+//! store (`memory.rs`) that tests and the simulator use.
 
 use std::future::Future;
 use std::time::Duration;
@@ -19,6 +20,20 @@ pub struct SyncItem {
     pub deltas: [i64; 2],
     /// Expiry of a counter the call creates: two windows.
     pub ttl_ms: u64,
+}
+
+/// A replica announcing itself: one member per replica in the shard's set of live replicas,
+/// scored by when it was last seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The replica's random id.
+    pub replica: u64,
+    /// Now, on the fleet's (offset-corrected) clock, Unix ms.
+    pub now_ms: u64,
+    /// A replica not seen for this long is no longer live.
+    pub ttl_ms: u64,
+    /// The replica is stopping: remove it rather than refresh it.
+    pub leaving: bool,
 }
 
 /// Why a store call failed.
@@ -41,6 +56,25 @@ pub trait ShardStore: Send + Sync + 'static {
         &self,
         items: &[SyncItem],
     ) -> impl Future<Output = Result<Vec<[u64; 2]>, StoreError>> + Send;
+    /// Refreshes (or, when leaving, removes) `beat`'s replica, drops those not seen within
+    /// the TTL, and returns how many are live.
+    fn heartbeat(&self, beat: &Heartbeat) -> impl Future<Output = Result<u32, StoreError>> + Send;
+    /// [`ShardStore::sync`] and [`ShardStore::heartbeat`] in one round trip (this default
+    /// makes two; stores override it).
+    fn sync_and_beat(
+        &self,
+        items: &[SyncItem],
+        beat: &Heartbeat,
+    ) -> impl Future<Output = Result<(Vec<[u64; 2]>, u32), StoreError>> + Send {
+        async move {
+            let totals = if items.is_empty() {
+                Vec::new()
+            } else {
+                self.sync(items).await?
+            };
+            Ok((totals, self.heartbeat(beat).await?))
+        }
+    }
     /// The store's clock (Unix ms), to correct this node's.
     fn time_ms(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// How many commands a call with `items` items sends.

@@ -4,7 +4,7 @@
 use super::resolve::Target;
 use super::RateLimiter;
 use crate::core::clock::UnixMillis;
-use crate::core::{Verdict, WindowState};
+use crate::core::{FleetView, Verdict, WindowState};
 use crate::rules::Rule;
 use crate::telemetry::RuleStats;
 
@@ -66,7 +66,9 @@ impl RateLimiter {
         } else {
             hits
         };
-        let outcome = most_restrictive(rule, windows, now, check_hits)?;
+        // Global mode: what the heartbeats say of the fleet, for a cold entity's prior.
+        let fleet = self.sync.as_ref().map_or(FleetView::ALONE, |q| q.fleet());
+        let outcome = most_restrictive(rule, windows, now, check_hits, &fleet)?;
         match count {
             Count::No => {}
             Count::Refund => {
@@ -119,10 +121,11 @@ fn most_restrictive(
     windows: &mut [WindowState],
     now: UnixMillis,
     hits: u64,
+    fleet: &FleetView,
 ) -> Option<Outcome> {
     let mut outcome: Option<Outcome> = None;
     for (i, spec) in rule.limits.iter().enumerate() {
-        let v = windows[i].check(&spec.limit, now, hits);
+        let v = windows[i].check_with(&spec.limit, now, hits, fleet);
         let better = match &outcome {
             None => true,
             // Over beats within; then fewer hits left; then the later reset.

@@ -1,5 +1,5 @@
-//! The simulated shared store: the in-memory [`MemoryStore`] behind a network round trip
-//! and an optional outage, on tokio's (paused) clock.
+//! The simulated shared store: the in-memory [`MemoryStore`] (counters and heartbeats) behind
+//! a network round trip and an optional outage, on tokio's (paused) clock.
 //!
 //! A call travels half the round trip, is applied (or refused, during the outage) by the
 //! counters, and its answer travels the other half: so a reply is as stale as a real one,
@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::global::memory::MemoryStore;
+use crate::global::store::Heartbeat;
 use crate::global::{ShardStore, StoreError, SyncItem};
 
 /// A [`ShardStore`] shared by every node of one simulated fleet.
@@ -70,6 +71,29 @@ impl ShardStore for SimStore {
             Err(StoreError::Backend("simulated outage".into()))
         } else {
             self.counters.sync(items).await
+        };
+        sleep(self.back).await;
+        result
+    }
+
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        Ok(self.sync_and_beat(&[], beat).await?.1)
+    }
+
+    async fn sync_and_beat(
+        &self,
+        items: &[SyncItem],
+        beat: &Heartbeat,
+    ) -> Result<(Vec<[u64; 2]>, u32), StoreError> {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        sleep(self.there).await;
+        let result = if self.is_down(Instant::now()) {
+            Err(StoreError::Backend("simulated outage".into()))
+        } else {
+            match self.counters.sync(items).await {
+                Ok(totals) => Ok((totals, self.counters.heartbeat(beat).await?)),
+                Err(e) => Err(e),
+            }
         };
         sleep(self.back).await;
         result
