@@ -85,6 +85,9 @@ fn request() -> RateLimitRequest {
 /// The replicas of one run, their sync tasks started.
 pub struct Fleet {
     limiters: Vec<Arc<RateLimiter>>,
+    /// Each replica's shutdown: cancelled, its sync task makes its final flush (which
+    /// removes its heartbeat), as at SIGTERM.
+    stops: Vec<CancellationToken>,
     request: RateLimitRequest,
 }
 
@@ -102,9 +105,10 @@ impl Fleet {
         phases: &[u64],
     ) -> Fleet {
         let yaml = rules_yaml(limit);
-        // Never cancelled: a run ends by dropping its runtime, and a final flush after the
-        // last window would measure nothing.
-        let stop = CancellationToken::new();
+        // Cancelled only for a replica that leaves: a run ends by dropping its runtime, and a
+        // final flush after the last window would measure nothing.
+        let stops: Vec<CancellationToken> =
+            phases.iter().map(|_| CancellationToken::new()).collect();
         let settings = SyncSettings {
             policy: SyncPolicy {
                 tick_ms,
@@ -114,7 +118,8 @@ impl Fleet {
         };
         let limiters = phases
             .iter()
-            .map(|&phase| {
+            .zip(&stops)
+            .map(|(&phase, stop)| {
                 let rules =
                     crate::rules::compile_sources(&[("sim.yaml".into(), yaml.clone())], false)
                         .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
@@ -150,6 +155,7 @@ impl Fleet {
             .collect();
         let fleet = Fleet {
             limiters,
+            stops,
             request: request(),
         };
         debug_assert_eq!(fleet.limit_in_force(), Some(*limit));
@@ -161,6 +167,11 @@ impl Fleet {
         self.limiters[node]
             .should_rate_limit(&self.request)
             .is_ok_and(|r| r.overall_code == Code::Ok as i32)
+    }
+
+    /// Node `node` stops cleanly: its sync task flushes and removes its heartbeat.
+    pub fn stop(&self, node: usize) {
+        self.stops[node].cancel();
     }
 
     /// The limit the replicas' rules put on the simulated entity.
