@@ -4,10 +4,10 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use common::fleet::{spawn_sluice, wait_live, Proc};
 use common::redis::{RedisCluster, RedisServer, RedisTls};
 use common::{desc, free_port, http, http_async, wait_for_body, wait_until, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -57,7 +57,7 @@ async fn ask(s: &Server, key: &str, value: &str) -> RateLimitResponse {
 /// Every `sluice:` counter on a server, summed, and the keys.
 fn counters(r: &RedisServer) -> (u64, Vec<String>) {
     let keys: Vec<String> = r
-        .cli(&["--scan", "--pattern", "*sluice:*"])
+        .cli(&["--scan", "--pattern", "*sluice:{*"])
         .lines()
         .map(str::to_string)
         .collect();
@@ -204,53 +204,6 @@ async fn wait_redis(r: &RedisServer, want: u64) {
     panic!("Redis never held {want} hits (has {})", counters(r).0);
 }
 
-/// A sluice process; killed when dropped. Its log goes to `log`.
-struct Proc {
-    child: Child,
-    http: SocketAddr,
-    log: tempfile::NamedTempFile,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn_sluice(rules_dir: &std::path::Path, redis_url: &str, extra_env: &[(&str, &str)]) -> Proc {
-    let (grpc, port) = (free_port(), free_port());
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    c.env_clear()
-        .args(["serve", "--config"])
-        .arg(rules_dir)
-        .args([
-            "--grpc-addr",
-            &format!("127.0.0.1:{grpc}"),
-            "--http-addr",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("REDIS_URL", redis_url)
-        .env("SYNC_TICK", "100ms")
-        .env("SYNC_INTERVAL", "200ms")
-        .env("LOG_LEVEL", "debug");
-    let log = tempfile::NamedTempFile::new().unwrap();
-    c.stderr(Stdio::from(log.reopen().unwrap()));
-    for (k, v) in extra_env {
-        c.env(k, v);
-    }
-    let child = c.spawn().unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_until(20, "sluice ready", || {
-        matches!(http(addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
-    });
-    Proc {
-        child,
-        http: addr,
-        log,
-    }
-}
-
 fn query(p: &Proc, value: &str) -> serde_json::Value {
     let body = format!(
         r#"{{"domain":"g","descriptors":[{{"entries":[{{"key":"k","value":"{value}"}}]}}]}}"#
@@ -266,26 +219,7 @@ fn a_fleet_of_three_processes_shares_one_limit() {
     // window, a 100 ms tick (sync interval 2 s), ~1 ms round trip, 240 hits (4×) spread
     // evenly over 3 s. The test uses a day-long window so no boundary falls inside it;
     // the simulator uses a minute, which behaves the same within its first 3 s.
-    let scenario = Scenario {
-        name: "3 processes",
-        nodes: 3,
-        limit: Limit {
-            requests_per_unit: 60,
-            window_ms: 60_000,
-            algorithm: Algorithm::FixedWindow,
-        },
-        tick_ms: 100,
-        rtt_ms: 1,
-        loads: vec![Load {
-            from_ms: 0,
-            until_ms: 3_000,
-            times_limit: 80.0,
-            hot_share: None,
-        }],
-        outage: None,
-        windows: 1,
-        seed: 11,
-    };
+    let scenario = processes(3, 60, 100, (3_000, 80.0), 11);
     let predicted = sim::run(&scenario).sluice[0].admitted as usize;
     assert!(
         (60..=63).contains(&predicted),
@@ -295,9 +229,7 @@ fn a_fleet_of_three_processes_shares_one_limit() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("r.yaml"), RULES.replace("100", "60")).unwrap();
-    let fleet: Vec<Proc> = (0..3)
-        .map(|_| spawn_sluice(dir.path(), &redis.url(), &[("SYNC_INTERVAL", "2s")]))
-        .collect();
+    let fleet = fleet_of(3, dir.path(), &redis, &[("SYNC_INTERVAL", "2s")]);
     let mut admitted = 0;
     for i in 0..240 {
         let r = query(&fleet[i % 3], "shared");
@@ -313,6 +245,92 @@ fn a_fleet_of_three_processes_shares_one_limit() {
     );
 }
 
+/// The simulator's scenario for a fleet test: `nodes` replicas, a fixed window of `rpu` a
+/// minute, a `tick_ms` tick, ~1 ms round trip, and `load` = (until ms, × the limit) evenly.
+fn processes(nodes: usize, rpu: u32, tick_ms: u64, load: (u64, f64), seed: u64) -> Scenario {
+    let (until_ms, times_limit) = load;
+    Scenario {
+        name: "processes",
+        nodes,
+        limit: Limit {
+            requests_per_unit: rpu,
+            window_ms: 60_000,
+            algorithm: Algorithm::FixedWindow,
+        },
+        tick_ms,
+        rtt_ms: 1,
+        loads: vec![Load {
+            from_ms: 0,
+            until_ms,
+            times_limit,
+            hot_share: None,
+        }],
+        outage: None,
+        departure: None,
+        windows: 1,
+        seed,
+    }
+}
+
+/// Starts `n` processes on `redis` and waits until each one's heartbeats count all of them,
+/// as in a fleet that has been running for a while.
+fn fleet_of(
+    n: u32,
+    rules: &std::path::Path,
+    redis: &RedisServer,
+    env: &[(&str, &str)],
+) -> Vec<Proc> {
+    let fleet: Vec<Proc> = (0..n)
+        .map(|_| spawn_sluice(rules, &redis.url(), env))
+        .collect();
+    fleet.iter().for_each(|p| wait_live(p, n));
+    fleet
+}
+
+#[test]
+fn a_burst_on_a_cold_entity_across_four_processes_admits_what_the_simulator_predicts() {
+    // The simulator on this test's setting: 4 replicas, a limit of 40 in a fixed window, a
+    // 1 s tick, ~1 ms round trip, 80 hits (2×) on a cold entity within 100 ms. Each replica
+    // keeps to its prior (1.05 × 40 / 4 = 10) until its first reply is a tick old, so the
+    // fleet admits about the limit; before the prior, each admitted its 20 (2.0×).
+    let predicted: Vec<usize> = (1..=6)
+        .map(|seed| processes(4, 40, 1_000, (100, 2.0 * 600.0), seed))
+        .map(|s| sim::run(&s).sluice[0].admitted as usize)
+        .collect();
+    let (lo, hi) = (
+        predicted.iter().min().unwrap(),
+        predicted.iter().max().unwrap(),
+    );
+    assert!(*hi <= 44, "the simulator predicts {predicted:?}");
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), RULES.replace("100", "40")).unwrap();
+    let env = [("SYNC_TICK", "1s"), ("SYNC_INTERVAL", "2s")];
+    let fleet = fleet_of(4, dir.path(), &redis, &env);
+    // 20 hits on each replica at once, from a client thread each: well within a tick.
+    let admitted: usize = std::thread::scope(|scope| {
+        let clients: Vec<_> = fleet
+            .iter()
+            .map(|p| {
+                scope.spawn(move || {
+                    (0..20)
+                        .filter(|_| query(p, "burst")["overallCode"] == "OK")
+                        .count()
+                })
+            })
+            .collect();
+        clients.into_iter().map(|c| c.join().unwrap()).sum()
+    });
+    // Tolerance: the simulator's range over six seeds, ± 2. The simulator lands hits on the
+    // replicas at random, this test evenly (20 each); real processes add scheduling and HTTP
+    // delays. Without the prior the fleet would admit 80.
+    assert!(
+        admitted + 2 >= *lo && admitted <= hi + 2,
+        "admitted {admitted}, simulator predicts {predicted:?}, limit 40 across 4 replicas"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keys_take_the_cache_key_prefix() {
     let redis = RedisServer::start();
@@ -324,7 +342,7 @@ async fn keys_take_the_cache_key_prefix() {
     .await;
     ask(&s, "k", "p").await;
     let key = loop {
-        let keys = redis.cli(&["--scan"]);
+        let keys = redis.cli(&["--scan", "--pattern", "*{*"]);
         if !keys.is_empty() {
             break keys;
         }
@@ -334,6 +352,9 @@ async fn keys_take_the_cache_key_prefix() {
         key.starts_with("tenant-a:sluice:{") && !key.contains('\n'),
         "{key}"
     );
+    // So do the heartbeats.
+    let others = redis.cli(&["--scan", "--pattern", "*replicas"]);
+    assert_eq!(others.trim(), "tenant-a:sluice:replicas");
     // The expiry (two day-long windows) is set when the counter is created, and a later
     // INCRBY does not push it back.
     let pttl = || redis.cli(&["PTTL", &key]).parse::<i64>().unwrap();
@@ -441,7 +462,8 @@ fn sigterm_flushes_every_counted_hit_for_the_others_to_see() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("r.yaml"), RULES).unwrap();
-    // A tick of an hour: nothing reaches Redis before the shutdown's final flush.
+    // A tick of an hour: only the cold entity's early round trip (its first hit or two)
+    // reaches Redis before the shutdown's final flush.
     let a = spawn_sluice(
         dir.path(),
         &redis.url(),
@@ -450,7 +472,8 @@ fn sigterm_flushes_every_counted_hit_for_the_others_to_see() {
     for _ in 0..30 {
         assert_eq!(query(&a, "flush")["overallCode"], "OK");
     }
-    assert_eq!(counters(&redis).0, 0, "nothing synced before shutdown");
+    let early = counters(&redis).0;
+    assert!((1..=2).contains(&early), "{early} hits synced before shutdown");
     let mut a = a;
     let status = Command::new("kill")
         .args(["-TERM", &a.child.id().to_string()])
@@ -516,7 +539,7 @@ fn tls_and_auth_work_and_the_secret_stays_out_of_logs_and_endpoints() {
     }
     let mut p = p;
     wait_until(10, "the hits to reach Redis over TLS", || {
-        let keys = tls.cli(&["--scan", "--pattern", "*sluice:*"]);
+        let keys = tls.cli(&["--scan", "--pattern", "*sluice:{*"]);
         keys.lines()
             .map(|k| tls.cli(&["GET", k]).parse::<u64>().unwrap_or(0))
             .sum::<u64>()
