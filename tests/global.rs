@@ -272,8 +272,7 @@ fn processes(nodes: usize, rpu: u32, tick_ms: u64, load: (u64, f64), seed: u64) 
     }
 }
 
-/// Starts `n` processes on `redis` and waits until each one's heartbeats count all of them,
-/// as in a fleet that has been running for a while.
+/// Starts `n` processes on `redis`; waits until each one's heartbeats count all of them.
 fn fleet_of(
     n: u32,
     rules: &std::path::Path,
@@ -309,22 +308,17 @@ fn a_burst_on_a_cold_entity_across_four_processes_admits_what_the_simulator_pred
     let env = [("SYNC_TICK", "1s"), ("SYNC_INTERVAL", "2s")];
     let fleet = fleet_of(4, dir.path(), &redis, &env);
     // 20 hits on each replica at once, from a client thread each: well within a tick.
-    let admitted: usize = std::thread::scope(|scope| {
-        let clients: Vec<_> = fleet
-            .iter()
-            .map(|p| {
-                scope.spawn(move || {
-                    (0..20)
-                        .filter(|_| query(p, "burst")["overallCode"] == "OK")
-                        .count()
-                })
-            })
-            .collect();
+    let ok = |p: &Proc| {
+        (0..20)
+            .filter(|_| query(p, "burst")["overallCode"] == "OK")
+            .count()
+    };
+    let admitted: usize = std::thread::scope(|sc| {
+        let clients: Vec<_> = fleet.iter().map(|p| sc.spawn(move || ok(p))).collect();
         clients.into_iter().map(|c| c.join().unwrap()).sum()
     });
-    // Tolerance: the simulator's range over six seeds, ± 2. The simulator lands hits on the
-    // replicas at random, this test evenly (20 each); real processes add scheduling and HTTP
-    // delays. Without the prior the fleet would admit 80.
+    // Tolerance: the simulator's range over six seeds ± 2 (it lands hits at random, this test
+    // evenly; real processes add scheduling and HTTP delays). Without the prior: 80.
     assert!(
         admitted + 2 >= *lo && admitted <= hi + 2,
         "admitted {admitted}, simulator predicts {predicted:?}, limit 40 across 4 replicas"
@@ -473,7 +467,13 @@ fn sigterm_flushes_every_counted_hit_for_the_others_to_see() {
         assert_eq!(query(&a, "flush")["overallCode"], "OK");
     }
     let early = counters(&redis).0;
-    assert!((1..=2).contains(&early), "{early} hits synced before shutdown");
+    assert!(
+        (1..=2).contains(&early),
+        "{early} hits synced before shutdown"
+    );
+    // Another replica, running: the heartbeats count two.
+    let b = spawn_sluice(dir.path(), &redis.url(), &[]);
+    wait_live(&b, 2);
     let mut a = a;
     let status = Command::new("kill")
         .args(["-TERM", &a.child.id().to_string()])
@@ -482,8 +482,9 @@ fn sigterm_flushes_every_counted_hit_for_the_others_to_see() {
     assert!(status.success());
     wait_until(15, "sluice exit", || a.child.try_wait().unwrap().is_some());
     assert_eq!(counters(&redis).0, 30, "the final flush sent every hit");
-    // Another replica sees them: 70 left of 100.
-    let b = spawn_sluice(dir.path(), &redis.url(), &[]);
+    // ...and removed A's heartbeat: B counts one at its next tick, not after A's TTL (3 h).
+    wait_live(&b, 1);
+    // B sees A's hits: 70 left of 100.
     query(&b, "flush"); // a first look; the fleet's count arrives with the next tick
     wait_until(10, "replica b to learn the count", || {
         let r = http(b.http, "POST", "/json", r#"{"domain":"g","descriptors":[{"entries":[{"key":"k","value":"flush"}],"hitsAddend":0}]}"#, &[]).unwrap().2;
