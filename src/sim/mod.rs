@@ -253,6 +253,15 @@ pub fn scenarios() -> Vec<Scenario> {
             seed: 0x5eed_0006,
             ..base.clone()
         },
+    ]
+    .into_iter()
+    .chain(burst_and_departure(&base))
+    .collect()
+}
+
+/// The scenarios of a fleet's size: within-a-tick bursts and a departure.
+fn burst_and_departure(base: &Scenario) -> Vec<Scenario> {
+    vec![
         // Within-one-tick bursts on a cold entity: twice (2 and 4 replicas) or ten times (20
         // and 50) the limit arriving in 100 ms, before any tick could tell one replica what
         // the others admitted; the 2-replica one on the surge's limit of 600 a minute.
@@ -303,7 +312,7 @@ pub fn scenarios() -> Vec<Scenario> {
             }),
             windows: 3,
             seed: 0x5eed_000b,
-            ..base
+            ..base.clone()
         },
     ]
 }
