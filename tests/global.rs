@@ -71,6 +71,8 @@ fn counters(r: &RedisServer) -> (u64, Vec<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_replica_is_exact_under_concurrency_and_redis_holds_every_hit() {
     let redis = RedisServer::start();
+    // A key in the heartbeat's way: it fails every tick, and the syncs must not be resent.
+    redis.cli(&["SET", "sluice:replicas", "in-the-way"]);
     let s = Server::start(RULES, global(vec![redis.url()], false)).await;
     let admitted = s
         .admitted_by_concurrent_clients(req("k", "shared"), 8, 40)
@@ -245,8 +247,7 @@ fn a_fleet_of_three_processes_shares_one_limit() {
     );
 }
 
-/// The simulator's scenario for a fleet test: `nodes` replicas, a fixed window of `rpu` a
-/// minute, a `tick_ms` tick, ~1 ms round trip, and `load` = (until ms, × the limit) evenly.
+/// A fleet test's scenario: a fixed window of `rpu` a minute, `load` = (until ms, × limit).
 fn processes(nodes: usize, rpu: u32, tick_ms: u64, load: (u64, f64), seed: u64) -> Scenario {
     let (until_ms, times_limit) = load;
     Scenario {
@@ -296,19 +297,17 @@ fn a_burst_on_a_cold_entity_across_four_processes_admits_what_the_simulator_pred
         .map(|seed| processes(4, 40, 1_000, (100, 2.0 * 600.0), seed))
         .map(|s| sim::run(&s).sluice[0].admitted as usize)
         .collect();
-    let (lo, hi) = (
-        predicted.iter().min().unwrap(),
-        predicted.iter().max().unwrap(),
-    );
-    assert!(*hi <= 44, "the simulator predicts {predicted:?}");
+    let (lo, hi) = (predicted.iter().min(), predicted.iter().max());
+    let (lo, hi) = (*lo.unwrap(), *hi.unwrap());
+    assert!(hi <= 44, "the simulator predicts {predicted:?}");
 
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("r.yaml"), RULES.replace("100", "40")).unwrap();
     let env = [("SYNC_TICK", "1s"), ("SYNC_INTERVAL", "2s")];
     let fleet = fleet_of(4, dir.path(), &redis, &env);
-    // 20 hits on each replica at once, from a client thread each: well within a tick.
     let ok = |p: &Proc| {
+        // 20 hits on each replica at once, a client thread each: well within a tick.
         (0..20)
             .filter(|_| query(p, "burst")["overallCode"] == "OK")
             .count()
@@ -320,7 +319,7 @@ fn a_burst_on_a_cold_entity_across_four_processes_admits_what_the_simulator_pred
     // Tolerance: the simulator's range over six seeds ± 2 (it lands hits at random, this test
     // evenly; real processes add scheduling and HTTP delays). Without the prior: 80.
     assert!(
-        admitted + 2 >= *lo && admitted <= hi + 2,
+        admitted + 2 >= lo && admitted <= hi + 2,
         "admitted {admitted}, simulator predicts {predicted:?}, limit 40 across 4 replicas"
     );
 }

@@ -204,6 +204,10 @@ fn sha1_hex(script: &str) -> String {
     redis::Script::new(script).get_hash().to_string()
 }
 
+fn is_noscript_reply(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
 fn is_noscript(e: &redis::RedisError) -> bool {
     e.code() == Some("NOSCRIPT")
 }
@@ -246,7 +250,9 @@ impl RedisShard {
         })
     }
 
-    /// One pipeline: the heartbeat (when given), then the sync script per chunk of items.
+    /// One pipeline: the sync script per chunk of items, then the heartbeat (when given).
+    /// Errors are read per reply: a heartbeat that fails (its script not loaded yet, say)
+    /// must not make the chunks, which were applied, be sent again.
     async fn pipeline(
         &self,
         items: &[SyncItem],
@@ -254,29 +260,40 @@ impl RedisShard {
     ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
         let mut pipe = redis::pipe();
-        if let Some(b) = beat {
-            pipe.add_command(beat_cmd("EVALSHA", self.beat.get_hash(), b, &self.prefix));
-        }
+        pipe.ignore_errors();
         for chunk in items.chunks(CHUNK) {
             pipe.add_command(evalsha(self.script.get_hash(), chunk, &self.prefix));
         }
-        let replies: Vec<Value> = match pipe.query_async(&mut *conn).await {
-            Err(e) if is_noscript(&e) => {
-                // A new or restarted Redis: load the scripts and send the tick again.
-                self.script.load_async(&mut *conn).await.map_err(backend)?;
-                self.beat.load_async(&mut *conn).await.map_err(backend)?;
-                pipe.query_async(&mut *conn).await.map_err(backend)?
+        if let Some(b) = beat {
+            pipe.add_command(beat_cmd("EVALSHA", self.beat.get_hash(), b, &self.prefix));
+        }
+        let chunks = items.len().div_ceil(CHUNK);
+        let mut replies: Vec<Value> = pipe.query_async(&mut *conn).await.map_err(backend)?;
+        // The last chunk's reply (with no chunks, the heartbeat's) says whether the scripts
+        // are loaded: every chunk uses the one sync script, so none of them was applied.
+        let unapplied = replies
+            .get(chunks.saturating_sub(1))
+            .is_some_and(is_noscript_reply);
+        if unapplied {
+            // A new or restarted Redis: nothing was applied (a heartbeat may be sent twice:
+            // it only sets a score). Load the scripts and send again.
+            self.script.load_async(&mut *conn).await.map_err(backend)?;
+            self.beat.load_async(&mut *conn).await.map_err(backend)?;
+            replies = pipe.query_async(&mut *conn).await.map_err(backend)?;
+        }
+        let live = match beat.and(replies.get(chunks)) {
+            None => None,
+            Some(Value::Int(n)) => Some((*n).clamp(0, i64::from(u32::MAX)) as u32),
+            Some(other) => {
+                if is_noscript_reply(other) {
+                    let _ = self.beat.load_async(&mut *conn).await;
+                }
+                if items.is_empty() {
+                    return Err(backend(format!("heartbeat failed: {other:?}")));
+                }
+                tracing::warn!(shard = %self.name, reply = ?other, "heartbeat failed");
+                None
             }
-            r => r.map_err(backend)?,
-        };
-        let (live, replies) = match beat {
-            Some(_) => {
-                let (first, rest) = replies
-                    .split_first()
-                    .ok_or_else(|| backend("empty pipeline reply"))?;
-                (Some(live_count(first)?), rest)
-            }
-            None => (None, &replies[..]),
         };
         let mut out = Vec::with_capacity(items.len());
         for (reply, chunk) in replies.iter().zip(items.chunks(CHUNK)) {
@@ -296,16 +313,18 @@ impl ShardStore for RedisShard {
     }
 
     async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
-        Ok(self.pipeline(&[], Some(beat)).await?.1.unwrap_or(1))
+        self.pipeline(&[], Some(beat))
+            .await?
+            .1
+            .ok_or_else(|| backend("heartbeat failed"))
     }
 
     async fn sync_and_beat(
         &self,
         items: &[SyncItem],
         beat: &Heartbeat,
-    ) -> Result<(Vec<[u64; 2]>, u32), StoreError> {
-        let (totals, live) = self.pipeline(items, Some(beat)).await?;
-        Ok((totals, live.unwrap_or(1)))
+    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+        self.pipeline(items, Some(beat)).await
     }
 
     async fn time_ms(&self) -> Result<u64, StoreError> {
@@ -403,9 +422,18 @@ impl ShardStore for RedisClusterStore {
         &self,
         items: &[SyncItem],
         beat: &Heartbeat,
-    ) -> Result<(Vec<[u64; 2]>, u32), StoreError> {
-        // The item calls and the heartbeat in flight at once: one round trip.
-        futures_util::future::try_join(self.sync(items), self.heartbeat(beat)).await
+    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+        if items.is_empty() {
+            return Ok((Vec::new(), Some(self.heartbeat(beat).await?)));
+        }
+        // The item calls and the heartbeat in flight at once: one round trip. A failed
+        // heartbeat leaves the sync's result alone (its deltas were added).
+        let (totals, live) =
+            futures_util::future::join(self.sync(items), self.heartbeat(beat)).await;
+        if let Err(e) = &live {
+            tracing::warn!(shard = %self.name, error = %e, "heartbeat failed");
+        }
+        Ok((totals?, live.ok()))
     }
 
     async fn time_ms(&self) -> Result<u64, StoreError> {

@@ -296,11 +296,7 @@ impl<S: ShardStore> ShardSync<S> {
         let started = tokio::time::Instant::now();
         let call = async {
             match beat {
-                Some(b) => self
-                    .store
-                    .sync_and_beat(items, b)
-                    .await
-                    .map(|(t, n)| (t, Some(n))),
+                Some(b) => self.store.sync_and_beat(items, b).await,
                 None => self.store.sync(items).await.map(|t| (t, None)),
             }
         };

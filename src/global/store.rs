@@ -60,19 +60,21 @@ pub trait ShardStore: Send + Sync + 'static {
     /// the TTL, and returns how many are live.
     fn heartbeat(&self, beat: &Heartbeat) -> impl Future<Output = Result<u32, StoreError>> + Send;
     /// [`ShardStore::sync`] and [`ShardStore::heartbeat`] in one round trip (this default
-    /// makes two; stores override it).
+    /// makes two; stores override it). The live count is `None` when only the heartbeat
+    /// failed: the sync's deltas were added all the same, and must not be sent again. With
+    /// no items, a failed heartbeat fails the call.
     fn sync_and_beat(
         &self,
         items: &[SyncItem],
         beat: &Heartbeat,
-    ) -> impl Future<Output = Result<(Vec<[u64; 2]>, u32), StoreError>> + Send {
+    ) -> impl Future<Output = Result<(Vec<[u64; 2]>, Option<u32>), StoreError>> + Send {
         async move {
-            let totals = if items.is_empty() {
-                Vec::new()
-            } else {
-                self.sync(items).await?
-            };
-            Ok((totals, self.heartbeat(beat).await?))
+            if items.is_empty() {
+                // The heartbeat is the whole call: its failure is the call's.
+                return Ok((Vec::new(), Some(self.heartbeat(beat).await?)));
+            }
+            let totals = self.sync(items).await?;
+            Ok((totals, self.heartbeat(beat).await.ok()))
         }
     }
     /// The store's clock (Unix ms), to correct this node's.
