@@ -96,8 +96,8 @@ impl Slot {
 ///   unused until the next read). Two details keep small shares from wasting room: a node
 ///   takes its share of the room as it will be at its next read (in a sliding window, more of
 ///   the previous epoch will have drained out by then), and rounds it with an offset of its
-///   own. A node that has not read yet has the whole room, as in local mode; it reads on the
-///   next tick.
+///   own. Until its first read is a tick old a node keeps instead to its prior share of the
+///   limit, from the count of live replicas (`prior.rs`); alone, it has the whole room.
 /// - **The others' rate is measured** between consecutive replies, over both epochs (so a
 ///   boundary in between loses nothing). It gives the estimate the node reports
 ///   (`count_after`, `remaining`) and the pressure that sets its sync tier: the count read

@@ -11,8 +11,13 @@
 //! deltas back (`fail_sync`), marks the shard degraded and backs off; the hot path keeps
 //! deciding from memory meanwhile.
 //!
+//! The tick's call also carries this replica's heartbeat ([`Heartbeat`]); its reply, the
+//! live replica count, goes to [`SyncQueues::observe_live`], where the hot path reads it. The
+//! final flush removes the heartbeat. A cold entity queued between ticks wakes the task for
+//! an early round trip (the due entities only, no heartbeat), at most one between two ticks.
+//!
 //! Accuracy trade-off: between two syncs a node knows other nodes' hits only by extrapolating
-//! the rate it saw between replies; the limiter's `//!` explains the estimate.
+//! the rate it saw between replies; `core/fleet.rs` and `core/prior.rs` explain the estimate.
 //!
 //! [`WindowState::begin_sync`]: crate::core::WindowState::begin_sync
 
