@@ -322,9 +322,11 @@ impl<S: ShardStore> ShardSync<S> {
     }
 
     /// Settles a successful reply: each entity's deltas are counted and the fleet's totals
-    /// taken in; entities with hits since are requeued, the others released.
+    /// taken in; entities with hits since (or, in a fleet, not settled yet) are requeued, the
+    /// others released.
     fn settle(&self, planned: Vec<Planned>, totals: Vec<[u64; 2]>, done: UnixMillis) {
         let stats = &self.queues.stats;
+        let tick_ms = self.settings.policy.tick_ms;
         let mut totals = totals.into_iter();
         let mut requeue = Vec::new();
         for p in planned {
@@ -344,7 +346,12 @@ impl<S: ShardStore> ShardSync<S> {
                 }
             }
             st.in_flight = false;
-            if st.windows.iter().any(|w| w.pending() != 0) {
+            // In a fleet, an entity stays queued until its first reply is a tick old: until
+            // then its node keeps to the prior (`core/prior.rs`), so a quiet entity read once
+            // must not stay there until its next hit.
+            let settling =
+                self.queues.live_replicas() > 1 && st.windows.iter().any(|w| !w.settled(tick_ms));
+            if settling || st.windows.iter().any(|w| w.pending() != 0) {
                 drop(st);
                 requeue.push(p.entity);
             } else {

@@ -146,3 +146,27 @@ async fn heartbeats_count_the_live_replicas_and_a_clean_stop_leaves_at_once() {
     a.tick(false).await.unwrap();
     assert_eq!(queues_a.live_replicas(), 1);
 }
+
+#[tokio::test]
+async fn in_a_fleet_an_entity_stays_queued_until_its_first_reply_is_a_tick_old() {
+    let (cache, queues, sync, clock) = setup();
+    let hit = |key| {
+        let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
+        let mut st = e.state.lock();
+        crate::core::decide(&mut st.windows[0], &limit(), clock.now(), 1);
+        queues.mark_dirty(&e, &mut st);
+    };
+    // Alone: one reply and the quiet entity is released, as before.
+    hit(1);
+    sync.tick(false).await.unwrap();
+    assert!(queues.is_empty());
+    // In a fleet: read again on the next ticks, until a reply a tick after the first, so
+    // that its next hit, whenever it comes, is decided on a settled count, not the prior.
+    sync.store.replicas.lock().insert(42, T0); // another replica's heartbeat
+    hit(2);
+    sync.tick(false).await.unwrap();
+    assert_eq!(queues.len(), 1);
+    clock.advance_ms(1_000);
+    sync.tick(false).await.unwrap();
+    assert!(queues.is_empty());
+}
