@@ -27,6 +27,7 @@
 //! stale counts. `sluice simulate` (`sim/`) measures both against the targets (ARCHITECTURE.md, "Targets").
 
 use super::clock::UnixMillis;
+use super::prior::FleetView;
 use super::window::{Algorithm, Limit, Slot, WindowState};
 
 /// What one sync sends and reads for one limit: the deltas of the current and previous epoch,
@@ -67,15 +68,22 @@ const UNSENT_RESERVED: f64 = 0.75;
 impl WindowState {
     /// Other nodes' hits expected since the last reply, in the epoch before `epoch` (up to its
     /// end) and in `epoch` (since its start), each at most the limit.
-    pub(super) fn extrapolated(&self, limit: &Limit, now: UnixMillis, epoch: u64) -> (u64, u64) {
-        if self.synced_at == 0 || self.others_per_sec <= 0.0 {
+    /// `factor` scales the measured rate (replicas that left since: `prior.rs`).
+    pub(super) fn extrapolated(
+        &self,
+        limit: &Limit,
+        now: UnixMillis,
+        epoch: u64,
+        factor: f64,
+    ) -> (u64, u64) {
+        if self.synced_at == 0 || self.others_per_sec <= 0.0 || factor <= 0.0 {
             return (0, 0);
         }
         let start = epoch.saturating_mul(limit.window_ms);
         let from = self.synced_at;
         let curr_ms = now.0.saturating_sub(from.max(start));
         let prev_ms = start.saturating_sub(from.max(start.saturating_sub(limit.window_ms)));
-        let per_ms = f64::from(self.others_per_sec) / 1000.0;
+        let per_ms = f64::from(self.others_per_sec) * factor / 1000.0;
         let cap = u64::from(limit.requests_per_unit);
         let hits = |ms: u64| ((per_ms * ms as f64) as u64).min(cap);
         (hits(prev_ms), hits(curr_ms))
@@ -84,9 +92,14 @@ impl WindowState {
     /// The fleet's count as this node estimates it at `now`, before any new hits: the count
     /// last read, own hits since, and the others' hits since extrapolated at their rate.
     pub(super) fn estimate(&self, limit: &Limit, now: UnixMillis) -> u64 {
+        self.estimate_with(limit, now, 1.0)
+    }
+
+    /// [`WindowState::estimate`] with the others' rate scaled by `factor`.
+    pub(super) fn estimate_with(&self, limit: &Limit, now: UnixMillis, factor: f64) -> u64 {
         let epoch = self.epoch_at(limit, now);
         let (prev, curr) = self.pair(epoch, |_, s| s.total());
-        let (others_prev, others_curr) = self.extrapolated(limit, now, epoch);
+        let (others_prev, others_curr) = self.extrapolated(limit, now, epoch, factor);
         Self::window(limit, now, epoch, prev + others_prev, curr + others_curr)
     }
 
@@ -97,8 +110,17 @@ impl WindowState {
     /// on every node would make the whole fleet wait (down) or each node take one more (up).
     /// Each node rounds with an offset of its own instead, drawn from the time of its last
     /// reply, so that over the fleet the rounding errors cancel out.
-    pub(super) fn reserve(&self, limit: &Limit, now: UnixMillis, epoch: u64) -> u64 {
-        let share = self.share(limit, now, epoch);
+    /// A node that has read a count of 0 has no measured share: it takes its prior one
+    /// (`1 / live replicas`), and the others' rate counts only as far as `fleet` says it
+    /// still applies.
+    pub(super) fn reserve(
+        &self,
+        limit: &Limit,
+        now: UnixMillis,
+        epoch: u64,
+        fleet: &FleetView,
+    ) -> u64 {
+        let share = self.share(limit, now, epoch, fleet.prior_share());
         if share >= 1.0 {
             return 0;
         }
@@ -117,8 +139,8 @@ impl WindowState {
         );
         let read_next = Self::window(limit, next, epoch, read_prev, read_curr) as f64;
         // The others' hits not sent yet when the count was read are spent already.
-        let unsent =
-            UNSENT_RESERVED * f64::from(self.others_per_sec) * f64::from(self.gap_ms / 2) / 1000.0;
+        let rate = f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
+        let unsent = UNSENT_RESERVED * rate * f64::from(self.gap_ms / 2) / 1000.0;
         let room = (rpu - read_next - unsent).max(0.0);
         let offset =
             (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
@@ -129,8 +151,8 @@ impl WindowState {
     /// over the fleet's count, both weighted as the window weighs them. Own hits not yet
     /// acknowledged are left out on both sides, or a node cut off from Redis would see its
     /// share creep up to 1 as the fleet's last count drained out of the window. 1 before any
-    /// reply (local mode).
-    pub(super) fn share(&self, limit: &Limit, now: UnixMillis, epoch: u64) -> f64 {
+    /// reply (local mode); `unknown` when the count read is 0.
+    pub(super) fn share(&self, limit: &Limit, now: UnixMillis, epoch: u64, unknown: f64) -> f64 {
         // In floats: near the end of a window the weighted counts are small, and rounding
         // them would make the share jump.
         let weight = match limit.algorithm {
@@ -145,7 +167,7 @@ impl WindowState {
         let (own_prev, own_curr) = self.pair(epoch, acked);
         let read = read_prev as f64 * weight + read_curr as f64;
         if read <= 0.0 {
-            return 1.0;
+            return unknown;
         }
         ((own_prev as f64 * weight + own_curr as f64) / read).clamp(SHARE_FLOOR, 1.0)
     }
@@ -263,6 +285,7 @@ impl WindowState {
                 };
             }
         }
+        self.grow_older(now);
         self.synced_at = now.0.max(1);
     }
 
@@ -305,7 +328,7 @@ impl WindowState {
         let since = now.0.saturating_sub(self.synced_at).max(min_span_ms).max(1);
         let unacked: i64 = self.slots.iter().map(|s| s.inflight + s.pending).sum();
         let own = unacked.max(0) as f64 * 1000.0 / since as f64;
-        let share = self.share(limit, now, epoch);
+        let share = self.share(limit, now, epoch, 1.0);
         let fleet = (self.others_per_sec() + own).max(own / share);
         let ahead = fleet * ahead_ms as f64 / 1000.0;
         (self.estimate(limit, now) as f64 + ahead) / f64::from(limit.requests_per_unit)

@@ -4,12 +4,14 @@
 
 pub mod clock;
 pub mod fleet;
+pub mod prior;
 pub mod table;
 pub mod tier;
 pub mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
 pub use fleet::SyncPlan;
+pub use prior::FleetView;
 pub use tier::{SyncPolicy, Tier};
 pub use window::{decide, decide_lenient, Algorithm, Limit, Verdict, WindowState, MAX_COUNT};
 

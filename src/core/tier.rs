@@ -65,9 +65,11 @@ impl SyncPolicy {
     /// Whether a limit state last synced at `last_sync_ms` is due at `now`.
     ///
     /// - Until the others' rate is known ([`WindowState::warm`]: never synced, or synced
-    ///   once), every tick: a cold entity learns the fleet's count on the first tick after
-    ///   its first hit and the others' rate on the next, which is what keeps a surge spread
-    ///   over many nodes from running far past the limit before any node notices.
+    ///   once) and the first reply is a tick old ([`WindowState::settled`]: the prior holds
+    ///   until then, `prior.rs`), every tick: a cold entity learns the fleet's count at once
+    ///   (an early round trip) and the others' rate on the next tick, which is what keeps a
+    ///   surge spread over many nodes from running far past the limit before any node
+    ///   notices.
     /// - Then at its tier's interval — the tier the pressure is expected to reach by the end
     ///   of that interval ([`WindowState::pressure_ahead`]) when that is higher: an entity
     ///   that will be Hot before its next sync is Hot now.
@@ -78,7 +80,7 @@ impl SyncPolicy {
         now: UnixMillis,
         last_sync_ms: u64,
     ) -> bool {
-        if !state.warm() {
+        if !state.warm() || !state.settled(self.tick_ms) {
             return true;
         }
         let elapsed = now.0.saturating_sub(last_sync_ms) + self.tick_ms / 2;
@@ -118,6 +120,27 @@ mod tests {
         assert!(!policy.due(&s, &l, next, tick.0));
         let idle = tick.plus_millis(policy.interval_ms(Tier::Idle));
         assert!(policy.due(&s, &l, idle, tick.0));
+    }
+
+    #[test]
+    fn an_entity_syncs_every_tick_until_its_first_reply_is_a_tick_old() {
+        let l = sliding(1000);
+        let policy = SyncPolicy::default();
+        let mut store = std::collections::HashMap::new();
+        let mut s = WindowState::default();
+        // An early round trip, then a tick 300 ms later: the rate is measured (warm), but
+        // the count read may not show the others' hits yet.
+        let t = T0.plus_millis(5_000);
+        decide(&mut s, &l, t, 1);
+        sync(&mut s, &l, &mut store, t);
+        let t2 = t.plus_millis(300);
+        sync(&mut s, &l, &mut store, t2);
+        assert!(s.warm() && !s.settled(policy.tick_ms));
+        let next = t2.plus_millis(policy.tick_ms);
+        assert!(policy.due(&s, &l, next, t2.0), "still young");
+        sync(&mut s, &l, &mut store, next);
+        assert!(s.settled(policy.tick_ms));
+        assert!(!policy.due(&s, &l, next.plus_millis(policy.tick_ms), next.0));
     }
 
     #[test]

@@ -27,6 +27,7 @@
 //!
 
 use super::clock::UnixMillis;
+use super::prior::FleetView;
 
 /// How a limit counts hits over time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -109,8 +110,8 @@ impl Slot {
 ///   unused until the next read). Two details keep small shares from wasting room: a node
 ///   takes its share of the room as it will be at its next read (in a sliding window, more of
 ///   the previous epoch will have drained out by then), and rounds it with an offset of its
-///   own. A node that has not read yet has the whole room, as in local mode; it reads on the
-///   next tick.
+///   own. Until its first read is a tick old a node keeps instead to its prior share of the
+///   limit, from the count of live replicas (`prior.rs`); alone, it has the whole room.
 /// - **The others' rate is measured** between consecutive replies, over both epochs (so a
 ///   boundary in between loses nothing). It gives the estimate the node reports
 ///   (`count_after`, `remaining`) and the pressure that sets its sync tier: the count read
@@ -136,6 +137,9 @@ pub struct WindowState {
     /// The time between replies (ms, saturating), following a shorter gap at once and a
     /// longer one slowly; 0 until there were two replies.
     pub(super) gap_ms: u16,
+    /// Time from the first reply to the last (ms, saturating): until it reaches a tick the
+    /// count read may not show the others' hits yet, and the prior still holds (`prior.rs`).
+    pub(super) age_ms: u16,
 }
 
 /// `floor(prev × left / w)`, in u64 unless that overflows.
@@ -223,6 +227,19 @@ impl WindowState {
     /// the hits fit in this node's share of the room left, while `count_after` and
     /// `remaining` report the fleet's estimated count (see [`WindowState`]).
     pub fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
+        self.check_with(limit, now, hits, &FleetView::ALONE)
+    }
+
+    /// [`WindowState::check`] in a fleet: `fleet` is what this node knows of the others (the
+    /// live replicas, the tick, a recent departure). Until the fleet's count is known the
+    /// node keeps to its prior share of the limit (see `prior.rs`).
+    pub fn check_with(
+        &mut self,
+        limit: &Limit,
+        now: UnixMillis,
+        hits: u64,
+        fleet: &FleetView,
+    ) -> Verdict {
         let epoch = self.epoch_at(limit, now);
         let (prev, curr) = self.pair(epoch, |_, s| s.total());
         let known = Self::window(limit, now, epoch, prev, curr);
@@ -230,15 +247,21 @@ impl WindowState {
             let count = known.saturating_add(hits);
             (count, count)
         } else {
+            let factor = fleet.rate_factor(self.synced_at);
+            // A young entity keeps to its prior (below) rather than to a share measured on
+            // a count that does not show the others' hits yet.
+            let reserve = if self.young(fleet) {
+                0
+            } else {
+                self.reserve(limit, now, epoch, fleet)
+            };
             (
-                self.estimate(limit, now).saturating_add(hits),
-                known
-                    .saturating_add(self.reserve(limit, now, epoch))
-                    .saturating_add(hits),
+                self.estimate_with(limit, now, factor).saturating_add(hits),
+                known.saturating_add(reserve).saturating_add(hits),
             )
         };
         let rpu = u64::from(limit.requests_per_unit);
-        let over = rpu == 0 || decision > rpu;
+        let over = rpu == 0 || decision > rpu || self.over_prior(limit, now, epoch, hits, fleet);
         Verdict {
             count_after,
             over,

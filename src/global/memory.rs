@@ -1,7 +1,8 @@
 //! An in-memory [`ShardStore`] and [`ExactStore`]: per-epoch counters in maps, one part per
-//! replica, as Redis holds them (`redis.rs`). The sync tests and the fleet simulator run the
-//! production sync code against it, and the exact rules' tests the exact path;
-//! [`MemoryStore::flush_all`] is a Redis that restarted empty.
+//! replica, as Redis holds them (`redis.rs`), and the replicas' heartbeats (id → last seen).
+//! The sync tests and the fleet simulator run the production sync code against it, and the
+//! exact rules' tests the exact path; [`MemoryStore::flush_all`] is a Redis that restarted
+//! empty.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::exact::{apply, ExactFuture, ExactItem, ExactStore};
-use super::store::{ShardStore, StoreError, SyncItem};
+use super::store::{Heartbeat, ShardStore, StoreError, SyncItem};
 
 /// A counter: each replica's part.
 pub type Parts = HashMap<u64, i64>;
@@ -26,6 +27,8 @@ pub struct MemoryStore {
     pub exact: Mutex<HashMap<(u128, u8, u64), u64>>,
     /// Exact calls received (failed ones included).
     pub exact_calls: AtomicU64,
+    /// Live replicas: id → last seen (Unix ms).
+    pub replicas: Mutex<HashMap<u64, u64>>,
 }
 
 impl ExactStore for MemoryStore {
@@ -109,6 +112,24 @@ impl ShardStore for MemoryStore {
                 out
             })
             .collect())
+    }
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(StoreError::Backend("connection refused".into()));
+        }
+        let mut r = self.replicas.lock();
+        if beat.leaving {
+            r.remove(&beat.replica);
+        } else {
+            r.insert(beat.replica, beat.now_ms);
+        }
+        let oldest = beat.now_ms.saturating_sub(beat.ttl_ms);
+        r.retain(|_, seen| *seen >= oldest);
+        Ok(r.len() as u32)
+    }
+    /// As Redis sends them: one script call per 500 items.
+    fn commands_for(&self, items: usize) -> usize {
+        items.div_ceil(500)
     }
     async fn time_ms(&self) -> Result<u64, StoreError> {
         Ok(1_700_000_005_000)

@@ -13,6 +13,8 @@ pub mod memory;
 pub mod queue;
 pub mod redis;
 pub mod shard;
+#[cfg(test)]
+mod shard_fleet_tests;
 pub mod store;
 
 pub use clock_offset::measure_offset;
@@ -20,7 +22,7 @@ pub use exact::{ExactClient, ExactItem, ExactStore};
 pub use health::ShardHealth;
 pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use shard::{ShardSync, SyncSettings};
-pub use store::{new_replica_id, ShardStore, StoreError, SyncItem};
+pub use store::{new_replica_id, Heartbeat, ShardStore, StoreError, SyncItem};
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -140,9 +142,10 @@ async fn spawn<S: ShardStore>(
     let stores: Vec<Arc<S>> = stores.into_iter().map(Arc::new).collect();
     // Correct the clock before the first decision, so this node's epochs match the fleet's.
     adjust_clock(&*stores[0], &*clock, settings.sync.timeout * 10).await;
-    // This process's part of every counter (a restarted replica is a new one).
-    let replica = new_replica_id();
-    tracing::debug!(replica = format!("{replica:016x}"), "replica id");
+    tracing::debug!(
+        replica = format!("{:016x}", queues.replica_id()),
+        "replica id"
+    );
     let mut tasks = Vec::new();
     let mut health = Vec::new();
     for (index, store) in stores.iter().enumerate() {
@@ -151,7 +154,6 @@ async fn spawn<S: ShardStore>(
         let task = ShardSync {
             index,
             store: store.clone(),
-            replica,
             queues: queues.clone(),
             health: h.clone(),
             clock: clock.clone(),
@@ -370,6 +372,12 @@ fn register_shard_gauges(t: &Telemetry, g: &Global) {
         "Entities waiting to sync",
         Arc::new(move || q.len() as u64),
     );
+    let q = g.queues.clone();
+    t.gauge(
+        "sluice_sync_live_replicas",
+        "Live replicas (this one included) as the Redis heartbeats last counted them",
+        Arc::new(move || u64::from(q.live_replicas())),
+    );
     type PerShard = fn(&ShardHealth) -> u64;
     let per_shard: [(&'static str, &'static str, PerShard); 2] = [
         (
@@ -430,6 +438,9 @@ mod tests {
                 panic!("boom");
             }
             self.inner.sync(replica, items).await
+        }
+        async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+            self.inner.heartbeat(beat).await
         }
         async fn time_ms(&self) -> Result<u64, StoreError> {
             self.inner.time_ms().await

@@ -1,12 +1,17 @@
 //! Where the hot path hands entities to the sync: per-shard queues of entities with news, the
-//! rendezvous-hash router that picks an entity's shard, and the sync counters.
+//! rendezvous-hash router that picks an entity's shard, the sync counters, and what the
+//! heartbeats say of the fleet (live replicas, the last departure), read by the hot path as a
+//! [`FleetView`]. A cold entity queued wakes its shard's task for an early round trip.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::core::clock::UnixMillis;
+use crate::core::prior::FleetView;
 use crate::core::table::{Entity, EntityState};
 
 /// Assigns entities to shards by rendezvous hashing: each entity goes to the shard whose
@@ -76,9 +81,17 @@ pub struct SyncQueues {
     max_queued: usize,
     /// Sync counters.
     pub stats: Arc<SyncStats>,
-    /// Replicas believed live (this one included), for priors such as an exact rule's share
-    /// of its limit while Redis is down; 1 until something says otherwise.
+    /// Live replicas as the last heartbeat reply counted them (this one included).
     live_replicas: AtomicU32,
+    /// The live count before its last drop, and when that drop was seen (Unix ms).
+    live_before: AtomicU32,
+    dropped_at: AtomicU64,
+    /// The sync tick (ms), set by the shard tasks.
+    tick_ms: AtomicU64,
+    /// Per shard: a cold entity was queued (an early round trip is wanted).
+    wake: Vec<Notify>,
+    /// This replica's id, random per process start (`store::new_replica_id`).
+    replica: u64,
 }
 
 impl SyncQueues {
@@ -91,17 +104,64 @@ impl SyncQueues {
             max_queued,
             stats: Arc::default(),
             live_replicas: AtomicU32::new(1),
+            live_before: AtomicU32::new(0),
+            dropped_at: AtomicU64::new(0),
+            tick_ms: AtomicU64::new(FleetView::ALONE.tick_ms),
+            wake: (0..shards).map(|_| Notify::new()).collect(),
+            replica: super::store::new_replica_id(),
         }
     }
 
-    /// Replicas believed live, this one included: never below 1.
+    /// Live replicas (this one included) as the heartbeats last counted them; never below 1.
     pub fn live_replicas(&self) -> u32 {
         self.live_replicas.load(Ordering::Relaxed).max(1)
     }
 
-    /// Sets the number of live replicas (0 reads as 1).
+    /// Sets the live count.
     pub fn set_live_replicas(&self, n: u32) {
-        self.live_replicas.store(n, Ordering::Relaxed);
+        self.live_replicas.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// A heartbeat reply at `now` counted `n` live replicas: sets the count and, when it
+    /// dropped, remembers from what and when (rates measured before are scaled down).
+    pub fn observe_live(&self, n: u32, now: UnixMillis) {
+        let old = self.live_replicas.swap(n.max(1), Ordering::Relaxed);
+        if n.max(1) < old {
+            self.live_before.store(old, Ordering::Relaxed);
+            self.dropped_at.store(now.0, Ordering::Relaxed);
+        }
+    }
+
+    /// What the hot path passes to the core about the fleet.
+    pub fn fleet(&self) -> FleetView {
+        FleetView {
+            live: self.live_replicas(),
+            tick_ms: self.tick_ms.load(Ordering::Relaxed),
+            before: self.live_before.load(Ordering::Relaxed),
+            dropped_at: self.dropped_at.load(Ordering::Relaxed),
+        }
+    }
+
+    /// This replica's id: its heartbeat's member and its part of every counter.
+    pub fn replica_id(&self) -> u64 {
+        self.replica
+    }
+
+    /// Uses `id` as this replica's id (the simulator numbers its replicas, for runs that
+    /// repeat exactly).
+    pub fn with_replica_id(mut self, id: u64) -> Self {
+        self.replica = id;
+        self
+    }
+
+    pub(super) fn set_tick_ms(&self, tick_ms: u64) {
+        self.tick_ms.store(tick_ms.max(1), Ordering::Relaxed);
+    }
+
+    /// Resolves when a cold entity was queued on `shard` since the last call (a wake-up
+    /// before anyone waits is kept).
+    pub(super) async fn woken(&self, shard: usize) {
+        self.wake[shard].notified().await;
     }
 
     /// Queues `entity` (whose lock the caller holds as `state`) unless it already is. When the
@@ -119,9 +179,12 @@ impl SyncQueues {
             return;
         }
         state.queued = true;
-        self.queues[self.router.shard(entity.key)]
-            .lock()
-            .push(entity.clone());
+        let shard = self.router.shard(entity.key);
+        self.queues[shard].lock().push(entity.clone());
+        if state.windows.iter().any(|w| !w.ever_synced()) {
+            // Cold: its first read should not wait for the tick.
+            self.wake[shard].notify_one();
+        }
     }
 
     /// Entities waiting in all queues (in flight ones included).

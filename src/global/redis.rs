@@ -30,11 +30,17 @@
 //! counter afresh once: a version-2 replica never reads or writes a version-1 key, so a
 //! rolling upgrade cannot hit `WRONGTYPE`, and the old keys expire on their own.
 //!
+//! Each tick also runs a second, separate script in the same pipeline: the replica's
+//! heartbeat in the sorted set `{prefix}sluice:replicas` (member: the replica's id, score:
+//! when it was last seen), which drops members older than the TTL and returns how many are
+//! live. One key, so one slot on a cluster.
+//!
 //! Credentials never leave this module: shard names are the URLs without them.
 
 use deadpool_redis::redis::{self, Value};
 use deadpool_redis::{Config, Pool, Runtime};
 
+use crate::global::store::Heartbeat;
 use crate::global::{ShardStore, StoreError, SyncItem};
 
 /// Adds deltas and reads counters (see the module docs). KEYS: two per item (current,
@@ -64,6 +70,19 @@ for i = 1, #KEYS do
   out[i] = sum
 end
 return out
+"#;
+
+/// A replica's heartbeat. KEYS: the replicas' set. ARGV: replica id, now (ms), the oldest
+/// last-seen still live (ms), TTL (ms), 1 when the replica leaves. Returns the live count.
+const HEARTBEAT_SCRIPT: &str = r#"
+if ARGV[5] == '1' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
+return redis.call('ZCARD', KEYS[1])
 "#;
 
 /// Items per script call: bounds the script's run time on the Redis thread.
@@ -162,6 +181,31 @@ fn field(replica: u64) -> String {
     format!("{replica:016x}")
 }
 
+fn replicas_key(prefix: &str) -> String {
+    format!("{prefix}sluice:replicas")
+}
+
+/// The heartbeat script's call (`EVALSHA`, or with the source, `EVAL`).
+fn beat_cmd(verb: &str, script: &str, beat: &Heartbeat, prefix: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd(verb);
+    cmd.arg(script)
+        .arg(1)
+        .arg(replicas_key(prefix))
+        .arg(format!("{:016x}", beat.replica))
+        .arg(beat.now_ms)
+        .arg(beat.now_ms.saturating_sub(beat.ttl_ms))
+        .arg(beat.ttl_ms.max(1))
+        .arg(u8::from(beat.leaving));
+    cmd
+}
+
+fn live_count(v: &Value) -> Result<u32, StoreError> {
+    match v {
+        Value::Int(n) => Ok((*n).clamp(0, i64::from(u32::MAX)) as u32),
+        _ => Err(backend(format!("unexpected heartbeat reply {v:?}"))),
+    }
+}
+
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
@@ -208,6 +252,15 @@ fn totals(v: &Value, n: usize) -> Result<Vec<[u64; 2]>, StoreError> {
     Ok(vals.chunks(2).map(|c| [num(&c[0]), num(&c[1])]).collect())
 }
 
+/// A script's SHA-1, as `EVALSHA` names it.
+fn sha1_hex(script: &str) -> String {
+    redis::Script::new(script).get_hash().to_string()
+}
+
+fn is_noscript_reply(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
 fn is_noscript(e: &redis::RedisError) -> bool {
     e.code() == Some("NOSCRIPT")
 }
@@ -252,6 +305,7 @@ pub struct RedisShard {
     pool: Pool,
     prefix: String,
     script: redis::Script,
+    beat: redis::Script,
 }
 
 impl RedisShard {
@@ -267,7 +321,62 @@ impl RedisShard {
             pool,
             prefix: opts.prefix.clone(),
             script: redis::Script::new(SYNC_SCRIPT),
+            beat: redis::Script::new(HEARTBEAT_SCRIPT),
         })
+    }
+
+    /// One pipeline: the sync script per chunk of items, then the heartbeat (when given).
+    /// Errors are read per reply: a heartbeat that fails (its script not loaded yet, say)
+    /// must not make the chunks, which were applied, be sent again.
+    async fn pipeline(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+        beat: Option<&Heartbeat>,
+    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+        let mut conn = self.pool.get().await.map_err(backend)?;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for chunk in items.chunks(CHUNK) {
+            let sha = self.script.get_hash();
+            pipe.add_command(script_call("EVALSHA", sha, replica, chunk, &self.prefix));
+        }
+        if let Some(b) = beat {
+            pipe.add_command(beat_cmd("EVALSHA", self.beat.get_hash(), b, &self.prefix));
+        }
+        let chunks = items.len().div_ceil(CHUNK);
+        let mut replies: Vec<Value> = pipe.query_async(&mut *conn).await.map_err(backend)?;
+        // The last chunk's reply (with no chunks, the heartbeat's) says whether the scripts
+        // are loaded: every chunk uses the one sync script, so none of them was applied.
+        let unapplied = replies
+            .get(chunks.saturating_sub(1))
+            .is_some_and(is_noscript_reply);
+        if unapplied {
+            // A new or restarted Redis: nothing was applied (a heartbeat may be sent twice:
+            // it only sets a score). Load the scripts and send again.
+            self.script.load_async(&mut *conn).await.map_err(backend)?;
+            self.beat.load_async(&mut *conn).await.map_err(backend)?;
+            replies = pipe.query_async(&mut *conn).await.map_err(backend)?;
+        }
+        let live = match beat.and(replies.get(chunks)) {
+            None => None,
+            Some(Value::Int(n)) => Some((*n).clamp(0, i64::from(u32::MAX)) as u32),
+            Some(other) => {
+                if is_noscript_reply(other) {
+                    let _ = self.beat.load_async(&mut *conn).await;
+                }
+                if items.is_empty() {
+                    return Err(backend(format!("heartbeat failed: {other:?}")));
+                }
+                tracing::warn!(shard = %self.name, reply = ?other, "heartbeat failed");
+                None
+            }
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for (reply, chunk) in replies.iter().zip(items.chunks(CHUNK)) {
+            out.extend(totals(reply, chunk.len())?);
+        }
+        Ok((out, live))
     }
 }
 
@@ -277,25 +386,23 @@ impl ShardStore for RedisShard {
     }
 
     async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
-        let mut conn = self.pool.get().await.map_err(backend)?;
-        let mut pipe = redis::pipe();
-        for chunk in items.chunks(CHUNK) {
-            let sha = self.script.get_hash();
-            pipe.add_command(script_call("EVALSHA", sha, replica, chunk, &self.prefix));
-        }
-        let replies: Vec<Value> = match pipe.query_async(&mut *conn).await {
-            Err(e) if is_noscript(&e) => {
-                // A new or restarted Redis: load the script and send the tick again.
-                self.script.load_async(&mut *conn).await.map_err(backend)?;
-                pipe.query_async(&mut *conn).await.map_err(backend)?
-            }
-            r => r.map_err(backend)?,
-        };
-        let mut out = Vec::with_capacity(items.len());
-        for (reply, chunk) in replies.iter().zip(items.chunks(CHUNK)) {
-            out.extend(totals(reply, chunk.len())?);
-        }
-        Ok(out)
+        Ok(self.pipeline(replica, items, None).await?.0)
+    }
+
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        self.pipeline(beat.replica, &[], Some(beat))
+            .await?
+            .1
+            .ok_or_else(|| backend("heartbeat failed"))
+    }
+
+    async fn sync_and_beat(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+        beat: &Heartbeat,
+    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+        self.pipeline(replica, items, Some(beat)).await
     }
 
     async fn time_ms(&self) -> Result<u64, StoreError> {
@@ -366,6 +473,38 @@ impl ShardStore for RedisClusterStore {
             }
         });
         futures_util::future::try_join_all(calls).await
+    }
+
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        let mut conn = self.pool.get().await.map_err(backend)?;
+        let cmd = beat_cmd("EVALSHA", &sha1_hex(HEARTBEAT_SCRIPT), beat, &self.prefix);
+        let v: Value = match cmd.query_async(&mut *conn).await {
+            Err(e) if is_noscript(&e) => beat_cmd("EVAL", HEARTBEAT_SCRIPT, beat, &self.prefix)
+                .query_async(&mut *conn)
+                .await
+                .map_err(backend)?,
+            r => r.map_err(backend)?,
+        };
+        live_count(&v)
+    }
+
+    async fn sync_and_beat(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+        beat: &Heartbeat,
+    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+        if items.is_empty() {
+            return Ok((Vec::new(), Some(self.heartbeat(beat).await?)));
+        }
+        // The item calls and the heartbeat in flight at once: one round trip. A failed
+        // heartbeat leaves the sync's result alone (its deltas were added).
+        let (totals, live) =
+            futures_util::future::join(self.sync(replica, items), self.heartbeat(beat)).await;
+        if let Err(e) = &live {
+            tracing::warn!(shard = %self.name, error = %e, "heartbeat failed");
+        }
+        Ok((totals?, live.ok()))
     }
 
     async fn time_ms(&self) -> Result<u64, StoreError> {

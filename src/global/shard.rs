@@ -13,8 +13,13 @@
 //! deltas back (`fail_sync`), marks the shard degraded and backs off; the hot path keeps
 //! deciding from memory meanwhile.
 //!
+//! The tick's call also carries this replica's heartbeat ([`Heartbeat`]); its reply, the
+//! live replica count, goes to [`SyncQueues::observe_live`], where the hot path reads it. The
+//! final flush removes the heartbeat. A cold entity queued between ticks wakes the task for
+//! an early round trip (the due entities only, no heartbeat), at most one between two ticks.
+//!
 //! Accuracy trade-off: between two syncs a node knows other nodes' hits only by extrapolating
-//! the rate it saw between replies; the limiter's `//!` explains the estimate.
+//! the rate it saw between replies; `core/fleet.rs` and `core/prior.rs` explain the estimate.
 //!
 //! [`WindowState::begin_sync`]: crate::core::WindowState::begin_sync
 
@@ -26,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::health::ShardHealth;
 use super::queue::SyncQueues;
-use super::store::{ShardStore, StoreError, SyncItem};
+use super::store::{Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::fleet::SyncPlan;
 use crate::core::table::Entity;
@@ -65,8 +70,6 @@ pub struct ShardSync<S> {
     pub index: usize,
     /// Its store.
     pub store: Arc<S>,
-    /// This replica's part in every counter (`store::new_replica_id`, one per process).
-    pub replica: u64,
     /// The queues.
     pub queues: Arc<SyncQueues>,
     /// Its health.
@@ -82,7 +85,6 @@ impl<S> Clone for ShardSync<S> {
         ShardSync {
             index: self.index,
             store: self.store.clone(),
-            replica: self.replica,
             queues: self.queues.clone(),
             health: self.health.clone(),
             clock: self.clock.clone(),
@@ -96,17 +98,43 @@ struct Planned {
     plans: Vec<SyncPlan>,
 }
 
+/// What a round trip is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trip {
+    /// The tick: the due entities and the heartbeat.
+    Tick,
+    /// Woken by a cold entity between ticks: the due entities only, if any.
+    Early,
+    /// Shutdown: everything pending, and the heartbeat removed.
+    Flush,
+}
+
 impl<S: ShardStore> ShardSync<S> {
-    /// Ticks until `shutdown`, then makes a final flush of everything pending.
+    /// Ticks until `shutdown`, then makes a final flush of everything pending. The first tick
+    /// is at once, so the fleet's size is known before long; a cold entity queued between
+    /// ticks wakes the task for an early round trip, at most one between two ticks.
     pub async fn run(self, shutdown: CancellationToken) {
+        self.queues.set_tick_ms(self.settings.policy.tick_ms);
         let tick = Duration::from_millis(self.settings.policy.tick_ms);
         let mut backoff = self.settings.backoff_min;
-        let mut next = tokio::time::Instant::now() + tick;
+        let mut next = tokio::time::Instant::now();
+        let mut early_done = false;
         loop {
+            let early_ok = !early_done && !self.health.is_degraded();
             tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep_until(next) => {}
+                _ = self.queues.woken(self.index), if early_ok => {
+                    early_done = true;
+                    // A failure marks the shard degraded: no more early trips until it answers.
+                    let _ = self.trip(Trip::Early).await;
+                    continue;
+                }
             }
+            // Wake-ups up to now are served by this tick.
+            let _ = futures_util::FutureExt::now_or_never(self.queues.woken(self.index));
+            early_done = false;
             match self.tick(false).await {
                 Ok(()) => {
                     backoff = self.settings.backoff_min;
@@ -127,24 +155,37 @@ impl<S: ShardStore> ShardSync<S> {
         }
     }
 
-    /// One tick: syncs the due entities (all entities with pending hits when `flush`). A tick
-    /// with nothing to send probes a shard that has not answered yet or is degraded, so
-    /// readiness tells the truth without traffic.
+    /// One tick: syncs the due entities (all entities with pending hits when `flush`) and
+    /// refreshes this replica's heartbeat (removes it when `flush`), in one round trip. The
+    /// heartbeat goes even when nothing is due, so readiness tells the truth without traffic.
     ///
     /// # Errors
     /// The store's error; the deltas are kept for the next tick.
     pub async fn tick(&self, flush: bool) -> Result<(), StoreError> {
+        self.trip(if flush { Trip::Flush } else { Trip::Tick })
+            .await
+    }
+
+    /// How long a heartbeat lasts unrefreshed: three ticks, plus the longest backoff of a
+    /// replica whose calls fail (it is still there, and its hits will arrive).
+    pub(super) fn heartbeat_ttl_ms(&self) -> u64 {
+        3 * self.settings.policy.tick_ms + self.settings.backoff_max.as_millis() as u64
+    }
+
+    async fn trip(&self, trip: Trip) -> Result<(), StoreError> {
         let stats = &self.queues.stats;
         stats.ticks.fetch_add(1, Ordering::Relaxed);
-        let (planned, items) = self.plan(flush, self.clock.now());
-        if items.is_empty() {
-            let unknown = !self.health.has_answered() || self.health.is_degraded();
-            return if unknown && !flush {
-                self.probe().await
-            } else {
-                Ok(())
-            };
+        let now = self.clock.now();
+        let (planned, items) = self.plan(trip == Trip::Flush, now);
+        if items.is_empty() && trip == Trip::Early {
+            return Ok(());
         }
+        let beat = (trip != Trip::Early).then(|| Heartbeat {
+            replica: self.queues.replica_id(),
+            now_ms: now.0,
+            ttl_ms: self.heartbeat_ttl_ms(),
+            leaving: trip == Trip::Flush,
+        });
         // Until the reply is settled, the guard owns the in-flight entities: if the call
         // panics, dropping it puts their deltas back and requeues them, so a restarted task
         // sends them (see `global::supervise`).
@@ -153,13 +194,16 @@ impl<S: ShardStore> ShardSync<S> {
             queues: &self.queues,
             index: self.index,
         };
-        let result = self.call(&items).await;
+        let result = self.call(&items, beat.as_ref()).await;
         let planned = std::mem::take(&mut in_flight.planned);
         let done = self.clock.now();
         match result {
-            Ok(totals) => {
+            Ok((totals, live)) => {
                 stats.calls_ok.fetch_add(1, Ordering::Relaxed);
                 self.health.ok(done);
+                if let (Some(n), Trip::Tick) = (live, trip) {
+                    self.queues.observe_live(n, done);
+                }
                 self.settle(planned, totals, done);
                 Ok(())
             }
@@ -167,7 +211,7 @@ impl<S: ShardStore> ShardSync<S> {
                 stats.calls_failed.fetch_add(1, Ordering::Relaxed);
                 self.health.failed(&e, done);
                 let requeue = put_back(planned);
-                if flush {
+                if trip == Trip::Flush {
                     let lost: i64 = requeue
                         .iter()
                         .map(|e| {
@@ -242,30 +286,46 @@ impl<S: ShardStore> ShardSync<S> {
         (planned, items)
     }
 
-    /// The store call, within the timeout, with its counters.
-    async fn call(&self, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+    /// The store call (with the heartbeat, when given), within the timeout, with its
+    /// counters. Returns the totals and, with a heartbeat, the live replicas.
+    async fn call(
+        &self,
+        items: &[SyncItem],
+        beat: Option<&Heartbeat>,
+    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
         let stats = &self.queues.stats;
         stats
             .items_sent
             .fetch_add(items.len() as u64, Ordering::Relaxed);
-        stats.commands_sent.fetch_add(
-            self.store.commands_for(items.len()) as u64,
-            Ordering::Relaxed,
-        );
+        let commands = self.store.commands_for(items.len()) + usize::from(beat.is_some());
+        stats
+            .commands_sent
+            .fetch_add(commands as u64, Ordering::Relaxed);
         let started = tokio::time::Instant::now();
-        let result =
-            match tokio::time::timeout(self.settings.timeout, self.store.sync(self.replica, items))
-                .await
-            {
-                Ok(Ok(totals)) if totals.len() == items.len() => Ok(totals),
-                Ok(Ok(totals)) => Err(StoreError::Backend(format!(
-                    "store answered {} totals for {} items",
-                    totals.len(),
-                    items.len()
-                ))),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
-            };
+        let call = async {
+            match beat {
+                Some(b) => {
+                    self.store
+                        .sync_and_beat(self.queues.replica_id(), items, b)
+                        .await
+                }
+                None => self
+                    .store
+                    .sync(self.queues.replica_id(), items)
+                    .await
+                    .map(|t| (t, None)),
+            }
+        };
+        let result = match tokio::time::timeout(self.settings.timeout, call).await {
+            Ok(Ok((totals, live))) if totals.len() == items.len() => Ok((totals, live)),
+            Ok(Ok((totals, _))) => Err(StoreError::Backend(format!(
+                "store answered {} totals for {} items",
+                totals.len(),
+                items.len()
+            ))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
+        };
         stats
             .call_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -273,9 +333,11 @@ impl<S: ShardStore> ShardSync<S> {
     }
 
     /// Settles a successful reply: each entity's deltas are counted and the fleet's totals
-    /// taken in; entities with hits since are requeued, the others released.
+    /// taken in; entities with hits since (or, in a fleet, not settled yet) are requeued, the
+    /// others released.
     fn settle(&self, planned: Vec<Planned>, totals: Vec<[u64; 2]>, done: UnixMillis) {
         let stats = &self.queues.stats;
+        let tick_ms = self.settings.policy.tick_ms;
         let mut totals = totals.into_iter();
         let mut requeue = Vec::new();
         for p in planned {
@@ -295,7 +357,12 @@ impl<S: ShardStore> ShardSync<S> {
                 }
             }
             st.in_flight = false;
-            if st.windows.iter().any(|w| w.pending() != 0) {
+            // In a fleet, an entity stays queued until its first reply is a tick old: until
+            // then its node keeps to the prior (`core/prior.rs`), so a quiet entity read once
+            // must not stay there until its next hit.
+            let settling =
+                self.queues.live_replicas() > 1 && st.windows.iter().any(|w| !w.settled(tick_ms));
+            if settling || st.windows.iter().any(|w| w.pending() != 0) {
                 drop(st);
                 requeue.push(p.entity);
             } else {
@@ -303,20 +370,6 @@ impl<S: ShardStore> ShardSync<S> {
             }
         }
         self.queues.requeue(self.index, requeue);
-    }
-
-    /// Asks the store for its time, only to learn whether it answers.
-    async fn probe(&self) -> Result<(), StoreError> {
-        let result = match tokio::time::timeout(self.settings.timeout, self.store.time_ms()).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
-        };
-        match &result {
-            Ok(()) => self.health.ok(self.clock.now()),
-            Err(e) => self.health.failed(e, self.clock.now()),
-        }
-        result
     }
 }
 
@@ -381,11 +434,11 @@ mod tests {
         ManualClock,
     ) {
         let clock = ManualClock::new(UnixMillis(T0));
-        let queues = Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000));
+        let queues =
+            Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000).with_replica_id(1));
         let sync = ShardSync {
             index: 0,
             store: Arc::new(FakeStore::default()),
-            replica: 1,
             queues: queues.clone(),
             health: Arc::new(ShardHealth::new("fake".into())),
             clock: Arc::new(clock.clone()),

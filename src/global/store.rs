@@ -8,6 +8,9 @@
 //! empty gets back what the live replicas counted. Replicas are told apart by a random id per
 //! process start ([`new_replica_id`]): a restarted replica is a new one, and the part of the
 //! old one stays as it was.
+//!
+//! The tick's call also refreshes this replica's heartbeat, which returns how many replicas
+//! are live.
 
 use std::future::Future;
 use std::time::Duration;
@@ -29,6 +32,20 @@ pub struct SyncItem {
     pub acked: [i64; 2],
     /// Expiry of a counter the call creates: two windows.
     pub ttl_ms: u64,
+}
+
+/// A replica announcing itself: one member per replica in the shard's set of live replicas,
+/// scored by when it was last seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The replica's random id.
+    pub replica: u64,
+    /// Now, on the fleet's (offset-corrected) clock, Unix ms.
+    pub now_ms: u64,
+    /// A replica not seen for this long is no longer live.
+    pub ttl_ms: u64,
+    /// The replica is stopping: remove it rather than refresh it.
+    pub leaving: bool,
 }
 
 /// Why a store call failed.
@@ -53,6 +70,28 @@ pub trait ShardStore: Send + Sync + 'static {
         replica: u64,
         items: &[SyncItem],
     ) -> impl Future<Output = Result<Vec<[u64; 2]>, StoreError>> + Send;
+    /// Refreshes (or, when leaving, removes) `beat`'s replica, drops those not seen within
+    /// the TTL, and returns how many are live.
+    fn heartbeat(&self, beat: &Heartbeat) -> impl Future<Output = Result<u32, StoreError>> + Send;
+    /// [`ShardStore::sync`] and [`ShardStore::heartbeat`] in one round trip (this default
+    /// makes two; stores override it). The live count is `None` when only the heartbeat
+    /// failed: the sync's deltas were added all the same, and must not be sent again. With
+    /// no items, a failed heartbeat fails the call.
+    fn sync_and_beat(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+        beat: &Heartbeat,
+    ) -> impl Future<Output = Result<(Vec<[u64; 2]>, Option<u32>), StoreError>> + Send {
+        async move {
+            if items.is_empty() {
+                // The heartbeat is the whole call: its failure is the call's.
+                return Ok((Vec::new(), Some(self.heartbeat(beat).await?)));
+            }
+            let totals = self.sync(replica, items).await?;
+            Ok((totals, self.heartbeat(beat).await.ok()))
+        }
+    }
     /// The store's clock (Unix ms), to correct this node's.
     fn time_ms(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// How many commands a call with `items` items sends.

@@ -4,7 +4,7 @@
 use super::resolve::Target;
 use super::RateLimiter;
 use crate::core::clock::UnixMillis;
-use crate::core::{Verdict, WindowState};
+use crate::core::{FleetView, Verdict, WindowState};
 use crate::rules::Rule;
 use crate::telemetry::RuleStats;
 
@@ -68,7 +68,9 @@ impl RateLimiter {
         } else {
             hits
         };
-        let mut outcome = most_restrictive(rule, windows, now, check_hits)?;
+        // Global mode: what the heartbeats say of the fleet, for a cold entity's prior.
+        let fleet = self.sync.as_ref().map_or(FleetView::ALONE, |q| q.fleet());
+        let mut outcome = most_restrictive(rule, windows, now, check_hits, &fleet)?;
         match count {
             Count::No => {}
             Count::Refund => {
@@ -79,7 +81,7 @@ impl RateLimiter {
             // Held back: nothing is counted, so the status is the count as it stands (the
             // reference reads the unchanged counter), not as if these hits had been added.
             Count::Yes { hold_within: true } if !outcome.over => {
-                outcome = most_restrictive(rule, windows, now, 0)?;
+                outcome = most_restrictive(rule, windows, now, 0, &fleet)?;
             }
             Count::Yes { .. } => {
                 for (i, spec) in rule.limits.iter().enumerate() {
@@ -127,12 +129,13 @@ fn most_restrictive(
     windows: &mut [WindowState],
     now: UnixMillis,
     hits: u64,
+    fleet: &FleetView,
 ) -> Option<Outcome> {
     pick(
         windows
             .iter_mut()
             .zip(&rule.limits)
-            .map(|(w, spec)| w.check(&spec.limit, now, hits)),
+            .map(|(w, spec)| w.check_with(&spec.limit, now, hits, fleet)),
     )
 }
 

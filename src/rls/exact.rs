@@ -269,9 +269,10 @@ impl RateLimiter {
         }
     }
 
-    /// The prior for an exact descriptor while the store fails: its rule with every limit
-    /// divided by the live replicas, decided and counted on the entity like a normal rule
-    /// (so its hits also reach the background sync).
+    /// The prior for an exact descriptor while the store fails: decided and counted on the
+    /// entity like a normal rule (so its hits also reach the background sync), where a young
+    /// entity keeps to its share of the limit, `1.05 × limit / live replicas` (`core/prior.rs`)
+    /// — the same prior every cold entity gets.
     pub(super) fn evaluate_prior(
         &self,
         t: &Target<'_>,
@@ -279,20 +280,7 @@ impl RateLimiter {
         hits: u64,
         count: Count,
     ) -> Option<Outcome> {
-        let Target::Rule(rule, entity, stats) = t else {
-            return self.evaluate(t, now, hits, count);
-        };
-        let replicas = self.sync.as_ref().map_or(1, |q| q.live_replicas());
-        let mut share = (*rule).clone();
-        for spec in &mut share.limits {
-            spec.limit.requests_per_unit /= replicas;
-        }
-        self.evaluate(
-            &Target::Override(share, *entity, stats.clone()),
-            now,
-            hits,
-            count,
-        )
+        self.evaluate(t, now, hits, count)
     }
 }
 
@@ -475,9 +463,10 @@ mod tests {
         let f = fixture();
         f.queues.set_live_replicas(4);
         f.store.down.store(true, Ordering::Relaxed);
-        // `c` allows 10 a minute: this replica's share of 4 is 2.
-        assert_eq!(ask(&f, &["c"]).await, vec![(OK, 1)]);
-        assert_eq!(ask(&f, &["c"]).await, vec![(OK, 0)]);
+        // `c` allows 10 a minute: this replica's share of 4 is 1.05 × 10 / 4, 2 whole hits.
+        // The statuses report the rule's own limit, as every decision from memory does.
+        assert_eq!(ask(&f, &["c"]).await, vec![(OK, 9)]);
+        assert_eq!(ask(&f, &["c"]).await, vec![(OK, 8)]);
         assert_eq!(ask(&f, &["c"]).await, vec![(OVER, 0)]);
         let stats = f.limiter.exact.get().unwrap().stats.clone();
         assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 3);

@@ -89,6 +89,9 @@ fn request() -> RateLimitRequest {
 /// The replicas of one run, their sync tasks started.
 pub struct Fleet {
     limiters: Vec<Arc<RateLimiter>>,
+    /// Each replica's shutdown: cancelled, its sync task makes its final flush (which
+    /// removes its heartbeat), as at SIGTERM.
+    stops: Vec<CancellationToken>,
     request: RateLimitRequest,
 }
 
@@ -106,9 +109,10 @@ impl Fleet {
         phases: &[u64],
     ) -> Fleet {
         let yaml = rules_yaml(limit);
-        // Never cancelled: a run ends by dropping its runtime, and a final flush after the
-        // last window would measure nothing.
-        let stop = CancellationToken::new();
+        // Cancelled only for a replica that leaves: a run ends by dropping its runtime, and a
+        // final flush after the last window would measure nothing.
+        let stops: Vec<CancellationToken> =
+            phases.iter().map(|_| CancellationToken::new()).collect();
         let settings = SyncSettings {
             policy: SyncPolicy {
                 tick_ms,
@@ -118,23 +122,26 @@ impl Fleet {
         };
         let limiters = phases
             .iter()
+            .zip(&stops)
             .enumerate()
-            .map(|(node, &phase)| {
+            .map(|(node, (&phase, stop))| {
                 let rules =
                     crate::rules::compile_sources(&[("sim.yaml".into(), yaml.clone())], false)
                         .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
                 let telemetry = Telemetry::new().expect("a metrics pipeline");
                 // One shard, wired as `global::start` wires each of its shards.
-                let queues = Arc::new(SyncQueues::new(
-                    ShardRouter::new(&[store.name().to_string()]),
-                    1,
-                    1_000_000, // SYNC_MAX_QUEUED's default
-                ));
+                // Distinct and the same on every run, where production draws one at random.
+                let queues = Arc::new(
+                    SyncQueues::new(
+                        ShardRouter::new(&[store.name().to_string()]),
+                        1,
+                        1_000_000, // SYNC_MAX_QUEUED's default
+                    )
+                    .with_replica_id(node as u64 + 1),
+                );
                 let sync = ShardSync {
                     index: 0,
                     store: store.clone(),
-                    // Distinct and the same on every run, where production draws one at random.
-                    replica: node as u64 + 1,
                     queues: queues.clone(),
                     health: Arc::new(ShardHealth::new(store.name().to_string())),
                     clock: Arc::new(clock),
@@ -157,6 +164,7 @@ impl Fleet {
             .collect();
         let fleet = Fleet {
             limiters,
+            stops,
             request: request(),
         };
         debug_assert_eq!(fleet.limit_in_force(), Some(*limit));
@@ -168,6 +176,11 @@ impl Fleet {
         self.limiters[node]
             .should_rate_limit(&self.request)
             .is_ok_and(|r| r.overall_code == Code::Ok as i32)
+    }
+
+    /// Node `node` stops cleanly: its sync task flushes and removes its heartbeat.
+    pub fn stop(&self, node: usize) {
+        self.stops[node].cancel();
     }
 
     /// The limit the replicas' rules put on the simulated entity.

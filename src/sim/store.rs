@@ -1,6 +1,6 @@
-//! The simulated shared store: the in-memory [`MemoryStore`] behind a network round trip,
-//! with an optional outage and an optional restart that loses every counter, on tokio's
-//! (paused) clock.
+//! The simulated shared store: the in-memory [`MemoryStore`] (counters and heartbeats) behind
+//! a network round trip, with an optional outage and an optional restart that loses every
+//! counter, on tokio's (paused) clock.
 //!
 //! A call travels half the round trip, is applied (or refused, during the outage) by the
 //! counters, and its answer travels the other half: so a reply is as stale as a real one,
@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::global::memory::MemoryStore;
+use crate::global::store::Heartbeat;
 use crate::global::{ShardStore, StoreError, SyncItem};
 
 /// A [`ShardStore`] shared by every node of one simulated fleet.
@@ -68,12 +69,14 @@ impl SimStore {
     }
 }
 
-impl ShardStore for SimStore {
-    fn name(&self) -> &str {
-        "sim"
-    }
-
-    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+impl SimStore {
+    /// One round trip: half of it out, the call applied (or refused) where it lands, half back.
+    async fn call(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+        beat: Option<&Heartbeat>,
+    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         sleep(self.there).await;
         // Whether the call is refused is decided where it lands, as a connection to a dead
@@ -89,10 +92,42 @@ impl ShardStore for SimStore {
         let result = if self.is_down(landed) {
             Err(StoreError::Backend("simulated outage".into()))
         } else {
-            self.counters.sync(replica, items).await
+            match self.counters.sync(replica, items).await {
+                Ok(totals) => match beat {
+                    Some(b) => Ok((totals, self.counters.heartbeat(b).await.ok())),
+                    None => Ok((totals, None)),
+                },
+                Err(e) => Err(e),
+            }
         };
         sleep(self.back).await;
         result
+    }
+}
+
+impl ShardStore for SimStore {
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+        Ok(self.call(replica, items, None).await?.0)
+    }
+
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        self.call(beat.replica, &[], Some(beat))
+            .await?
+            .1
+            .ok_or_else(|| StoreError::Backend("no heartbeat reply".into()))
+    }
+
+    async fn sync_and_beat(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+        beat: &Heartbeat,
+    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+        self.call(replica, items, Some(beat)).await
     }
 
     async fn time_ms(&self) -> Result<u64, StoreError> {

@@ -50,6 +50,13 @@ pub fn arrivals(s: &Scenario) -> Vec<(u64, usize)> {
                 }
                 _ => (rng.next() % s.nodes as u64) as usize,
             };
+            let node = match s.departure {
+                // The departed node's hits go to one of the others, drawn evenly.
+                Some(d) if t >= d.at_ms && node == d.node && s.nodes > 1 => {
+                    (d.node + 1 + (rng.next() % (s.nodes as u64 - 1)) as usize) % s.nodes
+                }
+                _ => node,
+            };
             out.push((t, node));
         }
     }

@@ -1,5 +1,6 @@
 //! Real sluice processes for multi-process tests: spawned with `serve` on free loopback
-//! ports, asked through `POST /json`, killed when dropped.
+//! ports, asked through `POST /json`, waited on until their heartbeats count the fleet,
+//! killed when dropped.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -66,4 +67,12 @@ pub fn query(p: &Proc, value: &str) -> serde_json::Value {
     );
     let (_, _, text) = http(p.http, "POST", "/json", &body, &[]).unwrap();
     serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"))
+}
+
+/// Waits until `p`'s heartbeats count `n` live replicas (its `sluice_sync_live_replicas`).
+pub fn wait_live(p: &Proc, n: u32) {
+    let want = format!("sluice_sync_live_replicas {n}\n");
+    wait_until(20, "the heartbeats to count the fleet", || {
+        http(p.http, "GET", "/metrics", "", &[]).is_ok_and(|(_, _, body)| body.contains(&want))
+    });
 }

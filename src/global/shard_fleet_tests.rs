@@ -1,0 +1,172 @@
+//! Tests of the fleet side of the sync task: heartbeats and the live count, a clean stop
+//! leaving at once, early round trips for cold entities and the Redis load they add.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::memory::MemoryStore as FakeStore;
+use super::{ShardHealth, ShardRouter, ShardSync, SyncQueues, SyncSettings};
+use crate::core::clock::{Clock, ManualClock, UnixMillis};
+use crate::core::table::{CacheSettings, EntityCache};
+use crate::core::window::{Algorithm, Limit};
+
+const T0: u64 = 1_700_000_040_000;
+
+fn limit() -> Limit {
+    Limit {
+        requests_per_unit: 100,
+        window_ms: 60_000,
+        algorithm: Algorithm::FixedWindow,
+    }
+}
+
+fn setup() -> (
+    EntityCache,
+    Arc<SyncQueues>,
+    ShardSync<FakeStore>,
+    ManualClock,
+) {
+    let clock = ManualClock::new(UnixMillis(T0));
+    let queues = Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000));
+    let sync = ShardSync {
+        index: 0,
+        store: Arc::new(FakeStore::default()),
+        queues: queues.clone(),
+        health: Arc::new(ShardHealth::new("fake".into())),
+        clock: Arc::new(clock.clone()),
+        settings: SyncSettings::default(),
+    };
+    (
+        EntityCache::new(CacheSettings::default()),
+        queues,
+        sync,
+        clock,
+    )
+}
+
+/// Unix time `T0` plus tokio's (paused) elapsed time, as the simulator's clock.
+#[derive(Debug, Clone, Copy)]
+struct Paused(tokio::time::Instant);
+
+impl Clock for Paused {
+    fn now(&self) -> UnixMillis {
+        UnixMillis(T0 + self.0.elapsed().as_millis() as u64)
+    }
+}
+
+/// `setup`, on tokio's paused clock.
+fn paused() -> (EntityCache, Arc<SyncQueues>, ShardSync<FakeStore>, Paused) {
+    let (cache, queues, mut sync, _) = setup();
+    let clock = Paused(tokio::time::Instant::now());
+    sync.clock = Arc::new(clock);
+    (cache, queues, sync, clock)
+}
+
+fn hit_at(cache: &EntityCache, queues: &SyncQueues, key: u128, now: UnixMillis) {
+    let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
+    let mut st = e.state.lock();
+    crate::core::decide(&mut st.windows[0], &limit(), now, 1);
+    queues.mark_dirty(&e, &mut st);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cold_entity_is_synced_at_once_with_one_early_trip_between_ticks() {
+    let (cache, queues, sync, clock) = paused();
+    let (store, stop) = (sync.store.clone(), CancellationToken::new());
+    let task = tokio::spawn(sync.run(stop.clone()));
+    let ms = |n| tokio::time::sleep(Duration::from_millis(n));
+    ms(10).await; // the first tick (a heartbeat alone) is behind us
+    hit_at(&cache, &queues, 1, clock.now());
+    ms(1).await;
+    // Synced at once, not at the tick 1 s later.
+    assert_eq!(store.total(1, 0, T0 / 60_000), 1);
+    // More cold entities before the tick wait for it: one early trip per tick at most.
+    for key in 2..50 {
+        hit_at(&cache, &queues, key, clock.now());
+        ms(10).await;
+    }
+    assert_eq!(store.calls.load(Ordering::Relaxed), 1);
+    ms(1000).await;
+    assert_eq!(store.calls.load(Ordering::Relaxed), 2);
+    assert_eq!(store.total(49, 0, T0 / 60_000), 1);
+    stop.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn redis_load_stays_under_a_hundredth_of_a_command_per_request() {
+    // The target: 10k entities at 50k requests a second, every one of them new at the
+    // start (each wakes the task; at most one early trip runs between two ticks).
+    let (cache, queues, sync, clock) = paused();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(sync.clone().run(stop.clone()));
+    let requests = 50 * 4_000u64;
+    for i in 0..requests {
+        hit_at(&cache, &queues, u128::from(i % 10_000), clock.now());
+        if i % 50 == 49 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let commands = queues.stats.commands_sent.load(Ordering::Relaxed);
+    // Per second: a heartbeat, and a tick's and an early trip's script calls of 500
+    // items each: at most 1 + 2 × 20 = 41, against 50,000 requests.
+    assert!(commands <= 4 * 41, "{commands} commands");
+    assert!((commands as f64) / (requests as f64) <= 0.01);
+    stop.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn heartbeats_count_the_live_replicas_and_a_clean_stop_leaves_at_once() {
+    let (_, queues_a, a, clock) = setup();
+    let queues_b = Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000));
+    let b = ShardSync {
+        queues: queues_b.clone(),
+        ..a.clone()
+    };
+    a.tick(false).await.unwrap();
+    b.tick(false).await.unwrap();
+    a.tick(false).await.unwrap();
+    assert_eq!((queues_a.live_replicas(), queues_b.live_replicas()), (2, 2));
+    // B stops cleanly: its final flush removes its heartbeat, and A's next tick sees it.
+    b.tick(true).await.unwrap();
+    clock.advance_ms(1000);
+    a.tick(false).await.unwrap();
+    let fleet = queues_a.fleet();
+    assert_eq!(
+        (fleet.live, fleet.before, fleet.dropped_at),
+        (1, 2, T0 + 1000)
+    );
+    // A replica that stops answering is dropped once its heartbeat is older than the TTL.
+    b.tick(false).await.unwrap();
+    clock.advance_ms(b.heartbeat_ttl_ms() + 1);
+    a.tick(false).await.unwrap();
+    assert_eq!(queues_a.live_replicas(), 1);
+}
+
+#[tokio::test]
+async fn in_a_fleet_an_entity_stays_queued_until_its_first_reply_is_a_tick_old() {
+    let (cache, queues, sync, clock) = setup();
+    let hit = |key| {
+        let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
+        let mut st = e.state.lock();
+        crate::core::decide(&mut st.windows[0], &limit(), clock.now(), 1);
+        queues.mark_dirty(&e, &mut st);
+    };
+    // Alone: one reply and the quiet entity is released, as before.
+    hit(1);
+    sync.tick(false).await.unwrap();
+    assert!(queues.is_empty());
+    // In a fleet: read again on the next ticks, until a reply a tick after the first, so
+    // that its next hit, whenever it comes, is decided on a settled count, not the prior.
+    sync.store.replicas.lock().insert(42, T0); // another replica's heartbeat
+    hit(2);
+    sync.tick(false).await.unwrap();
+    assert_eq!(queues.len(), 1);
+    clock.advance_ms(1_000);
+    sync.tick(false).await.unwrap();
+    assert!(queues.is_empty());
+}
