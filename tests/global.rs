@@ -60,7 +60,7 @@ async fn ask(s: &Server, key: &str, value: &str) -> RateLimitResponse {
 /// Every `sluice:` counter on a server, summed, and the keys.
 fn counters(r: &RedisServer) -> (u64, Vec<String>) {
     let keys: Vec<String> = r
-        .cli(&["--scan", "--pattern", "*sluice:{*"])
+        .cli(&["--scan", "--pattern", "*sluice:v2:{*"])
         .lines()
         .map(str::to_string)
         .collect();
@@ -615,7 +615,7 @@ fn tls_and_auth_work_and_the_secret_stays_out_of_logs_and_endpoints() {
     }
     let mut p = p;
     wait_until(10, "the hits to reach Redis over TLS", || {
-        let keys = tls.cli(&["--scan", "--pattern", "*sluice:{*"]);
+        let keys = tls.cli(&["--scan", "--pattern", "*sluice:v2:{*"]);
         keys.lines()
             .map(|k| parts(&tls.cli(&["HVALS", k])))
             .sum::<u64>()

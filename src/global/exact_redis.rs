@@ -3,7 +3,7 @@
 //! only when all fit (the steps of `exact::apply`, atomically on the Redis thread).
 //!
 //! Keys are `{prefix}sluice:x:{<entity, 32 hex digits>}:<limit index>:<epoch>`: the `x:` keeps
-//! them apart from the background sync's `{prefix}sluice:{<entity>}:…` counters, and the hash
+//! them apart from the background sync's `{prefix}sluice:v2:{<entity>}:…` counters, and the hash
 //! tag keeps an entity's keys in one cluster slot. On a cluster the keys of different entities
 //! are in different slots, so a request's calls there are one per entity.
 
