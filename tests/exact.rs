@@ -5,36 +5,13 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::redis::{RedisCluster, RedisServer};
+use common::redis::{global_mode, RedisCluster, RedisServer};
 use common::{desc, http_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use sluice::core::SyncPolicy;
 use sluice::global::exact_redis::exact_key;
-use sluice::global::redis::RedisOptions;
-use sluice::settings::{RedisSettings, Settings};
 
 /// 100 a minute, sliding window (the default), exact.
 const RULES: &str = "domain: x\ndescriptors:\n  - key: login\n    rate_limit: {unit: minute, requests_per_unit: 100, exact: true}\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, exact: true}\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 5, exact: true}\n";
-
-fn global(urls: Vec<String>, cluster: bool) -> impl FnOnce(&mut Settings) {
-    move |s| {
-        s.redis = Some(RedisSettings {
-            urls,
-            cluster,
-            options: RedisOptions {
-                pool_size: 4,
-                ..RedisOptions::default()
-            },
-        });
-        s.sync.policy = SyncPolicy {
-            tick_ms: 50,
-            base_ms: 100,
-        };
-        s.sync.timeout = Duration::from_millis(500);
-    }
-}
 
 fn req(entries: &[(&str, &str)]) -> RateLimitRequest {
     RateLimitRequest {
@@ -64,7 +41,7 @@ async fn four_replicas_and_sixty_four_clients_admit_exactly_the_limit() {
     redis.cli(&["SET", &prev, "40"]);
     let mut servers = Vec::new();
     for _ in 0..4 {
-        let s = Server::start(RULES, global(vec![redis.url()], false)).await;
+        let s = Server::start(RULES, global_mode(vec![redis.url()], false, 4)).await;
         s.clock.set(common::T0.plus_millis(30_000));
         servers.push(s);
     }
@@ -87,7 +64,7 @@ async fn four_replicas_and_sixty_four_clients_admit_exactly_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_a_cluster_a_refused_request_gives_back_what_other_slots_counted() {
     let cluster = RedisCluster::start(3);
-    let s = Server::start(RULES, global(cluster.seed_urls(), true)).await;
+    let s = Server::start(RULES, global_mode(cluster.seed_urls(), true, 4)).await;
     let mut c = s.client().await;
     let both = req(&[("a", "u"), ("b", "u")]);
     let first = c
@@ -113,7 +90,7 @@ async fn on_a_cluster_a_refused_request_gives_back_what_other_slots_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_redis_killed_every_request_is_answered_by_the_prior_and_counted() {
     let mut redis = RedisServer::start();
-    let s = Server::start(RULES, global(vec![redis.url()], false)).await;
+    let s = Server::start(RULES, global_mode(vec![redis.url()], false, 4)).await;
     let r = req(&[("login", "bob")]);
     assert_eq!(s.admitted_by_concurrent_clients(r.clone(), 4, 5).await, 20);
     redis.kill();

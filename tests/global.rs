@@ -8,37 +8,17 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::procs::{query, spawn_sluice, wait_live, Proc};
-use common::redis::{RedisCluster, RedisServer, RedisTls};
+use common::redis::{global_mode, RedisCluster, RedisServer, RedisTls};
 use common::{
     desc, free_port, http, http_async, wait_for_body, wait_until, wait_until_async, Server,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use sluice::core::{Algorithm, Limit, SyncPolicy};
-use sluice::global::redis::RedisOptions;
+use sluice::core::{Algorithm, Limit};
 use sluice::global::ShardRouter;
-use sluice::settings::{RedisSettings, Settings};
 use sluice::sim::{self, Load, Scenario};
 use tokio::time::Instant;
 
 const RULES: &str = "domain: g\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 100, algorithm: fixed_window}\n";
-
-fn global(urls: Vec<String>, cluster: bool) -> impl FnOnce(&mut Settings) {
-    move |s| {
-        s.redis = Some(RedisSettings {
-            urls,
-            cluster,
-            options: RedisOptions {
-                pool_size: 2,
-                ..RedisOptions::default()
-            },
-        });
-        s.sync.policy = SyncPolicy {
-            tick_ms: 50,
-            base_ms: 100,
-        };
-        s.sync.timeout = Duration::from_millis(500);
-    }
-}
 
 fn req(key: &str, value: &str) -> RateLimitRequest {
     RateLimitRequest {
@@ -82,7 +62,7 @@ async fn one_replica_is_exact_under_concurrency_and_redis_holds_every_hit() {
     let redis = RedisServer::start();
     // A key in the heartbeat's way: it fails every tick, and the syncs must not be resent.
     redis.cli(&["SET", "sluice:replicas", "in-the-way"]);
-    let s = Server::start(RULES, global(vec![redis.url()], false)).await;
+    let s = Server::start(RULES, global_mode(vec![redis.url()], false, 2)).await;
     let admitted = s
         .admitted_by_concurrent_clients(req("k", "shared"), 8, 40)
         .await;
@@ -103,7 +83,7 @@ async fn three_shards_each_hold_the_entities_routed_to_them() {
         RedisServer::start(),
     ];
     let urls: Vec<String> = shards.iter().map(|r| r.url()).collect();
-    let s = Server::start(RULES, global(urls.clone(), false)).await;
+    let s = Server::start(RULES, global_mode(urls.clone(), false, 2)).await;
     for v in 0..90 {
         assert_eq!(ask(&s, "k", &format!("user{v}")).await.overall_code, 1);
     }
@@ -126,7 +106,7 @@ async fn three_shards_each_hold_the_entities_routed_to_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_cluster_holds_counts_on_the_slot_owners() {
     let cluster = RedisCluster::start(3);
-    let s = Server::start(RULES, global(cluster.seed_urls(), true)).await;
+    let s = Server::start(RULES, global_mode(cluster.seed_urls(), true, 2)).await;
     for v in 0..60 {
         ask(&s, "k", &format!("user{v}")).await;
     }
@@ -152,7 +132,7 @@ async fn redis_absent_at_start_then_killed_then_back() {
     // A port with no Redis behind it yet.
     let mut redis = RedisServer::start();
     redis.kill();
-    let s = Server::start(RULES, global(vec![redis.url()], false)).await;
+    let s = Server::start(RULES, global_mode(vec![redis.url()], false, 2)).await;
     for _ in 0..5 {
         assert_eq!(
             ask(&s, "k", "a").await.overall_code,
@@ -193,7 +173,7 @@ async fn redis_absent_at_start_then_killed_then_back() {
 async fn a_shard_that_never_answered_is_not_called_ok() {
     // A loopback port with nothing behind it: the shard never answers.
     let url = format!("redis://127.0.0.1:{}", free_port());
-    let s = Server::start(RULES, global(vec![url], false)).await;
+    let s = Server::start(RULES, global_mode(vec![url], false, 2)).await;
     assert_eq!(
         ask(&s, "k", "a").await.overall_code,
         1,
@@ -293,7 +273,7 @@ fn a_redis_that_restarts_empty_gets_the_fleets_count_back() {
         }
     };
     send(220);
-    wait_until(10, "220 hits in Redis", || counters(&redis).0 == 220);
+    wait_until(30, "220 hits in Redis", || counters(&redis).0 == 220);
     redis.restart(); // no persistence: back empty, on the same port
     assert_eq!(counters(&redis).0, 0);
     send(400);
@@ -389,7 +369,7 @@ async fn keys_take_the_cache_key_prefix() {
     let redis = RedisServer::start();
     let url = redis.url();
     let s = Server::start(RULES, move |st| {
-        global(vec![url], false)(st);
+        global_mode(vec![url], false, 2)(st);
         st.redis.as_mut().unwrap().options.prefix = "tenant-a:".into();
     })
     .await;
@@ -466,7 +446,7 @@ fn an_acl_user_authenticates_with_user_and_password() {
             .trim()
             .to_string()
     };
-    wait_until(10, "both replicas' hits in Redis", || {
+    wait_until(30, "both replicas' hits in Redis", || {
         let keys = as_alice(&["--scan"]);
         keys.lines().any(|k| parts(&as_alice(&["HVALS", k])) == 2)
     });
@@ -486,7 +466,7 @@ async fn a_dead_shard_does_not_hold_up_the_others() {
     dead.kill();
     let urls = vec![live.url(), dead.url()];
     let router = ShardRouter::new(&urls);
-    let s = Server::start(RULES, global(urls, false)).await;
+    let s = Server::start(RULES, global_mode(urls, false, 2)).await;
     for v in 0..40 {
         assert_eq!(ask(&s, "k", &format!("user{v}")).await.overall_code, 1);
     }
@@ -544,7 +524,7 @@ fn sigterm_flushes_every_counted_hit_for_the_others_to_see() {
     wait_live(&b, 1);
     // B sees A's hits: 70 left of 100.
     query(&b, "flush"); // a first look; the fleet's count arrives with the next tick
-    wait_until(10, "replica b to learn the count", || {
+    wait_until(30, "replica b to learn the count", || {
         let r = http(b.http, "POST", "/json", r#"{"domain":"g","descriptors":[{"entries":[{"key":"k","value":"flush"}],"hitsAddend":0}]}"#, &[]).unwrap().2;
         r.contains(r#""limitRemaining":69"#)
     });
@@ -614,7 +594,7 @@ fn tls_and_auth_work_and_the_secret_stays_out_of_logs_and_endpoints() {
         assert_eq!(query(&p, "tls")["overallCode"], "OK");
     }
     let mut p = p;
-    wait_until(10, "the hits to reach Redis over TLS", || {
+    wait_until(30, "the hits to reach Redis over TLS", || {
         let keys = tls.cli(&["--scan", "--pattern", "*sluice:v2:{*"]);
         keys.lines()
             .map(|k| parts(&tls.cli(&["HVALS", k])))
@@ -641,7 +621,7 @@ fn a_wrong_password_keeps_the_shard_degraded_but_the_service_answering() {
     std::fs::write(dir.path().join("r.yaml"), RULES).unwrap();
     let p = spawn_sluice(dir.path(), &redis.url(), &[("REDIS_AUTH", "wrong")]);
     assert_eq!(query(&p, "x")["overallCode"], "OK");
-    wait_until(10, "the shard to be degraded", || {
+    wait_until(30, "the shard to be degraded", || {
         http(p.http, "GET", "/readyz", "", &[])
             .unwrap()
             .2
@@ -658,7 +638,7 @@ async fn the_bound_on_kept_deltas_is_counted_when_hit() {
     redis.kill();
     let url = redis.url();
     let s = Server::start(RULES, move |st| {
-        global(vec![url], false)(st);
+        global_mode(vec![url], false, 2)(st);
         st.sync_max_queued = 3;
     })
     .await;

@@ -408,7 +408,7 @@ impl Drop for InFlight<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::core::clock::{ManualClock, UnixMillis};
     use crate::core::table::{CacheSettings, EntityCache};
@@ -417,9 +417,9 @@ mod tests {
     use crate::global::memory::MemoryStore as FakeStore;
     use crate::global::queue::ShardRouter;
 
-    const T0: u64 = 1_700_000_040_000;
+    pub(crate) const T0: u64 = 1_700_000_040_000;
 
-    fn limit() -> Limit {
+    pub(crate) fn limit() -> Limit {
         Limit {
             requests_per_unit: 100,
             window_ms: 60_000,
@@ -427,7 +427,7 @@ mod tests {
         }
     }
 
-    fn setup() -> (
+    pub(crate) fn setup() -> (
         EntityCache,
         Arc<SyncQueues>,
         ShardSync<FakeStore>,

@@ -8,44 +8,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::memory::MemoryStore as FakeStore;
-use super::{ShardHealth, ShardRouter, ShardSync, SyncQueues, SyncSettings};
-use crate::core::clock::{Clock, ManualClock, UnixMillis};
-use crate::core::table::{CacheSettings, EntityCache};
-use crate::core::window::{Algorithm, Limit};
-
-const T0: u64 = 1_700_000_040_000;
-
-fn limit() -> Limit {
-    Limit {
-        requests_per_unit: 100,
-        window_ms: 60_000,
-        algorithm: Algorithm::FixedWindow,
-    }
-}
-
-fn setup() -> (
-    EntityCache,
-    Arc<SyncQueues>,
-    ShardSync<FakeStore>,
-    ManualClock,
-) {
-    let clock = ManualClock::new(UnixMillis(T0));
-    let queues = Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000));
-    let sync = ShardSync {
-        index: 0,
-        store: Arc::new(FakeStore::default()),
-        queues: queues.clone(),
-        health: Arc::new(ShardHealth::new("fake".into())),
-        clock: Arc::new(clock.clone()),
-        settings: SyncSettings::default(),
-    };
-    (
-        EntityCache::new(CacheSettings::default()),
-        queues,
-        sync,
-        clock,
-    )
-}
+use super::shard::tests::{limit, setup, T0};
+use super::{ShardRouter, ShardSync, SyncQueues};
+use crate::core::clock::{Clock, UnixMillis};
+use crate::core::table::EntityCache;
 
 /// Unix time `T0` plus tokio's (paused) elapsed time, as the simulator's clock.
 #[derive(Debug, Clone, Copy)]

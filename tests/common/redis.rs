@@ -897,3 +897,28 @@ fn parse_slot_map(nodes: &str) -> Vec<(u16, u16, u16)> {
     map.sort();
     map
 }
+
+/// Settings for global mode on `urls` (standalone shards, or a cluster's seeds), with
+/// `pool_size` connections per shard and a fast sync (50 ms tick, 100 ms base interval) so
+/// tests see hits reach Redis quickly.
+pub fn global_mode(
+    urls: Vec<String>,
+    cluster: bool,
+    pool_size: usize,
+) -> impl FnOnce(&mut sluice::settings::Settings) {
+    move |s| {
+        s.redis = Some(sluice::settings::RedisSettings {
+            urls,
+            cluster,
+            options: sluice::global::redis::RedisOptions {
+                pool_size,
+                ..sluice::global::redis::RedisOptions::default()
+            },
+        });
+        s.sync.policy = sluice::core::SyncPolicy {
+            tick_ms: 50,
+            base_ms: 100,
+        };
+        s.sync.timeout = std::time::Duration::from_millis(500);
+    }
+}
