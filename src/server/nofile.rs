@@ -15,6 +15,13 @@ pub fn raise_open_files_limit() {
     // `increase_nofile_limit` clamps to the hard limit (and to the kernel's own cap where
     // the hard limit is "unlimited"), and returns the soft limit in force afterwards.
     match rlimit::increase_nofile_limit(rlimit::INFINITY) {
+        Ok(soft) if soft == before.0 => {
+            tracing::info!(
+                soft,
+                hard = before.1,
+                "open-files limit already at its most"
+            )
+        }
         Ok(soft) => tracing::info!(
             old_soft = before.0,
             hard = before.1,
