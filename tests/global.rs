@@ -331,8 +331,9 @@ fn fleet_of(
 fn a_burst_on_a_cold_entity_across_four_processes_admits_what_the_simulator_predicts() {
     // The simulator on this test's setting: 4 replicas, a limit of 40 in a fixed window, a
     // 1 s tick, ~1 ms round trip, 80 hits (2×) on a cold entity within 100 ms. Each replica
-    // keeps to its prior (1.05 × 40 / 4 = 10) until its first reply is a tick old, so the
-    // fleet admits about the limit; before the prior, each admitted its 20 (2.0×).
+    // keeps to its prior (1.05 × 40 / 4 = 10, too small for burst reads: `core/prior.rs`)
+    // until its first reply is a tick old, so the fleet admits about the limit; before the
+    // prior, each admitted its 20 (2.0×).
     let predicted: Vec<usize> = (1..=6)
         .map(|seed| processes(4, 40, 1_000, (100, 2.0 * 600.0), seed))
         .map(|s| sim::run(&s).sluice[0].admitted as usize)

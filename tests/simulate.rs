@@ -15,29 +15,26 @@ use sluice::sim::{render_table, run, scenarios, Report, Scenario};
 
 /// the targets (ARCHITECTURE.md, "Targets"): false denials at most 2 % of the limit, in every window of every scenario.
 /// Measured: at most 1.3 % over the six seeds outside the within-a-tick bursts, in the
-/// moments before a limit is reached.
+/// moments before a limit is reached; 0–1.6 % in the bursts at 2, 4 and 20 replicas.
 const MAX_FALSE_DENIALS: f64 = 0.02;
 
 /// The false denials a scenario is held to: the target's, except for the within-a-tick
-/// bursts, where no replica can know what the others admit before the burst is over.
+/// burst at 50 replicas.
 ///
-/// Each replica admits its prior, `limit / N`, of the burst (`core/prior.rs`); the exact
-/// limiter admits the first `limit` hits wherever they land, and those land on the replicas
-/// as binomial shares, so the replicas above `limit / N` deny hits the exact limiter admits:
-/// about `0.4 × sqrt((N − 1) / limit)` of the limit with an even prior. The prior's 5 %
-/// slack (`PRIOR_SLACK`) brings 2 and 4 replicas under 2 % on most seeds; only admitting
-/// more cuts it further (at 50 replicas, 2 % would take a prior of 1.21 × `limit / N`: 1.21×
-/// the limit admitted). So the target of 2 % is **not met** by these bursts at 20 and 50
-/// replicas on a limit of 1,000 (measured 3.5–5.4 % and 5.2–8.5 % over the six seeds), nor
-/// at 4 replicas on one seed of six (4.1 %: 303 of the first 1,000 hits landed on one
-/// replica, a 3.9σ draw; the others 0–1.3 %). These bounds hold the figures to what is
-/// measured, with a small margin. On limits of `400 × (N − 1)` the same bursts stay within
-/// 2 % (`bursts_on_limits_of_400_per_extra_replica_keep_false_denials_within_2_percent`).
+/// A burst of 10× the limit of 1,000 within 100 ms reaches the limit in about 10 ms, five
+/// round trips. The replicas re-read the count meanwhile (burst reads, `core/prior.rs`) and
+/// split the room each read leaves evenly, so only the hits of the last round trip or two
+/// before the limit land on them in binomial shares that no read could show: about
+/// `0.4 × sqrt((N − 1) / 300)` of those 300 hits, less the slack's effect. At 50 replicas
+/// that is still 2.2–3.9 % over the six seeds (5.2–8.5 % on the prior alone), at
+/// 1.04–1.06× the limit; 2 % would take a slack admitting about 1.10× (1.09–1.11 measured
+/// with a slack of 1.7), or reads fresher than a round trip. This bound holds the figures to
+/// what is measured, with a margin. The other bursts meet the target: 0–0.3 % at 2 and 4
+/// replicas, 0.2–1.6 % at 20. On limits of `400 × (N − 1)` the 50-replica burst stays within
+/// 2 % too (`bursts_on_limits_of_400_per_extra_replica_keep_false_denials_within_2_percent`).
 fn max_false_denials(name: &str) -> f64 {
     match name {
-        "burst 2x, 4 nodes" => 0.05,
-        "burst 10x, 20 nodes" => 0.06,
-        "burst 10x, 50 nodes" => 0.09,
+        "burst 10x, 50 nodes" => 0.05,
         _ => MAX_FALSE_DENIALS,
     }
 }
@@ -146,8 +143,9 @@ fn check(s: &Scenario) -> Result<(), String> {
         | "burst 10x, 20 nodes"
         | "burst 10x, 50 nodes" => {
             // the targets: a cold entity hit within one tick stays within 1.10×. Each replica
-            // admits its prior, 1.05 × limit / N, and the fleet 1.05× the limit (rounded
-            // down per replica: 1.048 at 4, 1.040 at 20). Measured 1.040–1.050.
+            // keeps to its prior, 1.05 × limit / N, and re-splits the room left at each burst
+            // read with a slack of 1.3 (`core/prior.rs`). Measured 1.008–1.015 at 2 and 4
+            // replicas, 1.062–1.069 at 20, 1.035–1.062 at 50 (1.040–1.050 on the prior alone).
             over(&r, 0, 1.10)?;
             if r.sluice_admitted(0) < 0.95 {
                 return fail(format!("admitted only {:.3}×", r.sluice_admitted(0)));
@@ -214,7 +212,8 @@ fn the_table_is_what_sluice_simulate_prints() {
 fn bursts_on_limits_of_400_per_extra_replica_keep_false_denials_within_2_percent() {
     // The bursts' false denials shrink as `sqrt((N − 1) / limit)` (see `max_false_denials`):
     // on a limit of 400 × (N − 1) the same 20- and 50-replica bursts meet the target.
-    // Measured 0.3–0.8 % and 0.2–0.5 % over six seeds, at 1.048–1.050× the limit.
+    // Measured 0–0.5 % and 0.2–0.5 % over six seeds, at 1.074–1.080× the limit (with burst
+    // reads; on the prior alone 0.3–0.8 % and 0.2–0.5 % at 1.048–1.050×).
     for (name, rpu) in [
         ("burst 10x, 20 nodes", 7_600),
         ("burst 10x, 50 nodes", 19_600),

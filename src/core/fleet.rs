@@ -42,11 +42,15 @@ pub struct SyncPlan {
     /// counter holds at least that much, plus the delta, once the sync is applied. A store
     /// whose part holds less (Redis restarted empty) raises it to that; never lowers it.
     pub acked: [i64; 2],
+    /// A burst read (`prior.rs`): a reply this soon after the last one measures the others'
+    /// rate all the same.
+    pub burst: bool,
 }
 
 /// Replies closer together than this give no rate sample: a handful of hits over a few
-/// milliseconds says little about a rate.
-const MIN_SAMPLE_MS: u64 = 100;
+/// milliseconds says little about a rate. Burst reads (`prior.rs`) are the exception: a
+/// young entity's count re-read while its fleet runs into the limit within a tick.
+pub(super) const MIN_SAMPLE_MS: u64 = 100;
 
 /// The smallest share of the room a node keeps. With a sliding window only admitted hits
 /// count, so a node whose share fell to nothing (it had no traffic for a while) would never
@@ -268,25 +272,44 @@ impl WindowState {
                 .synced_at
                 .max(plan.epochs[epochs - 1].saturating_mul(limit.window_ms));
             let span_ms = now.0.saturating_sub(from);
-            if whole && span_ms >= MIN_SAMPLE_MS {
-                // The last interval's rate, not an average: it sizes hits of the last
-                // moments, and a fleet reaching its limit slows down within one interval.
-                self.others_per_sec = others.max(0) as f32 * 1000.0 / span_ms as f32;
-                // Near the limit every node syncs every tick, and that is when the others'
-                // unsent hits matter: follow a shorter gap at once, a longer one slowly.
-                let gap = now
-                    .0
-                    .saturating_sub(self.synced_at)
-                    .clamp(1, u64::from(u16::MAX)) as u16;
-                self.gap_ms = if self.gap_ms == 0 || gap <= self.gap_ms {
-                    gap
-                } else {
-                    self.gap_ms + (gap - self.gap_ms) / 8
-                };
+            if whole && (span_ms >= MIN_SAMPLE_MS || (plan.burst && span_ms >= 1)) {
+                self.measure(others, span_ms, now, plan.burst);
             }
         }
         self.grow_older(now);
         self.synced_at = now.0.max(1);
+    }
+
+    /// Takes a rate sample: the others added `others` over the last `span_ms`, as read at
+    /// `now`. A burst read's reply (`prior.rs`) only sets the gap: a few milliseconds hold a
+    /// few of the others' syncs, or none, and say little of their rate.
+    fn measure(&mut self, others: i64, span_ms: u64, now: UnixMillis, burst: bool) {
+        let gap = now
+            .0
+            .saturating_sub(self.synced_at)
+            .clamp(1, u64::from(u16::MAX)) as u16;
+        let added = others.max(0) as f32 * 1000.0;
+        if burst && span_ms < MIN_SAMPLE_MS {
+            // A few milliseconds hold a few of the others' syncs, or none: burst reads
+            // average over the time since the first reply, the burst so far.
+            let covered = f32::from(self.age_ms);
+            self.others_per_sec =
+                (self.others_per_sec * covered + added) / (covered + span_ms as f32);
+            self.gap_ms = gap;
+            return;
+        }
+        // The last interval's rate, not an average: it sizes hits of the last moments, and a
+        // fleet reaching its limit slows down within one interval.
+        self.others_per_sec = added / span_ms as f32;
+        // Near the limit every node syncs every tick, and that is when the others' unsent
+        // hits matter: follow a shorter gap at once, a longer one slowly (and at once after
+        // burst reads, whose gap says nothing of the tick's).
+        let after_burst = u64::from(self.gap_ms) < MIN_SAMPLE_MS;
+        self.gap_ms = if self.gap_ms == 0 || gap <= self.gap_ms || after_burst {
+            gap
+        } else {
+            self.gap_ms + (gap - self.gap_ms) / 8
+        };
     }
 
     /// Abandons a sync that failed: its deltas become pending again, to be resent.

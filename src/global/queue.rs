@@ -1,7 +1,8 @@
 //! Where the hot path hands entities to the sync: per-shard queues of entities with news, the
 //! rendezvous-hash router that picks an entity's shard, the sync counters, and what the
 //! heartbeats say of the fleet (live replicas, the last departure), read by the hot path as a
-//! [`FleetView`]. A cold entity queued wakes its shard's task for an early round trip.
+//! [`FleetView`]. A cold entity queued wakes its shard's task for an early round trip, and
+//! a young one in a burst for burst reads (`core/prior.rs`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -90,6 +91,8 @@ pub struct SyncQueues {
     tick_ms: AtomicU64,
     /// Per shard: a cold entity was queued (an early round trip is wanted).
     wake: Vec<Notify>,
+    /// Per shard: a young entity wants a burst read (`core/prior.rs`).
+    burst: Vec<Notify>,
     /// This replica's id, random per process start (`store::new_replica_id`).
     replica: u64,
 }
@@ -108,6 +111,7 @@ impl SyncQueues {
             dropped_at: AtomicU64::new(0),
             tick_ms: AtomicU64::new(FleetView::ALONE.tick_ms),
             wake: (0..shards).map(|_| Notify::new()).collect(),
+            burst: (0..shards).map(|_| Notify::new()).collect(),
             replica: super::store::new_replica_id(),
         }
     }
@@ -162,6 +166,17 @@ impl SyncQueues {
     /// before anyone waits is kept).
     pub(super) async fn woken(&self, shard: usize) {
         self.wake[shard].notified().await;
+    }
+
+    /// Resolves when a young entity of `shard` wanted a burst read since the last call.
+    pub(super) async fn burst_woken(&self, shard: usize) {
+        self.burst[shard].notified().await;
+    }
+
+    /// A young entity (queued: it stays so until settled) wants its count re-read before
+    /// the next tick: wakes its shard's task for a burst read.
+    pub fn want_burst_read(&self, entity: &Entity) {
+        self.burst[self.router.shard(entity.key)].notify_one();
     }
 
     /// Queues `entity` (whose lock the caller holds as `state`) unless it already is. When the

@@ -17,6 +17,9 @@
 //! live replica count, goes to [`SyncQueues::observe_live`], where the hot path reads it. The
 //! final flush removes the heartbeat. A cold entity queued between ticks wakes the task for
 //! an early round trip (the due entities only, no heartbeat), at most one between two ticks.
+//! A young entity running into its prior in a burst wakes it for *burst reads* (the same,
+//! and their replies measure the others however soon they come: `core/prior.rs`), at most
+//! one every [`BURST_MIN_GAP`] and [`MAX_BURST_TRIPS`] between two ticks.
 //!
 //! Accuracy trade-off: between two syncs a node knows other nodes' hits only by extrapolating
 //! the rate it saw between replies; `core/fleet.rs` and `core/prior.rs` explain the estimate.
@@ -64,6 +67,16 @@ impl Default for SyncSettings {
     }
 }
 
+/// The most burst reads (`core/prior.rs`) a shard makes between two ticks: as many as fit,
+/// back to back, in the 100 ms after a young entity's first reply during which it may want
+/// them (`BURST_WINDOW_MS`). A burst stops wanting them once a reply shows the limit reached:
+/// a 10× burst on a limit of 1,000 takes about 5 a replica in the simulator, a 2× one 20.
+pub const MAX_BURST_TRIPS: u32 = 50;
+
+/// The least time between the starts of two burst reads of a shard. A call at a time, they
+/// are paced by the round trip itself; on a Redis nearer than this, by this.
+const BURST_MIN_GAP: Duration = Duration::from_millis(2);
+
 /// One shard's sync task.
 pub struct ShardSync<S> {
     /// The shard's index.
@@ -105,6 +118,9 @@ enum Trip {
     Tick,
     /// Woken by a cold entity between ticks: the due entities only, if any.
     Early,
+    /// Woken by a young entity running into its prior: the due entities only, if any, and
+    /// the replies measure the others' rate however soon they come (`core/prior.rs`).
+    Burst,
     /// Shutdown: everything pending, and the heartbeat removed.
     Flush,
 }
@@ -119,8 +135,11 @@ impl<S: ShardStore> ShardSync<S> {
         let mut backoff = self.settings.backoff_min;
         let mut next = tokio::time::Instant::now();
         let mut early_done = false;
+        let mut bursts = 0;
+        let mut burst_ready = tokio::time::Instant::now();
         loop {
             let early_ok = !early_done && !self.health.is_degraded();
+            let burst_ok = bursts < MAX_BURST_TRIPS && !self.health.is_degraded();
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -131,10 +150,19 @@ impl<S: ShardStore> ShardSync<S> {
                     let _ = self.trip(Trip::Early).await;
                     continue;
                 }
+                _ = self.queues.burst_woken(self.index), if burst_ok => {
+                    bursts += 1;
+                    tokio::time::sleep_until(burst_ready).await;
+                    burst_ready = tokio::time::Instant::now() + BURST_MIN_GAP;
+                    let _ = self.trip(Trip::Burst).await;
+                    continue;
+                }
             }
             // Wake-ups up to now are served by this tick.
             let _ = futures_util::FutureExt::now_or_never(self.queues.woken(self.index));
+            let _ = futures_util::FutureExt::now_or_never(self.queues.burst_woken(self.index));
             early_done = false;
+            bursts = 0;
             match self.tick(false).await {
                 Ok(()) => {
                     backoff = self.settings.backoff_min;
@@ -176,11 +204,12 @@ impl<S: ShardStore> ShardSync<S> {
         let stats = &self.queues.stats;
         stats.ticks.fetch_add(1, Ordering::Relaxed);
         let now = self.clock.now();
-        let (planned, items) = self.plan(trip == Trip::Flush, now);
-        if items.is_empty() && trip == Trip::Early {
+        let (planned, items) = self.plan(trip, now);
+        let between_ticks = matches!(trip, Trip::Early | Trip::Burst);
+        if items.is_empty() && between_ticks {
             return Ok(());
         }
-        let beat = (trip != Trip::Early).then(|| Heartbeat {
+        let beat = (!between_ticks).then(|| Heartbeat {
             replica: self.queues.replica_id(),
             now_ms: now.0,
             ttl_ms: self.heartbeat_ttl_ms(),
@@ -231,7 +260,8 @@ impl<S: ShardStore> ShardSync<S> {
 
     /// Takes the shard's queue and begins a sync of every due entity; requeues the others
     /// (or releases them when they have nothing left to send).
-    fn plan(&self, flush: bool, now: UnixMillis) -> (Vec<Planned>, Vec<SyncItem>) {
+    fn plan(&self, trip: Trip, now: UnixMillis) -> (Vec<Planned>, Vec<SyncItem>) {
+        let flush = trip == Trip::Flush;
         let stats = &self.queues.stats;
         let policy = &self.settings.policy;
         let mut keep = Vec::new();
@@ -266,7 +296,8 @@ impl<S: ShardStore> ShardSync<S> {
                 let w = &mut st.windows[i];
                 let tier = Tier::of(w.pressure(limit, now)) as usize;
                 stats.synced_by_tier[tier].fetch_add(1, Ordering::Relaxed);
-                let plan = w.begin_sync(limit, now);
+                let mut plan = w.begin_sync(limit, now);
+                plan.burst = trip == Trip::Burst;
                 items.push(SyncItem {
                     entity: entity.key,
                     limit: i as u8,

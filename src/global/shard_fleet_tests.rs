@@ -1,5 +1,6 @@
 //! Tests of the fleet side of the sync task: heartbeats and the live count, a clean stop
-//! leaving at once, early round trips for cold entities and the Redis load they add.
+//! leaving at once, early round trips for cold entities, burst reads, and the Redis load
+//! they add.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -135,4 +136,40 @@ async fn in_a_fleet_an_entity_stays_queued_until_its_first_reply_is_a_tick_old()
     clock.advance_ms(1_000);
     sync.tick(false).await.unwrap();
     assert!(queues.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn burst_reads_are_paced_and_capped_between_ticks() {
+    let (cache, queues, mut sync, clock) = setup();
+    sync.settings.policy.tick_ms = 1000;
+    hit_at(&cache, &queues, 1, clock.now());
+    let (e, _) = cache.get_or_create(1, || Box::new([limit()]));
+    let (store, stop) = (sync.store.clone(), CancellationToken::new());
+    let task = tokio::spawn(sync.run(stop.clone()));
+    // The first tick, at once. Then, in a fleet (as this store's heartbeats cannot say)
+    // and young (its clock stands still), the entity stays queued once hit again.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    queues.set_live_replicas(4);
+    hit_at(&cache, &queues, 1, clock.now());
+    let calls = || store.calls.load(Ordering::Relaxed);
+    let after_tick = calls();
+    // Wanted every millisecond for 150 ms: one every 2 ms, and no more than the cap.
+    for _ in 0..150 {
+        queues.want_burst_read(&e);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        calls() - after_tick,
+        u64::from(super::shard::MAX_BURST_TRIPS)
+    );
+    // The next tick lifts the cap.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    queues.set_live_replicas(4);
+    hit_at(&cache, &queues, 1, clock.now());
+    let after_next = calls();
+    queues.want_burst_read(&e);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(calls(), after_next + 1);
+    stop.cancel();
+    task.await.unwrap();
 }

@@ -96,6 +96,14 @@ impl RateLimiter {
         // first read of the fleet's count); a queued entity costs nothing more here.
         if let Some(q) = &self.sync {
             q.mark_dirty(&entity, &mut guard);
+            let young_and_full = rule
+                .limits
+                .iter()
+                .zip(guard.windows.iter())
+                .any(|(spec, w)| w.wants_burst_read(&spec.limit, now, &fleet));
+            if young_and_full {
+                q.want_burst_read(&entity);
+            }
         }
         Some(outcome)
     }
