@@ -172,7 +172,7 @@ impl RedisExact {
     /// # Errors
     /// When the URL is unusable.
     pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
-        let pool = super::redis::pool(url, opts)?;
+        let pool = super::redis_conn::pool(url, opts)?;
         Ok(RedisExact {
             pool,
             prefix: opts.prefix.clone(),
@@ -203,7 +203,7 @@ impl RedisClusterExact {
     /// # Errors
     /// When the URLs are unusable.
     pub fn new(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
-        let pool = super::redis::cluster_pool(seeds, opts)?;
+        let pool = super::redis_conn::cluster_pool(seeds, opts)?;
         Ok(RedisClusterExact {
             pool,
             prefix: opts.prefix.clone(),

@@ -12,6 +12,7 @@ pub mod health;
 pub mod memory;
 pub mod queue;
 pub mod redis;
+pub mod redis_conn;
 pub mod shard;
 #[cfg(test)]
 mod shard_fleet_tests;
