@@ -1,8 +1,8 @@
 //! Exact rules in global mode (README, "Exact rules"): a request's exact descriptors become
 //! [`ExactItem`]s, decided by one atomic store call per shard, all or none counted; keys
 //! known to be over are answered from memory until their window moves; and when the store
-//! fails, the prior decides locally: this replica's share of the limit,
-//! `limit / live replicas`, counted like a normal rule's hits.
+//! fails, the descriptor is decided from memory like a normal rule's, on the prior every
+//! cold entity gets (`core/prior.rs`: `1.05 × limit / live replicas`), and counted so.
 //!
 //! Pure but for the store call, which `mod.rs` awaits between the two halves here
 //! ([`RateLimiter::exact_plan`] before, [`RateLimiter::exact_answers`] after).
@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use opentelemetry::KeyValue;
 use parking_lot::Mutex;
 
-use super::evaluate::{pick, Count, Outcome};
+use super::evaluate::{pick, Outcome};
 use super::resolve::Target;
 use super::RateLimiter;
 use crate::core::clock::UnixMillis;
@@ -265,22 +265,8 @@ impl RateLimiter {
                 .is_ok()
         {
             let replicas = self.sync.as_ref().map_or(1, |q| q.live_replicas());
-            tracing::warn!(error = %e, replicas, "exact rules: Redis failed; deciding on this replica's share of the limit (limit / live replicas)");
+            tracing::warn!(error = %e, replicas, "exact rules: Redis failed; deciding from memory on this replica's share of the limit (1.05 × limit / live replicas)");
         }
-    }
-
-    /// The prior for an exact descriptor while the store fails: decided and counted on the
-    /// entity like a normal rule (so its hits also reach the background sync), where a young
-    /// entity keeps to its share of the limit, `1.05 × limit / live replicas` (`core/prior.rs`)
-    /// — the same prior every cold entity gets.
-    pub(super) fn evaluate_prior(
-        &self,
-        t: &Target<'_>,
-        now: UnixMillis,
-        hits: u64,
-        count: Count,
-    ) -> Option<Outcome> {
-        self.evaluate(t, now, hits, count)
     }
 }
 
@@ -289,7 +275,7 @@ pub(super) fn register_metrics(t: &Telemetry, stats: &std::sync::Arc<ExactStats>
     let counters: [crate::telemetry::CounterRow<ExactStats>; 3] = [
         (
             "sluice_exact_fallback_total",
-            "Exact descriptors decided by the prior (limit / live replicas) because Redis failed",
+            "Exact descriptors decided from memory on the prior (1.05 × limit / live replicas) because Redis failed",
             |s| s.fallbacks.load(Ordering::Relaxed),
         ),
         (

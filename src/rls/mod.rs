@@ -401,9 +401,9 @@ impl RateLimiter {
         targets.iter().zip(hits).enumerate().any(|(i, (t, &h))| {
             match exact.get(i).and_then(Option::as_ref) {
                 Some(ExactAnswer::Decided(o)) => o.over,
-                Some(ExactAnswer::Prior) => self
-                    .evaluate_prior(t, now, h, Count::No)
-                    .is_some_and(|o| o.over),
+                Some(ExactAnswer::Prior) => {
+                    self.evaluate(t, now, h, Count::No).is_some_and(|o| o.over)
+                }
                 None => self.evaluate(t, now, h, Count::No).is_some_and(|o| o.over),
             }
         })
@@ -438,7 +438,8 @@ impl RateLimiter {
             // Unlimited (and, defensively, a rule without limits): nothing is counted.
             let outcome = match exact.get(i).and_then(Option::as_ref) {
                 Some(ExactAnswer::Decided(o)) => Some(o.clone()),
-                Some(ExactAnswer::Prior) => self.evaluate_prior(t, now, hits[i], count),
+                // The store failed: decided from memory on the cold-entity prior (`core/prior.rs`).
+                Some(ExactAnswer::Prior) => self.evaluate(t, now, hits[i], count),
                 None => self.evaluate(t, now, hits[i], count),
             };
             let Some(outcome) = outcome else {
