@@ -15,29 +15,10 @@ use sluice::sim::{render_table, run, scenarios, Report, Scenario};
 
 /// the targets (ARCHITECTURE.md, "Targets"): false denials at most 2 % of the limit, in every window of every scenario.
 /// Measured: at most 1.3 % over the six seeds outside the within-a-tick bursts, in the
-/// moments before a limit is reached; 0–1.6 % in the bursts at 2, 4 and 20 replicas.
+/// moments before a limit is reached; in the bursts 0 % at 2 and 4 replicas, 0–0.5 % at 20
+/// and 0.7–1.8 % at 50 (2.2–3.9 % at 50 with a burst read under way at a time and a slack
+/// of 1.3, before two went at once: `global/shard.rs`, `core/prior.rs`).
 const MAX_FALSE_DENIALS: f64 = 0.02;
-
-/// The false denials a scenario is held to: the target's, except for the within-a-tick
-/// burst at 50 replicas.
-///
-/// A burst of 10× the limit of 1,000 within 100 ms reaches the limit in about 10 ms, five
-/// round trips. The replicas re-read the count meanwhile (burst reads, `core/prior.rs`) and
-/// split the room each read leaves evenly, so only the hits of the last round trip or two
-/// before the limit land on them in binomial shares that no read could show: about
-/// `0.4 × sqrt((N − 1) / 300)` of those 300 hits, less the slack's effect. At 50 replicas
-/// that is still 2.2–3.9 % over the six seeds (5.2–8.5 % on the prior alone), at
-/// 1.04–1.06× the limit; 2 % would take a slack admitting about 1.10× (1.09–1.11 measured
-/// with a slack of 1.7), or reads fresher than a round trip. This bound holds the figures to
-/// what is measured, with a margin. The other bursts meet the target: 0–0.3 % at 2 and 4
-/// replicas, 0.2–1.6 % at 20. On limits of `400 × (N − 1)` the 50-replica burst stays within
-/// 2 % too (`bursts_on_limits_of_400_per_extra_replica_keep_false_denials_within_2_percent`).
-fn max_false_denials(name: &str) -> f64 {
-    match name {
-        "burst 10x, 50 nodes" => 0.05,
-        _ => MAX_FALSE_DENIALS,
-    }
-}
 
 fn check(s: &Scenario) -> Result<(), String> {
     let r = run(s);
@@ -45,7 +26,7 @@ fn check(s: &Scenario) -> Result<(), String> {
     let fail = |what: String| Err(format!("{}: {what}\n{table}", s.name));
     let windows = r.sluice.len();
     for i in 0..windows {
-        if r.sluice_false_denials(i) > max_false_denials(s.name) {
+        if r.sluice_false_denials(i) > MAX_FALSE_DENIALS {
             return fail(format!(
                 "window {}: false denials {:.3}",
                 i + 1,
@@ -144,8 +125,9 @@ fn check(s: &Scenario) -> Result<(), String> {
         | "burst 10x, 50 nodes" => {
             // the targets: a cold entity hit within one tick stays within 1.10×. Each replica
             // keeps to its prior, 1.05 × limit / N, and re-splits the room left at each burst
-            // read with a slack of 1.3 (`core/prior.rs`). Measured 1.008–1.015 at 2 and 4
-            // replicas, 1.062–1.069 at 20, 1.035–1.062 at 50 (1.040–1.050 on the prior alone).
+            // read with a binomial share's spread, at most a slack of 1.7 (`core/prior.rs`).
+            // Measured 1.012–1.019 at 2 and 4 replicas, 1.082–1.091 at 20, 1.077–1.094 at 50
+            // (1.040–1.050 on the prior alone).
             over(&r, 0, 1.10)?;
             if r.sluice_admitted(0) < 0.95 {
                 return fail(format!("admitted only {:.3}×", r.sluice_admitted(0)));
@@ -210,10 +192,13 @@ fn the_table_is_what_sluice_simulate_prints() {
 
 #[test]
 fn bursts_on_limits_of_400_per_extra_replica_keep_false_denials_within_2_percent() {
-    // The bursts' false denials shrink as `sqrt((N − 1) / limit)` (see `max_false_denials`):
-    // on a limit of 400 × (N − 1) the same 20- and 50-replica bursts meet the target.
-    // Measured 0–0.5 % and 0.2–0.5 % over six seeds, at 1.074–1.080× the limit (with burst
-    // reads; on the prior alone 0.3–0.8 % and 0.2–0.5 % at 1.048–1.050×).
+    // The bursts' false denials on the prior shrink as `sqrt((N − 1) / limit)`, and the
+    // spread a node may take above its even share of the room as `sqrt(room / N)`
+    // (`core/prior.rs`): on a limit of 400 × (N − 1) the same 20- and 50-replica bursts meet
+    // the target, and admit less over the limit than on 1,000. Measured 0.2–0.4 % and
+    // 0.3–0.4 % over three seeds, at 1.043–1.048× the limit (with a slack of 1.3 and no
+    // spread, 0–0.5 % at 1.074–1.080×; on the prior alone 0.3–0.8 % and 0.2–0.5 % at
+    // 1.048–1.050×).
     for (name, rpu) in [
         ("burst 10x, 20 nodes", 7_600),
         ("burst 10x, 50 nodes", 19_600),
@@ -225,7 +210,7 @@ fn bursts_on_limits_of_400_per_extra_replica_keep_false_denials_within_2_percent
             let r = run(&s);
             let (admitted, denied) = (r.sluice_admitted(0), r.sluice_false_denials(0));
             assert!(
-                admitted <= 1.10 && denied <= MAX_FALSE_DENIALS,
+                admitted <= 1.06 && denied <= MAX_FALSE_DENIALS,
                 "{name}, {rpu}: {admitted:.3}, {denied:.4}"
             );
         }

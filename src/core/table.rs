@@ -36,8 +36,9 @@ pub struct EntityState {
     pub windows: Vec<WindowState>,
     /// In its shard's sync queue (or in a sync in flight): at most once.
     pub queued: bool,
-    /// A sync of this entity is in flight.
-    pub in_flight: bool,
+    /// Syncs of this entity in flight: at most one, but for burst reads (two, the second
+    /// started while the first is under way: `global/shard.rs`).
+    pub in_flight: u8,
     /// When the last sync started (Unix ms).
     pub last_sync_ms: u64,
 }

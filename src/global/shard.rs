@@ -19,17 +19,24 @@
 //! an early round trip (the due entities only, no heartbeat), at most one between two ticks.
 //! A young entity running into its prior in a burst wakes it for *burst reads* (the same,
 //! and their replies measure the others however soon they come: `core/prior.rs`), at most
-//! one every [`BURST_MIN_GAP`] and [`MAX_BURST_TRIPS`] between two ticks.
+//! one every [`BURST_MIN_GAP`] and [`MAX_BURST_TRIPS`] between two ticks. Burst reads are
+//! the one exception to a call at a time: up to [`READS_IN_FLIGHT`] go at once, the later
+//! one reading again the entities the earlier still holds in flight (`EntityState::in_flight`
+//! counts them; whichever settles last requeues or releases the entity). Their replies are
+//! settled in the order they started, and the tick, an early trip and the final flush wait
+//! until none is under way.
 //!
 //! Accuracy trade-off: between two syncs a node knows other nodes' hits only by extrapolating
 //! the rate it saw between replies; `core/fleet.rs` and `core/prior.rs` explain the estimate.
 //!
 //! [`WindowState::begin_sync`]: crate::core::WindowState::begin_sync
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use super::health::ShardHealth;
@@ -37,7 +44,7 @@ use super::queue::SyncQueues;
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::fleet::SyncPlan;
-use crate::core::table::Entity;
+use crate::core::table::{Entity, EntityState};
 use crate::core::tier::{SyncPolicy, Tier};
 
 /// How the shard tasks run.
@@ -67,15 +74,26 @@ impl Default for SyncSettings {
     }
 }
 
-/// The most burst reads (`core/prior.rs`) a shard makes between two ticks: as many as fit,
-/// back to back, in the 100 ms after a young entity's first reply during which it may want
-/// them (`BURST_WINDOW_MS`). A burst stops wanting them once a reply shows the limit reached:
-/// a 10× burst on a limit of 1,000 takes about 5 a replica in the simulator, a 2× one 20.
+/// The most burst reads (`core/prior.rs`) a shard makes between two ticks: half of what
+/// [`BURST_MIN_GAP`] lets through in the 100 ms after a young entity's first reply during
+/// which it may want them (`BURST_WINDOW_MS`). A burst stops wanting them once a reply shows
+/// the limit reached: a 10× burst on a limit of 1,000 takes about 9 a replica in the
+/// simulator (5 a call at a time), a 2× one about 40 (20).
 pub const MAX_BURST_TRIPS: u32 = 50;
 
-/// The least time between the starts of two burst reads of a shard. A call at a time, they
-/// are paced by the round trip itself; on a Redis nearer than this, by this.
-const BURST_MIN_GAP: Duration = Duration::from_millis(2);
+/// The least time between the starts of two burst reads of a shard. With
+/// [`READS_IN_FLIGHT`] under way at once, a round trip of 2 ms holds two, a millisecond
+/// apart: each reply shows the others' hits up to half a round trip before the last one.
+/// On a Redis nearer than this, this paces them.
+const BURST_MIN_GAP: Duration = Duration::from_millis(1);
+
+/// The most burst reads of a shard under way at once. A burst reaches the limit within a
+/// few round trips, and a read a round trip old misses the others' hits of that round trip:
+/// a second read started while the first is in flight halves that. Both are settled in the
+/// order they started; the core counts an entity's deltas in flight as a sum, so two reads
+/// of it under way settle exactly whichever the store applies first (a pool may reorder
+/// them: the first reply then shows the second's hits early, a brief overcount).
+const READS_IN_FLIGHT: usize = 2;
 
 /// One shard's sync task.
 pub struct ShardSync<S> {
@@ -111,6 +129,22 @@ struct Planned {
     plans: Vec<SyncPlan>,
 }
 
+/// A round trip begun: its entities (owned by the guard until the reply is settled) and
+/// what its call sends.
+struct Started<'a> {
+    trip: Trip,
+    guard: InFlight<'a>,
+    items: Vec<SyncItem>,
+    beat: Option<Heartbeat>,
+}
+
+/// A round trip's call answered, its reply not settled yet.
+struct Answered<'a> {
+    trip: Trip,
+    guard: InFlight<'a>,
+    result: Result<(Vec<[u64; 2]>, Option<u32>), StoreError>,
+}
+
 /// What a round trip is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Trip {
@@ -128,7 +162,10 @@ enum Trip {
 impl<S: ShardStore> ShardSync<S> {
     /// Ticks until `shutdown`, then makes a final flush of everything pending. The first tick
     /// is at once, so the fleet's size is known before long; a cold entity queued between
-    /// ticks wakes the task for an early round trip, at most one between two ticks.
+    /// ticks wakes the task for an early round trip, at most one between two ticks; a young
+    /// one in a burst, for burst reads, up to [`READS_IN_FLIGHT`] of them under way at once.
+    /// Everything else waits for the burst reads under way to be settled, in the order they
+    /// started, so that ticks, early trips and the flush still go one at a time.
     pub async fn run(self, shutdown: CancellationToken) {
         self.queues.set_tick_ms(self.settings.policy.tick_ms);
         let tick = Duration::from_millis(self.settings.policy.tick_ms);
@@ -136,32 +173,53 @@ impl<S: ShardStore> ShardSync<S> {
         let mut next = tokio::time::Instant::now();
         let mut early_done = false;
         let mut bursts = 0;
+        let mut burst_wanted = false;
         let mut burst_ready = tokio::time::Instant::now();
+        // The burst reads under way, answered in the order they started, and the entities of
+        // the last one (the next may read them again before it is answered).
+        let mut reads = FuturesOrdered::new();
+        let mut last_read: Vec<Arc<Entity>> = Vec::new();
         loop {
             let early_ok = !early_done && !self.health.is_degraded();
             let burst_ok = bursts < MAX_BURST_TRIPS && !self.health.is_degraded();
+            let read_ok = burst_wanted && burst_ok && reads.len() < READS_IN_FLIGHT;
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
+                Some(answered) = reads.next(), if !reads.is_empty() => {
+                    let _ = self.finish(answered);
+                    continue;
+                }
                 _ = tokio::time::sleep_until(next) => {}
                 _ = self.queues.woken(self.index), if early_ok => {
                     early_done = true;
+                    self.settle_reads(&mut reads).await;
                     // A failure marks the shard degraded: no more early trips until it answers.
                     let _ = self.trip(Trip::Early).await;
                     continue;
                 }
-                _ = self.queues.burst_woken(self.index), if burst_ok => {
+                _ = tokio::time::sleep_until(burst_ready), if read_ok => {
+                    burst_wanted = false;
                     bursts += 1;
-                    tokio::time::sleep_until(burst_ready).await;
                     burst_ready = tokio::time::Instant::now() + BURST_MIN_GAP;
-                    let _ = self.trip(Trip::Burst).await;
+                    let also = if reads.is_empty() { &[][..] } else { &last_read[..] };
+                    if let Some(started) = self.start(Trip::Burst, also) {
+                        last_read = started.guard.planned.iter().map(|p| p.entity.clone()).collect();
+                        reads.push_back(self.send(started));
+                    }
+                    continue;
+                }
+                _ = self.queues.burst_woken(self.index), if burst_ok && !burst_wanted => {
+                    burst_wanted = true;
                     continue;
                 }
             }
+            self.settle_reads(&mut reads).await;
             // Wake-ups up to now are served by this tick.
             let _ = futures_util::FutureExt::now_or_never(self.queues.woken(self.index));
             let _ = futures_util::FutureExt::now_or_never(self.queues.burst_woken(self.index));
             early_done = false;
+            burst_wanted = false;
             bursts = 0;
             match self.tick(false).await {
                 Ok(()) => {
@@ -176,10 +234,21 @@ impl<S: ShardStore> ShardSync<S> {
                 }
             }
         }
+        self.settle_reads(&mut reads).await;
         if let Err(e) = self.tick(true).await {
             tracing::error!(shard = %self.health.name, error = %e, "final flush failed; unsent hits are lost");
         } else {
             tracing::info!(shard = %self.health.name, "final flush done");
+        }
+    }
+
+    /// Waits for the burst reads under way and settles them, in the order they started.
+    async fn settle_reads<'a, F>(&'a self, reads: &mut FuturesOrdered<F>)
+    where
+        F: Future<Output = Answered<'a>>,
+    {
+        while let Some(answered) = reads.next().await {
+            let _ = self.finish(answered);
         }
     }
 
@@ -201,13 +270,30 @@ impl<S: ShardStore> ShardSync<S> {
     }
 
     async fn trip(&self, trip: Trip) -> Result<(), StoreError> {
-        let stats = &self.queues.stats;
-        stats.ticks.fetch_add(1, Ordering::Relaxed);
+        match self.start(trip, &[]) {
+            Some(started) => self.finish(self.send(started).await),
+            None => Ok(()),
+        }
+    }
+
+    /// Begins a round trip: plans the due entities (and, for a burst read, those of `also`
+    /// that the burst read under way holds), and the heartbeat on a tick. `None` when a trip
+    /// between ticks has nothing to send.
+    fn start(&self, trip: Trip, also: &[Arc<Entity>]) -> Option<Started<'_>> {
+        self.queues.stats.ticks.fetch_add(1, Ordering::Relaxed);
         let now = self.clock.now();
-        let (planned, items) = self.plan(trip, now);
+        let (planned, items) = self.plan(trip, now, also);
+        // Until the reply is settled, the guard owns the in-flight entities: if the call
+        // panics, dropping it puts their deltas back and requeues them, so a restarted task
+        // sends them (see `global::supervise`).
+        let guard = InFlight {
+            planned,
+            queues: &self.queues,
+            index: self.index,
+        };
         let between_ticks = matches!(trip, Trip::Early | Trip::Burst);
         if items.is_empty() && between_ticks {
-            return Ok(());
+            return None;
         }
         let beat = (!between_ticks).then(|| Heartbeat {
             replica: self.queues.replica_id(),
@@ -215,16 +301,33 @@ impl<S: ShardStore> ShardSync<S> {
             ttl_ms: self.heartbeat_ttl_ms(),
             leaving: trip == Trip::Flush,
         });
-        // Until the reply is settled, the guard owns the in-flight entities: if the call
-        // panics, dropping it puts their deltas back and requeues them, so a restarted task
-        // sends them (see `global::supervise`).
-        let mut in_flight = InFlight {
-            planned,
-            queues: &self.queues,
-            index: self.index,
-        };
-        let result = self.call(&items, beat.as_ref()).await;
-        let planned = std::mem::take(&mut in_flight.planned);
+        Some(Started {
+            trip,
+            guard,
+            items,
+            beat,
+        })
+    }
+
+    /// Makes the store call of a round trip begun.
+    async fn send<'a>(&'a self, started: Started<'a>) -> Answered<'a> {
+        let result = self.call(&started.items, started.beat.as_ref()).await;
+        Answered {
+            trip: started.trip,
+            guard: started.guard,
+            result,
+        }
+    }
+
+    /// Settles a round trip's answer: the replies taken in, or the deltas put back.
+    fn finish(&self, answered: Answered<'_>) -> Result<(), StoreError> {
+        let Answered {
+            trip,
+            mut guard,
+            result,
+        } = answered;
+        let stats = &self.queues.stats;
+        let planned = std::mem::take(&mut guard.planned);
         let done = self.clock.now();
         match result {
             Ok((totals, live)) => {
@@ -259,30 +362,38 @@ impl<S: ShardStore> ShardSync<S> {
     }
 
     /// Takes the shard's queue and begins a sync of every due entity; requeues the others
-    /// (or releases them when they have nothing left to send).
-    fn plan(&self, trip: Trip, now: UnixMillis) -> (Vec<Planned>, Vec<SyncItem>) {
+    /// (or releases them when they have nothing left to send). A burst read also reads again
+    /// the entities of `also` that one sync in flight holds (the burst read before it), when
+    /// due: the queue does not hold them meanwhile.
+    fn plan(
+        &self,
+        trip: Trip,
+        now: UnixMillis,
+        also: &[Arc<Entity>],
+    ) -> (Vec<Planned>, Vec<SyncItem>) {
         let flush = trip == Trip::Flush;
-        let stats = &self.queues.stats;
         let policy = &self.settings.policy;
         let mut keep = Vec::new();
         let mut planned: Vec<Planned> = Vec::new();
         let mut items = Vec::new();
+        let due = |entity: &Entity, st: &EntityState, items: &Vec<SyncItem>| {
+            items.len() < self.settings.max_batch
+                && entity
+                    .limits
+                    .iter()
+                    .zip(&st.windows)
+                    .any(|(l, w)| policy.due(w, l, now, st.last_sync_ms))
+        };
         for entity in self.queues.take(self.index) {
             let mut st = entity.state.lock();
             let pending: i64 = st.windows.iter().map(|w| w.pending()).sum();
             let due = if flush {
                 pending != 0
             } else {
-                !st.in_flight
-                    && items.len() < self.settings.max_batch
-                    && entity
-                        .limits
-                        .iter()
-                        .zip(&st.windows)
-                        .any(|(l, w)| policy.due(w, l, now, st.last_sync_ms))
+                st.in_flight == 0 && due(&entity, &st, &items)
             };
             if !due {
-                if pending == 0 && !st.in_flight && st.windows.iter().all(|w| w.ever_synced()) {
+                if pending == 0 && st.in_flight == 0 && st.windows.iter().all(|w| w.ever_synced()) {
                     // Nothing to send: the next hit queues it again.
                     self.queues.release(&mut st);
                 } else {
@@ -291,30 +402,56 @@ impl<S: ShardStore> ShardSync<S> {
                 }
                 continue;
             }
-            let mut plans = Vec::with_capacity(entity.limits.len());
-            for (i, limit) in entity.limits.iter().enumerate() {
-                let w = &mut st.windows[i];
-                let tier = Tier::of(w.pressure(limit, now)) as usize;
-                stats.synced_by_tier[tier].fetch_add(1, Ordering::Relaxed);
-                let mut plan = w.begin_sync(limit, now);
-                plan.burst = trip == Trip::Burst;
-                items.push(SyncItem {
-                    entity: entity.key,
-                    limit: i as u8,
-                    epochs: plan.epochs,
-                    deltas: plan.deltas,
-                    acked: plan.acked,
-                    ttl_ms: 2 * limit.window_ms,
-                });
-                plans.push(plan);
-            }
-            st.in_flight = true;
-            st.last_sync_ms = now.0;
+            let plans = self.begin(&entity, &mut st, trip, now, &mut items);
             drop(st);
             planned.push(Planned { entity, plans });
         }
         self.queues.requeue(self.index, keep);
+        for entity in also.iter().filter(|_| trip == Trip::Burst) {
+            let mut st = entity.state.lock();
+            if st.in_flight == 1 && due(entity, &st, &items) {
+                let plans = self.begin(entity, &mut st, trip, now, &mut items);
+                drop(st);
+                planned.push(Planned {
+                    entity: entity.clone(),
+                    plans,
+                });
+            }
+        }
         (planned, items)
+    }
+
+    /// Begins a sync of `entity` (whose lock the caller holds as `st`): its items go to
+    /// `items`, and one more sync of it is in flight.
+    fn begin(
+        &self,
+        entity: &Entity,
+        st: &mut EntityState,
+        trip: Trip,
+        now: UnixMillis,
+        items: &mut Vec<SyncItem>,
+    ) -> Vec<SyncPlan> {
+        let stats = &self.queues.stats;
+        let mut plans = Vec::with_capacity(entity.limits.len());
+        for (i, limit) in entity.limits.iter().enumerate() {
+            let w = &mut st.windows[i];
+            let tier = Tier::of(w.pressure(limit, now)) as usize;
+            stats.synced_by_tier[tier].fetch_add(1, Ordering::Relaxed);
+            let mut plan = w.begin_sync(limit, now);
+            plan.burst = trip == Trip::Burst;
+            items.push(SyncItem {
+                entity: entity.key,
+                limit: i as u8,
+                epochs: plan.epochs,
+                deltas: plan.deltas,
+                acked: plan.acked,
+                ttl_ms: 2 * limit.window_ms,
+            });
+            plans.push(plan);
+        }
+        st.in_flight += 1;
+        st.last_sync_ms = now.0;
+        plans
     }
 
     /// The store call (with the heartbeat, when given), within the timeout, with its
@@ -387,7 +524,12 @@ impl<S: ShardStore> ShardSync<S> {
                     stats.tier_transitions.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            st.in_flight = false;
+            st.in_flight -= 1;
+            if st.in_flight > 0 {
+                // A burst read started since holds it: settling that one requeues it or
+                // releases it.
+                continue;
+            }
             // In a fleet, an entity stays queued until its first reply is a tick old: until
             // then its node keeps to the prior (`core/prior.rs`), so a quiet entity read once
             // must not stay there until its next hit.
@@ -404,18 +546,20 @@ impl<S: ShardStore> ShardSync<S> {
     }
 }
 
-/// Undoes the beginning of a sync that got no reply: the deltas go back to pending.
+/// Undoes the beginning of a sync that got no reply: the deltas go back to pending. Returns
+/// the entities to requeue: those no other sync in flight holds.
 fn put_back(planned: Vec<Planned>) -> Vec<Arc<Entity>> {
     planned
         .into_iter()
-        .map(|p| {
+        .filter_map(|p| {
             let mut st = p.entity.state.lock();
             for (i, plan) in p.plans.iter().enumerate() {
                 st.windows[i].fail_sync(plan);
             }
-            st.in_flight = false;
+            st.in_flight -= 1;
+            let held = st.in_flight > 0;
             drop(st);
-            p.entity
+            (!held).then_some(p.entity)
         })
         .collect()
 }
@@ -439,154 +583,5 @@ impl Drop for InFlight<'_> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
-    use super::*;
-    use crate::core::clock::{ManualClock, UnixMillis};
-    use crate::core::table::{CacheSettings, EntityCache};
-    use crate::core::window::{Algorithm, Limit};
-    use crate::global::clock_offset::measure_offset;
-    use crate::global::memory::MemoryStore as FakeStore;
-    use crate::global::queue::ShardRouter;
-
-    pub(crate) const T0: u64 = 1_700_000_040_000;
-
-    pub(crate) fn limit() -> Limit {
-        Limit {
-            requests_per_unit: 100,
-            window_ms: 60_000,
-            algorithm: Algorithm::FixedWindow,
-        }
-    }
-
-    pub(crate) fn setup() -> (
-        EntityCache,
-        Arc<SyncQueues>,
-        ShardSync<FakeStore>,
-        ManualClock,
-    ) {
-        let clock = ManualClock::new(UnixMillis(T0));
-        let queues =
-            Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000).with_replica_id(1));
-        let sync = ShardSync {
-            index: 0,
-            store: Arc::new(FakeStore::default()),
-            queues: queues.clone(),
-            health: Arc::new(ShardHealth::new("fake".into())),
-            clock: Arc::new(clock.clone()),
-            settings: SyncSettings::default(),
-        };
-        (
-            EntityCache::new(CacheSettings::default()),
-            queues,
-            sync,
-            clock,
-        )
-    }
-
-    fn hit(cache: &EntityCache, queues: &SyncQueues, key: u128, clock: &ManualClock, n: u64) {
-        let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
-        let mut st = e.state.lock();
-        for _ in 0..n {
-            crate::core::decide(&mut st.windows[0], &limit(), clock.now(), 1);
-        }
-        queues.mark_dirty(&e, &mut st);
-    }
-
-    #[tokio::test]
-    async fn one_call_per_tick_carries_every_due_entity() {
-        let (cache, queues, sync, clock) = setup();
-        for key in 0..50 {
-            hit(&cache, &queues, key, &clock, 2);
-        }
-        assert_eq!(queues.len(), 50);
-        sync.tick(false).await.unwrap();
-        assert_eq!(sync.store.calls.load(Ordering::Relaxed), 1);
-        assert_eq!(sync.store.total(7, 0, T0 / 60_000), 2);
-        // Synced and quiet: released from the queue until the next hit.
-        assert!(queues.is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_failed_call_keeps_the_deltas_and_the_next_one_sends_them() {
-        let (cache, queues, sync, clock) = setup();
-        hit(&cache, &queues, 1, &clock, 3);
-        sync.store.down.store(true, Ordering::Relaxed);
-        assert!(sync.tick(false).await.is_err());
-        assert!(sync.health.is_degraded());
-        hit(&cache, &queues, 1, &clock, 1);
-        sync.store.down.store(false, Ordering::Relaxed);
-        sync.tick(false).await.unwrap();
-        assert!(!sync.health.is_degraded());
-        assert_eq!(sync.store.total(1, 0, T0 / 60_000), 4);
-    }
-
-    #[tokio::test]
-    async fn flush_sends_what_is_pending_even_when_not_due() {
-        let (cache, queues, sync, clock) = setup();
-        // Two syncs make the entity warm (its fleet rate known)...
-        for _ in 0..2 {
-            hit(&cache, &queues, 9, &clock, 1);
-            sync.tick(false).await.unwrap();
-            clock.advance_ms(1000);
-        }
-        // ...after which a hit right after a sync of an idle entity is not due for a while...
-        hit(&cache, &queues, 9, &clock, 1);
-        sync.tick(false).await.unwrap();
-        assert_eq!(sync.store.total(9, 0, T0 / 60_000), 2);
-        // ...but a final flush sends it.
-        sync.tick(true).await.unwrap();
-        assert_eq!(sync.store.total(9, 0, T0 / 60_000), 3);
-    }
-
-    #[tokio::test]
-    async fn a_store_that_restarts_empty_gets_this_nodes_hits_back_with_the_next_hit() {
-        let (cache, queues, sync, clock) = setup();
-        hit(&cache, &queues, 5, &clock, 30);
-        sync.tick(false).await.unwrap();
-        // Another replica's part, then a restart that loses both.
-        let e = T0 / 60_000;
-        sync.store
-            .counters
-            .lock()
-            .get_mut(&(5, 0, e))
-            .unwrap()
-            .insert(2, 40);
-        sync.store.flush_all();
-        clock.advance_ms(1000);
-        hit(&cache, &queues, 5, &clock, 1);
-        sync.tick(false).await.unwrap();
-        // This node's 30 are back beside the new hit; the other's come with its next sync.
-        assert_eq!(sync.store.total(5, 0, e), 31);
-        assert_eq!(sync.store.counters.lock()[&(5, 0, e)][&1], 31);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_dead_store_is_retried_with_exponential_backoff() {
-        let (cache, queues, mut sync, clock) = setup();
-        sync.store.down.store(true, Ordering::Relaxed);
-        hit(&cache, &queues, 3, &clock, 1);
-        let (store, stop) = (sync.store.clone(), CancellationToken::new());
-        sync.settings.policy.tick_ms = 1000;
-        let task = tokio::spawn(sync.run(stop.clone()));
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        // Failures at 1, 2, 3, 4 s (backoff under the tick), then after 1.6, 3.2, 5, 5, 5 s...
-        let calls = store.calls.load(Ordering::Relaxed);
-        assert!((7..=10).contains(&calls), "{calls} calls in 30 s");
-        // Back up: the next attempt succeeds and keeps the hit.
-        store.down.store(false, Ordering::Relaxed);
-        tokio::time::sleep(Duration::from_secs(6)).await;
-        assert_eq!(store.total(3, 0, T0 / 60_000), 1);
-        stop.cancel();
-        task.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn offset_is_the_store_time_minus_local_time() {
-        let (_, _, sync, clock) = setup();
-        clock.set(UnixMillis(1_700_000_000_000));
-        let off = measure_offset(&*sync.store, &clock, Duration::from_millis(100))
-            .await
-            .unwrap();
-        assert_eq!(off, 5_000);
-    }
-}
+#[path = "shard_tests.rs"]
+pub(super) mod tests;

@@ -2,7 +2,7 @@
 //! leaving at once, early round trips for cold entities, burst reads, and the Redis load
 //! they add.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::memory::MemoryStore as FakeStore;
 use super::shard::tests::{limit, setup, T0};
-use super::{ShardRouter, ShardSync, SyncQueues};
+use super::store::Heartbeat;
+use super::{ShardRouter, ShardStore, ShardSync, StoreError, SyncItem, SyncQueues};
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::table::EntityCache;
 
@@ -153,7 +154,7 @@ async fn burst_reads_are_paced_and_capped_between_ticks() {
     hit_at(&cache, &queues, 1, clock.now());
     let calls = || store.calls.load(Ordering::Relaxed);
     let after_tick = calls();
-    // Wanted every millisecond for 150 ms: one every 2 ms, and no more than the cap.
+    // Wanted every millisecond for 150 ms: one a millisecond, and no more than the cap.
     for _ in 0..150 {
         queues.want_burst_read(&e);
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -170,6 +171,78 @@ async fn burst_reads_are_paced_and_capped_between_ticks() {
     queues.want_burst_read(&e);
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(calls(), after_next + 1);
+    stop.cancel();
+    task.await.unwrap();
+}
+
+/// The fake store a round trip of 4 ms away, counting its calls under way at once.
+#[derive(Default)]
+struct Distant {
+    inner: FakeStore,
+    under_way: AtomicU64,
+    most: AtomicU64,
+}
+
+impl ShardStore for Distant {
+    fn name(&self) -> &str {
+        "distant"
+    }
+    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+        let now = self.under_way.fetch_add(1, Ordering::Relaxed) + 1;
+        self.most.fetch_max(now, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let totals = self.inner.sync(replica, items).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        self.under_way.fetch_sub(1, Ordering::Relaxed);
+        totals
+    }
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        self.inner.heartbeat(beat).await
+    }
+    async fn time_ms(&self) -> Result<u64, StoreError> {
+        self.inner.time_ms().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_burst_reads_of_an_entity_go_at_once_and_count_its_hits_once() {
+    let (cache, queues, fake, clock) = paused();
+    let sync = ShardSync {
+        store: Arc::new(Distant::default()),
+        index: fake.index,
+        queues: fake.queues.clone(),
+        health: fake.health.clone(),
+        clock: fake.clock.clone(),
+        settings: fake.settings,
+    };
+    let (store, stop) = (sync.store.clone(), CancellationToken::new());
+    let task = tokio::spawn(sync.run(stop.clone()));
+    let ms = |n| tokio::time::sleep(Duration::from_millis(n));
+    ms(10).await; // the first tick
+    queues.set_live_replicas(4);
+    let (e, _) = cache.get_or_create(1, || Box::new([limit()]));
+    // A young entity hit and wanting burst reads every millisecond for 20 ms.
+    let mut both = false;
+    for _ in 0..20 {
+        hit_at(&cache, &queues, 1, clock.now());
+        queues.want_burst_read(&e);
+        ms(1).await;
+        both |= e.state.lock().in_flight == 2;
+    }
+    // Two under way at once, a millisecond apart: about one every 2 ms of the 4 ms round
+    // trip, where one at a time made one every 4 ms.
+    let calls = store.inner.calls.load(Ordering::Relaxed);
+    assert!(both && store.most.load(Ordering::Relaxed) == 2);
+    assert!((9..=12).contains(&calls), "{calls} calls");
+    // Once settled, every hit is in the store once, and nothing is left in flight.
+    ms(10).await;
+    let settled = {
+        let st = e.state.lock();
+        (st.in_flight, st.windows[0].pending())
+    };
+    assert_eq!(settled, (0, 0));
+    assert_eq!(store.inner.total(1, 0, T0 / 60_000), 20);
+    assert_eq!(queues.len(), 1);
     stop.cancel();
     task.await.unwrap();
 }

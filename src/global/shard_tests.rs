@@ -1,0 +1,151 @@
+//! `shard.rs`'s unit tests, and the fixtures `shard_fleet_tests.rs` shares.
+
+use super::*;
+use crate::core::clock::{ManualClock, UnixMillis};
+use crate::core::table::{CacheSettings, EntityCache};
+use crate::core::window::{Algorithm, Limit};
+use crate::global::clock_offset::measure_offset;
+use crate::global::memory::MemoryStore as FakeStore;
+use crate::global::queue::ShardRouter;
+
+pub(crate) const T0: u64 = 1_700_000_040_000;
+
+pub(crate) fn limit() -> Limit {
+    Limit {
+        requests_per_unit: 100,
+        window_ms: 60_000,
+        algorithm: Algorithm::FixedWindow,
+    }
+}
+
+pub(crate) fn setup() -> (
+    EntityCache,
+    Arc<SyncQueues>,
+    ShardSync<FakeStore>,
+    ManualClock,
+) {
+    let clock = ManualClock::new(UnixMillis(T0));
+    let queues =
+        Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000).with_replica_id(1));
+    let sync = ShardSync {
+        index: 0,
+        store: Arc::new(FakeStore::default()),
+        queues: queues.clone(),
+        health: Arc::new(ShardHealth::new("fake".into())),
+        clock: Arc::new(clock.clone()),
+        settings: SyncSettings::default(),
+    };
+    (
+        EntityCache::new(CacheSettings::default()),
+        queues,
+        sync,
+        clock,
+    )
+}
+
+fn hit(cache: &EntityCache, queues: &SyncQueues, key: u128, clock: &ManualClock, n: u64) {
+    let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
+    let mut st = e.state.lock();
+    for _ in 0..n {
+        crate::core::decide(&mut st.windows[0], &limit(), clock.now(), 1);
+    }
+    queues.mark_dirty(&e, &mut st);
+}
+
+#[tokio::test]
+async fn one_call_per_tick_carries_every_due_entity() {
+    let (cache, queues, sync, clock) = setup();
+    for key in 0..50 {
+        hit(&cache, &queues, key, &clock, 2);
+    }
+    assert_eq!(queues.len(), 50);
+    sync.tick(false).await.unwrap();
+    assert_eq!(sync.store.calls.load(Ordering::Relaxed), 1);
+    assert_eq!(sync.store.total(7, 0, T0 / 60_000), 2);
+    // Synced and quiet: released from the queue until the next hit.
+    assert!(queues.is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_call_keeps_the_deltas_and_the_next_one_sends_them() {
+    let (cache, queues, sync, clock) = setup();
+    hit(&cache, &queues, 1, &clock, 3);
+    sync.store.down.store(true, Ordering::Relaxed);
+    assert!(sync.tick(false).await.is_err());
+    assert!(sync.health.is_degraded());
+    hit(&cache, &queues, 1, &clock, 1);
+    sync.store.down.store(false, Ordering::Relaxed);
+    sync.tick(false).await.unwrap();
+    assert!(!sync.health.is_degraded());
+    assert_eq!(sync.store.total(1, 0, T0 / 60_000), 4);
+}
+
+#[tokio::test]
+async fn flush_sends_what_is_pending_even_when_not_due() {
+    let (cache, queues, sync, clock) = setup();
+    // Two syncs make the entity warm (its fleet rate known)...
+    for _ in 0..2 {
+        hit(&cache, &queues, 9, &clock, 1);
+        sync.tick(false).await.unwrap();
+        clock.advance_ms(1000);
+    }
+    // ...after which a hit right after a sync of an idle entity is not due for a while...
+    hit(&cache, &queues, 9, &clock, 1);
+    sync.tick(false).await.unwrap();
+    assert_eq!(sync.store.total(9, 0, T0 / 60_000), 2);
+    // ...but a final flush sends it.
+    sync.tick(true).await.unwrap();
+    assert_eq!(sync.store.total(9, 0, T0 / 60_000), 3);
+}
+
+#[tokio::test]
+async fn a_store_that_restarts_empty_gets_this_nodes_hits_back_with_the_next_hit() {
+    let (cache, queues, sync, clock) = setup();
+    hit(&cache, &queues, 5, &clock, 30);
+    sync.tick(false).await.unwrap();
+    // Another replica's part, then a restart that loses both.
+    let e = T0 / 60_000;
+    sync.store
+        .counters
+        .lock()
+        .get_mut(&(5, 0, e))
+        .unwrap()
+        .insert(2, 40);
+    sync.store.flush_all();
+    clock.advance_ms(1000);
+    hit(&cache, &queues, 5, &clock, 1);
+    sync.tick(false).await.unwrap();
+    // This node's 30 are back beside the new hit; the other's come with its next sync.
+    assert_eq!(sync.store.total(5, 0, e), 31);
+    assert_eq!(sync.store.counters.lock()[&(5, 0, e)][&1], 31);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_store_is_retried_with_exponential_backoff() {
+    let (cache, queues, mut sync, clock) = setup();
+    sync.store.down.store(true, Ordering::Relaxed);
+    hit(&cache, &queues, 3, &clock, 1);
+    let (store, stop) = (sync.store.clone(), CancellationToken::new());
+    sync.settings.policy.tick_ms = 1000;
+    let task = tokio::spawn(sync.run(stop.clone()));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    // Failures at 1, 2, 3, 4 s (backoff under the tick), then after 1.6, 3.2, 5, 5, 5 s...
+    let calls = store.calls.load(Ordering::Relaxed);
+    assert!((7..=10).contains(&calls), "{calls} calls in 30 s");
+    // Back up: the next attempt succeeds and keeps the hit.
+    store.down.store(false, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(store.total(3, 0, T0 / 60_000), 1);
+    stop.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn offset_is_the_store_time_minus_local_time() {
+    let (_, _, sync, clock) = setup();
+    clock.set(UnixMillis(1_700_000_000_000));
+    let off = measure_offset(&*sync.store, &clock, Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert_eq!(off, 5_000);
+}
