@@ -28,7 +28,7 @@ impl Model {
         let e = t / W;
         let curr = u128::from(self.per_window.get(&e).copied().unwrap_or(0));
         match limit.algorithm {
-            Algorithm::FixedWindow => curr,
+            Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => curr,
             Algorithm::SlidingWindow => {
                 let prev = if e == 0 {
                     0

@@ -160,7 +160,7 @@ impl WindowState {
         // In floats: near the end of a window the weighted counts are small, and rounding
         // them would make the share jump.
         let weight = match limit.algorithm {
-            Algorithm::FixedWindow => 0.0,
+            Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => 0.0,
             Algorithm::SlidingWindow => {
                 (limit.window_ms - now.0 % limit.window_ms) as f64 / limit.window_ms as f64
             }

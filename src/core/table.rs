@@ -14,7 +14,7 @@ use moka::sync::Cache;
 use moka::Expiry;
 use parking_lot::Mutex;
 
-use crate::core::{Limit, WindowState};
+use crate::core::{Limit, LimitState};
 
 /// Counters of one entity (rule + descriptor values): one window state per limit of its rule.
 #[derive(Debug)]
@@ -33,7 +33,7 @@ pub struct Entity {
 #[derive(Debug, Default)]
 pub struct EntityState {
     /// One state per limit, in the rule's order.
-    pub windows: Vec<WindowState>,
+    pub states: Vec<LimitState>,
     /// In its shard's sync queue (or in a sync in flight): at most once.
     pub queued: bool,
     /// Syncs of this entity in flight: at most one, but for burst reads (two, the second
@@ -140,7 +140,7 @@ impl EntityCache {
             Arc::new(Entity {
                 key,
                 state: Mutex::new(EntityState {
-                    windows: vec![WindowState::default(); limits.len()],
+                    states: limits.iter().map(LimitState::new).collect(),
                     ..EntityState::default()
                 }),
                 limits,
@@ -178,7 +178,7 @@ mod tests {
         let (b, hit_b) = c.get_or_create(7, || Box::new([l, l]));
         assert!(!hit_a && hit_b);
         assert!(Arc::ptr_eq(&a, &b));
-        assert_eq!(a.state.lock().windows.len(), 2);
+        assert_eq!(a.state.lock().states.len(), 2);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Pressure tiers and the sync cadence they set: how often an entity with news syncs.
 
 use super::clock::UnixMillis;
-use super::window::{Limit, WindowState};
+use super::state::LimitState;
+use super::window::Limit;
 
 /// How close an entity is to its limit, which sets how often it syncs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -75,7 +76,7 @@ impl SyncPolicy {
     ///   that will be Hot before its next sync is Hot now.
     pub fn due(
         &self,
-        state: &WindowState,
+        state: &LimitState,
         limit: &Limit,
         now: UnixMillis,
         last_sync_ms: u64,
@@ -97,7 +98,7 @@ impl SyncPolicy {
 mod tests {
     use super::*;
     use crate::core::fixtures::*;
-    use crate::core::window::decide;
+    use crate::core::window::{decide, WindowState};
 
     #[test]
     fn a_cold_entity_syncs_every_tick_until_the_rate_is_known() {
@@ -107,19 +108,19 @@ mod tests {
         let mut s = WindowState::default();
         let t = T0.plus_millis(5_000);
         decide(&mut s, &l, t, 1);
-        assert!(policy.due(&s, &l, t, 0), "never synced");
+        assert!(policy.due(&LimitState::Window(s), &l, t, 0), "never synced");
         sync(&mut s, &l, &mut store, t);
         let tick = t.plus_millis(policy.tick_ms);
         assert!(
-            policy.due(&s, &l, tick, t.0),
+            policy.due(&LimitState::Window(s), &l, tick, t.0),
             "one reply: the rate is a guess"
         );
         sync(&mut s, &l, &mut store, tick);
         // Warm and idle: the next sync waits for the Idle interval.
         let next = tick.plus_millis(policy.tick_ms);
-        assert!(!policy.due(&s, &l, next, tick.0));
+        assert!(!policy.due(&LimitState::Window(s), &l, next, tick.0));
         let idle = tick.plus_millis(policy.interval_ms(Tier::Idle));
-        assert!(policy.due(&s, &l, idle, tick.0));
+        assert!(policy.due(&LimitState::Window(s), &l, idle, tick.0));
     }
 
     #[test]
@@ -137,10 +138,18 @@ mod tests {
         sync(&mut s, &l, &mut store, t2);
         assert!(s.warm() && !s.settled(policy.tick_ms));
         let next = t2.plus_millis(policy.tick_ms);
-        assert!(policy.due(&s, &l, next, t2.0), "still young");
+        assert!(
+            policy.due(&LimitState::Window(s), &l, next, t2.0),
+            "still young"
+        );
         sync(&mut s, &l, &mut store, next);
         assert!(s.settled(policy.tick_ms));
-        assert!(!policy.due(&s, &l, next.plus_millis(policy.tick_ms), next.0));
+        assert!(!policy.due(
+            &LimitState::Window(s),
+            &l,
+            next.plus_millis(policy.tick_ms),
+            next.0
+        ));
     }
 
     #[test]
@@ -164,6 +173,6 @@ mod tests {
             decide(&mut s, &l, t3, 1);
         }
         assert_eq!(Tier::of(s.pressure(&l, t3)), Tier::Idle);
-        assert!(policy.due(&s, &l, t3, t2.0));
+        assert!(policy.due(&LimitState::Window(s), &l, t3, t2.0));
     }
 }

@@ -37,6 +37,12 @@ pub enum Algorithm {
     SlidingWindow,
     /// Windows aligned to the epoch, reset at each boundary (envoyproxy/ratelimit's behaviour).
     FixedWindow,
+    /// A token bucket of `burst` tokens refilled at `requests_per_unit` per window
+    /// (`bucket.rs`).
+    TokenBucket {
+        /// The capacity, in tokens.
+        burst: u32,
+    },
 }
 
 /// One limit: `requests_per_unit` hits per window of `window_ms`.
@@ -50,6 +56,33 @@ pub struct Limit {
     pub algorithm: Algorithm,
 }
 
+impl Limit {
+    /// The most a limit admits at once: a bucket's burst, a window's `requests_per_unit`.
+    pub fn capacity(&self) -> u32 {
+        match self.algorithm {
+            Algorithm::TokenBucket { burst } => burst,
+            _ => self.requests_per_unit,
+        }
+    }
+}
+
+/// A limit's counters as `decide` sees them: window counters or a token bucket.
+pub trait Counter {
+    /// Checks `hits` at `now` without counting them (alone: local mode).
+    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict;
+    /// Counts `hits` at `now`.
+    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64);
+}
+
+impl Counter for WindowState {
+    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
+        WindowState::check(self, limit, now, hits)
+    }
+    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
+        WindowState::record(self, limit, now, hits);
+    }
+}
+
 /// The outcome of checking `hits` against one limit at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {
@@ -59,8 +92,12 @@ pub struct Verdict {
     pub over: bool,
     /// Hits left in the window after these (0 when over).
     pub remaining: u32,
-    /// Milliseconds until the current window ends (1..=W).
+    /// Milliseconds until the current window ends (1..=W); for a bucket, until it is full
+    /// again (0: full).
     pub reset_ms: u64,
+    /// When over: milliseconds until the same request could be admitted (`Retry-After`): the
+    /// window's end, or the time a bucket takes to hold the tokens. 0 when admitted.
+    pub retry_ms: u64,
 }
 
 /// Counts of one epoch, split by where they are in the sync pipeline.
@@ -198,7 +235,7 @@ impl WindowState {
     /// The window formula at `now` over the counts of `epoch - 1` and `epoch`.
     pub(super) fn window(limit: &Limit, now: UnixMillis, epoch: u64, prev: u64, curr: u64) -> u64 {
         match limit.algorithm {
-            Algorithm::FixedWindow => curr,
+            Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => curr,
             Algorithm::SlidingWindow if epoch == 0 => curr,
             Algorithm::SlidingWindow => {
                 let left = limit.window_ms - now.0 % limit.window_ms;
@@ -271,6 +308,11 @@ impl WindowState {
                 rpu.saturating_sub(count_after) as u32
             },
             reset_ms: limit.window_ms - now.0 % limit.window_ms,
+            retry_ms: if over {
+                limit.window_ms - now.0 % limit.window_ms
+            } else {
+                0
+            },
         }
     }
 
@@ -327,6 +369,11 @@ pub fn verdict_on(limit: &Limit, now: UnixMillis, count: u64, hits: u64) -> Verd
         over,
         remaining: if over { 0 } else { (rpu - count_after) as u32 },
         reset_ms: limit.window_ms - now.0 % limit.window_ms,
+        retry_ms: if over {
+            limit.window_ms - now.0 % limit.window_ms
+        } else {
+            0
+        },
     }
 }
 
@@ -346,15 +393,15 @@ pub fn verdict_on(limit: &Limit, now: UnixMillis, count: u64, hits: u64) -> Verd
 /// assert_eq!(state.current_count(&limit, t), 3, "the denied hit is counted too");
 /// assert!(!decide(&mut state, &limit, t.plus_millis(60_000), 1).over);
 /// ```
-pub fn decide(state: &mut WindowState, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
+pub fn decide<C: Counter>(state: &mut C, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
     let verdict = state.check(limit, now, hits);
     state.record(limit, now, hits);
     verdict
 }
 
 /// As [`decide`], but denied hits cost nothing (`strict: false`).
-pub fn decide_lenient(
-    state: &mut WindowState,
+pub fn decide_lenient<C: Counter>(
+    state: &mut C,
     limit: &Limit,
     now: UnixMillis,
     hits: u64,

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::exact::{apply, ExactFuture, ExactItem, ExactStore};
-use super::store::{Heartbeat, ShardStore, StoreError, SyncItem};
+use super::store::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
 
 /// A counter: each replica's part.
 pub type Parts = HashMap<u64, i64>;
@@ -27,6 +27,8 @@ pub struct MemoryStore {
     pub exact: Mutex<HashMap<(u128, u8, u64), u64>>,
     /// Exact calls received (failed ones included).
     pub exact_calls: AtomicU64,
+    /// Token buckets, keyed by (entity, limit): the `tat` (Unix µs) and the tokens spent.
+    pub buckets: Mutex<HashMap<(u128, u8), (f64, u64)>>,
     /// Live replicas: id → last seen (Unix ms).
     pub replicas: Mutex<HashMap<u64, u64>>,
 }
@@ -76,7 +78,35 @@ impl MemoryStore {
     /// Forgets every counter, as a Redis without persistence does when it restarts.
     pub fn flush_all(&self) {
         self.counters.lock().clear();
+        self.buckets.lock().clear();
     }
+}
+
+/// A window item: the replica's parts raised and added to, as the script does; the sums.
+fn window(
+    c: &mut HashMap<(u128, u8, u64), Parts>,
+    replica: u64,
+    it: &SyncItem,
+    epochs: [u64; 2],
+    deltas: [i64; 2],
+    acked: [i64; 2],
+) -> [u64; 2] {
+    // Epoch 0 has no previous epoch: the item names it twice, with no delta.
+    let n = if epochs[0] == epochs[1] { 1 } else { 2 };
+    for i in 0..n {
+        let want = acked[i] + deltas[i];
+        // As the script: a read creates nothing.
+        if deltas[i] != 0 || want > 0 {
+            let key = (it.entity, it.limit, epochs[i]);
+            let mine = c.entry(key).or_default().entry(replica).or_default();
+            *mine = (*mine + deltas[i]).max(want);
+        }
+    }
+    std::array::from_fn(|i| {
+        let key = (it.entity, it.limit, epochs[i]);
+        let sum: i64 = c.get(&key).map_or(0, |p| p.values().sum());
+        sum.max(0) as u64
+    })
 }
 
 impl ShardStore for MemoryStore {
@@ -89,27 +119,41 @@ impl ShardStore for MemoryStore {
             return Err(StoreError::Backend("connection refused".into()));
         }
         let mut c = self.counters.lock();
+        let mut b = self.buckets.lock();
         Ok(items
             .iter()
-            .map(|it| {
-                let mut out = [0; 2];
-                // Epoch 0 has no previous epoch: the item names it twice, with no delta.
-                let epochs = if it.epochs[0] == it.epochs[1] { 1 } else { 2 };
-                for i in 0..epochs {
-                    let want = it.acked[i] + it.deltas[i];
-                    // As the script: a read creates nothing.
-                    if it.deltas[i] != 0 || want > 0 {
-                        let key = (it.entity, it.limit, it.epochs[i]);
-                        let mine = c.entry(key).or_default().entry(replica).or_default();
-                        *mine = (*mine + it.deltas[i]).max(want);
+            .map(|it| match it.op {
+                SyncOp::Window {
+                    epochs,
+                    deltas,
+                    acked,
+                    ..
+                } => window(&mut c, replica, it, epochs, deltas, acked),
+                SyncOp::Bucket {
+                    delta,
+                    now_us,
+                    since_us,
+                    interval_ns,
+                    max_ahead_ns,
+                    floor_us,
+                    ..
+                } => {
+                    let key = (it.entity, it.limit);
+                    let now = now_us as f64;
+                    let (mut tat, mut spent) = b.get(&key).copied().unwrap_or((floor_us as f64, 0));
+                    if delta != 0 {
+                        // As the script: in floating point microseconds.
+                        let t = interval_ns as f64 / 1000.0;
+                        let limit = now + max_ahead_ns as f64 / 1000.0;
+                        let base = tat.max(since_us as f64);
+                        tat = (base + delta as f64 * t).max(now).min(limit.max(tat));
+                        spent = (spent as i64).saturating_add(delta).max(0) as u64;
+                        b.insert(key, (tat, spent));
+                    } else if !b.contains_key(&key) && tat > now {
+                        b.insert(key, (tat, spent));
                     }
+                    [tat as u64, spent]
                 }
-                for (i, o) in out.iter_mut().enumerate() {
-                    let key = (it.entity, it.limit, it.epochs[i]);
-                    let sum: i64 = c.get(&key).map_or(0, |p| p.values().sum());
-                    *o = sum.max(0) as u64;
-                }
-                out
             })
             .collect())
     }

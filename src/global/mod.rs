@@ -23,7 +23,7 @@ pub use exact::{ExactClient, ExactItem, ExactStore};
 pub use health::ShardHealth;
 pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use shard::{ShardSync, SyncSettings};
-pub use store::{new_replica_id, Heartbeat, ShardStore, StoreError, SyncItem};
+pub use store::{new_replica_id, Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -485,7 +485,7 @@ mod tests {
         let (entity, _) = cache.get_or_create(7, || Box::new([limit]));
         {
             let mut st = entity.state.lock();
-            crate::core::decide(&mut st.windows[0], &limit, clock.now(), 1);
+            crate::core::decide(&mut st.states[0], &limit, clock.now(), 1);
             g.queues.mark_dirty(&entity, &mut st);
         }
 
@@ -501,7 +501,7 @@ mod tests {
         // Restarted after the backoff, the task sends the hit the panicking call held.
         wait_for("the shard back to ok", || shard.status() == ShardStatus::Ok).await;
         wait_for("the queue to drain", || g.queues.is_empty()).await;
-        assert_eq!(entity.state.lock().windows[0].pending(), 0);
+        assert_eq!(entity.state.lock().states[0].pending(), 0);
         assert_eq!(g.queues.stats.task_failures.load(Ordering::Relaxed), 1);
         stop.cancel();
         g.join().await;

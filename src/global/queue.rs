@@ -187,7 +187,7 @@ impl SyncQueues {
         }
         if self.queued.fetch_add(1, Ordering::Relaxed) >= self.max_queued {
             self.queued.fetch_sub(1, Ordering::Relaxed);
-            let lost: i64 = state.windows.iter().map(|w| w.pending().max(0)).sum();
+            let lost: i64 = state.states.iter().map(|w| w.pending().max(0)).sum();
             self.stats
                 .deltas_dropped
                 .fetch_add(lost as u64, Ordering::Relaxed);
@@ -196,7 +196,7 @@ impl SyncQueues {
         state.queued = true;
         let shard = self.router.shard(entity.key);
         self.queues[shard].lock().push(entity.clone());
-        if state.windows.iter().any(|w| !w.ever_synced()) {
+        if state.states.iter().any(|w| !w.ever_synced()) {
             // Cold: its first read should not wait for the tick.
             self.wake[shard].notify_one();
         }

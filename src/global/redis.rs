@@ -43,7 +43,7 @@ use deadpool_redis::redis::{self, Value};
 use deadpool_redis::Pool;
 
 use crate::global::store::Heartbeat;
-use crate::global::{ShardStore, StoreError, SyncItem};
+use crate::global::{ShardStore, StoreError, SyncItem, SyncOp};
 
 /// Adds deltas and reads counters (see the module docs). KEYS: two per item (current,
 /// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current delta,
@@ -87,15 +87,61 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
 return redis.call('ZCARD', KEYS[1])
 "#;
 
+/// Spends tokens of buckets and reads them (`SyncOp::Bucket`). KEYS: one hash per bucket
+/// (`t`: the `tat` in Unix µs, `n`: tokens spent). ARGV: seven per item (delta, now µs,
+/// since µs, interval µs, max ahead µs, floor µs, ttl ms). Returns two integers per key: `tat`, `n`.
+/// A bucket that is full and was never spent is not written.
+const BUCKET_SCRIPT: &str = r#"
+local out = {}
+for i = 1, #KEYS do
+  local k = KEYS[i]
+  local b = (i - 1) * 7
+  local delta = tonumber(ARGV[b + 1])
+  local now = tonumber(ARGV[b + 2])
+  local v = redis.call('HMGET', k, 't', 'n')
+  local tat = tonumber(v[1])
+  local spent = tonumber(v[2]) or 0
+  local write = false
+  if tat == nil then
+    tat = tonumber(ARGV[b + 6])
+    write = tat > now
+  end
+  if delta ~= 0 then
+    local limit = math.max(now + tonumber(ARGV[b + 5]), tat)
+    local base = math.max(tat, tonumber(ARGV[b + 3]))
+    tat = math.min(math.max(base + delta * tonumber(ARGV[b + 4]), now), limit)
+    spent = math.max(spent + delta, 0)
+    write = true
+  end
+  if write then
+    redis.call('HSET', k, 't', string.format('%.17g', tat), 'n', spent)
+    redis.call('PEXPIRE', k, math.ceil(math.max(tat - now, 0) / 1000) + tonumber(ARGV[b + 7]))
+  end
+  out[2 * i - 1] = math.floor(tat)
+  out[2 * i] = spent
+end
+return out
+"#;
+
 /// Items per script call: bounds the script's run time on the Redis thread.
 const CHUNK: usize = 500;
 
-/// The key of an item's counter of epoch `i` (0: current, 1: previous): version 2, a hash.
+/// The key of a window item's counter of epoch `i` (0: current, 1: previous): version 2, a
+/// hash.
 fn key(prefix: &str, it: &SyncItem, i: usize) -> String {
+    let epoch = match it.op {
+        SyncOp::Window { epochs, .. } => epochs[i],
+        SyncOp::Bucket { .. } => 0,
+    };
     format!(
-        "{prefix}sluice:v2:{{{:032x}}}:{}:{}",
-        it.entity, it.limit, it.epochs[i]
+        "{prefix}sluice:v2:{{{:032x}}}:{}:{epoch}",
+        it.entity, it.limit
     )
+}
+
+/// The key of a bucket item: a hash of `tat` and tokens spent.
+fn bucket_key(prefix: &str, it: &SyncItem) -> String {
+    format!("{prefix}sluice:b1:{{{:032x}}}:{}", it.entity, it.limit)
 }
 
 /// A replica's field in every counter.
@@ -132,26 +178,103 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
-/// `EVALSHA sha` (or `EVAL source`) of the script over `items`.
+/// Which script an item goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Window,
+    Bucket,
+}
+
+impl Kind {
+    fn of(it: &SyncItem) -> Kind {
+        match it.op {
+            SyncOp::Window { .. } => Kind::Window,
+            SyncOp::Bucket { .. } => Kind::Bucket,
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            Kind::Window => SYNC_SCRIPT,
+            Kind::Bucket => BUCKET_SCRIPT,
+        }
+    }
+}
+
+/// The script calls of a batch: windows, then buckets, each in chunks of [`CHUNK`], with
+/// the indices of the items each covers.
+fn batches(items: &[SyncItem]) -> Vec<(Kind, Vec<usize>)> {
+    let mut out = Vec::new();
+    for kind in [Kind::Window, Kind::Bucket] {
+        let of: Vec<usize> = (0..items.len())
+            .filter(|&i| Kind::of(&items[i]) == kind)
+            .collect();
+        out.extend(of.chunks(CHUNK).map(|c| (kind, c.to_vec())));
+    }
+    out
+}
+
+/// `EVALSHA sha` (or `EVAL source`) of the `kind` script over the items `of`.
 fn script_call(
     verb: &str,
     script: &str,
+    kind: Kind,
     replica: u64,
-    items: &[SyncItem],
+    items: &[&SyncItem],
     prefix: &str,
 ) -> redis::Cmd {
     let mut cmd = redis::cmd(verb);
-    cmd.arg(script).arg(items.len() * 2);
-    for it in items {
-        cmd.arg(key(prefix, it, 0)).arg(key(prefix, it, 1));
-    }
-    cmd.arg(field(replica));
-    for it in items {
-        cmd.arg(it.ttl_ms)
-            .arg(it.deltas[0])
-            .arg(it.deltas[1])
-            .arg(it.acked[0])
-            .arg(it.acked[1]);
+    cmd.arg(script);
+    match kind {
+        Kind::Window => {
+            cmd.arg(items.len() * 2);
+            for it in items {
+                cmd.arg(key(prefix, it, 0)).arg(key(prefix, it, 1));
+            }
+            cmd.arg(field(replica));
+            for it in items {
+                if let SyncOp::Window {
+                    epochs: _,
+                    deltas,
+                    acked,
+                    ttl_ms,
+                } = it.op
+                {
+                    cmd.arg(ttl_ms)
+                        .arg(deltas[0])
+                        .arg(deltas[1])
+                        .arg(acked[0])
+                        .arg(acked[1]);
+                }
+            }
+        }
+        Kind::Bucket => {
+            cmd.arg(items.len());
+            for it in items {
+                cmd.arg(bucket_key(prefix, it));
+            }
+            for it in items {
+                if let SyncOp::Bucket {
+                    delta,
+                    now_us,
+                    since_us,
+                    interval_ns,
+                    max_ahead_ns,
+                    floor_us,
+                    ttl_ms,
+                } = it.op
+                {
+                    // Microseconds as decimals: an interval need not be whole.
+                    cmd.arg(delta)
+                        .arg(now_us)
+                        .arg(since_us)
+                        .arg(format!("{}", interval_ns as f64 / 1000.0))
+                        .arg(format!("{}", max_ahead_ns as f64 / 1000.0))
+                        .arg(floor_us)
+                        .arg(ttl_ms);
+                }
+            }
+        }
     }
     cmd
 }
@@ -201,6 +324,7 @@ pub struct RedisShard {
     pool: Pool,
     prefix: String,
     script: redis::Script,
+    bucket: redis::Script,
     beat: redis::Script,
 }
 
@@ -217,13 +341,15 @@ impl RedisShard {
             pool,
             prefix: opts.prefix.clone(),
             script: redis::Script::new(SYNC_SCRIPT),
+            bucket: redis::Script::new(BUCKET_SCRIPT),
             beat: redis::Script::new(HEARTBEAT_SCRIPT),
         })
     }
 
-    /// One pipeline: the sync script per chunk of items, then the heartbeat (when given).
-    /// Errors are read per reply: a heartbeat that fails (its script not loaded yet, say)
-    /// must not make the chunks, which were applied, be sent again.
+    /// One pipeline: a script call per chunk of items (`batches`), then the heartbeat (when
+    /// given). Errors are read per reply: a heartbeat that fails (its script not loaded yet,
+    /// say) must not make the chunks, which were applied, be sent again; a chunk answered
+    /// NOSCRIPT was not applied, and is sent again once the scripts are loaded.
     async fn pipeline(
         &self,
         replica: u64,
@@ -231,36 +357,56 @@ impl RedisShard {
         beat: Option<&Heartbeat>,
     ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
+        let calls = batches(items);
+        let cmd = |verb: &str, kind: Kind, of: &[usize]| {
+            let script = match (verb, kind) {
+                ("EVAL", k) => k.source().to_string(),
+                (_, Kind::Window) => self.script.get_hash().to_string(),
+                (_, Kind::Bucket) => self.bucket.get_hash().to_string(),
+            };
+            let its: Vec<&SyncItem> = of.iter().map(|&i| &items[i]).collect();
+            script_call(verb, &script, kind, replica, &its, &self.prefix)
+        };
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for chunk in items.chunks(CHUNK) {
-            let sha = self.script.get_hash();
-            pipe.add_command(script_call("EVALSHA", sha, replica, chunk, &self.prefix));
+        for (kind, of) in &calls {
+            pipe.add_command(cmd("EVALSHA", *kind, of));
         }
         if let Some(b) = beat {
             pipe.add_command(beat_cmd("EVALSHA", self.beat.get_hash(), b, &self.prefix));
         }
-        let chunks = items.len().div_ceil(CHUNK);
         let mut replies: Vec<Value> = pipe.query_async(&mut *conn).await.map_err(backend)?;
-        // The last chunk's reply (with no chunks, the heartbeat's) says whether the scripts
-        // are loaded: every chunk uses the one sync script, so none of them was applied.
-        let unapplied = replies
-            .get(chunks.saturating_sub(1))
-            .is_some_and(is_noscript_reply);
-        if unapplied {
-            // A new or restarted Redis: nothing was applied (a heartbeat may be sent twice:
-            // it only sets a score). Load the scripts and send again.
+        if replies.iter().any(is_noscript_reply) {
+            // A new or restarted Redis: load the scripts and send again what was not applied
+            // (a heartbeat may be sent twice: it only sets a score).
             self.script.load_async(&mut *conn).await.map_err(backend)?;
+            self.bucket.load_async(&mut *conn).await.map_err(backend)?;
             self.beat.load_async(&mut *conn).await.map_err(backend)?;
-            replies = pipe.query_async(&mut *conn).await.map_err(backend)?;
+            let mut again = redis::pipe();
+            again.ignore_errors();
+            let redo: Vec<usize> = (0..replies.len())
+                .filter(|&i| is_noscript_reply(&replies[i]))
+                .collect();
+            for &i in &redo {
+                match calls.get(i) {
+                    Some((kind, of)) => again.add_command(cmd("EVALSHA", *kind, of)),
+                    None => again.add_command(beat_cmd(
+                        "EVALSHA",
+                        self.beat.get_hash(),
+                        beat.expect("a reply past the calls is the heartbeat's"),
+                        &self.prefix,
+                    )),
+                };
+            }
+            let second: Vec<Value> = again.query_async(&mut *conn).await.map_err(backend)?;
+            for (i, v) in redo.into_iter().zip(second) {
+                replies[i] = v;
+            }
         }
-        let live = match beat.and(replies.get(chunks)) {
+        let live = match beat.and(replies.get(calls.len())) {
             None => None,
             Some(Value::Int(n)) => Some((*n).clamp(0, i64::from(u32::MAX)) as u32),
             Some(other) => {
-                if is_noscript_reply(other) {
-                    let _ = self.beat.load_async(&mut *conn).await;
-                }
                 if items.is_empty() {
                     return Err(backend(format!("heartbeat failed: {other:?}")));
                 }
@@ -268,9 +414,11 @@ impl RedisShard {
                 None
             }
         };
-        let mut out = Vec::with_capacity(items.len());
-        for (reply, chunk) in replies.iter().zip(items.chunks(CHUNK)) {
-            out.extend(totals(reply, chunk.len())?);
+        let mut out = vec![[0; 2]; items.len()];
+        for (reply, (_, of)) in replies.iter().zip(&calls) {
+            for (i, t) in of.iter().zip(totals(reply, of.len())?) {
+                out[*i] = t;
+            }
         }
         Ok((out, live))
     }
@@ -317,7 +465,6 @@ pub struct RedisClusterStore {
     name: String,
     pool: deadpool_redis::cluster::Pool,
     prefix: String,
-    script: redis::Script,
 }
 
 impl RedisClusterStore {
@@ -338,7 +485,6 @@ impl RedisClusterStore {
             ),
             pool,
             prefix: opts.prefix.clone(),
-            script: redis::Script::new(SYNC_SCRIPT),
         })
     }
 }
@@ -350,17 +496,19 @@ impl ShardStore for RedisClusterStore {
 
     async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
         let conn = self.pool.get().await.map_err(backend)?;
-        let sha = self.script.get_hash();
         // One call per entity limit: a script's keys must share a slot.
         let calls = items.iter().map(|it| {
             let mut c = (*conn).clone();
-            let one = std::slice::from_ref(it);
-            let cmd = script_call("EVALSHA", sha, replica, one, &self.prefix);
+            let kind = Kind::of(it);
+            let sha = sha1_hex(kind.source());
+            let one = [it];
+            let cmd = script_call("EVALSHA", &sha, kind, replica, &one, &self.prefix);
             async move {
                 let v: Value = match cmd.query_async(&mut c).await {
                     Err(e) if is_noscript(&e) => {
                         // EVAL with the source caches the script on the slot's owner.
-                        let load = script_call("EVAL", SYNC_SCRIPT, replica, one, &self.prefix);
+                        let load =
+                            script_call("EVAL", kind.source(), kind, replica, &one, &self.prefix);
                         load.query_async(&mut c).await.map_err(backend)?
                     }
                     r => r.map_err(backend)?,
@@ -417,6 +565,19 @@ impl ShardStore for RedisClusterStore {
 mod tests {
     use super::*;
 
+    fn window_item(entity: u128, limit: u8, epochs: [u64; 2]) -> SyncItem {
+        SyncItem {
+            entity,
+            limit,
+            op: SyncOp::Window {
+                epochs,
+                deltas: [1, 0],
+                acked: [0, 0],
+                ttl_ms: 1,
+            },
+        }
+    }
+
     #[test]
     fn the_redis_key_of_a_known_rule_is_pinned() {
         // The contract between versions (rules/identity.rs): a rolling upgrade must not move
@@ -435,14 +596,7 @@ mod tests {
         let m = rules
             .find("edge", &[("remote_address", "10.0.0.1")])
             .unwrap();
-        let item = SyncItem {
-            entity: m.entity,
-            limit: 0,
-            epochs: [20_000, 19_999],
-            deltas: [1, 0],
-            acked: [0, 0],
-            ttl_ms: 2 * 86_400_000,
-        };
+        let item = window_item(m.entity, 0, [20_000, 19_999]);
         assert_eq!(
             key("tenant-a:", &item, 0),
             "tenant-a:sluice:v2:{11a4ed83fdcfa3756cf3fa4df5896fd2}:0:20000"
@@ -452,14 +606,7 @@ mod tests {
 
     #[test]
     fn keys_keep_an_entity_in_one_slot() {
-        let it = SyncItem {
-            entity: 0xab,
-            limit: 1,
-            epochs: [10, 9],
-            deltas: [1, 0],
-            acked: [0, 0],
-            ttl_ms: 1,
-        };
+        let it = window_item(0xab, 1, [10, 9]);
         assert_eq!(
             key("p:", &it, 0),
             "p:sluice:v2:{000000000000000000000000000000ab}:1:10"

@@ -43,9 +43,9 @@ use super::health::ShardHealth;
 use super::queue::SyncQueues;
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::{Clock, UnixMillis};
-use crate::core::fleet::SyncPlan;
 use crate::core::table::{Entity, EntityState};
 use crate::core::tier::{SyncPolicy, Tier};
+use crate::core::Plan;
 
 /// How the shard tasks run.
 #[derive(Debug, Clone, Copy)]
@@ -126,7 +126,7 @@ impl<S> Clone for ShardSync<S> {
 
 struct Planned {
     entity: Arc<Entity>,
-    plans: Vec<SyncPlan>,
+    plans: Vec<Plan>,
 }
 
 /// A round trip begun: its entities (owned by the guard until the reply is settled) and
@@ -348,7 +348,7 @@ impl<S: ShardStore> ShardSync<S> {
                         .iter()
                         .map(|e| {
                             let st = e.state.lock();
-                            st.windows.iter().map(|w| w.pending().max(0)).sum::<i64>()
+                            st.states.iter().map(|w| w.pending().max(0)).sum::<i64>()
                         })
                         .sum();
                     stats
@@ -381,19 +381,19 @@ impl<S: ShardStore> ShardSync<S> {
                 && entity
                     .limits
                     .iter()
-                    .zip(&st.windows)
+                    .zip(&st.states)
                     .any(|(l, w)| policy.due(w, l, now, st.last_sync_ms))
         };
         for entity in self.queues.take(self.index) {
             let mut st = entity.state.lock();
-            let pending: i64 = st.windows.iter().map(|w| w.pending()).sum();
+            let pending: i64 = st.states.iter().map(|w| w.pending()).sum();
             let due = if flush {
                 pending != 0
             } else {
                 st.in_flight == 0 && due(&entity, &st, &items)
             };
             if !due {
-                if pending == 0 && st.in_flight == 0 && st.windows.iter().all(|w| w.ever_synced()) {
+                if pending == 0 && st.in_flight == 0 && st.states.iter().all(|w| w.ever_synced()) {
                     // Nothing to send: the next hit queues it again.
                     self.queues.release(&mut st);
                 } else {
@@ -430,23 +430,16 @@ impl<S: ShardStore> ShardSync<S> {
         trip: Trip,
         now: UnixMillis,
         items: &mut Vec<SyncItem>,
-    ) -> Vec<SyncPlan> {
+    ) -> Vec<Plan> {
         let stats = &self.queues.stats;
         let mut plans = Vec::with_capacity(entity.limits.len());
         for (i, limit) in entity.limits.iter().enumerate() {
-            let w = &mut st.windows[i];
+            let w = &mut st.states[i];
             let tier = Tier::of(w.pressure(limit, now)) as usize;
             stats.synced_by_tier[tier].fetch_add(1, Ordering::Relaxed);
             let mut plan = w.begin_sync(limit, now);
-            plan.burst = trip == Trip::Burst;
-            items.push(SyncItem {
-                entity: entity.key,
-                limit: i as u8,
-                epochs: plan.epochs,
-                deltas: plan.deltas,
-                acked: plan.acked,
-                ttl_ms: 2 * limit.window_ms,
-            });
+            plan.set_burst(trip == Trip::Burst);
+            items.push(SyncItem::of(entity.key, i as u8, limit, &plan, now));
             plans.push(plan);
         }
         st.in_flight += 1;
@@ -513,7 +506,7 @@ impl<S: ShardStore> ShardSync<S> {
             for (i, plan) in p.plans.iter().enumerate() {
                 let limit = &p.entity.limits[i];
                 let total = totals.next().unwrap_or([0, 0]);
-                let w = &mut st.windows[i];
+                let w = &mut st.states[i];
                 let before = w.pressure(limit, done);
                 let tier_before = Tier::of(before);
                 w.complete_sync(limit, plan, total, done);
@@ -534,8 +527,8 @@ impl<S: ShardStore> ShardSync<S> {
             // then its node keeps to the prior (`core/prior.rs`), so a quiet entity read once
             // must not stay there until its next hit.
             let settling =
-                self.queues.live_replicas() > 1 && st.windows.iter().any(|w| !w.settled(tick_ms));
-            if settling || st.windows.iter().any(|w| w.pending() != 0) {
+                self.queues.live_replicas() > 1 && st.states.iter().any(|w| !w.settled(tick_ms));
+            if settling || st.states.iter().any(|w| w.pending() != 0) {
                 drop(st);
                 requeue.push(p.entity);
             } else {
@@ -554,7 +547,7 @@ fn put_back(planned: Vec<Planned>) -> Vec<Arc<Entity>> {
         .filter_map(|p| {
             let mut st = p.entity.state.lock();
             for (i, plan) in p.plans.iter().enumerate() {
-                st.windows[i].fail_sync(plan);
+                st.states[i].fail_sync(plan);
             }
             st.in_flight -= 1;
             let held = st.in_flight > 0;

@@ -36,7 +36,7 @@ fn paused() -> (EntityCache, Arc<SyncQueues>, ShardSync<FakeStore>, Paused) {
 fn hit_at(cache: &EntityCache, queues: &SyncQueues, key: u128, now: UnixMillis) {
     let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
     let mut st = e.state.lock();
-    crate::core::decide(&mut st.windows[0], &limit(), now, 1);
+    crate::core::decide(&mut st.states[0], &limit(), now, 1);
     queues.mark_dirty(&e, &mut st);
 }
 
@@ -121,7 +121,7 @@ async fn in_a_fleet_an_entity_stays_queued_until_its_first_reply_is_a_tick_old()
     let hit = |key| {
         let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
         let mut st = e.state.lock();
-        crate::core::decide(&mut st.windows[0], &limit(), clock.now(), 1);
+        crate::core::decide(&mut st.states[0], &limit(), clock.now(), 1);
         queues.mark_dirty(&e, &mut st);
     };
     // Alone: one reply and the quiet entity is released, as before.
@@ -238,7 +238,7 @@ async fn two_burst_reads_of_an_entity_go_at_once_and_count_its_hits_once() {
     ms(10).await;
     let settled = {
         let st = e.state.lock();
-        (st.in_flight, st.windows[0].pending())
+        (st.in_flight, st.states[0].pending())
     };
     assert_eq!(settled, (0, 0));
     assert_eq!(store.inner.total(1, 0, T0 / 60_000), 20);

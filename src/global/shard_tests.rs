@@ -47,7 +47,7 @@ fn hit(cache: &EntityCache, queues: &SyncQueues, key: u128, clock: &ManualClock,
     let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
     let mut st = e.state.lock();
     for _ in 0..n {
-        crate::core::decide(&mut st.windows[0], &limit(), clock.now(), 1);
+        crate::core::decide(&mut st.states[0], &limit(), clock.now(), 1);
     }
     queues.mark_dirty(&e, &mut st);
 }

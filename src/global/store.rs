@@ -15,23 +15,92 @@
 use std::future::Future;
 use std::time::Duration;
 
-/// One limit of one entity in a sync call: add `deltas` to the counters of `epochs` (current,
-/// previous) and return both totals.
+use crate::core::bucket::Geometry;
+use crate::core::clock::UnixMillis;
+use crate::core::{Limit, Plan};
+
+/// One limit of one entity in a sync call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SyncItem {
     /// The entity.
     pub entity: u128,
     /// Which limit of the entity's rule.
     pub limit: u8,
-    /// The current and previous epoch.
-    pub epochs: [u64; 2],
-    /// Hits to add to each.
-    pub deltas: [i64; 2],
-    /// This replica's part of each before the deltas, as last acknowledged: after the call
-    /// the part holds at least `acked + deltas` (raised if less, never lowered).
-    pub acked: [i64; 2],
-    /// Expiry of a counter the call creates: two windows.
-    pub ttl_ms: u64,
+    /// What to do with its counters.
+    pub op: SyncOp,
+}
+
+/// What a sync does to one limit's counters in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncOp {
+    /// A window: add `deltas` to the counters of `epochs` (current, previous) and return both
+    /// totals.
+    Window {
+        /// The current and previous epoch.
+        epochs: [u64; 2],
+        /// Hits to add to each.
+        deltas: [i64; 2],
+        /// This replica's part of each before the deltas, as last acknowledged: after the
+        /// call the part holds at least `acked + deltas` (raised if less, never lowered).
+        acked: [i64; 2],
+        /// Expiry of a counter the call creates: two windows.
+        ttl_ms: u64,
+    },
+    /// A token bucket (`core/bucket.rs`): spend `delta` tokens from `since_us` —
+    /// `tat = max(tat, since) + delta × interval`, at most `max_ahead` past now (a refund,
+    /// negative, never takes it below now) — add `delta` to the running count of tokens
+    /// spent, and return `[tat (Unix µs), spent]`. A bucket the store does not hold starts
+    /// at `tat = floor_us` (0: full), so a Redis that restarted empty gets back what this
+    /// replica last read.
+    Bucket {
+        /// Tokens to spend (negative: give back).
+        delta: i64,
+        /// Now, on the fleet's clock (Unix µs).
+        now_us: u64,
+        /// When the first of the tokens was spent (Unix µs; at most now).
+        since_us: u64,
+        /// Time to refill one token (ns).
+        interval_ns: u64,
+        /// How far past now the bucket's `tat` may go (ns).
+        max_ahead_ns: u64,
+        /// The `tat` a lost bucket is restored to (Unix µs; 0: full).
+        floor_us: u64,
+        /// The bucket is kept this long after it is full again (ms).
+        ttl_ms: u64,
+    },
+}
+
+impl SyncItem {
+    /// The item of `limit` (index `index` of the entity's rule) for `plan`, begun at `now`.
+    pub fn of(entity: u128, index: u8, limit: &Limit, plan: &Plan, now: UnixMillis) -> Self {
+        let op = match plan {
+            Plan::Window(p) => SyncOp::Window {
+                epochs: p.epochs,
+                deltas: p.deltas,
+                acked: p.acked,
+                ttl_ms: 2 * limit.window_ms,
+            },
+            Plan::Bucket(p) => {
+                let g = Geometry::of(limit);
+                SyncOp::Bucket {
+                    delta: p.delta,
+                    now_us: now.0.saturating_mul(1000),
+                    since_us: p.since_ms.clamp(1, now.0).saturating_mul(1000),
+                    interval_ns: g.interval_ns,
+                    max_ahead_ns: g.max_ahead_ns,
+                    floor_us: p.floor_us,
+                    // Its running count of spends outlives a full bucket by a minute, so
+                    // rates measured across a quiet spell stay whole.
+                    ttl_ms: 60_000,
+                }
+            }
+        };
+        SyncItem {
+            entity,
+            limit: index,
+            op,
+        }
+    }
 }
 
 /// A replica announcing itself: one member per replica in the shard's set of live replicas,

@@ -4,7 +4,7 @@
 use super::resolve::Target;
 use super::RateLimiter;
 use crate::core::clock::UnixMillis;
-use crate::core::{FleetView, Verdict, WindowState};
+use crate::core::{FleetView, LimitState, Verdict};
 use crate::rules::Rule;
 use crate::telemetry::RuleStats;
 
@@ -62,7 +62,7 @@ impl RateLimiter {
         );
 
         let mut guard = entity.state.lock();
-        let windows = &mut guard.windows;
+        let states = &mut guard.states;
         let check_hits = if matches!(count, Count::Refund) {
             0
         } else {
@@ -70,24 +70,24 @@ impl RateLimiter {
         };
         // Global mode: what the heartbeats say of the fleet, for a cold entity's prior.
         let fleet = self.sync.as_ref().map_or(FleetView::ALONE, |q| q.fleet());
-        let mut outcome = most_restrictive(rule, windows, now, check_hits, &fleet)?;
+        let mut outcome = most_restrictive(rule, states, now, check_hits, &fleet)?;
         match count {
             Count::No => {}
             Count::Refund => {
                 for (i, spec) in rule.limits.iter().enumerate() {
-                    windows[i].refund(&spec.limit, now, hits);
+                    states[i].refund(&spec.limit, now, hits);
                 }
             }
             // Held back: nothing is counted, so the status is the count as it stands (the
             // reference reads the unchanged counter), not as if these hits had been added.
             Count::Yes { hold_within: true } if !outcome.over => {
-                outcome = most_restrictive(rule, windows, now, 0, &fleet)?;
+                outcome = most_restrictive(rule, states, now, 0, &fleet)?;
             }
             Count::Yes { .. } => {
                 for (i, spec) in rule.limits.iter().enumerate() {
                     // A `strict` limit (the default) counts a denied request's hits too.
                     if !outcome.over || spec.strict {
-                        windows[i].record(&spec.limit, now, hits);
+                        states[i].record_with(&spec.limit, now, hits, &fleet);
                     }
                 }
             }
@@ -99,7 +99,7 @@ impl RateLimiter {
             let young_and_full = rule
                 .limits
                 .iter()
-                .zip(guard.windows.iter())
+                .zip(guard.states.iter())
                 .any(|(spec, w)| w.wants_burst_read(&spec.limit, now, &fleet));
             if young_and_full {
                 q.want_burst_read(&entity);
@@ -121,7 +121,7 @@ impl RateLimiter {
             }
         } else {
             RuleStats::add(&s.within_limit, hits);
-            let limit = rule.limits[o.reported].limit.requests_per_unit;
+            let limit = rule.limits[o.reported].limit.capacity();
             let near = (f64::from(limit) * self.opts.near_limit_ratio).floor() as u64;
             if o.verdict.count_after > near {
                 RuleStats::add(&s.near_limit, hits);
@@ -134,13 +134,13 @@ impl RateLimiter {
 /// [`pick`]).
 fn most_restrictive(
     rule: &Rule,
-    windows: &mut [WindowState],
+    states: &mut [LimitState],
     now: UnixMillis,
     hits: u64,
     fleet: &FleetView,
 ) -> Option<Outcome> {
     pick(
-        windows
+        states
             .iter_mut()
             .zip(&rule.limits)
             .map(|(w, spec)| w.check_with(&spec.limit, now, hits, fleet)),

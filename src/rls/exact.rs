@@ -114,6 +114,7 @@ fn verdict(it: &ExactItem, now: UnixMillis, prev: u64, curr: u64, over: bool) ->
     let hits = if it.refund { 0 } else { it.hits };
     let mut v = verdict_on(&limit, now, window_count(&limit, now, prev, curr), hits);
     v.over = over;
+    v.retry_ms = if over { v.reset_ms } else { 0 };
     if over {
         v.remaining = 0;
     }

@@ -16,6 +16,8 @@ use crate::rules::{Rule, Unit};
 #[derive(Default)]
 pub(super) struct Response {
     statuses: Vec<DescriptorStatus>,
+    /// Per status: seconds until a refused request would be admitted (`Retry-After`).
+    retry_secs: Vec<u64>,
     non_quota_over: bool,
     quotas: usize,
     quotas_over: usize,
@@ -26,12 +28,14 @@ impl Response {
     pub(super) fn with_capacity(n: usize) -> Self {
         Response {
             statuses: Vec::with_capacity(n),
+            retry_secs: Vec::with_capacity(n),
             ..Default::default()
         }
     }
 
     /// A descriptor no rule applies to: OK, no limit, 0 left.
     pub(super) fn no_rule(&mut self) {
+        self.retry_secs.push(0);
         self.statuses.push(DescriptorStatus {
             code: Code::Ok as i32,
             ..Default::default()
@@ -40,6 +44,7 @@ impl Response {
 
     /// An unlimited descriptor: OK, no limit, `u32::MAX` left.
     pub(super) fn unlimited(&mut self) {
+        self.retry_secs.push(0);
         self.statuses.push(DescriptorStatus {
             code: Code::Ok as i32,
             limit_remaining: u32::MAX,
@@ -57,6 +62,8 @@ impl Response {
             self.non_quota_over |= reported_over;
         }
         let spec = &rule.limits[outcome.reported];
+        self.retry_secs
+            .push(outcome.verdict.retry_ms.div_ceil(1000));
         self.statuses.push(DescriptorStatus {
             code: if reported_over {
                 Code::OverLimit
@@ -87,7 +94,12 @@ impl Response {
             Code::Ok
         };
         let response_headers_to_add = match &opts.response_headers {
-            Some(names) => headers(names, &self.statuses, overall == Code::OverLimit),
+            Some(names) => headers(
+                names,
+                &self.statuses,
+                &self.retry_secs,
+                overall == Code::OverLimit,
+            ),
             None => Vec::new(),
         };
         RateLimitResponse {
@@ -125,13 +137,20 @@ pub(super) fn rule_unit(u: PbUnit) -> Unit {
 
 /// The rate-limit headers from the most restrictive limited descriptor: an over-limit one
 /// wins, else the one with the fewest hits left. `Retry-After` is added when the request is
-/// refused.
-fn headers(names: &HeaderNames, statuses: &[DescriptorStatus], refused: bool) -> Vec<HeaderValue> {
+/// refused: when the picked descriptor would admit it again (its window's end, or the time its
+/// bucket takes to hold the tokens).
+fn headers(
+    names: &HeaderNames,
+    statuses: &[DescriptorStatus],
+    retry_secs: &[u64],
+    refused: bool,
+) -> Vec<HeaderValue> {
     let reset = |s: &DescriptorStatus| s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
-    let Some(pick) = statuses
+    let Some((i, pick)) = statuses
         .iter()
-        .filter(|s| s.current_limit.is_some())
-        .max_by_key(|s| {
+        .enumerate()
+        .filter(|(_, s)| s.current_limit.is_some())
+        .max_by_key(|(_, s)| {
             (
                 s.code == Code::OverLimit as i32,
                 std::cmp::Reverse(s.limit_remaining),
@@ -156,7 +175,13 @@ fn headers(names: &HeaderNames, statuses: &[DescriptorStatus], refused: bool) ->
         header(&names.reset, reset(pick).to_string()),
     ];
     if refused {
-        out.push(header("Retry-After", reset(pick).to_string()));
+        // A refused request whose picked descriptor is within its limit (quota mode, say)
+        // is told the reset, as before.
+        let retry = retry_secs.get(i).copied().filter(|&r| r > 0);
+        out.push(header(
+            "Retry-After",
+            retry.unwrap_or(reset(pick) as u64).to_string(),
+        ));
     }
     out
 }

@@ -237,6 +237,7 @@ impl Compiler<'_> {
                 requests_per_unit: rl.requests_per_unit,
                 unit_multiplier: rl.unit_multiplier,
                 algorithm: rl.algorithm.clone(),
+                burst: rl.burst,
                 strict: rl.strict,
             };
             for l in std::iter::once(&primary).chain(&d.additional_limits) {
@@ -304,13 +305,28 @@ impl Compiler<'_> {
         let algorithm = match l.algorithm.as_deref() {
             None | Some("sliding_window") => Algorithm::SlidingWindow,
             Some("fixed_window") => Algorithm::FixedWindow,
+            Some("token_bucket") => Algorithm::TokenBucket {
+                burst: l.burst.unwrap_or(l.requests_per_unit),
+            },
             Some(other) => {
                 self.error(format!(
-                    "invalid algorithm '{other}' (expected sliding_window or fixed_window)"
+                    "invalid algorithm '{other}' (expected sliding_window, fixed_window or token_bucket)"
                 ));
                 return None;
             }
         };
+        let bucket = matches!(algorithm, Algorithm::TokenBucket { .. });
+        if l.burst.is_some() && !bucket {
+            self.error(format!("{composite}: burst needs algorithm: token_bucket"));
+            return None;
+        }
+        // A token takes at least a nanosecond to refill (`core/bucket.rs`).
+        if bucket && u64::from(l.requests_per_unit) * 1000 > window_ms * MAX_BUCKET_RATE {
+            self.error(format!(
+                "{composite}: a token bucket refills at most {MAX_BUCKET_RATE} tokens a second"
+            ));
+            return None;
+        }
         Some(LimitSpec {
             limit: Limit {
                 requests_per_unit: l.requests_per_unit,
@@ -318,10 +334,14 @@ impl Compiler<'_> {
                 algorithm,
             },
             unit,
-            strict: l.strict.unwrap_or(true),
+            // Buckets are lenient unless told: a denied request takes no token.
+            strict: l.strict.unwrap_or(!bucket),
         })
     }
 }
+
+/// The fastest refill a token bucket may have, per second: one token per nanosecond.
+const MAX_BUCKET_RATE: u64 = 1_000_000_000;
 
 #[cfg(test)]
 mod tests {

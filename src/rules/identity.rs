@@ -9,8 +9,9 @@
 //!   reference's stats key) as `u32 LE length ‖ UTF-8 bytes`, then `unlimited` as one byte
 //!   (0/1), then the number of limits as one byte, then per limit:
 //!   `algorithm tag (u8) ‖ requests_per_unit (u32 LE) ‖ window_ms (u64 LE)`, with tags
-//!   0 = sliding window, 1 = fixed window. A new algorithm gets a new tag and may append
-//!   fields of its own after these; existing rules keep their ids.
+//!   0 = sliding window, 1 = fixed window, 2 = token bucket (followed by its `burst`, u32
+//!   LE). A new algorithm gets a new tag and may append fields of its own after these;
+//!   existing rules keep their ids.
 //! - **Entity key** = XXH3-128 (seed 0), streamed over: for each request value at a key-only
 //!   or wildcard level without `share_threshold`, `u64 LE length ‖ bytes` (length-prefixed so
 //!   `("ab","c")` and `("a","bc")` differ), then the rule id as `u64 LE`.
@@ -47,6 +48,9 @@ pub fn rule_id(composite_key: &str, unlimited: bool, limits: &[Limit]) -> u64 {
         bytes.push(algorithm_tag(l.algorithm));
         bytes.extend_from_slice(&l.requests_per_unit.to_le_bytes());
         bytes.extend_from_slice(&l.window_ms.to_le_bytes());
+        if let Algorithm::TokenBucket { burst } = l.algorithm {
+            bytes.extend_from_slice(&burst.to_le_bytes());
+        }
     }
     xxh3_64(&bytes)
 }
@@ -55,6 +59,7 @@ fn algorithm_tag(a: Algorithm) -> u8 {
     match a {
         Algorithm::SlidingWindow => 0,
         Algorithm::FixedWindow => 1,
+        Algorithm::TokenBucket { .. } => 2,
     }
 }
 

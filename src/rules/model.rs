@@ -31,6 +31,7 @@ pub const VALID_KEYS: &[&str] = &[
     "metadata",
     // sluice extensions
     "algorithm",
+    "burst",
     "unit_multiplier",
     "additional_limits",
     "strict",
@@ -131,10 +132,13 @@ pub struct RateLimitConfig {
     /// Window length in units (sluice extension; default 1).
     #[serde(default, deserialize_with = "optional_whole_u32")]
     pub unit_multiplier: Option<u32>,
-    /// `sliding_window` (default) or `fixed_window` (sluice extension).
+    /// `sliding_window` (default), `fixed_window` or `token_bucket` (sluice extension).
     #[serde(default)]
     pub algorithm: Option<String>,
-    /// Whether denied hits are counted (sluice extension; default true).
+    /// A token bucket's capacity (sluice extension; default `requests_per_unit`).
+    #[serde(default, deserialize_with = "optional_whole_u32")]
+    pub burst: Option<u32>,
+    /// Whether denied hits are counted (sluice extension; default true, false for buckets).
     #[serde(default)]
     pub strict: Option<bool>,
     /// Global mode: decide every hit against Redis, atomically (sluice extension; README,
@@ -155,10 +159,13 @@ pub struct LimitConfig {
     /// Window length in units (default 1).
     #[serde(default, deserialize_with = "optional_whole_u32")]
     pub unit_multiplier: Option<u32>,
-    /// `sliding_window` (default) or `fixed_window`.
+    /// `sliding_window` (default), `fixed_window` or `token_bucket`.
     #[serde(default)]
     pub algorithm: Option<String>,
-    /// Whether denied hits are counted (default true).
+    /// A token bucket's capacity (default `requests_per_unit`).
+    #[serde(default, deserialize_with = "optional_whole_u32")]
+    pub burst: Option<u32>,
+    /// Whether denied hits are counted (default true, false for buckets).
     #[serde(default)]
     pub strict: Option<bool>,
 }

@@ -61,8 +61,9 @@ pub fn rules_yaml(limit: &Limit) -> String {
         .find(|&(_, s)| secs.is_multiple_of(s))
         .map_or(("second", secs), |(u, s)| (u, secs / s));
     let algorithm = match limit.algorithm {
-        Algorithm::SlidingWindow => "sliding_window, strict: false",
-        Algorithm::FixedWindow => "fixed_window",
+        Algorithm::SlidingWindow => "sliding_window, strict: false".to_string(),
+        Algorithm::FixedWindow => "fixed_window".to_string(),
+        Algorithm::TokenBucket { burst } => format!("token_bucket, burst: {burst}"),
     };
     format!(
         "domain: sim\ndescriptors:\n  - key: k\n    rate_limit: {{unit: {unit}, \

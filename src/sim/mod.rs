@@ -483,7 +483,7 @@ impl Exact {
 /// integer arithmetic: the exact reference, and what the plain design's reads return.
 fn exact_estimate(limit: &Limit, t: u64, curr: u64, prev: u64) -> u64 {
     match limit.algorithm {
-        Algorithm::FixedWindow => curr,
+        Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => curr,
         Algorithm::SlidingWindow => {
             let w = u128::from(limit.window_ms);
             let left = w - u128::from(t % limit.window_ms);

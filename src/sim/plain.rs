@@ -19,7 +19,7 @@ use super::fleet::SimClock;
 use super::store::SimStore;
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::{Algorithm, Limit, Tier};
-use crate::global::{ShardStore, SyncItem};
+use crate::global::{ShardStore, SyncItem, SyncOp};
 
 /// One replica of the plain design.
 #[derive(Debug, Default)]
@@ -102,22 +102,25 @@ impl PlainNode {
         // One pipeline: the writes of the two most recent epochs (older ones no longer
         // matter to any estimate), then the read of the current and previous epoch.
         let epoch = now.0 / limit.window_ms;
-        let mut item = SyncItem {
-            entity: 0,
-            limit: 0,
-            epochs: [epoch, epoch.saturating_sub(1)],
-            deltas: [0; 2],
-            // INCRBY semantics: every plain node adds to one part and never restores it.
-            acked: [0; 2],
-            ttl_ms: 2 * limit.window_ms,
-        };
+        let mut deltas = [0; 2];
         for &(e, n) in &self.unflushed {
             if e == epoch {
-                item.deltas[0] += n;
+                deltas[0] += n;
             } else if e + 1 == epoch {
-                item.deltas[1] += n;
+                deltas[1] += n;
             }
         }
+        let item = SyncItem {
+            entity: 0,
+            limit: 0,
+            op: SyncOp::Window {
+                epochs: [epoch, epoch.saturating_sub(1)],
+                deltas,
+                // INCRBY semantics: every plain node adds to one part and never restores it.
+                acked: [0; 2],
+                ttl_ms: 2 * limit.window_ms,
+            },
+        };
         self.in_flight = Some(PlainCall {
             wrote: std::mem::take(&mut self.unflushed),
             read,

@@ -1,0 +1,459 @@
+//! Token buckets: the state of one bucket limit of one entity (a GCRA theoretical arrival
+//! time), its decision, and global mode's sync of it.
+//!
+//! # The bucket
+//! A bucket of capacity `burst` refills `requests_per_unit` tokens per window (`unit` ×
+//! `unit_multiplier`): one token every `T = window / requests_per_unit` (whole nanoseconds,
+//! at least 1). It starts full. Its whole state is the *theoretical arrival time* `tat`
+//! (Unix ns): the moment it is full again (at or before now: full). The tokens owed at `now`
+//! are `(tat − now) / T`; a request of `h` tokens fits when `tat − now + h·T ≤ burst·T`, and
+//! spending them sets `tat = max(tat, now) + h·T`. Whole or nothing: a request that does not
+//! fit takes no token (unless the limit is `strict`, when the denied tokens are owed too,
+//! down to one capacity below empty — a client that keeps flooding stays denied until it
+//! slows below the refill rate). A refund (`is_negative_hits`) gives tokens back, never
+//! past full. 8 bytes in local mode, as GCRA promises; the rest is global mode's.
+//!
+//! # Global mode
+//! The fleet's bucket is one `tat` in the store, plus a running count of tokens spent (for
+//! measuring rates). Each sync sends the tokens this node spent since its last one; the store
+//! applies them as one spend (`tat = max(tat, now) + n·T`) and returns both values. A node
+//! decides from the fleet's `tat` as last read plus its own spends since (its *view*), with
+//! the same three guards as a window (`fleet.rs`, `prior.rs`):
+//! - **young** (no reply yet, or the first one less than a tick old): the node acts as a
+//!   bucket of its own of `1.05 × burst / live` tokens refilling at `1.05 × rate / live`;
+//! - **settled**: it spends only its share of the room the fleet's bucket will have at its
+//!   next read (the tokens left, refill included, less the others' spends not sent yet when
+//!   it was read), its share being its part of the fleet's recent spending, measured between
+//!   replies from the running count;
+//! - **alone** (one live replica): exact.
+//!
+//! ```
+//! use sluice::core::clock::UnixMillis;
+//! use sluice::core::window::{decide_lenient, Algorithm, Limit};
+//! use sluice::core::bucket::BucketState;
+//!
+//! // 10 a second, bursts of 30.
+//! let limit = Limit { requests_per_unit: 10, window_ms: 1000, algorithm: Algorithm::TokenBucket { burst: 30 } };
+//! let mut b = BucketState::default();
+//! let t = UnixMillis::from_secs(600);
+//! assert_eq!((0..40).filter(|_| !decide_lenient(&mut b, &limit, t, 1).over).count(), 30);
+//! let later = t.plus_millis(1000);
+//! assert_eq!((0..40).filter(|_| !decide_lenient(&mut b, &limit, later, 1).over).count(), 10);
+//! ```
+
+use super::clock::UnixMillis;
+use super::fleet::MIN_SAMPLE_MS;
+use super::prior::{FleetView, PRIOR_SLACK};
+use super::window::{Limit, Verdict, MAX_COUNT};
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// How much of the others' expected unsent spends (half a gap's worth at their rate) a node
+/// keeps out of the room it shares (as for windows, `fleet.rs`).
+const UNSENT_RESERVED: f64 = 0.75;
+
+/// The smallest share of the room a node keeps, so a node that was quiet for a while can
+/// still admit (its share would never grow back otherwise).
+const SHARE_FLOOR: f64 = 1.0 / 64.0;
+
+/// The time constant (ms) of the spend rates a share is measured from, at least: long enough
+/// that a few tokens a tick do not make a node's share jump between 0 and 1, short enough to
+/// follow traffic moving between replicas within a few seconds. A bucket that fills more
+/// slowly than this averages over its fill time.
+const RATE_TAU_MS: f64 = 2_000.0;
+
+/// The sizes of a bucket limit, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Time to refill one token (`T`), at least 1.
+    pub interval_ns: u64,
+    /// `burst · T`: how far ahead of now the `tat` of an empty bucket is.
+    pub capacity_ns: u64,
+    /// How far ahead the `tat` may go: one capacity below empty (strict debt).
+    pub max_ahead_ns: u64,
+    /// The capacity in tokens.
+    pub burst: u32,
+}
+
+impl Geometry {
+    /// The geometry of a bucket limit (a window limit reads as a bucket of its window).
+    pub fn of(limit: &Limit) -> Geometry {
+        let burst = limit.capacity();
+        let rpu = u128::from(limit.requests_per_unit.max(1));
+        let window_ns = u128::from(limit.window_ms) * u128::from(NS_PER_MS);
+        // Rounded to the nearest nanosecond: 3 a second refill every 333,333,333 ns.
+        let interval_ns = ((window_ns + rpu / 2) / rpu).clamp(1, u128::from(u64::MAX)) as u64;
+        let capacity_ns = interval_ns.saturating_mul(u64::from(burst));
+        Geometry {
+            interval_ns,
+            capacity_ns,
+            max_ahead_ns: capacity_ns.saturating_mul(2),
+            burst,
+        }
+    }
+
+    /// `tokens · T`, saturating.
+    fn span(&self, tokens: u64) -> u64 {
+        tokens.saturating_mul(self.interval_ns)
+    }
+
+    /// Whole tokens in `ns`, rounded up.
+    fn tokens_up(&self, ns: u64) -> u64 {
+        ns.div_ceil(self.interval_ns)
+    }
+}
+
+/// What one sync of a bucket sends: the tokens this node spent since its last sync.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketPlan {
+    /// Tokens to spend in the fleet's bucket (negative: a refund).
+    pub delta: i64,
+    /// When the first of them was spent (Unix ms): the store spends them from then, not from
+    /// the sync's time, so a node alone stays exact (a bucket that was full then and is
+    /// not by the time of the sync has not refilled for them yet).
+    pub since_ms: u64,
+    /// The fleet's `tat` as this node last read it (Unix µs, 0: never): a store that lost
+    /// the bucket (Redis restarted empty) restores it to at least this.
+    pub floor_us: u64,
+    /// A burst read (`prior.rs`): its reply measures rates however soon it comes.
+    pub burst: bool,
+}
+
+/// The state of one token-bucket limit of one entity (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BucketState {
+    /// This node's view of the bucket (Unix ns): local mode's exact `tat`; in global mode the
+    /// fleet's as last read, with this node's spends since applied.
+    tat: u64,
+    /// The fleet's `tat` as last read (Unix ns; 0 before the first reply).
+    remote: u64,
+    /// While young: this node's own bucket of its prior share (Unix ns).
+    own_tat: u64,
+    /// The fleet's running count of tokens spent, as last read.
+    spent_read: u64,
+    /// Own tokens not sent yet (negative: refunds).
+    pending: i64,
+    /// Own tokens sent and not acknowledged yet.
+    inflight: i64,
+    /// When the first of the pending tokens was spent (Unix ms; 0: none pending).
+    pending_since: u64,
+    /// When the last reply arrived (Unix ms; 0 before the first).
+    synced_at: u64,
+    /// The other nodes' spends per second, averaged over [`RATE_TAU_MS`].
+    others_per_sec: f32,
+    /// This node's acknowledged spends per second, averaged the same way.
+    own_per_sec: f32,
+    /// Time between the last two replies (ms, saturating); 0 until there were two.
+    gap_ms: u16,
+    /// Time from the first reply to the last (ms, saturating).
+    age_ms: u16,
+}
+
+// === impl BucketState ===
+
+impl BucketState {
+    /// Checks `hits` tokens at `now` without spending them.
+    pub fn check_with(
+        &self,
+        limit: &Limit,
+        now: UnixMillis,
+        hits: u64,
+        fleet: &FleetView,
+    ) -> Verdict {
+        let g = Geometry::of(limit);
+        let now_ns = now.0.saturating_mul(NS_PER_MS);
+        let need = g.span(hits);
+        let view = self.tat.saturating_sub(now_ns);
+        let estimate = view
+            .saturating_add(self.others_since(&g, now, fleet))
+            .min(g.max_ahead_ns.max(view));
+        let over = limit.requests_per_unit == 0
+            || view.saturating_add(need) > g.capacity_ns
+            || self.over_prior(&g, now_ns, hits, fleet)
+            || self.over_share(&g, now, hits, fleet);
+        let after = estimate.saturating_add(need);
+        let reported = if over { estimate } else { after };
+        // When over: the time until the fleet's bucket (as estimated) holds these tokens, or,
+        // for more tokens than it ever holds, until it is full.
+        let retry_ns = if need > g.capacity_ns {
+            estimate
+        } else {
+            after.saturating_sub(g.capacity_ns)
+        };
+        Verdict {
+            count_after: g.tokens_up(after).min(MAX_COUNT),
+            over,
+            remaining: if over {
+                0
+            } else {
+                (g.capacity_ns.saturating_sub(after) / g.interval_ns).min(u64::from(u32::MAX))
+                    as u32
+            },
+            reset_ms: reported.div_ceil(NS_PER_MS),
+            retry_ms: if over {
+                retry_ns.div_ceil(NS_PER_MS).max(1)
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Spends `hits` tokens at `now` (debt bounded at one capacity below empty).
+    pub fn record_with(&mut self, limit: &Limit, now: UnixMillis, hits: u64, fleet: &FleetView) {
+        let g = Geometry::of(limit);
+        let now_ns = now.0.saturating_mul(NS_PER_MS);
+        self.tat = spend(self.tat, now_ns, g.span(hits), g.max_ahead_ns);
+        if fleet.live > 1 && !self.settled(fleet.tick_ms) {
+            let own = own_geometry(&g, fleet);
+            self.own_tat = spend(self.own_tat, now_ns, own.span(hits), own.max_ahead_ns);
+        }
+        let hits = hits.min(MAX_COUNT) as i64;
+        if self.pending == 0 {
+            self.pending_since = now.0;
+        }
+        self.pending = self.pending.saturating_add(hits);
+    }
+
+    /// Gives `hits` tokens back at `now`, never past full.
+    pub fn refund(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
+        let g = Geometry::of(limit);
+        let now_ns = now.0.saturating_mul(NS_PER_MS);
+        let owed = g.tokens_up(self.tat.saturating_sub(now_ns));
+        let back = hits.min(owed);
+        if back > 0 {
+            self.tat = self.tat.saturating_sub(g.span(back)).max(now_ns);
+            if self.pending == 0 {
+                self.pending_since = now.0;
+            }
+            self.pending = self.pending.saturating_sub(back as i64);
+        }
+    }
+
+    /// Tokens owed at `now` as this node sees them (0: full).
+    pub fn owed(&self, limit: &Limit, now: UnixMillis) -> u64 {
+        let g = Geometry::of(limit);
+        g.tokens_up(self.tat.saturating_sub(now.0.saturating_mul(NS_PER_MS)))
+    }
+
+    /// Own tokens not sent yet.
+    pub fn pending(&self) -> i64 {
+        self.pending
+    }
+
+    /// Whether a sync has ever completed.
+    pub fn ever_synced(&self) -> bool {
+        self.synced_at != 0
+    }
+
+    /// Whether the rates were measured between two replies.
+    pub fn warm(&self) -> bool {
+        self.gap_ms != 0
+    }
+
+    /// Whether the first reply is at least `tick_ms` old.
+    pub fn settled(&self, tick_ms: u64) -> bool {
+        self.synced_at != 0 && u64::from(self.age_ms) >= tick_ms.min(u64::from(u16::MAX))
+    }
+
+    /// Other nodes' spends per second as last measured.
+    pub fn others_per_sec(&self) -> f64 {
+        f64::from(self.others_per_sec)
+    }
+
+    /// The share of the fleet's bucket used at `now` as estimated (0 full, 1 empty).
+    pub fn pressure(&self, limit: &Limit, now: UnixMillis) -> f64 {
+        self.pressure_ahead(limit, now, 0, 0)
+    }
+
+    /// The pressure expected `ahead_ms` after `now` at the fleet's measured pace less the
+    /// refill: an entity whose bucket will be empty by its next sync is Hot now.
+    pub fn pressure_ahead(&self, limit: &Limit, now: UnixMillis, ahead_ms: u64, _: u64) -> f64 {
+        let g = Geometry::of(limit);
+        if g.capacity_ns == 0 || limit.requests_per_unit == 0 {
+            return 0.0;
+        }
+        let view = self.tat.saturating_sub(now.0.saturating_mul(NS_PER_MS));
+        let est = view.saturating_add(self.others_since(&g, now, &FleetView::ALONE));
+        let refill = NS_PER_MS as f64 * 1000.0 / g.interval_ns as f64;
+        let net = f64::from(self.others_per_sec) + f64::from(self.own_per_sec) - refill;
+        let ahead = net * g.interval_ns as f64 * ahead_ms as f64 / 1000.0;
+        ((est as f64 + ahead.max(0.0)) / g.capacity_ns as f64).max(0.0)
+    }
+
+    /// Starts a sync: the pending tokens go in flight.
+    pub fn begin_sync(&mut self) -> BucketPlan {
+        let plan = BucketPlan {
+            delta: self.pending,
+            since_ms: self.pending_since,
+            floor_us: self.remote / 1000,
+            burst: false,
+        };
+        self.inflight = self.inflight.saturating_add(self.pending);
+        self.pending = 0;
+        self.pending_since = 0;
+        plan
+    }
+
+    /// Completes a sync: `totals` are the fleet's `tat` (Unix µs) and running count of
+    /// tokens spent after the plan's delta was applied, read at `now`.
+    pub fn complete_sync(
+        &mut self,
+        limit: &Limit,
+        plan: &BucketPlan,
+        totals: [u64; 2],
+        now: UnixMillis,
+    ) {
+        let g = Geometry::of(limit);
+        let [tat_us, spent] = totals;
+        self.inflight = self.inflight.saturating_sub(plan.delta);
+        if self.synced_at != 0 {
+            let span = now.0.saturating_sub(self.synced_at);
+            // A running count below what was read means the store lost the bucket: no sample.
+            let others = i128::from(spent) - i128::from(self.spent_read) - i128::from(plan.delta);
+            if spent >= self.spent_read && (span >= MIN_SAMPLE_MS || (plan.burst && span >= 1)) {
+                self.measure(
+                    &g,
+                    others.max(0) as f64,
+                    plan.delta.max(0) as f64,
+                    span,
+                    now,
+                );
+            }
+            let since = span.min(u64::from(u16::MAX)) as u16;
+            self.age_ms = self.age_ms.saturating_add(since);
+        }
+        self.spent_read = spent;
+        let now_ns = now.0.saturating_mul(NS_PER_MS);
+        self.remote = tat_us.saturating_mul(1000);
+        let unacked = self.inflight.saturating_add(self.pending).max(0) as u64;
+        self.tat = spend(self.remote, now_ns, g.span(unacked), g.max_ahead_ns);
+        self.synced_at = now.0.max(1);
+    }
+
+    /// Abandons a sync that failed: its tokens become pending again, to be resent.
+    pub fn fail_sync(&mut self, plan: &BucketPlan) {
+        self.inflight = self.inflight.saturating_sub(plan.delta);
+        self.pending = self.pending.saturating_add(plan.delta);
+        if plan.since_ms != 0 && (self.pending_since == 0 || plan.since_ms < self.pending_since) {
+            self.pending_since = plan.since_ms;
+        }
+    }
+
+    /// Updates the spend rates with a reply `span_ms` after the last: the others spent
+    /// `others` tokens meanwhile and this node `own`.
+    fn measure(&mut self, g: &Geometry, others: f64, own: f64, span_ms: u64, now: UnixMillis) {
+        let gap = now
+            .0
+            .saturating_sub(self.synced_at)
+            .clamp(1, u64::from(u16::MAX)) as u16;
+        let fill_ms = g.capacity_ns as f64 / NS_PER_MS as f64;
+        let tau = RATE_TAU_MS.max(fill_ms);
+        let span = span_ms.max(1) as f64;
+        let alpha = (span / (span + tau)) as f32;
+        let sample = |n: f64| (n * 1000.0 / span) as f32;
+        if self.gap_ms == 0 {
+            // The first sample: nothing to average with.
+            self.others_per_sec = sample(others);
+            self.own_per_sec = sample(own);
+        } else {
+            self.others_per_sec += alpha * (sample(others) - self.others_per_sec);
+            self.own_per_sec += alpha * (sample(own) - self.own_per_sec);
+        }
+        self.gap_ms = gap;
+    }
+
+    /// The others' spends expected since the last reply at their measured rate (ns).
+    fn others_since(&self, g: &Geometry, now: UnixMillis, fleet: &FleetView) -> u64 {
+        if self.synced_at == 0 || self.others_per_sec <= 0.0 {
+            return 0;
+        }
+        let factor = fleet.rate_factor(self.synced_at);
+        let ms = now.0.saturating_sub(self.synced_at) as f64;
+        let tokens = f64::from(self.others_per_sec) * factor * ms / 1000.0;
+        (tokens * g.interval_ns as f64).min(g.max_ahead_ns as f64) as u64
+    }
+
+    fn young(&self, fleet: &FleetView) -> bool {
+        fleet.live > 1 && !self.settled(fleet.tick_ms)
+    }
+
+    /// While young: whether `hits` more would overdraw this node's own bucket of its prior
+    /// share (see the module docs).
+    fn over_prior(&self, g: &Geometry, now_ns: u64, hits: u64, fleet: &FleetView) -> bool {
+        if !self.young(fleet) {
+            return false;
+        }
+        let own = own_geometry(g, fleet);
+        self.own_tat
+            .saturating_sub(now_ns)
+            .saturating_add(own.span(hits))
+            > own.capacity_ns
+    }
+
+    /// Once settled, in a fleet: whether `hits` more would take this node's spends since its
+    /// last reply past its share of the room the fleet's bucket will have at its next read.
+    fn over_share(&self, g: &Geometry, now: UnixMillis, hits: u64, fleet: &FleetView) -> bool {
+        if self.synced_at == 0 || self.young(fleet) {
+            return false;
+        }
+        let share = self.share(fleet);
+        if share >= 1.0 {
+            return false;
+        }
+        // The room as it will be at the next read (a gap after the last): the refill until
+        // then is this fleet's to share, as the drain of a sliding window is.
+        let next = now
+            .0
+            .max(self.synced_at.saturating_add(u64::from(self.gap_ms)));
+        let owed_next = self.remote.saturating_sub(next.saturating_mul(NS_PER_MS));
+        let owed = owed_next as f64 / g.interval_ns as f64;
+        let rate = f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
+        let unsent = UNSENT_RESERVED * rate * f64::from(self.gap_ms / 2) / 1000.0;
+        let room = (f64::from(g.burst) - owed - unsent).max(0.0);
+        // Each node rounds with an offset of its own (from its last reply's time), so that
+        // over the fleet the fractions of a token cancel out rather than all round alike.
+        let offset =
+            (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
+        let own = self.inflight.saturating_add(self.pending).max(0) as f64;
+        own + hits as f64 > share * room + offset
+    }
+
+    /// This node's part of the fleet's recent spending; `1 / live` before any was measured.
+    fn share(&self, fleet: &FleetView) -> f64 {
+        let own = f64::from(self.own_per_sec);
+        let all = own + f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
+        if fleet.live <= 1 && self.others_per_sec <= 0.0 {
+            return 1.0;
+        }
+        if all <= 0.0 {
+            return fleet.prior_share();
+        }
+        (own / all).clamp(SHARE_FLOOR, 1.0)
+    }
+}
+
+/// `tat` after spending `ns` at `now_ns`, at most `max_ahead` ahead of now.
+fn spend(tat: u64, now_ns: u64, ns: u64, max_ahead: u64) -> u64 {
+    tat.max(now_ns)
+        .saturating_add(ns)
+        .min(now_ns.saturating_add(max_ahead).max(tat))
+}
+
+/// A young node's own bucket: its even share of the burst with [`PRIOR_SLACK`] (at least
+/// one token), refilling at its even share of the rate with the same slack.
+fn own_geometry(g: &Geometry, fleet: &FleetView) -> Geometry {
+    let live = f64::from(fleet.live.max(1));
+    let interval_ns = ((g.interval_ns as f64 * live / PRIOR_SLACK) as u64).max(1);
+    let burst = fleet.prior(g.burst).min(u64::from(u32::MAX)) as u32;
+    let capacity_ns = interval_ns.saturating_mul(u64::from(burst));
+    Geometry {
+        interval_ns,
+        capacity_ns,
+        max_ahead_ns: capacity_ns.saturating_mul(2),
+        burst,
+    }
+}
+
+#[cfg(test)]
+#[path = "bucket_tests.rs"]
+mod tests;

@@ -1,0 +1,240 @@
+//! Tests of `bucket.rs`: the bucket on a manual clock, against a model, and its sync.
+
+use super::*;
+use crate::core::fixtures::T0;
+use crate::core::window::{decide, decide_lenient, Algorithm};
+use proptest::prelude::*;
+
+/// `rate` tokens a second, bursts of `burst`.
+fn bucket(rate: u32, burst: u32) -> Limit {
+    Limit {
+        requests_per_unit: rate,
+        window_ms: 1000,
+        algorithm: Algorithm::TokenBucket { burst },
+    }
+}
+
+/// Single-token requests at `t` until one is denied (lenient); how many were admitted.
+fn drain(b: &mut BucketState, l: &Limit, t: UnixMillis) -> u64 {
+    (0..100_000)
+        .take_while(|_| !decide_lenient(b, l, t, 1).over)
+        .count() as u64
+}
+
+#[test]
+fn a_new_bucket_is_full_and_a_burst_takes_it_all() {
+    let l = bucket(10, 30);
+    let mut b = BucketState::default();
+    let v = b.check_with(&l, T0, 0, &FleetView::ALONE);
+    assert_eq!((v.over, v.remaining, v.reset_ms), (false, 30, 0));
+    assert_eq!(drain(&mut b, &l, T0), 30);
+    let v = b.check_with(&l, T0, 1, &FleetView::ALONE);
+    // Empty: the 31st waits a tenth of a second; full again in 3 s.
+    assert_eq!(
+        (v.over, v.remaining, v.retry_ms, v.reset_ms),
+        (true, 0, 100, 3000)
+    );
+}
+
+#[test]
+fn tokens_come_back_at_the_refill_rate() {
+    let l = bucket(10, 30);
+    let mut b = BucketState::default();
+    drain(&mut b, &l, T0);
+    assert_eq!(drain(&mut b, &l, T0.plus_millis(99)), 0);
+    assert_eq!(drain(&mut b, &l, T0.plus_millis(100)), 1);
+    // A second later, ten more; after a long pause, no more than the burst.
+    assert_eq!(drain(&mut b, &l, T0.plus_millis(1_100)), 10);
+    assert_eq!(drain(&mut b, &l, T0.plus_millis(100_000)), 30);
+}
+
+#[test]
+fn a_request_is_admitted_whole_or_not_at_all() {
+    let l = bucket(10, 30);
+    let mut b = BucketState::default();
+    assert!(!decide_lenient(&mut b, &l, T0, 25).over);
+    let v = decide_lenient(&mut b, &l, T0, 6);
+    assert!(v.over);
+    // None of the 6 was taken: 5 still fit, and 6 would fit 0.1 s later.
+    assert_eq!(v.retry_ms, 100);
+    assert_eq!(b.check_with(&l, T0, 5, &FleetView::ALONE).remaining, 0);
+    assert!(!decide_lenient(&mut b, &l, T0, 5).over);
+    // More than the burst never fits; it is told the time until the bucket is full.
+    let v = b.check_with(&l, T0, 31, &FleetView::ALONE);
+    assert_eq!((v.over, v.retry_ms), (true, 3000));
+}
+
+#[test]
+fn strict_charges_denied_requests_down_to_one_capacity_below_empty() {
+    let l = bucket(10, 30);
+    let (mut strict, mut lenient) = (BucketState::default(), BucketState::default());
+    for _ in 0..100 {
+        decide(&mut strict, &l, T0, 1);
+        decide_lenient(&mut lenient, &l, T0, 1);
+    }
+    // A second later the lenient bucket has 10 tokens; the strict one is still 20 short
+    // (it owed 60, capped at two capacities).
+    let t = T0.plus_millis(1_000);
+    assert_eq!(lenient.owed(&l, t), 20);
+    assert_eq!(strict.owed(&l, t), 50);
+    assert!(decide(&mut strict, &l, t, 1).over);
+    assert!(!decide_lenient(&mut lenient, &l, t, 1).over);
+    // A strict client that stops gets its whole burst back once its debt is repaid.
+    assert_eq!(drain(&mut strict, &l, t.plus_millis(5_100)), 30);
+}
+
+#[test]
+fn a_refund_gives_tokens_back_never_past_full() {
+    let l = bucket(10, 30);
+    let mut b = BucketState::default();
+    decide_lenient(&mut b, &l, T0, 20);
+    b.refund(&l, T0, 5);
+    assert_eq!(b.owed(&l, T0), 15);
+    b.refund(&l, T0, u64::MAX);
+    assert_eq!(b.owed(&l, T0), 0);
+    assert_eq!(drain(&mut b, &l, T0), 30);
+}
+
+#[test]
+fn zero_rate_or_burst_always_denies_and_a_huge_addend_saturates() {
+    let mut b = BucketState::default();
+    assert!(decide_lenient(&mut b, &bucket(0, 10), T0, 1).over);
+    assert!(decide_lenient(&mut b, &bucket(10, 0), T0, 1).over);
+    let l = bucket(10, 30);
+    let mut b = BucketState::default();
+    assert!(decide(&mut b, &l, T0, u64::MAX).over);
+    assert_eq!(b.owed(&l, T0), 60, "debt stops at one capacity below empty");
+}
+
+#[test]
+fn a_slow_bucket_keeps_exact_time() {
+    // 3 an hour, burst 1: the interval is 20 minutes to the nanosecond.
+    let l = Limit {
+        requests_per_unit: 3,
+        window_ms: 3_600_000,
+        algorithm: Algorithm::TokenBucket { burst: 1 },
+    };
+    assert_eq!(Geometry::of(&l).interval_ns, 1_200_000_000_000);
+    let mut b = BucketState::default();
+    assert_eq!(drain(&mut b, &l, T0), 1);
+    assert_eq!(drain(&mut b, &l, T0.plus_millis(1_199_999)), 0);
+    assert_eq!(drain(&mut b, &l, T0.plus_millis(1_200_000)), 1);
+}
+
+/// A model bucket in tokens as fractions: level, refilled continuously, capped at burst.
+#[derive(Debug)]
+struct Model {
+    level: f64,
+    at_ms: u64,
+}
+
+impl Model {
+    fn decide(&mut self, rate: u32, burst: u32, now_ms: u64, hits: u64, strict: bool) -> bool {
+        let refill = (now_ms - self.at_ms) as f64 * f64::from(rate) / 1000.0;
+        self.level = (self.level + refill).min(f64::from(burst));
+        self.at_ms = now_ms;
+        let fits = rate > 0 && hits as f64 <= self.level + 1e-9;
+        if fits || strict {
+            self.level = (self.level - hits as f64).max(-f64::from(burst));
+        }
+        !fits
+    }
+}
+
+proptest! {
+    #[test]
+    fn decisions_match_a_model_bucket(
+        rate in 1u32..200,
+        burst in 1u32..100,
+        strict in any::<bool>(),
+        steps in proptest::collection::vec((0u64..400, 0u64..12), 1..200),
+    ) {
+        let l = bucket(rate, burst);
+        let mut b = BucketState::default();
+        let mut m = Model { level: f64::from(burst), at_ms: T0.0 };
+        let mut now = T0.0;
+        for (gap, hits) in steps {
+            now += gap;
+            let t = UnixMillis(now);
+            let v = if strict { decide(&mut b, &l, t, hits) } else { decide_lenient(&mut b, &l, t, hits) };
+            // The model's level in floats: skip the knife edges where rounding decides.
+            let before = m.level + (now - m.at_ms) as f64 * f64::from(rate) / 1000.0;
+            let edge = (before.min(f64::from(burst)) - hits as f64).abs() < 1e-6;
+            let want = m.decide(rate, burst, now, hits, strict);
+            if !edge {
+                prop_assert_eq!(v.over, want, "at {} ms, {} hits", now - T0.0, hits);
+            }
+            if !v.over {
+                prop_assert!(u64::from(v.remaining) <= u64::from(burst));
+            }
+        }
+    }
+}
+
+/// A fake fleet bucket: the store's semantics (`SyncOp::Bucket`) on one `(tat µs, spent)`.
+fn apply(store: &mut (f64, u64), l: &Limit, plan: &BucketPlan, now: UnixMillis) -> [u64; 2] {
+    let g = Geometry::of(l);
+    let now_us = (now.0 * 1000) as f64;
+    if plan.delta != 0 {
+        let t = g.interval_ns as f64 / 1000.0;
+        store.0 = (store.0.max((plan.since_ms * 1000) as f64) + plan.delta as f64 * t)
+            .max(now_us)
+            .min((now_us + g.max_ahead_ns as f64 / 1000.0).max(store.0));
+        store.1 = (store.1 as i64 + plan.delta).max(0) as u64;
+    }
+    [store.0 as u64, store.1]
+}
+
+fn sync(b: &mut BucketState, l: &Limit, store: &mut (f64, u64), now: UnixMillis) {
+    let plan = b.begin_sync();
+    let totals = apply(store, l, &plan, now);
+    b.complete_sync(l, &plan, totals, now);
+}
+
+#[test]
+fn one_node_syncing_stays_exact() {
+    let l = bucket(10, 30);
+    let mut store = (0.0, 0);
+    let mut b = BucketState::default();
+    assert_eq!(drain(&mut b, &l, T0), 30);
+    sync(&mut b, &l, &mut store, T0.plus_millis(5));
+    assert_eq!(store.1, 30);
+    assert_eq!(drain(&mut b, &l, T0.plus_millis(5)), 0);
+    assert_eq!(drain(&mut b, &l, T0.plus_millis(1_000)), 10);
+    sync(&mut b, &l, &mut store, T0.plus_millis(1_000));
+    assert_eq!(b.pending(), 0);
+    assert_eq!(b.owed(&l, T0.plus_millis(1_000)), 30);
+}
+
+#[test]
+fn another_nodes_spends_reach_this_node_through_the_store() {
+    let l = bucket(10, 30);
+    let mut store = (0.0, 0);
+    let (mut a, mut b) = (BucketState::default(), BucketState::default());
+    assert_eq!(drain(&mut a, &l, T0), 30);
+    sync(&mut a, &l, &mut store, T0);
+    sync(&mut b, &l, &mut store, T0.plus_millis(1));
+    // B sees the bucket A emptied.
+    assert_eq!(drain(&mut b, &l, T0.plus_millis(1)), 0);
+    assert!(
+        b.check_with(&l, T0.plus_millis(500), 1, &FleetView::ALONE)
+            .remaining
+            <= 5
+    );
+}
+
+#[test]
+fn a_failed_sync_is_resent_and_a_lost_bucket_is_restored() {
+    let l = bucket(10, 30);
+    let mut store = (0.0, 0);
+    let mut b = BucketState::default();
+    decide_lenient(&mut b, &l, T0, 20);
+    let plan = b.begin_sync();
+    b.fail_sync(&plan);
+    assert_eq!(b.pending(), 20);
+    sync(&mut b, &l, &mut store, T0);
+    assert_eq!(store.1, 20);
+    // The store loses the bucket; the next plan carries what this node read, as its floor.
+    let plan = b.begin_sync();
+    assert_eq!(plan.floor_us, (T0.0 + 2_000) * 1000);
+}

@@ -1,0 +1,202 @@
+//! One limit's state whatever its algorithm ([`LimitState`]: window counters or a token
+//! bucket) and its sync plan ([`Plan`]): what the entity table holds and the sync task
+//! drives, so neither needs to know which algorithm a limit uses.
+
+use super::bucket::{BucketPlan, BucketState};
+use super::clock::UnixMillis;
+use super::fleet::SyncPlan;
+use super::prior::FleetView;
+use super::window::{Algorithm, Counter, Limit, Verdict, WindowState};
+
+/// The state of one limit of one entity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LimitState {
+    /// A sliding or fixed window.
+    Window(WindowState),
+    /// A token bucket.
+    Bucket(BucketState),
+}
+
+/// What one sync of one limit sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// A window's deltas per epoch.
+    Window(SyncPlan),
+    /// A bucket's tokens spent.
+    Bucket(BucketPlan),
+}
+
+impl Plan {
+    /// Marks the plan a burst read (`prior.rs`).
+    pub fn set_burst(&mut self, burst: bool) {
+        match self {
+            Plan::Window(p) => p.burst = burst,
+            Plan::Bucket(p) => p.burst = burst,
+        }
+    }
+}
+
+// === impl LimitState ===
+
+impl LimitState {
+    /// A fresh state for `limit`: empty windows, or a full bucket.
+    pub fn new(limit: &Limit) -> Self {
+        match limit.algorithm {
+            Algorithm::TokenBucket { .. } => LimitState::Bucket(BucketState::default()),
+            _ => LimitState::Window(WindowState::default()),
+        }
+    }
+
+    /// Checks `hits` at `now` without counting them, knowing `fleet` of the other replicas.
+    pub fn check_with(
+        &mut self,
+        limit: &Limit,
+        now: UnixMillis,
+        hits: u64,
+        fleet: &FleetView,
+    ) -> Verdict {
+        match self {
+            LimitState::Window(w) => w.check_with(limit, now, hits, fleet),
+            LimitState::Bucket(b) => b.check_with(limit, now, hits, fleet),
+        }
+    }
+
+    /// Counts `hits` at `now`.
+    pub fn record_with(&mut self, limit: &Limit, now: UnixMillis, hits: u64, fleet: &FleetView) {
+        match self {
+            LimitState::Window(w) => w.record(limit, now, hits),
+            LimitState::Bucket(b) => b.record_with(limit, now, hits, fleet),
+        }
+    }
+
+    /// Gives `hits` back (`is_negative_hits`).
+    pub fn refund(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
+        match self {
+            LimitState::Window(w) => w.refund(limit, now, hits),
+            LimitState::Bucket(b) => b.refund(limit, now, hits),
+        }
+    }
+
+    /// Starts a sync at `now`.
+    pub fn begin_sync(&mut self, limit: &Limit, now: UnixMillis) -> Plan {
+        match self {
+            LimitState::Window(w) => Plan::Window(w.begin_sync(limit, now)),
+            LimitState::Bucket(b) => Plan::Bucket(b.begin_sync()),
+        }
+    }
+
+    /// Completes a sync with the store's `totals` for it, read at `now`.
+    pub fn complete_sync(&mut self, limit: &Limit, plan: &Plan, totals: [u64; 2], now: UnixMillis) {
+        match (self, plan) {
+            (LimitState::Window(w), Plan::Window(p)) => w.complete_sync(limit, p, totals, now),
+            (LimitState::Bucket(b), Plan::Bucket(p)) => b.complete_sync(limit, p, totals, now),
+            _ => debug_assert!(false, "a plan of another algorithm"),
+        }
+    }
+
+    /// Abandons a sync that failed.
+    pub fn fail_sync(&mut self, plan: &Plan) {
+        match (self, plan) {
+            (LimitState::Window(w), Plan::Window(p)) => w.fail_sync(p),
+            (LimitState::Bucket(b), Plan::Bucket(p)) => b.fail_sync(p),
+            _ => debug_assert!(false, "a plan of another algorithm"),
+        }
+    }
+
+    /// The estimate at `now` as a share of the limit.
+    pub fn pressure(&self, limit: &Limit, now: UnixMillis) -> f64 {
+        match self {
+            LimitState::Window(w) => w.pressure(limit, now),
+            LimitState::Bucket(b) => b.pressure(limit, now),
+        }
+    }
+
+    /// The pressure expected `ahead_ms` after `now`.
+    pub fn pressure_ahead(
+        &self,
+        limit: &Limit,
+        now: UnixMillis,
+        ahead_ms: u64,
+        min_span_ms: u64,
+    ) -> f64 {
+        match self {
+            LimitState::Window(w) => w.pressure_ahead(limit, now, ahead_ms, min_span_ms),
+            LimitState::Bucket(b) => b.pressure_ahead(limit, now, ahead_ms, min_span_ms),
+        }
+    }
+
+    /// Whether the first reply is at least `tick_ms` old.
+    pub fn settled(&self, tick_ms: u64) -> bool {
+        match self {
+            LimitState::Window(w) => w.settled(tick_ms),
+            LimitState::Bucket(b) => b.settled(tick_ms),
+        }
+    }
+
+    /// Whether the others' rate was measured between two replies.
+    pub fn warm(&self) -> bool {
+        match self {
+            LimitState::Window(w) => w.warm(),
+            LimitState::Bucket(b) => b.warm(),
+        }
+    }
+
+    /// Whether a sync has ever completed.
+    pub fn ever_synced(&self) -> bool {
+        match self {
+            LimitState::Window(w) => w.ever_synced(),
+            LimitState::Bucket(b) => b.ever_synced(),
+        }
+    }
+
+    /// Own hits not sent yet.
+    pub fn pending(&self) -> i64 {
+        match self {
+            LimitState::Window(w) => w.pending(),
+            LimitState::Bucket(b) => b.pending(),
+        }
+    }
+
+    /// Other nodes' hits per second as last measured.
+    pub fn others_per_sec(&self) -> f64 {
+        match self {
+            LimitState::Window(w) => w.others_per_sec(),
+            LimitState::Bucket(b) => b.others_per_sec(),
+        }
+    }
+
+    /// Whether this young entity should be re-read before the next tick (`prior.rs`).
+    pub fn wants_burst_read(&self, limit: &Limit, now: UnixMillis, fleet: &FleetView) -> bool {
+        match self {
+            LimitState::Window(w) => w.wants_burst_read(limit, now, fleet),
+            LimitState::Bucket(_) => false,
+        }
+    }
+
+    /// The window state, for tests that look inside.
+    #[cfg(test)]
+    pub fn window(&mut self) -> &mut WindowState {
+        match self {
+            LimitState::Window(w) => w,
+            LimitState::Bucket(_) => panic!("a bucket, not a window"),
+        }
+    }
+}
+
+impl Counter for LimitState {
+    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
+        self.check_with(limit, now, hits, &FleetView::ALONE)
+    }
+    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
+        self.record_with(limit, now, hits, &FleetView::ALONE);
+    }
+}
+
+impl Counter for BucketState {
+    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
+        self.check_with(limit, now, hits, &FleetView::ALONE)
+    }
+    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
+        self.record_with(limit, now, hits, &FleetView::ALONE);
+    }
+}
