@@ -30,7 +30,20 @@
 //! counter afresh once: a version-2 replica never reads or writes a version-1 key, so a
 //! rolling upgrade cannot hit `WRONGTYPE`, and the old keys expire on their own.
 //!
-//! Each tick also runs a second, separate script in the same pipeline: the replica's
+//! # Token buckets
+//! A bucket (`SyncOp::Bucket`, `core/bucket.rs`) is a hash at
+//! `{prefix}sluice:b1:{<entity>}:<limit>` with two fields: `t`, the fleet's theoretical
+//! arrival time (Unix µs, a decimal: an interval need not be a whole microsecond), and `n`,
+//! the tokens spent so far (for measuring rates). A second script, `BUCKET_SCRIPT`, spends a
+//! replica's tokens from the time the first was spent (`t = max(t, since) + delta × T`, at
+//! most one capacity below empty; a refund never takes it below now), adds them to `n`, and
+//! keeps the key until the bucket is full again plus a minute. A bucket the script does not
+//! find is read as the `t` the replica last saw (`floor`): after Redis restarts empty, the
+//! fleet's buckets come back as empty as the replicas last knew them rather than full. Its
+//! calls go in the same pipeline as the windows' (`batches`), and `tests/redis_store.rs`
+//! checks both scripts against the in-memory store the simulator runs on.
+//!
+//! Each tick also runs a separate script in the same pipeline: the replica's
 //! heartbeat in the sorted set `{prefix}sluice:replicas` (member: the replica's id, score:
 //! when it was last seen), which drops members older than the TTL and returns how many are
 //! live. One key, so one slot on a cluster.

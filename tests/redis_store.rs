@@ -1,0 +1,164 @@
+//! The Redis stores against the in-memory one: the same random sequence of sync calls (window
+//! and bucket items mixed, several replicas) gives the same totals from a real redis-server,
+//! standalone and as a cluster, as from `MemoryStore` — the store the simulator and the sync
+//! tests run on. So what the simulator measures is what Redis does.
+mod common;
+
+use common::redis::{RedisCluster, RedisServer};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use sluice::global::memory::MemoryStore;
+use sluice::global::redis::{RedisClusterStore, RedisOptions, RedisShard};
+use sluice::global::{ShardStore, SyncItem, SyncOp};
+
+const NOW_MS: u64 = 1_700_000_040_000;
+
+/// One call: a replica, then items `(entity, is_bucket, delta, ms after NOW)`.
+type Call = (u64, Vec<(u8, bool, i64, u64)>);
+
+fn item((entity, bucket, delta, at): (u8, bool, i64, u64)) -> SyncItem {
+    let now = NOW_MS + at;
+    let op = if bucket {
+        // 10 a second, burst 30: one token every 100 ms, at most 60 owed.
+        SyncOp::Bucket {
+            delta,
+            now_us: now * 1000,
+            since_us: now.saturating_sub(7) * 1000,
+            interval_ns: 100_000_000,
+            max_ahead_ns: 6_000_000_000,
+            floor_us: 0,
+            ttl_ms: 60_000,
+        }
+    } else {
+        let epoch = now / 60_000;
+        SyncOp::Window {
+            epochs: [epoch, epoch - 1],
+            deltas: [delta.max(0), 0],
+            acked: [0, 0],
+            ttl_ms: 120_000,
+        }
+    };
+    SyncItem {
+        entity: u128::from(entity),
+        limit: 0,
+        op,
+    }
+}
+
+fn calls() -> impl Strategy<Value = Vec<Call>> {
+    let it = (0u8..4, any::<bool>(), -3i64..40, 0u64..5_000);
+    proptest::collection::vec((1u64..4, proptest::collection::vec(it, 1..6)), 1..12)
+}
+
+/// Runs `calls` on `store` and on a fresh memory store, in order; the totals must agree
+/// (the bucket's `tat` to the microsecond the script floors it to).
+fn same_as_memory<S: ShardStore>(rt: &tokio::runtime::Runtime, store: &S, calls: &[Call]) {
+    let memory = MemoryStore::default();
+    for (replica, items) in calls {
+        // Time only moves forward, as on a real clock.
+        let mut items: Vec<SyncItem> = items.iter().copied().map(item).collect();
+        items.sort_by_key(|i| match i.op {
+            SyncOp::Bucket { now_us, .. } => now_us / 1000,
+            SyncOp::Window { .. } => 0,
+        });
+        let want = rt.block_on(memory.sync(*replica, &items)).unwrap();
+        let got = rt.block_on(store.sync(*replica, &items)).unwrap();
+        for ((w, g), it) in want.iter().zip(&got).zip(&items) {
+            assert!(
+                w[1] == g[1] && w[0].abs_diff(g[0]) <= 1,
+                "{it:?}: memory {w:?}, redis {g:?}"
+            );
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_redis_shard_syncs_windows_and_buckets_as_the_memory_store_does() {
+    let redis = RedisServer::start();
+    let rt = runtime();
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        ..Config::default()
+    });
+    let n = std::cell::Cell::new(0);
+    runner
+        .run(&calls(), |calls| {
+            // Each case on its own keys: a prefix per case.
+            n.set(n.get() + 1);
+            let opts = RedisOptions {
+                prefix: format!("case{}:", n.get()),
+                pool_size: 2,
+                ..RedisOptions::default()
+            };
+            let shard = RedisShard::new(&redis.url(), &opts).unwrap();
+            // Every other case starts with the scripts flushed: the NOSCRIPT path resends
+            // only what was not applied.
+            if n.get() % 2 == 0 {
+                redis.cli(&["SCRIPT", "FLUSH"]);
+            }
+            same_as_memory(&rt, &shard, &calls);
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_redis_cluster_syncs_buckets_as_the_memory_store_does() {
+    let cluster = RedisCluster::start(3);
+    let rt = runtime();
+    let opts = RedisOptions {
+        prefix: "c:".into(),
+        pool_size: 2,
+        ..RedisOptions::default()
+    };
+    let store = RedisClusterStore::new(&cluster.seed_urls(), &opts).unwrap();
+    let calls: Vec<Call> = vec![
+        (
+            1,
+            vec![(0, true, 25, 0), (1, false, 3, 0), (2, true, 5, 10)],
+        ),
+        (2, vec![(0, true, 10, 20), (2, true, -2, 30)]),
+        (1, vec![(0, true, 0, 1_000), (1, false, 0, 1_000)]),
+    ];
+    same_as_memory(&rt, &store, &calls);
+}
+
+#[test]
+fn a_bucket_lost_by_redis_is_restored_to_what_the_replica_read() {
+    let redis = RedisServer::start();
+    let rt = runtime();
+    let shard = RedisShard::new(&redis.url(), &RedisOptions::default()).unwrap();
+    let spend = |delta, floor_us| SyncItem {
+        entity: 9,
+        limit: 0,
+        op: SyncOp::Bucket {
+            delta,
+            now_us: NOW_MS * 1000,
+            since_us: NOW_MS * 1000,
+            interval_ns: 100_000_000,
+            max_ahead_ns: 6_000_000_000,
+            floor_us,
+            ttl_ms: 60_000,
+        },
+    };
+    let [tat, spent] = rt.block_on(shard.sync(1, &[spend(30, 0)])).unwrap()[0];
+    assert_eq!((tat, spent), (NOW_MS * 1000 + 3_000_000, 30));
+    redis.cli(&["FLUSHALL"]);
+    // A read carrying the tat last read brings the bucket back (its running count restarts).
+    let [tat2, spent2] = rt.block_on(shard.sync(1, &[spend(0, tat)])).unwrap()[0];
+    assert_eq!((tat2, spent2), (tat, 0));
+    let key = format!("sluice:b1:{{{:032x}}}:0", 9);
+    assert_eq!(redis.cli(&["HEXISTS", &key, "t"]), "1");
+    let ttl: i64 = redis.cli(&["PTTL", &key]).parse().unwrap();
+    assert!(
+        ttl > 60_000 && ttl <= 63_000,
+        "kept until full plus a minute: {ttl}"
+    );
+}
