@@ -79,10 +79,11 @@ impl Geometry {
     /// The geometry of a bucket limit (a window limit reads as a bucket of its window).
     pub fn of(limit: &Limit) -> Geometry {
         let burst = limit.capacity();
-        let rpu = u128::from(limit.requests_per_unit.max(1));
-        let window_ns = u128::from(limit.window_ms) * u128::from(NS_PER_MS);
+        let rpu = u64::from(limit.requests_per_unit.max(1));
+        // A window is at most 10 years (`rules/compile.rs`): 3.2e17 ns fits a u64.
+        let window_ns = limit.window_ms.saturating_mul(NS_PER_MS);
         // Rounded to the nearest nanosecond: 3 a second refill every 333,333,333 ns.
-        let interval_ns = ((window_ns + rpu / 2) / rpu).clamp(1, u128::from(u64::MAX)) as u64;
+        let interval_ns = (window_ns.saturating_add(rpu / 2) / rpu).max(1);
         let capacity_ns = interval_ns.saturating_mul(u64::from(burst));
         Geometry {
             interval_ns,

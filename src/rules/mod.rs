@@ -258,11 +258,18 @@ impl RuleSet {
                     if window != 1 {
                         let _ = write!(out, " unit_multiplier={window}");
                     }
-                    if l.limit.algorithm == Algorithm::FixedWindow {
-                        out.push_str(" algorithm=fixed_window");
+                    match l.limit.algorithm {
+                        Algorithm::FixedWindow => out.push_str(" algorithm=fixed_window"),
+                        Algorithm::TokenBucket { burst } => {
+                            let _ = write!(out, " algorithm=token_bucket burst={burst}");
+                        }
+                        Algorithm::SlidingWindow => {}
                     }
-                    if !l.strict {
-                        out.push_str(" strict=false");
+                    // Shown when not the algorithm's default (buckets are lenient unless told).
+                    let lenient_default =
+                        matches!(l.limit.algorithm, Algorithm::TokenBucket { .. });
+                    if l.strict == lenient_default {
+                        let _ = write!(out, " strict={}", l.strict);
                     }
                 }
             }
@@ -291,6 +298,20 @@ mod tests {
 
     pub(super) fn set(yaml: &str) -> RuleSet {
         RuleSet::compile(&[("t.yaml".into(), parse("t.yaml", yaml).unwrap())], false).unwrap()
+    }
+
+    #[test]
+    fn rlconfig_shows_a_bucket_and_strict_only_when_not_its_default() {
+        let s = set("domain: d\ndescriptors:\n  - key: u\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 30}\n    additional_limits:\n      - {unit: minute, requests_per_unit: 5, algorithm: token_bucket, strict: true}\n      - {unit: hour, requests_per_unit: 100}\n");
+        assert!(
+            s.dump().contains(
+                "d.u: unit=SECOND requests_per_unit=10 algorithm=token_bucket burst=30, \
+             unit=MINUTE requests_per_unit=5 algorithm=token_bucket burst=5 strict=true, \
+             unit=HOUR requests_per_unit=100, shadow_mode"
+            ),
+            "{}",
+            s.dump()
+        );
     }
 
     #[test]
