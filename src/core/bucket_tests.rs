@@ -129,11 +129,20 @@ struct Model {
 }
 
 impl Model {
-    fn decide(&mut self, rate: u32, burst: u32, now_ms: u64, hits: u64, strict: bool) -> bool {
+    /// Whether `hits` at `now_ms` are over; `forced` decides instead (a knife edge).
+    fn decide(
+        &mut self,
+        l: (u32, u32),
+        now_ms: u64,
+        hits: u64,
+        strict: bool,
+        forced: Option<bool>,
+    ) -> bool {
+        let (rate, burst) = l;
         let refill = (now_ms - self.at_ms) as f64 * f64::from(rate) / 1000.0;
         self.level = (self.level + refill).min(f64::from(burst));
         self.at_ms = now_ms;
-        let fits = rate > 0 && hits as f64 <= self.level + 1e-9;
+        let fits = forced.map_or(rate > 0 && hits as f64 <= self.level + 1e-9, |over| !over);
         if fits || strict {
             self.level = (self.level - hits as f64).max(-f64::from(burst));
         }
@@ -161,10 +170,9 @@ proptest! {
             // skip the knife edges where rounding decides.
             let before = m.level + (now - m.at_ms) as f64 * f64::from(rate) / 1000.0;
             let edge = (before.min(f64::from(burst)) - hits as f64).abs() < 1e-4;
-            let want = m.decide(rate, burst, now, hits, strict);
-            if !edge {
-                prop_assert_eq!(v.over, want, "at {} ms, {} hits", now - T0.0, hits);
-            }
+            // At an edge the model follows sluice's decision, so the two stay in step.
+            let want = m.decide((rate, burst), now, hits, strict, edge.then_some(v.over));
+            prop_assert_eq!(v.over, want, "at {} ms, {} hits", now - T0.0, hits);
             if !v.over {
                 prop_assert!(u64::from(v.remaining) <= u64::from(burst));
             }
