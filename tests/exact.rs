@@ -216,7 +216,7 @@ async fn a_refund_gives_tokens_back_to_an_exact_bucket_never_past_full() {
     let s = Server::start(RULES, global_mode(vec![redis.url()], false, 4)).await;
     let mut c = s.client().await;
     let key = exact_bucket_key("", entity("tb", "bob"), 0);
-    let mut send = |n: u64, refund: bool| {
+    let send = |n: u64, refund: bool| {
         let r = hits("tb", "bob", n, refund);
         let mut c = c.clone();
         async move { c.should_rate_limit(r).await.unwrap().into_inner() }
