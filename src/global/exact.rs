@@ -4,7 +4,8 @@
 //! at once under the Redis timeout, and keeps all-or-nothing across the calls by giving back
 //! what a call counted when another one refused or failed.
 //!
-//! Redis implements the trait in `exact_redis.rs`, the in-memory store in `memory.rs`.
+//! Redis implements the trait in `exact_redis.rs`, the in-memory store in `memory.rs`; a token
+//! bucket item's own steps are in `exact_bucket.rs`.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -359,4 +359,62 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn a_bucket_item_sends_its_key_twice_its_interval_time_and_capacity() {
+        assert_eq!(
+            exact_bucket_key("p:", 0xab, 2),
+            "p:sluice:xb:{000000000000000000000000000000ab}:2"
+        );
+        // 3 a second, bursts of 4: a token every 333,333,333 ns.
+        let it = ExactItem {
+            entity: 0xab,
+            limit: 2,
+            epoch: 0,
+            window_ms: 1000,
+            left_ms: 500,
+            sliding: false,
+            requests_per_unit: 3,
+            hits: 1,
+            ttl_ms: 2000,
+            refund: true,
+            bucket: Some(super::exact_bucket::ExactBucket {
+                burst: 4,
+                now_us: 1_700_006_400_000_000,
+            }),
+        };
+        let cmd = command(Some("sha"), "p:", &[it], true);
+        let args: Vec<String> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        let key = "p:sluice:xb:{000000000000000000000000000000ab}:2";
+        assert_eq!(
+            args,
+            [
+                "EVALSHA",
+                "sha",
+                "2",
+                key,
+                key,
+                "1",
+                "1",
+                "3",
+                "333333333",
+                "1700006400000000",
+                "2",
+                "1333333332",
+                "1"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_script_keeps_a_bucket_key_for_the_margin_the_docs_state() {
+        let margin = format!("+ {})", exact_bucket::EXPIRY_MARGIN_MS);
+        assert!(EXACT_SCRIPT.contains(&margin), "{margin}");
+    }
 }

@@ -1,8 +1,10 @@
 //! Exact rules in global mode (README, "Exact rules"): a request's exact descriptors become
-//! [`ExactItem`]s, decided by one atomic store call per shard, all or none counted; keys
-//! known to be over are answered from memory until their window moves; and when the store
-//! fails, the descriptor is decided from memory like a normal rule's, on the prior every
-//! cold entity gets (`core/prior.rs`: `1.05 × limit / live replicas`), and counted so.
+//! [`ExactItem`]s (one per limit: windows and token buckets alike), decided by one atomic
+//! store call per shard, all or none counted; keys known to be over are answered from memory
+//! until their window moves (a bucket: until the `tat` read says the request fits); and when
+//! the store fails, the descriptor is decided from memory like a normal rule's, on the prior
+//! every cold entity gets (`core/prior.rs`: `1.05 × limit / live replicas`, a bucket's own
+//! bucket of `1.05 × burst / live replicas`), and counted so.
 //!
 //! Pure but for the store call, which `mod.rs` awaits between the two halves here
 //! ([`RateLimiter::exact_plan`] before, [`RateLimiter::exact_answers`] after).
@@ -80,7 +82,8 @@ fn now_ns(it: &ExactItem, now: UnixMillis) -> u64 {
         .map_or(now.0.saturating_mul(1_000_000), |b| b.now_ns())
 }
 
-/// Keys known to be over, by (entity, limit index): bounded, dropped when their epoch ends.
+/// Keys known to be over, by (entity, limit index): bounded, dropped when their epoch ends (a
+/// bucket's when it is full again).
 #[derive(Debug, Default)]
 pub(super) struct OverCache(Mutex<HashMap<(u128, u8), Seen>>);
 
