@@ -433,6 +433,17 @@ impl BucketState {
     }
 }
 
+/// Local mode's verdict on `hits` tokens of a bucket whose `tat` is `owed_ns` ahead of `now`
+/// (0: full). Exact rules report the store's bucket with it (`rls/exact.rs`), so a status,
+/// `Retry-After` included, reads the same whether the bucket lives here or in Redis.
+pub fn verdict_owed(limit: &Limit, now: UnixMillis, owed_ns: u64, hits: u64) -> Verdict {
+    let b = BucketState {
+        tat: now.0.saturating_mul(NS_PER_MS).saturating_add(owed_ns),
+        ..BucketState::default()
+    };
+    b.check_with(limit, now, hits, &FleetView::ALONE)
+}
+
 /// `tat` after spending `ns` at `now_ns`, at most `max_ahead` ahead of now.
 fn spend(tat: u64, now_ns: u64, ns: u64, max_ahead: u64) -> u64 {
     tat.max(now_ns)

@@ -4,7 +4,8 @@
 //! at once under the Redis timeout, and keeps all-or-nothing across the calls by giving back
 //! what a call counted when another one refused or failed.
 //!
-//! Redis implements the trait in `exact_redis.rs`, the in-memory store in `memory.rs`.
+//! Redis implements the trait in `exact_redis.rs`, the in-memory store in `memory.rs`; a token
+//! bucket item's own steps are in `exact_bucket.rs`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,12 +13,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use super::exact_bucket::ExactBucket;
+use super::exact_bucket::{self as bucket};
 use super::queue::ShardRouter;
 use super::store::StoreError;
+use crate::core::{Algorithm, Limit};
 
 /// One limit of one entity in an exact call: check `hits` against the limit on the store's
 /// exact counters of `epoch` (and `epoch - 1` for the sliding window) and count them if every
 /// item of the call fits; or, with `refund`, give `hits` back to `epoch` unconditionally.
+/// With `bucket` set, the limit is a token bucket instead (`exact_bucket.rs`): the epoch
+/// fields are unused and the store's bucket is checked and spent, or refunded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExactItem {
     /// The entity.
@@ -42,6 +48,23 @@ pub struct ExactItem {
     pub ttl_ms: u64,
     /// Give `hits` back (`is_negative_hits`) instead of checking and counting them.
     pub refund: bool,
+    /// A token bucket: its capacity and the request's time (`None`: a window).
+    pub bucket: Option<ExactBucket>,
+}
+
+impl ExactItem {
+    /// The limit the item checks (a bucket's, or a window's by its `sliding` flag).
+    pub fn limit(&self) -> Limit {
+        Limit {
+            requests_per_unit: self.requests_per_unit,
+            window_ms: self.window_ms,
+            algorithm: match self.bucket {
+                Some(b) => Algorithm::TokenBucket { burst: b.burst },
+                None if self.sliding => Algorithm::SlidingWindow,
+                None => Algorithm::FixedWindow,
+            },
+        }
+    }
 }
 
 /// What the store holds for one item, before the call counted anything.
@@ -53,6 +76,9 @@ pub struct ExactCount {
     pub curr: u64,
     /// Whether the item's hits go over its limit.
     pub over: bool,
+    /// A bucket: how far its `tat` was ahead of the request's time (ns; 0: full). 0 for a
+    /// window.
+    pub owed_ns: u64,
 }
 
 /// The answer to an exact call.
@@ -247,23 +273,42 @@ impl ExactClient {
     }
 }
 
+/// A store's exact counters, for [`apply`]: window counters by (entity, limit, epoch) and
+/// buckets' `tat` by (entity, limit).
+pub trait ExactCounters {
+    /// A window counter (0 when absent).
+    fn read(&mut self, entity: u128, limit: u8, epoch: u64) -> u64;
+    /// Adds `delta` to a window counter, creating it.
+    fn add(&mut self, entity: u128, limit: u8, epoch: u64, delta: i64);
+    /// A bucket's `tat` (Unix ns; 0 when absent, which is full).
+    fn tat(&mut self, entity: u128, limit: u8) -> u64;
+    /// Sets a bucket's `tat` (Unix ns; 0 removes it: full).
+    fn set_tat(&mut self, entity: u128, limit: u8, tat_ns: u64);
+}
+
 /// The store-independent semantics of an exact call, for stores that hold their counters in
-/// a map (`memory.rs`); Redis runs the same steps in Lua (`exact_redis.rs`). `read` returns a
-/// counter; `add` adds to one (creating it).
-pub fn apply(
-    items: &[ExactItem],
-    commit: bool,
-    mut read: impl FnMut(u128, u8, u64) -> u64,
-    mut add: impl FnMut(u128, u8, u64, i64),
-) -> ExactReply {
+/// maps (`memory.rs`); Redis runs the same steps in Lua (`exact_redis.rs`). Every read comes
+/// before the first write, as in the script.
+pub fn apply(items: &[ExactItem], commit: bool, store: &mut impl ExactCounters) -> ExactReply {
     let mut reply = ExactReply {
         fits: true,
         counts: Vec::with_capacity(items.len()),
     };
     for it in items {
-        let curr = read(it.entity, it.limit, it.epoch);
+        if let Some(b) = it.bucket {
+            let owed_ns = store.tat(it.entity, it.limit).saturating_sub(b.now_ns());
+            let over = !it.refund && !bucket::fits(it, owed_ns);
+            reply.fits &= !over;
+            reply.counts.push(ExactCount {
+                over,
+                owed_ns,
+                ..ExactCount::default()
+            });
+            continue;
+        }
+        let curr = store.read(it.entity, it.limit, it.epoch);
         let prev = if it.sliding && it.epoch > 0 {
-            read(it.entity, it.limit, it.epoch - 1)
+            store.read(it.entity, it.limit, it.epoch - 1)
         } else {
             0
         };
@@ -278,16 +323,33 @@ pub fn apply(
             over = it.requests_per_unit == 0 || count > u64::from(it.requests_per_unit);
         }
         reply.fits &= !over;
-        reply.counts.push(ExactCount { prev, curr, over });
+        reply.counts.push(ExactCount {
+            prev,
+            curr,
+            over,
+            owed_ns: 0,
+        });
     }
     for (it, c) in items.iter().zip(&reply.counts) {
-        if it.refund {
+        if let Some(b) = it.bucket {
+            let after = if it.refund {
+                bucket::refunded(it, c.owed_ns)
+            } else if commit && reply.fits && it.hits > 0 {
+                bucket::spent(it, c.owed_ns)
+            } else {
+                continue;
+            };
+            if after != c.owed_ns {
+                let tat = if after == 0 { 0 } else { b.now_ns() + after };
+                store.set_tat(it.entity, it.limit, tat);
+            }
+        } else if it.refund {
             let back = it.hits.min(c.curr);
             if back > 0 {
-                add(it.entity, it.limit, it.epoch, -(back as i64));
+                store.add(it.entity, it.limit, it.epoch, -(back as i64));
             }
         } else if commit && reply.fits && it.hits > 0 {
-            add(it.entity, it.limit, it.epoch, it.hits as i64);
+            store.add(it.entity, it.limit, it.epoch, it.hits as i64);
         }
     }
     reply

@@ -5,20 +5,34 @@
 //! Keys are `{prefix}sluice:x:{<entity, 32 hex digits>}:<limit index>:<epoch>`: the `x:` keeps
 //! them apart from the background sync's `{prefix}sluice:v2:{<entity>}:…` counters, and the hash
 //! tag keeps an entity's keys in one cluster slot. On a cluster the keys of different entities
-//! are in different slots, so a request's calls there are one per entity.
+//! are in different slots, so a request's calls there are one per entity. A token bucket's key
+//! is `{prefix}sluice:xb:{<entity>}:<limit index>` (its `tat`, see [`EXACT_SCRIPT`]), in the
+//! same slot as the entity's window keys, so a rule with both is still one call.
 
 use deadpool_redis::redis::{self, Value};
 use deadpool_redis::Pool;
 
 use super::exact::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
+use super::exact_bucket;
 use super::redis::RedisOptions;
 use super::store::StoreError;
 
-/// KEYS: two per item (current epoch, previous epoch). ARGV[1]: commit (1/0); then seven per
-/// item: hits, limit, window ms, ms left in the epoch, sliding (1/0), ttl ms, refund (1/0).
-/// Returns `{fits, prev₁, curr₁, over₁, prev₂, …}` with the counts read before counting.
+/// KEYS: two per item (a window: current epoch, previous epoch; a bucket: its key twice).
+/// ARGV[1]: commit (1/0); then seven per item: hits, limit, window ms, ms left in the epoch,
+/// mode (0 fixed, 1 sliding, 2 bucket), ttl ms, refund (1/0); a bucket has its interval (ns)
+/// in place of the window, the request's time (Unix µs) in place of the ms left, and its
+/// capacity (ns) in place of the ttl.
+/// Returns `{fits, a₁, b₁, over₁, a₂, …}`, read before counting: a window's `prev`, `curr`;
+/// a bucket's ns owed (`tat − now`, at least 0) and 0.
 /// `floor(prev × left / window)` is exact while the product stays under 2^53 (a count under
 /// 2^14 with the longest window; any count with windows up to a day below 10^8).
+///
+/// A bucket's key holds its `tat` as Unix µs with three decimals (`W.NNN`, whole
+/// nanoseconds): the script splits it so that every step is integer arithmetic on what the
+/// bucket owes, exact while that stays under 2^53 ns (104 days), as local mode's decision is
+/// (`exact_bucket.rs`); a plain double of Unix µs would round each spend to a quarter µs and
+/// drift. It expires when the bucket is full again, plus a margin; a full bucket's key is
+/// deleted.
 const EXACT_SCRIPT: &str = r#"
 local commit = ARGV[1] == '1'
 local n = #KEYS / 2
@@ -28,32 +42,71 @@ local curr = {}
 for i = 1, n do
   local a = 1 + (i - 1) * 7
   local hits = tonumber(ARGV[a + 1])
-  local c = tonumber(redis.call('GET', KEYS[2 * i - 1]) or '0')
-  local p = 0
-  if ARGV[a + 5] == '1' then
-    p = tonumber(redis.call('GET', KEYS[2 * i]) or '0')
-  end
   local over = 0
-  if ARGV[a + 7] ~= '1' then
-    local limit = tonumber(ARGV[a + 2])
-    local count = c + hits
+  if ARGV[a + 5] == '2' then
+    local owed = 0
+    local v = redis.call('GET', KEYS[2 * i - 1])
+    if v then
+      local w, f = string.match(v, '^(%d+)%.?(%d*)$')
+      if w then
+        owed = (tonumber(w) - tonumber(ARGV[a + 4])) * 1000 + tonumber(string.sub(f .. '000', 1, 3))
+        if owed < 0 then owed = 0 end
+      end
+    end
+    if ARGV[a + 7] ~= '1' then
+      if tonumber(ARGV[a + 2]) == 0 or owed + hits * tonumber(ARGV[a + 3]) > tonumber(ARGV[a + 6]) then
+        over = 1
+        fits = false
+      end
+    end
+    curr[i] = owed
+    out[#out + 1] = owed
+    out[#out + 1] = 0
+    out[#out + 1] = over
+  else
+    local c = tonumber(redis.call('GET', KEYS[2 * i - 1]) or '0')
+    local p = 0
     if ARGV[a + 5] == '1' then
-      count = count + math.floor(p * tonumber(ARGV[a + 4]) / tonumber(ARGV[a + 3]))
+      p = tonumber(redis.call('GET', KEYS[2 * i]) or '0')
     end
-    if limit == 0 or count > limit then
-      over = 1
-      fits = false
+    if ARGV[a + 7] ~= '1' then
+      local limit = tonumber(ARGV[a + 2])
+      local count = c + hits
+      if ARGV[a + 5] == '1' then
+        count = count + math.floor(p * tonumber(ARGV[a + 4]) / tonumber(ARGV[a + 3]))
+      end
+      if limit == 0 or count > limit then
+        over = 1
+        fits = false
+      end
     end
+    curr[i] = c
+    out[#out + 1] = p
+    out[#out + 1] = c
+    out[#out + 1] = over
   end
-  curr[i] = c
-  out[#out + 1] = p
-  out[#out + 1] = c
-  out[#out + 1] = over
 end
 for i = 1, n do
   local a = 1 + (i - 1) * 7
   local hits = tonumber(ARGV[a + 1])
-  if ARGV[a + 7] == '1' then
+  if ARGV[a + 5] == '2' then
+    local owed = curr[i]
+    local after = owed
+    if ARGV[a + 7] == '1' then
+      after = math.max(owed - hits * tonumber(ARGV[a + 3]), 0)
+    elseif commit and fits and hits > 0 then
+      after = owed + hits * tonumber(ARGV[a + 3])
+    end
+    if after ~= owed then
+      if after <= 0 then
+        redis.call('DEL', KEYS[2 * i - 1])
+      else
+        local us = math.floor(after / 1000)
+        local tat = string.format('%.0f.%03d', tonumber(ARGV[a + 4]) + us, after - us * 1000)
+        redis.call('SET', KEYS[2 * i - 1], tat, 'PX', math.ceil(after / 1000000) + 1000)
+      end
+    end
+  elseif ARGV[a + 7] == '1' then
     local back = math.min(hits, curr[i])
     if back > 0 then redis.call('DECRBY', KEYS[2 * i - 1], back) end
   elseif commit and fits and hits > 0 then
@@ -68,6 +121,12 @@ return out
 /// The Redis key of an exact counter.
 pub fn exact_key(prefix: &str, entity: u128, limit: u8, epoch: u64) -> String {
     format!("{prefix}sluice:x:{{{entity:032x}}}:{limit}:{epoch}")
+}
+
+/// The Redis key of an exact token bucket: its `tat` (see [`EXACT_SCRIPT`]). No epoch: a
+/// bucket is one value for good, gone when full.
+pub fn exact_bucket_key(prefix: &str, entity: u128, limit: u8) -> String {
+    format!("{prefix}sluice:xb:{{{entity:032x}}}:{limit}")
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -90,6 +149,11 @@ fn command(sha: Option<&str>, prefix: &str, items: &[ExactItem], commit: bool) -
     };
     cmd.arg(items.len() * 2);
     for it in items {
+        if it.bucket.is_some() {
+            let key = exact_bucket_key(prefix, it.entity, it.limit);
+            cmd.arg(&key).arg(key);
+            continue;
+        }
         cmd.arg(exact_key(prefix, it.entity, it.limit, it.epoch))
             .arg(exact_key(
                 prefix,
@@ -100,19 +164,30 @@ fn command(sha: Option<&str>, prefix: &str, items: &[ExactItem], commit: bool) -
     }
     cmd.arg(u8::from(commit));
     for it in items {
-        cmd.arg(it.hits.min(1 << 32))
-            .arg(it.requests_per_unit)
-            .arg(it.window_ms)
-            .arg(it.left_ms)
-            .arg(u8::from(it.sliding))
-            .arg(it.ttl_ms)
-            .arg(u8::from(it.refund));
+        cmd.arg(it.hits.min(1 << 32)).arg(it.requests_per_unit);
+        match it.bucket {
+            Some(b) => {
+                let g = exact_bucket::geometry(it);
+                cmd.arg(g.interval_ns)
+                    .arg(b.now_us)
+                    .arg(2)
+                    .arg(g.capacity_ns);
+            }
+            None => {
+                cmd.arg(it.window_ms)
+                    .arg(it.left_ms)
+                    .arg(u8::from(it.sliding))
+                    .arg(it.ttl_ms);
+            }
+        }
+        cmd.arg(u8::from(it.refund));
     }
     cmd
 }
 
-/// Decodes the script's reply for `n` items.
-fn reply(v: &Value, n: usize) -> Result<ExactReply, StoreError> {
+/// Decodes the script's reply for `items`.
+fn reply(v: &Value, items: &[ExactItem]) -> Result<ExactReply, StoreError> {
+    let n = items.len();
     let Value::Array(vals) = v else {
         return Err(backend(format!("unexpected exact script reply {v:?}")));
     };
@@ -130,10 +205,19 @@ fn reply(v: &Value, n: usize) -> Result<ExactReply, StoreError> {
         fits: num(&vals[0]) == 1,
         counts: vals[1..]
             .chunks(3)
-            .map(|c| ExactCount {
-                prev: num(&c[0]),
-                curr: num(&c[1]),
-                over: num(&c[2]) == 1,
+            .zip(items)
+            .map(|(c, it)| match it.bucket {
+                Some(_) => ExactCount {
+                    owed_ns: num(&c[0]),
+                    over: num(&c[2]) == 1,
+                    ..ExactCount::default()
+                },
+                None => ExactCount {
+                    prev: num(&c[0]),
+                    curr: num(&c[1]),
+                    over: num(&c[2]) == 1,
+                    owed_ns: 0,
+                },
             })
             .collect(),
     })
@@ -155,7 +239,7 @@ async fn run<C: redis::aio::ConnectionLike>(
             .map_err(backend)?,
         r => r.map_err(backend)?,
     };
-    reply(&v, items.len())
+    reply(&v, items)
 }
 
 /// Exact calls to one standalone Redis shard, on a pool of their own (a request never waits
@@ -246,6 +330,7 @@ mod tests {
             hits: 1,
             ttl_ms: 120_000,
             refund: false,
+            bucket: None,
         };
         let cmd = command(Some("sha"), "p:", &[it], true);
         let args: Vec<String> = cmd
@@ -273,5 +358,63 @@ mod tests {
                 "0"
             ]
         );
+    }
+
+    #[test]
+    fn a_bucket_item_sends_its_key_twice_its_interval_time_and_capacity() {
+        assert_eq!(
+            exact_bucket_key("p:", 0xab, 2),
+            "p:sluice:xb:{000000000000000000000000000000ab}:2"
+        );
+        // 3 a second, bursts of 4: a token every 333,333,333 ns.
+        let it = ExactItem {
+            entity: 0xab,
+            limit: 2,
+            epoch: 0,
+            window_ms: 1000,
+            left_ms: 500,
+            sliding: false,
+            requests_per_unit: 3,
+            hits: 1,
+            ttl_ms: 2000,
+            refund: true,
+            bucket: Some(super::exact_bucket::ExactBucket {
+                burst: 4,
+                now_us: 1_700_006_400_000_000,
+            }),
+        };
+        let cmd = command(Some("sha"), "p:", &[it], true);
+        let args: Vec<String> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        let key = "p:sluice:xb:{000000000000000000000000000000ab}:2";
+        assert_eq!(
+            args,
+            [
+                "EVALSHA",
+                "sha",
+                "2",
+                key,
+                key,
+                "1",
+                "1",
+                "3",
+                "333333333",
+                "1700006400000000",
+                "2",
+                "1333333332",
+                "1"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_script_keeps_a_bucket_key_for_the_margin_the_docs_state() {
+        let margin = format!("+ {})", exact_bucket::EXPIRY_MARGIN_MS);
+        assert!(EXACT_SCRIPT.contains(&margin), "{margin}");
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::exact::{apply, ExactFuture, ExactItem, ExactStore};
+use super::exact::{apply, ExactCounters, ExactFuture, ExactItem, ExactStore};
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
 
 /// A counter: each replica's part.
@@ -25,6 +25,9 @@ pub struct MemoryStore {
     /// Exact rules' counters, keyed by (entity, limit, epoch): apart from the sync's, as in
     /// Redis.
     pub exact: Mutex<HashMap<(u128, u8, u64), u64>>,
+    /// Exact rules' token buckets, keyed by (entity, limit): the `tat` (Unix ns), apart from
+    /// the sync's buckets, as in Redis.
+    pub exact_buckets: Mutex<HashMap<(u128, u8), u64>>,
     /// Exact calls received (failed ones included).
     pub exact_calls: AtomicU64,
     /// Token buckets, keyed by (entity, limit): the `tat` (Unix µs) and the tokens spent.
@@ -40,29 +43,45 @@ impl ExactStore for MemoryStore {
             if self.down.load(Ordering::Relaxed) {
                 return Err(StoreError::Backend("connection refused".into()));
             }
-            let mut c = self.exact.lock();
-            let read = |e, l, ep| c.get(&(e, l, ep)).copied().unwrap_or(0);
-            // Reads first, then writes: `apply` calls them in that order.
-            let snapshot: HashMap<_, _> = items
-                .iter()
-                .flat_map(|it| {
-                    [
-                        (it.entity, it.limit, it.epoch),
-                        (it.entity, it.limit, it.epoch.saturating_sub(1)),
-                    ]
-                })
-                .map(|k| (k, read(k.0, k.1, k.2)))
-                .collect();
-            Ok(apply(
-                items,
-                commit,
-                |e, l, ep| snapshot.get(&(e, l, ep)).copied().unwrap_or(0),
-                |e, l, ep, d| {
-                    let v = c.entry((e, l, ep)).or_default();
-                    *v = (*v as i64 + d).max(0) as u64;
-                },
-            ))
+            let mut windows = self.exact.lock();
+            let mut buckets = self.exact_buckets.lock();
+            let mut maps = ExactMaps {
+                windows: &mut windows,
+                buckets: &mut buckets,
+            };
+            Ok(apply(items, commit, &mut maps))
         })
+    }
+}
+
+/// The exact maps under their locks, as [`apply`] reads and writes them.
+struct ExactMaps<'a> {
+    windows: &'a mut HashMap<(u128, u8, u64), u64>,
+    buckets: &'a mut HashMap<(u128, u8), u64>,
+}
+
+impl ExactCounters for ExactMaps<'_> {
+    fn read(&mut self, entity: u128, limit: u8, epoch: u64) -> u64 {
+        self.windows
+            .get(&(entity, limit, epoch))
+            .copied()
+            .unwrap_or(0)
+    }
+    fn add(&mut self, entity: u128, limit: u8, epoch: u64, delta: i64) {
+        let v = self.windows.entry((entity, limit, epoch)).or_default();
+        *v = (*v as i64 + delta).max(0) as u64;
+    }
+    fn tat(&mut self, entity: u128, limit: u8) -> u64 {
+        self.buckets.get(&(entity, limit)).copied().unwrap_or(0)
+    }
+    fn set_tat(&mut self, entity: u128, limit: u8, tat_ns: u64) {
+        // As the script: a full bucket's key is deleted (an absent key reads as full). Keys
+        // never expire here; a stale `tat` reads as full as well.
+        if tat_ns == 0 {
+            self.buckets.remove(&(entity, limit));
+        } else {
+            self.buckets.insert((entity, limit), tat_ns);
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub mod clock_offset;
 pub mod exact;
+pub mod exact_bucket;
 pub mod exact_redis;
 pub mod health;
 pub mod memory;

@@ -1,8 +1,10 @@
 //! Exact rules in global mode (README, "Exact rules"): a request's exact descriptors become
-//! [`ExactItem`]s, decided by one atomic store call per shard, all or none counted; keys
-//! known to be over are answered from memory until their window moves; and when the store
-//! fails, the descriptor is decided from memory like a normal rule's, on the prior every
-//! cold entity gets (`core/prior.rs`: `1.05 × limit / live replicas`), and counted so.
+//! [`ExactItem`]s (one per limit: windows and token buckets alike), decided by one atomic
+//! store call per shard, all or none counted; keys known to be over are answered from memory
+//! until their window moves (a bucket: until the `tat` read says the request fits); and when
+//! the store fails, the descriptor is decided from memory like a normal rule's, on the prior
+//! every cold entity gets (`core/prior.rs`: `1.05 × limit / live replicas`, a bucket's own
+//! bucket of `1.05 × burst / live replicas`), and counted so.
 //!
 //! Pure but for the store call, which `mod.rs` awaits between the two halves here
 //! ([`RateLimiter::exact_plan`] before, [`RateLimiter::exact_answers`] after).
@@ -16,10 +18,11 @@ use parking_lot::Mutex;
 use super::evaluate::{pick, Outcome};
 use super::resolve::Target;
 use super::RateLimiter;
+use crate::core::bucket::verdict_owed;
 use crate::core::clock::UnixMillis;
 use crate::core::window::{verdict_on, window_count};
-use crate::core::{Algorithm, Limit, Verdict};
-use crate::global::exact::{ExactCount, ExactReply, ExactStats};
+use crate::core::{Algorithm, Verdict};
+use crate::global::exact::{ExactBucket, ExactCount, ExactReply, ExactStats};
 use crate::global::{ExactItem, StoreError};
 use crate::telemetry::Telemetry;
 
@@ -46,17 +49,41 @@ pub(super) struct ExactPlan {
     pub(super) commit: bool,
 }
 
-/// Counts read from the store for a key that was over, valid in their epoch.
+/// Counts read from the store for a key that was over, valid in their epoch; for a bucket,
+/// its `tat` (epoch 0).
 #[derive(Debug, Clone, Copy)]
 struct Seen {
     epoch: u64,
     prev: u64,
     curr: u64,
-    /// The epoch's end (Unix ms): past it the entry is stale.
+    /// A bucket's `tat` as read (Unix ns): it only moves later with spends, so while it says
+    /// a request would not fit, that request is over (refunds aside, as for windows).
+    tat_ns: u64,
+    /// The epoch's end, or when the bucket is full again (Unix ms): past it the entry is
+    /// stale.
     until: u64,
 }
 
-/// Keys known to be over, by (entity, limit index): bounded, dropped when their epoch ends.
+impl Seen {
+    /// What the store would have said for `it` at `now`, as far as remembered.
+    fn count(&self, it: &ExactItem, now: UnixMillis) -> ExactCount {
+        ExactCount {
+            prev: self.prev,
+            curr: self.curr,
+            over: false,
+            owed_ns: self.tat_ns.saturating_sub(now_ns(it, now)),
+        }
+    }
+}
+
+/// The request's time in Unix ns, as a bucket item carries it.
+fn now_ns(it: &ExactItem, now: UnixMillis) -> u64 {
+    it.bucket
+        .map_or(now.0.saturating_mul(1_000_000), |b| b.now_ns())
+}
+
+/// Keys known to be over, by (entity, limit index): bounded, dropped when their epoch ends (a
+/// bucket's when it is full again).
 #[derive(Debug, Default)]
 pub(super) struct OverCache(Mutex<HashMap<(u128, u8), Seen>>);
 
@@ -80,11 +107,26 @@ impl OverCache {
                 map.clear();
             }
         }
-        let seen = Seen {
-            epoch: it.epoch,
-            prev: c.prev,
-            curr: c.curr,
-            until: (it.epoch + 1) * it.window_ms,
+        let seen = match it.bucket {
+            // A denied bucket is remembered until it is full again; a request on it is answered
+            // from memory while the `tat` read says it does not fit, i.e. until its retry time.
+            Some(_) => {
+                let tat_ns = now_ns(it, now).saturating_add(c.owed_ns);
+                Seen {
+                    epoch: it.epoch,
+                    prev: 0,
+                    curr: 0,
+                    tat_ns,
+                    until: tat_ns.div_ceil(1_000_000),
+                }
+            }
+            None => Seen {
+                epoch: it.epoch,
+                prev: c.prev,
+                curr: c.curr,
+                tat_ns: 0,
+                until: (it.epoch + 1) * it.window_ms,
+            },
         };
         map.insert((it.entity, it.limit), seen);
     }
@@ -96,25 +138,28 @@ impl OverCache {
     }
 }
 
-fn limit_of(it: &ExactItem) -> Limit {
-    Limit {
-        requests_per_unit: it.requests_per_unit,
-        window_ms: it.window_ms,
-        algorithm: if it.sliding {
-            Algorithm::SlidingWindow
-        } else {
-            Algorithm::FixedWindow
-        },
+/// The item's own verdict on what the store held (`c`): the window's formula, or the
+/// bucket's (`core/bucket.rs`, as local mode reports it: remaining whole tokens, reset until
+/// full, retry until the request would fit). A refund is reported with 0 hits.
+fn natural(it: &ExactItem, now: UnixMillis, c: &ExactCount) -> Verdict {
+    let limit = it.limit();
+    let hits = if it.refund { 0 } else { it.hits };
+    if it.bucket.is_some() {
+        return verdict_owed(&limit, now, c.owed_ns, hits);
     }
+    let mut v = verdict_on(&limit, now, window_count(&limit, now, c.prev, c.curr), hits);
+    v.retry_ms = if v.over { v.reset_ms } else { 0 };
+    v
 }
 
-/// The verdict of an item on counts `prev`/`curr`, over when `over` says so.
-fn verdict(it: &ExactItem, now: UnixMillis, prev: u64, curr: u64, over: bool) -> Verdict {
-    let limit = limit_of(it);
-    let hits = if it.refund { 0 } else { it.hits };
-    let mut v = verdict_on(&limit, now, window_count(&limit, now, prev, curr), hits);
-    v.over = over;
-    v.retry_ms = if over { v.reset_ms } else { 0 };
+/// The verdict of an item on what the store held (`c`), over when `over` says so (an item
+/// that fits is reported on its counts with these hits, counted or not).
+fn verdict(it: &ExactItem, now: UnixMillis, c: &ExactCount, over: bool) -> Verdict {
+    let mut v = natural(it, now, c);
+    if over != v.over {
+        v.over = over;
+        v.retry_ms = if over { v.reset_ms.max(1) } else { 0 };
+    }
     if over {
         v.remaining = 0;
     }
@@ -146,10 +191,19 @@ impl RateLimiter {
             }
             for (j, spec) in rule.limits.iter().enumerate() {
                 let w = spec.limit.window_ms;
+                let bucket = match spec.limit.algorithm {
+                    Algorithm::TokenBucket { burst } => Some(ExactBucket {
+                        burst,
+                        now_us: now.0.saturating_mul(1000),
+                    }),
+                    _ => None,
+                };
                 plan.items.push(ExactItem {
                     entity: *entity,
                     limit: j.min(255) as u8,
-                    epoch: now.0 / w,
+                    // A bucket has no epochs: 0, so that a remembered one never goes stale
+                    // by epoch (`OverCache::get`).
+                    epoch: if bucket.is_some() { 0 } else { now.0 / w },
                     window_ms: w,
                     left_ms: w - now.0 % w,
                     sliding: spec.limit.algorithm == Algorithm::SlidingWindow,
@@ -157,6 +211,7 @@ impl RateLimiter {
                     hits: hits[i].min(1 << 32),
                     ttl_ms: 2 * w,
                     refund: refund(i),
+                    bucket,
                 });
                 plan.owners.push(i);
             }
@@ -181,11 +236,10 @@ impl RateLimiter {
             .iter()
             .zip(&seen)
             .map(|(it, s)| {
-                let (prev, curr) = s.map_or((0, 0), |s| (s.prev, s.curr));
-                let limit = limit_of(it);
-                let count = window_count(&limit, now, prev, curr);
-                let over = s.is_some() && verdict_on(&limit, now, count, it.hits).over;
-                verdict(it, now, prev, curr, over)
+                // Keys not remembered are reported on nothing counted (a full bucket).
+                let c = s.map_or(ExactCount::default(), |s| s.count(it, now));
+                let over = s.is_some() && natural(it, now, &c).over;
+                verdict(it, now, &c, over)
             })
             .collect();
         if !verdicts.iter().any(|v| v.over) {
@@ -212,7 +266,7 @@ impl RateLimiter {
                     .zip(&r.counts)
                     .map(|(it, c)| {
                         self.over.remember(it, c, now);
-                        verdict(it, now, c.prev, c.curr, c.over)
+                        verdict(it, now, c, c.over)
                     })
                     .collect();
                 self.gather(plan, &verdicts)
@@ -311,221 +365,5 @@ pub(super) fn register_metrics(t: &Telemetry, stats: &std::sync::Arc<ExactStats>
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use envoy_types::pb::envoy::service::ratelimit::v3::{
-        rate_limit_response::Code, RateLimitRequest,
-    };
-
-    use super::*;
-    use crate::core::clock::ManualClock;
-    use crate::global::memory::MemoryStore;
-    use crate::global::{ExactClient, ShardRouter, SyncQueues};
-    use crate::rls::Options;
-
-    /// The start of a minute.
-    const T0: UnixMillis = UnixMillis(1_700_006_400_000);
-
-    const RULES: &str = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window, exact: true}\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 5, exact: true}\n  - key: c\n    rate_limit: {unit: minute, requests_per_unit: 10, exact: true}\n";
-
-    struct Fixture {
-        limiter: Arc<RateLimiter>,
-        store: Arc<MemoryStore>,
-        queues: Arc<SyncQueues>,
-        clock: ManualClock,
-    }
-
-    fn fixture() -> Fixture {
-        let rules =
-            crate::rules::compile_sources(&[("r.yaml".into(), RULES.into())], false).unwrap();
-        let names = vec!["memory".to_string()];
-        let queues = Arc::new(SyncQueues::new(ShardRouter::new(&names), 1, 10_000));
-        let clock = ManualClock::new(T0);
-        let telemetry = Arc::new(crate::telemetry::Telemetry::new().unwrap());
-        let limiter = RateLimiter::new(
-            rules,
-            vec![],
-            Arc::new(clock.clone()),
-            Options::default(),
-            telemetry,
-            Some(queues.clone()),
-        );
-        let store = Arc::new(MemoryStore::default());
-        let client = ExactClient::new(
-            vec![store.clone()],
-            ShardRouter::new(&names),
-            Duration::from_millis(100),
-        );
-        limiter.set_exact(client);
-        Fixture {
-            limiter,
-            store,
-            queues,
-            clock,
-        }
-    }
-
-    fn req(keys: &[&str]) -> RateLimitRequest {
-        RateLimitRequest {
-            domain: "d".into(),
-            descriptors: keys
-                .iter()
-                .map(|k| RateLimitDescriptor {
-                    entries: vec![Entry {
-                        key: (*k).into(),
-                        value: "u1".into(),
-                    }],
-                    ..Default::default()
-                })
-                .collect(),
-            hits_addend: 0,
-        }
-    }
-
-    /// Each descriptor's code and remaining.
-    async fn ask(f: &Fixture, keys: &[&str]) -> Vec<(i32, u32)> {
-        let r = f.limiter.should_rate_limit_async(&req(keys)).await.unwrap();
-        r.statuses
-            .iter()
-            .map(|s| (s.code, s.limit_remaining))
-            .collect()
-    }
-
-    /// The store's exact counts, summed per epoch-independent key (one entity per rule here).
-    fn stored(f: &Fixture) -> Vec<u64> {
-        let mut v: Vec<u64> = f.store.exact.lock().values().copied().collect();
-        v.sort_unstable();
-        v
-    }
-
-    const OK: i32 = Code::Ok as i32;
-    const OVER: i32 = Code::OverLimit as i32;
-
-    #[tokio::test]
-    async fn a_request_counts_all_its_exact_descriptors_or_none() {
-        let f = fixture();
-        assert_eq!(ask(&f, &["a", "b"]).await, vec![(OK, 1), (OK, 4)]);
-        assert_eq!(ask(&f, &["a", "b"]).await, vec![(OK, 0), (OK, 3)]);
-        // `a` is full: `b` fits but is not counted either, and the request is over.
-        assert_eq!(ask(&f, &["a", "b"]).await, vec![(OVER, 0), (OK, 2)]);
-        assert_eq!(stored(&f), vec![2, 2]);
-        // Alone, `b` is counted.
-        assert_eq!(ask(&f, &["b"]).await, vec![(OK, 2)]);
-        assert_eq!(stored(&f), vec![2, 3]);
-        // Nothing reached the local counters or the background sync.
-        assert!(f.queues.is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_key_known_to_be_over_is_answered_from_memory_until_its_window_moves() {
-        let f = fixture();
-        for _ in 0..2 {
-            assert_eq!(ask(&f, &["a"]).await[0].0, OK);
-        }
-        assert_eq!(ask(&f, &["a"]).await[0].0, OVER);
-        let calls = f.store.exact_calls.load(Ordering::Relaxed);
-        assert_eq!(calls, 3);
-        assert_eq!(f.limiter.over.len(), 1);
-        // Over again, with no store call, until the minute ends; `c` alone still calls.
-        f.clock.advance_ms(59_999);
-        for _ in 0..5 {
-            assert_eq!(ask(&f, &["a", "c"]).await, vec![(OVER, 0), (OK, 9)]);
-        }
-        assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls);
-        assert_eq!(stored(&f), vec![2]);
-        let stats = f.limiter.exact.get().unwrap().stats.clone();
-        assert_eq!(stats.from_memory.load(Ordering::Relaxed), 5);
-        // The next window: asked again, and admitted.
-        f.clock.advance_ms(1);
-        assert_eq!(ask(&f, &["a"]).await, vec![(OK, 1)]);
-        assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls + 1);
-    }
-
-    #[tokio::test]
-    async fn with_the_store_down_the_prior_decides_on_this_replicas_share() {
-        let f = fixture();
-        f.queues.set_live_replicas(4);
-        f.store.down.store(true, Ordering::Relaxed);
-        // `c` allows 10 a minute: this replica's share of 4 is 1.05 × 10 / 4, 2 whole hits.
-        // The statuses report the rule's own limit, as every decision from memory does.
-        assert_eq!(ask(&f, &["c"]).await, vec![(OK, 9)]);
-        assert_eq!(ask(&f, &["c"]).await, vec![(OK, 8)]);
-        assert_eq!(ask(&f, &["c"]).await, vec![(OVER, 0)]);
-        let stats = f.limiter.exact.get().unwrap().stats.clone();
-        assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 3);
-        let metrics = f.limiter.telemetry().render();
-        assert!(
-            metrics.contains("sluice_exact_fallback_total 3"),
-            "{metrics}"
-        );
-        // Counted like a normal rule's hits: queued for the background sync.
-        assert_eq!(f.queues.len(), 1);
-        // Redis back: the exact counters decide again (they never saw the prior's hits).
-        f.store.down.store(false, Ordering::Relaxed);
-        assert_eq!(ask(&f, &["c"]).await, vec![(OK, 9)]);
-    }
-
-    #[tokio::test]
-    async fn a_shard_failing_gives_back_what_the_other_counted_and_the_prior_decides() {
-        let f = fixture();
-        let names = vec!["m0".to_string(), "m1".to_string()];
-        let router = ShardRouter::new(&names);
-        let rules =
-            crate::rules::compile_sources(&[("r.yaml".into(), RULES.into())], false).unwrap();
-        let shard = |k: &str| router.shard(rules.find("d", &[(k, "u1")]).unwrap().entity);
-        let (up, down) = (shard("b"), 1 - shard("b"));
-        let other = ["a", "c"].into_iter().find(|k| shard(k) == down).unwrap();
-        let stores = [
-            Arc::new(MemoryStore::default()),
-            Arc::new(MemoryStore::default()),
-        ];
-        stores[down].down.store(true, Ordering::Relaxed);
-        let client = ExactClient::new(
-            stores.iter().map(|s| s.clone() as _).collect(),
-            router,
-            Duration::from_millis(100),
-        );
-        let limiter = RateLimiter::new(
-            rules,
-            vec![],
-            Arc::new(f.clock.clone()),
-            Options::default(),
-            Arc::new(crate::telemetry::Telemetry::new().unwrap()),
-            Some(f.queues.clone()),
-        );
-        limiter.set_exact(client);
-        let r = limiter
-            .should_rate_limit_async(&req(&["b", other]))
-            .await
-            .unwrap();
-        assert_eq!(r.overall_code, OK, "the prior admits");
-        // `b`'s shard counted, then gave it back: the store holds nothing for it.
-        let held: u64 = stores[up].exact.lock().values().sum();
-        assert_eq!(held, 0);
-        let stats = limiter.exact.get().unwrap().stats.clone();
-        assert_eq!(stats.given_back.load(Ordering::Relaxed), 1);
-        assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 2);
-    }
-
-    #[tokio::test]
-    async fn without_exact_descriptors_nothing_is_asked() {
-        let f = fixture();
-        let r = RateLimitRequest {
-            domain: "d".into(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: "unknown".into(),
-                    value: "x".into(),
-                }],
-                ..Default::default()
-            }],
-            hits_addend: 0,
-        };
-        f.limiter.should_rate_limit_async(&r).await.unwrap();
-        assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), 0);
-    }
-}
+#[path = "exact_tests.rs"]
+mod tests;
