@@ -258,11 +258,20 @@ impl RuleSet {
                     if window != 1 {
                         let _ = write!(out, " unit_multiplier={window}");
                     }
-                    if l.limit.algorithm == Algorithm::FixedWindow {
-                        out.push_str(" algorithm=fixed_window");
-                    }
-                    if !l.strict {
-                        out.push_str(" strict=false");
+                    let bucket = match l.limit.algorithm {
+                        Algorithm::FixedWindow => {
+                            out.push_str(" algorithm=fixed_window");
+                            false
+                        }
+                        Algorithm::TokenBucket { burst } => {
+                            let _ = write!(out, " algorithm=token_bucket burst={burst}");
+                            true
+                        }
+                        Algorithm::SlidingWindow => false,
+                    };
+                    // Shown when not the algorithm's default (windows strict, buckets not).
+                    if l.strict == bucket {
+                        let _ = write!(out, " strict={}", l.strict);
                     }
                 }
             }
