@@ -272,6 +272,50 @@ async fn response_headers_report_the_bucket_and_retry_after_when_it_fits() {
     s.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn the_example_rules_do_what_their_comments_say() {
+    let rules = std::fs::read_to_string(common::repo().join("config/rules/buckets.yaml")).unwrap();
+    let s = Server::start(&rules, |_| {}).await;
+    let admitted = |key: &'static str, n: usize| {
+        let s = &s;
+        async move {
+            let mut ok = 0;
+            for _ in 0..n {
+                let mut r = req(key, "e", None, false);
+                r.domain = "buckets".into();
+                ok += usize::from(send(s, r).await.overall_code == Code::Ok as i32);
+            }
+            ok
+        }
+    };
+    // A leaky bucket of 20 dripping 1 every 250 ms.
+    assert_eq!(admitted("queue", 21).await, 20);
+    s.clock.advance_ms(250);
+    assert_eq!(admitted("queue", 2).await, 1);
+    // One of 10 dripping 3 every 2 s.
+    assert_eq!(admitted("batch", 11).await, 10);
+    // (A millisecond more than 2 s: a token takes 2/3 s rounded to the nanosecond, up here, so
+    // the third is 1 ns late at exactly 2 s.)
+    s.clock.advance_ms(2_001);
+    assert_eq!(admitted("batch", 4).await, 3);
+    // Smyte's 100, 10 every 60 s: a token every 6 s, 10 a minute.
+    assert_eq!(admitted("api_key", 101).await, 100);
+    s.clock.advance_ms(6_000);
+    assert_eq!(admitted("api_key", 2).await, 1);
+    s.clock.advance_ms(60_000);
+    assert_eq!(admitted("api_key", 11).await, 10);
+    // Strict: a client that keeps trying at 2 a second (faster than the refill of 1) stays
+    // denied; a lenient bucket would admit one a second.
+    assert_eq!(admitted("login", 5).await, 5);
+    let mut late = 0;
+    for _ in 0..20 {
+        s.clock.advance_ms(500);
+        late += admitted("login", 1).await;
+    }
+    assert_eq!(late, 0, "the retries keep the debt up");
+    s.stop().await.unwrap();
+}
+
 // --- Global mode on a real redis-server ---
 
 /// A bucket that refills a token an hour, so a test's count cannot drift with its duration.
