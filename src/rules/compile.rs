@@ -482,4 +482,100 @@ mod tests {
             "z.yaml: strict cannot be used with exact (exact rules count admitted hits only): 'd.a'"
         );
     }
+
+    #[test]
+    fn token_buckets_parse_with_their_defaults() {
+        let s = set("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 10, burst: 30, algorithm: token_bucket, strict: true}\n  - key: w\n    rate_limit: {unit: second, requests_per_unit: 10}\n");
+        let [a, b, w] = [0, 1, 2].map(|i| s.rules()[i].limits[0]);
+        // burst defaults to requests_per_unit: a bucket of one window's worth.
+        assert_eq!(a.limit.algorithm, Algorithm::TokenBucket { burst: 10 });
+        assert_eq!(a.limit.window_ms, 1000);
+        assert_eq!(b.limit.algorithm, Algorithm::TokenBucket { burst: 30 });
+        // strict defaults off for buckets (a denied request takes no token), on for windows
+        // (the reference's INCRBY of every hit); either may be stated.
+        assert_eq!([a.strict, b.strict, w.strict], [false, true, true]);
+        // /rlconfig tells a bucket from a window, and strict only where it is not the
+        // algorithm's default.
+        assert_eq!(
+            s.dump(),
+            "d.a: unit=SECOND requests_per_unit=10 algorithm=token_bucket burst=10, shadow_mode: false, quota_mode: false\n\
+             d.b: unit=SECOND requests_per_unit=10 algorithm=token_bucket burst=30 strict=true, shadow_mode: false, quota_mode: false\n\
+             d.w: unit=SECOND requests_per_unit=10, shadow_mode: false, quota_mode: false\n"
+        );
+        // The burst is part of the counter's identity (`identity.rs`); strict is not.
+        let id = |y: &str| set(y).rules()[0].id;
+        let base = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket";
+        assert_eq!(
+            id(&format!("{base}}}\n")),
+            id(&format!("{base}, burst: 10}}\n"))
+        );
+        assert_ne!(
+            id(&format!("{base}}}\n")),
+            id(&format!("{base}, burst: 11}}\n"))
+        );
+        assert_eq!(
+            id(&format!("{base}}}\n")),
+            id(&format!("{base}, strict: true}}\n"))
+        );
+    }
+
+    #[test]
+    fn a_bucket_sits_beside_a_window_in_additional_limits() {
+        let s = set("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n    additional_limits:\n      - {unit: second, requests_per_unit: 5, burst: 20, algorithm: token_bucket}\n  - key: j\n    rate_limit: {unit: second, requests_per_unit: 5, burst: 20, algorithm: token_bucket}\n    additional_limits:\n      - {unit: day, requests_per_unit: 1000, algorithm: fixed_window}\n");
+        let k: Vec<(Algorithm, bool)> = s.rules()[0]
+            .limits
+            .iter()
+            .map(|l| (l.limit.algorithm, l.strict))
+            .collect();
+        assert_eq!(
+            k,
+            [
+                (Algorithm::SlidingWindow, true),
+                (Algorithm::TokenBucket { burst: 20 }, false)
+            ]
+        );
+        let j = &s.rules()[1].limits;
+        assert_eq!(j[0].limit.algorithm, Algorithm::TokenBucket { burst: 20 });
+        assert_eq!(
+            (j[1].limit.algorithm, j[1].limit.window_ms, j[1].strict),
+            (Algorithm::FixedWindow, 86_400_000, true)
+        );
+    }
+
+    #[test]
+    fn bucket_keys_are_checked() {
+        let f = parse(
+            "b.yaml",
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 10, burst: 30}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 10, burst: 30, algorithm: fixed_window}\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: foo}\n  - key: e\n    rate_limit: {unit: second, requests_per_unit: 2000000000, algorithm: token_bucket}\n  - key: f\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    additional_limits:\n      - {unit: second, requests_per_unit: 1, burst: 5}\n",
+        )
+        .unwrap();
+        let errs = RuleSet::compile(&[("b.yaml".into(), f)], false).unwrap_err();
+        let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "b.yaml: d.a: burst needs algorithm: token_bucket",
+                "b.yaml: d.b: burst needs algorithm: token_bucket",
+                "b.yaml: invalid algorithm 'foo' (expected sliding_window, fixed_window or token_bucket)",
+                "b.yaml: d.e: a token bucket refills at most 1000000000 tokens a second",
+                "b.yaml: d.f: burst needs algorithm: token_bucket",
+            ]
+        );
+        // The fastest refill is accepted: a token a nanosecond (1e9 a second, or 60e9 over a
+        // minute would not fit in a u32; 1e9 over a second is the bound itself).
+        let s = set("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: token_bucket}\n");
+        assert_eq!(
+            s.rules()[0].limits[0].limit.algorithm,
+            Algorithm::TokenBucket {
+                burst: 1_000_000_000
+            }
+        );
+        // A burst must be a whole number in u32, as every count.
+        let errs = parse(
+            "t.yaml",
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: -1, algorithm: token_bucket}\n",
+        )
+        .unwrap_err();
+        assert!(errs[0].message.contains("rate_limit.burst"), "{}", errs[0]);
+    }
 }

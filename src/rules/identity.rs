@@ -127,6 +127,27 @@ mod tests {
         };
         assert_eq!(rule_id("edge.ip", false, &[fixed]), 0xa78f_139f_7ca4_8bb1);
         assert_eq!(rule_id("edge.ip", true, &[]), 0xa465_2c17_1cc0_fd05);
+        // Tag 2, then the burst (u32 LE) after the window: 10 a second, bursts of 30.
+        let bucket = Limit {
+            requests_per_unit: 10,
+            window_ms: 1000,
+            algorithm: Algorithm::TokenBucket { burst: 30 },
+        };
+        assert_eq!(rule_id("edge.ip", false, &[bucket]), 0xddc2_7543_a79a_4674);
+        assert_eq!(
+            rule_id(
+                "edge.ip",
+                false,
+                &[
+                    bucket,
+                    Limit {
+                        requests_per_unit: 100,
+                        ..MINUTE
+                    }
+                ]
+            ),
+            0x15cb_6c34_c55a_880b
+        );
     }
 
     #[test]
