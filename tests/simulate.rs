@@ -216,3 +216,19 @@ fn bursts_on_limits_of_400_per_extra_replica_keep_false_denials_within_2_percent
         }
     }
 }
+
+#[test]
+#[ignore]
+fn zz_print_buckets() {
+    let seeds: u64 = std::env::var("SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let only = std::env::var("ONLY").unwrap_or_default();
+    for k in 0..seeds {
+        let reports: Vec<Report> = scenarios()
+            .into_iter()
+            .filter(|s| s.name.starts_with("bucket") && s.name.contains(only.as_str()))
+            .map(|s| if k == 0 { s } else { s.reseeded(s.seed.wrapping_mul(0x9e37_79b9).wrapping_add(k)) })
+            .map(|s| run(&s))
+            .collect();
+        println!("seed {k}\n{}", render_table(&reports));
+    }
+}
