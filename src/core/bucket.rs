@@ -56,6 +56,18 @@ const UNSENT_RESERVED: f64 = 0.75;
 /// still admit (its share would never grow back otherwise).
 const SHARE_FLOOR: f64 = 1.0 / 64.0;
 
+/// How many standard deviations of a binomial share a settled node may spend above its
+/// share of the room: `sqrt(share × room)` each. Hits land on the replicas in binomial
+/// shares, so a node that keeps strictly to its measured share denies hits while another
+/// has room left (TODO measurements).
+const SHARE_SPREAD: f64 = 2.0;
+
+/// The least share a settled node keeps, as a part of its even share `1 / live`. A load
+/// balancer spreads an entity's requests over the replicas at random, so a node's measured
+/// share of a bursty entity's spends is mostly noise: a node that drew few hits of the last
+/// bursts would keep a share near 0 and deny the next burst's (TODO measurements).
+const EVEN_FLOOR: f64 = 0.5;
+
 /// The time constant (ms) of the spend rates a share is measured from, at least: long enough
 /// that a few tokens a tick do not make a node's share jump between 0 and 1, short enough to
 /// follow traffic moving between replicas within a few seconds. A bucket that fills more
@@ -167,8 +179,10 @@ impl BucketState {
         let estimate = view
             .saturating_add(self.others_since(&g, now, fleet))
             .min(g.max_ahead_ns.max(view));
+        let projected = fleet.live > 1 && self.settled(fleet.tick_ms);
         let over = limit.requests_per_unit == 0
             || view.saturating_add(need) > g.capacity_ns
+            || (projected && false && estimate.saturating_add(need) > g.capacity_ns)
             || self.over_prior(&g, now_ns, hits, fleet)
             || self.over_share(&g, now, hits, fleet);
         let after = estimate.saturating_add(need);
@@ -275,7 +289,8 @@ impl BucketState {
         let view = self.tat.saturating_sub(now.0.saturating_mul(NS_PER_MS));
         let est = view.saturating_add(self.others_since(&g, now, &FleetView::ALONE));
         let refill = NS_PER_MS as f64 * 1000.0 / g.interval_ns as f64;
-        let net = f64::from(self.others_per_sec) + f64::from(self.own_per_sec) - refill;
+        let _ = refill;
+        let net = f64::from(self.others_per_sec) + f64::from(self.own_per_sec);
         let ahead = net * g.interval_ns as f64 * ahead_ms as f64 / 1000.0;
         ((est as f64 + ahead.max(0.0)) / g.capacity_ns as f64).max(0.0)
     }
@@ -373,7 +388,7 @@ impl BucketState {
         (tokens * g.interval_ns as f64).min(g.max_ahead_ns as f64) as u64
     }
 
-    fn young(&self, fleet: &FleetView) -> bool {
+    pub(super) fn young(&self, fleet: &FleetView) -> bool {
         fleet.live > 1 && !self.settled(fleet.tick_ms)
     }
 
@@ -383,6 +398,10 @@ impl BucketState {
         if !self.young(fleet) {
             return false;
         }
+        if self.synced_at != 0 {
+            let now = UnixMillis(now_ns / NS_PER_MS);
+            return self.over_burst_share(g, now, hits, fleet);
+        }
         let own = own_geometry(g, fleet);
         self.own_tat
             .saturating_sub(now_ns)
@@ -391,7 +410,7 @@ impl BucketState {
     }
 
     /// Once settled, in a fleet: whether `hits` more would take this node's spends since its
-    /// last reply past its share of the room the fleet's bucket will have at its next read.
+    /// last reply past its share of the room the fleet's bucket has had since then.
     fn over_share(&self, g: &Geometry, now: UnixMillis, hits: u64, fleet: &FleetView) -> bool {
         if self.synced_at == 0 || self.young(fleet) {
             return false;
@@ -400,22 +419,47 @@ impl BucketState {
         if share >= 1.0 {
             return false;
         }
-        // The room as it will be at the next read (a gap after the last): the refill until
-        // then is this fleet's to share, as the drain of a sliding window is.
-        let next = now
-            .0
-            .max(self.synced_at.saturating_add(u64::from(self.gap_ms)));
-        let owed_next = self.remote.saturating_sub(next.saturating_mul(NS_PER_MS));
-        let owed = owed_next as f64 / g.interval_ns as f64;
         let rate = f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
         let unsent = UNSENT_RESERVED * rate * f64::from(self.gap_ms / 2) / 1000.0;
-        let room = (f64::from(g.burst) - owed - unsent).max(0.0);
+        let room = self.room_since_read(g, now, fleet.tick_ms) - unsent;
+        let even = share * room.max(0.0);
+        let full = (1.0 - self.owed_at_read(g) / f64::from(g.burst.max(1))).clamp(0.0, 1.0);
+        let allowed = even + full * SHARE_SPREAD * even.sqrt();
         // Each node rounds with an offset of its own (from its last reply's time), so that
         // over the fleet the fractions of a token cancel out rather than all round alike.
         let offset =
             (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
         let own = self.inflight.saturating_add(self.pending).max(0) as f64;
-        own + hits as f64 > share * room + offset
+        let over = own + hits as f64 > allowed + offset;
+        if over && std::env::var("DBG").is_ok() {
+            eprintln!("t={} synced={} gap={} share={share:.3} room={room:.1} unsent={unsent:.1} own={own} ownps={:.1} othps={:.1} tat-now={:.1}", now.0 % 100_000, self.synced_at % 100_000, self.gap_ms, self.own_per_sec, self.others_per_sec, (self.tat.saturating_sub(now.0 * NS_PER_MS)) as f64 / g.interval_ns as f64);
+        }
+        over
+    }
+
+    /// The tokens the fleet's bucket owed when the last reply read it (above the burst: in
+    /// debt).
+    fn owed_at_read(&self, g: &Geometry) -> f64 {
+        let read_ns = self.synced_at.saturating_mul(NS_PER_MS);
+        self.remote.saturating_sub(read_ns) as f64 / g.interval_ns as f64
+    }
+
+    /// The tokens the fleet may have spent since the last reply: what the bucket held then
+    /// (below 0 in debt) and its refill since. Not capped at the burst: a fleet that keeps
+    /// spending keeps the bucket from filling, so the whole refill is spendable. A bucket
+    /// left full wastes its refill, so the refill counted stops a gap (at least a tick) after
+    /// the reply; by then another is due.
+    pub(super) fn room_since_read(&self, g: &Geometry, now: UnixMillis, tick_ms: u64) -> f64 {
+        let owed = self.owed_at_read(g);
+        let horizon = u64::from(self.gap_ms).max(tick_ms);
+        let elapsed = now.0.saturating_sub(self.synced_at).min(horizon);
+        let refill = (elapsed.saturating_mul(NS_PER_MS)) as f64 / g.interval_ns as f64;
+        // A read older than that: the whole refill since, up to a full bucket. After a pause
+        // the bucket is full again, whatever was read, and the shares split all of it.
+        let all_ns = now.0.saturating_sub(self.synced_at).saturating_mul(NS_PER_MS);
+        let since = (f64::from(g.burst) - owed + all_ns as f64 / g.interval_ns as f64)
+            .min(f64::from(g.burst));
+        (f64::from(g.burst) - owed + refill).max(since)
     }
 
     /// This node's part of the fleet's recent spending; `1 / live` before any was measured.
@@ -428,7 +472,7 @@ impl BucketState {
         if all <= 0.0 {
             return fleet.prior_share();
         }
-        (own / all).clamp(SHARE_FLOOR, 1.0)
+        (own / all).clamp(SHARE_FLOOR.max(EVEN_FLOOR * fleet.prior_share()), 1.0)
     }
 }
 
@@ -453,6 +497,9 @@ fn own_geometry(g: &Geometry, fleet: &FleetView) -> Geometry {
         burst,
     }
 }
+
+#[path = "bucket_burst.rs"]
+mod burst;
 
 #[cfg(test)]
 #[path = "bucket_tests.rs"]

@@ -64,7 +64,7 @@ pub const BURST_WINDOW_MS: u64 = 100;
 
 /// How many gaps between burst reads a burst read decides alone: past that (the reads
 /// stopped, or the store is unreachable) the prior bounds the node again too.
-const BURST_FRESH: u64 = 4;
+pub(super) const BURST_FRESH: u64 = 4;
 
 /// How far above its even share of the room a reply left a young entity's node may go, at
 /// most (see [`BURST_SPREAD`]). The room a burst read leaves is what the fleet has left half
@@ -74,7 +74,7 @@ const BURST_FRESH: u64 = 4;
 /// seeds, two reads under way; without the spread), 1.3 admitted 1.03–1.05× with 2.0–3.5 % false denials at 50
 /// replicas, 1.5 1.06–1.07× with 1.5–2.5 %, 1.7 1.08–1.09× with 0.7–1.8 % (a read at a
 /// time, 1.7 admitted 1.09–1.12×).
-const BURST_SLACK: f64 = 1.7;
+pub(super) const BURST_SLACK: f64 = 1.7;
 
 /// How many standard deviations of a binomial share a node may go above its even share of
 /// the room a reply left: `sqrt(room / live)` each, at most [`BURST_SLACK`]'s part. The
@@ -82,12 +82,12 @@ const BURST_SLACK: f64 = 1.7;
 /// not as the room: on a room of a few hits a share the slack bounds; on a limit of 400 per
 /// extra replica, the spread, which took the simulator's bursts there from 1.07–1.08× to
 /// 1.04–1.05× admitted at 0.2–0.4 % false denials.
-const BURST_SPREAD: f64 = 2.0;
+pub(super) const BURST_SPREAD: f64 = 2.0;
 
 /// The others' hits a reply does not show yet, in gaps between this node's replies at the
 /// others' measured rate: a replica's hits since its last call, half a gap on average when
 /// all the replicas hit by a burst re-read as often.
-const BURST_LAG: f64 = 0.5;
+pub(super) const BURST_LAG: f64 = 0.5;
 
 /// How far above its even share of the limit a young entity's node may go. A burst lands
 /// on the replicas in binomial shares, and a node above `limit / N` denies hits the exact

@@ -1,0 +1,64 @@
+//! Burst reads of a young token bucket (`prior.rs`, "Burst reads", for windows): while an
+//! entity is young and its node runs into its prior, re-reads of the fleet's bucket a round
+//! trip apart replace the prior with an even share of the room the last read left.
+
+use super::{BucketState, Geometry};
+use crate::core::clock::UnixMillis;
+use crate::core::fleet::MIN_SAMPLE_MS;
+use crate::core::prior::{
+    FleetView, BURST_FRESH, BURST_LAG, BURST_SLACK, BURST_SPREAD, BURST_WINDOW_MS,
+};
+use crate::core::window::Limit;
+
+impl BucketState {
+    /// Whether this node should re-read this young bucket before the next tick: within
+    /// [`BURST_WINDOW_MS`] of its first reply, its own spends since that reply are a quarter
+    /// of its prior or more, and the last reply left room. Unlike a window's, no least prior:
+    /// a bucket's burst shared by 20 replicas is a prior of a token or two, the very case a
+    /// prior decides worst.
+    pub fn wants_burst_read(&self, limit: &Limit, now: UnixMillis, fleet: &FleetView) -> bool {
+        let g = Geometry::of(limit);
+        let window = u64::from(self.age_ms) < BURST_WINDOW_MS;
+        if !self.young(fleet) || self.synced_at == 0 || !window {
+            return false;
+        }
+        let own = self.inflight.saturating_add(self.pending).max(0) as u64;
+        let prior = fleet.prior(g.burst);
+        own.saturating_mul(4) >= prior && self.room_read(&g, now, fleet) >= 1.0
+    }
+
+    /// Whether the last reply was a burst read: the gap between replies is a round trip's.
+    fn burst_read(&self) -> bool {
+        self.gap_ms != 0 && u64::from(self.gap_ms) < MIN_SAMPLE_MS
+    }
+
+    /// Whether a fresh burst read decides alone, the prior set aside.
+    pub(super) fn fresh_burst_read(&self, now: UnixMillis) -> bool {
+        let since = now.0.saturating_sub(self.synced_at);
+        self.burst_read() && since <= BURST_FRESH * u64::from(self.gap_ms)
+    }
+
+    /// Whether `hits` more would take this young node's spends since its last reply past its
+    /// share of the room that reply left: `room / live`, plus [`BURST_SPREAD`] binomial
+    /// deviations, at most [`BURST_SLACK`] times the even share.
+    pub(super) fn over_burst_share(
+        &self,
+        g: &Geometry,
+        now: UnixMillis,
+        hits: u64,
+        fleet: &FleetView,
+    ) -> bool {
+        let own = self.inflight.saturating_add(self.pending).max(0) as f64;
+        let even = self.room_read(g, now, fleet) / f64::from(fleet.live.max(1));
+        let spread = (BURST_SPREAD * even.sqrt()).min((BURST_SLACK - 1.0) * even);
+        own + hits as f64 > (even + spread).floor()
+    }
+
+    /// The room the last reply left, with the refill since: the burst less what the bucket
+    /// owed then, less the others' spends it does not show yet ([`BURST_LAG`]).
+    fn room_read(&self, g: &Geometry, now: UnixMillis, fleet: &FleetView) -> f64 {
+        let rate = f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
+        let unsent = rate * BURST_LAG * f64::from(self.gap_ms) / 1000.0;
+        (self.room_since_read(g, now, fleet.tick_ms) - unsent).max(0.0)
+    }
+}
