@@ -222,13 +222,21 @@ fn bursts_on_limits_of_400_per_extra_replica_keep_false_denials_within_2_percent
 fn zz_print_buckets() {
     let seeds: u64 = std::env::var("SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
     let only = std::env::var("ONLY").unwrap_or_default();
-    for k in 0..seeds {
-        let reports: Vec<Report> = scenarios()
-            .into_iter()
-            .filter(|s| s.name.starts_with("bucket") && s.name.contains(only.as_str()))
-            .map(|s| if k == 0 { s } else { s.reseeded(s.seed.wrapping_mul(0x9e37_79b9).wrapping_add(k)) })
-            .map(|s| run(&s))
-            .collect();
-        println!("seed {k}\n{}", render_table(&reports));
+    for s0 in scenarios().into_iter().filter(|s| s.name.starts_with("bucket") && s.name.contains(only.as_str())) {
+        let mut line = format!("{:32}", s0.name);
+        for k in 0..seeds {
+            let s = if k == 0 { s0.clone() } else { s0.reseeded(s0.seed.wrapping_mul(0x9e37_79b9).wrapping_add(k)) };
+            let r = run(&s);
+            let (mut a, mut f) = (0.0f64, 0.0f64);
+            for i in 0..r.sluice.len() {
+                a = a.max(r.sluice_admitted(i));
+                f = f.max(r.sluice_false_denials(i));
+            }
+            line += &format!(" {a:.3}/{:.1}%", 100.0 * f);
+            if std::env::var("TABLE").is_ok() {
+                println!("{}", render_table(&[r]));
+            }
+        }
+        println!("{line}");
     }
 }

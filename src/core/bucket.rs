@@ -66,7 +66,7 @@ const SHARE_SPREAD: f64 = 2.0;
 /// balancer spreads an entity's requests over the replicas at random, so a node's measured
 /// share of a bursty entity's spends is mostly noise: a node that drew few hits of the last
 /// bursts would keep a share near 0 and deny the next burst's (TODO measurements).
-const EVEN_FLOOR: f64 = 0.5;
+const EVEN_FLOOR: f64 = 1.0;
 
 /// The time constant (ms) of the spend rates a share is measured from, at least: long enough
 /// that a few tokens a tick do not make a node's share jump between 0 and 1, short enough to
@@ -155,6 +155,9 @@ pub struct BucketState {
     others_per_sec: f32,
     /// This node's acknowledged spends per second, averaged the same way.
     own_per_sec: f32,
+    /// The other nodes' spends per second between the last two replies, not averaged: what
+    /// a young bucket's burst reads project over the round trip they lag (`bucket_burst.rs`).
+    others_pace: f32,
     /// Time between the last two replies (ms, saturating); 0 until there were two.
     gap_ms: u16,
     /// Time from the first reply to the last (ms, saturating).
@@ -343,6 +346,9 @@ impl BucketState {
         let unacked = self.inflight.saturating_add(self.pending).max(0) as u64;
         self.tat = spend(self.remote, now_ns, g.span(unacked), g.max_ahead_ns);
         self.synced_at = now.0.max(1);
+        if std::env::var("DBG2").is_ok() && self.age_ms < 200 {
+            eprintln!("  reply t={} burst={} delta={} spent={spent} gap={} age={} pace={:.0}", now.0 % 10000, plan.burst, plan.delta, self.gap_ms, self.age_ms, self.others_pace);
+        }
     }
 
     /// Abandons a sync that failed: its tokens become pending again, to be resent.
@@ -366,6 +372,7 @@ impl BucketState {
         let span = span_ms.max(1) as f64;
         let alpha = (span / (span + tau)) as f32;
         let sample = |n: f64| (n * 1000.0 / span) as f32;
+        self.others_pace = sample(others);
         if self.gap_ms == 0 {
             // The first sample: nothing to average with.
             self.others_per_sec = sample(others);
@@ -400,7 +407,12 @@ impl BucketState {
         }
         if self.synced_at != 0 {
             let now = UnixMillis(now_ns / NS_PER_MS);
-            return self.over_burst_share(g, now, hits, fleet);
+            if self.over_burst_share(g, now, hits, fleet) {
+                return true;
+            }
+            if std::env::var("VA").is_err() || self.fresh_burst_read(now) {
+                return false;
+            }
         }
         let own = own_geometry(g, fleet);
         self.own_tat
@@ -420,17 +432,16 @@ impl BucketState {
             return false;
         }
         let rate = f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
-        let unsent = UNSENT_RESERVED * rate * f64::from(self.gap_ms / 2) / 1000.0;
+        // The others sync every tick while they spend (`pressure_ahead`): at most a tick's
+        // spends each, half of one on average, were not in the store when it was read.
+        let half_gap = u64::from(self.gap_ms).min(fleet.tick_ms) as f64 / 2.0;
+        let unsent = UNSENT_RESERVED * rate * half_gap / 1000.0;
         let room = self.room_since_read(g, now, fleet.tick_ms) - unsent;
         let even = share * room.max(0.0);
         let full = (1.0 - self.owed_at_read(g) / f64::from(g.burst.max(1))).clamp(0.0, 1.0);
         let allowed = even + full * SHARE_SPREAD * even.sqrt();
-        // Each node rounds with an offset of its own (from its last reply's time), so that
-        // over the fleet the fractions of a token cancel out rather than all round alike.
-        let offset =
-            (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
         let own = self.inflight.saturating_add(self.pending).max(0) as f64;
-        let over = own + hits as f64 > allowed + offset;
+        let over = own + hits as f64 > allowed + self.rounding();
         if over && std::env::var("DBG").is_ok() {
             eprintln!("t={} synced={} gap={} share={share:.3} room={room:.1} unsent={unsent:.1} own={own} ownps={:.1} othps={:.1} tat-now={:.1}", now.0 % 100_000, self.synced_at % 100_000, self.gap_ms, self.own_per_sec, self.others_per_sec, (self.tat.saturating_sub(now.0 * NS_PER_MS)) as f64 / g.interval_ns as f64);
         }
@@ -460,6 +471,13 @@ impl BucketState {
         let since = (f64::from(g.burst) - owed + all_ns as f64 / g.interval_ns as f64)
             .min(f64::from(g.burst));
         (f64::from(g.burst) - owed + refill).max(since)
+    }
+
+    /// The fraction of a token below which a share rounds down, in [0, 1): each node rounds
+    /// with an offset of its own (from its last reply's time), so that over the fleet the
+    /// fractions of a token cancel out rather than all round alike.
+    fn rounding(&self) -> f64 {
+        (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// This node's part of the fleet's recent spending; `1 / live` before any was measured.

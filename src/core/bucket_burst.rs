@@ -13,7 +13,7 @@ use crate::core::window::Limit;
 impl BucketState {
     /// Whether this node should re-read this young bucket before the next tick: within
     /// [`BURST_WINDOW_MS`] of its first reply, its own spends since that reply are a quarter
-    /// of its prior or more, and the last reply left room. Unlike a window's, no least prior:
+    /// of its prior or more (its own bucket's debt), and the last reply left room. Unlike a window's, no least prior:
     /// a bucket's burst shared by 20 replicas is a prior of a token or two, the very case a
     /// prior decides worst.
     pub fn wants_burst_read(&self, limit: &Limit, now: UnixMillis, fleet: &FleetView) -> bool {
@@ -22,7 +22,10 @@ impl BucketState {
         if !self.young(fleet) || self.synced_at == 0 || !window {
             return false;
         }
-        let own = self.inflight.saturating_add(self.pending).max(0) as u64;
+        // The own bucket's debt: this node's young spends, less their refill.
+        let own_g = super::own_geometry(&g, fleet);
+        let now_ns = now.0.saturating_mul(super::NS_PER_MS);
+        let own = self.own_tat.saturating_sub(now_ns) / own_g.interval_ns.max(1);
         let prior = fleet.prior(g.burst);
         own.saturating_mul(4) >= prior && self.room_read(&g, now, fleet) >= 1.0
     }
@@ -51,14 +54,19 @@ impl BucketState {
         let own = self.inflight.saturating_add(self.pending).max(0) as f64;
         let even = self.room_read(g, now, fleet) / f64::from(fleet.live.max(1));
         let spread = (BURST_SPREAD * even.sqrt()).min((BURST_SLACK - 1.0) * even);
-        own + hits as f64 > (even + spread).floor()
+        let over = own + hits as f64 > even + spread + self.rounding();
+        if over && std::env::var("DBG2").is_ok() {
+            eprintln!("  young deny t={} synced={} gap={} room={:.1} own={own} othps={:.0}", now.0 % 10000, self.synced_at % 10000, self.gap_ms, self.room_read(g, now, fleet), self.others_per_sec);
+        }
+        over
     }
 
     /// The room the last reply left, with the refill since: the burst less what the bucket
     /// owed then, less the others' spends it does not show yet ([`BURST_LAG`]).
     fn room_read(&self, g: &Geometry, now: UnixMillis, fleet: &FleetView) -> f64 {
-        let rate = f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
-        let unsent = rate * BURST_LAG * f64::from(self.gap_ms) / 1000.0;
+        let rate = f64::from(self.others_pace) * fleet.rate_factor(self.synced_at);
+        let gap = u64::from(self.gap_ms).min(fleet.tick_ms) as f64;
+        let unsent = rate * BURST_LAG * gap / 1000.0;
         (self.room_since_read(g, now, fleet.tick_ms) - unsent).max(0.0)
     }
 }

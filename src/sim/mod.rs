@@ -474,6 +474,9 @@ where
                 sleep_until(at).await;
             }
             let admitted = fleet.hit(node);
+            if std::env::var("DBG2").is_ok() && t < 200 {
+                eprintln!("hit t={t} node={node} admitted={admitted}");
+            }
             exact.record(t, admitted);
         }
         sleep_until(zero + Duration::from_millis(end)).await;
