@@ -182,10 +182,9 @@ impl BucketState {
         let estimate = view
             .saturating_add(self.others_since(&g, now, fleet))
             .min(g.max_ahead_ns.max(view));
-        let projected = fleet.live > 1 && self.settled(fleet.tick_ms);
         let over = limit.requests_per_unit == 0
             || view.saturating_add(need) > g.capacity_ns
-            || (projected && false && estimate.saturating_add(need) > g.capacity_ns)
+
             || self.over_prior(&g, now_ns, hits, fleet)
             || self.over_share(&g, now, hits, fleet);
         let after = estimate.saturating_add(need);
@@ -282,8 +281,12 @@ impl BucketState {
         self.pressure_ahead(limit, now, 0, 0)
     }
 
-    /// The pressure expected `ahead_ms` after `now` at the fleet's measured pace less the
-    /// refill: an entity whose bucket will be empty by its next sync is Hot now.
+    /// The pressure expected `ahead_ms` after `now`: the debt now plus the fleet's spends
+    /// over `ahead_ms` at its measured pace, the refill not taken off. A bucket spent at
+    /// about its refill rate stays near full, yet its shares must follow who spends it: one
+    /// spending a bucketful within a sync interval syncs every tick. (Less the refill, the
+    /// bursty-human scenarios synced on the Idle interval, 16 s, and decided on reads that
+    /// old: 26–45 % false denials at 20 replicas, against 5–12 % with this.)
     pub fn pressure_ahead(&self, limit: &Limit, now: UnixMillis, ahead_ms: u64, _: u64) -> f64 {
         let g = Geometry::of(limit);
         if g.capacity_ns == 0 || limit.requests_per_unit == 0 {
@@ -291,8 +294,6 @@ impl BucketState {
         }
         let view = self.tat.saturating_sub(now.0.saturating_mul(NS_PER_MS));
         let est = view.saturating_add(self.others_since(&g, now, &FleetView::ALONE));
-        let refill = NS_PER_MS as f64 * 1000.0 / g.interval_ns as f64;
-        let _ = refill;
         let net = f64::from(self.others_per_sec) + f64::from(self.own_per_sec);
         let ahead = net * g.interval_ns as f64 * ahead_ms as f64 / 1000.0;
         ((est as f64 + ahead.max(0.0)) / g.capacity_ns as f64).max(0.0)
@@ -346,9 +347,6 @@ impl BucketState {
         let unacked = self.inflight.saturating_add(self.pending).max(0) as u64;
         self.tat = spend(self.remote, now_ns, g.span(unacked), g.max_ahead_ns);
         self.synced_at = now.0.max(1);
-        if std::env::var("DBG2").is_ok() && self.age_ms < 200 {
-            eprintln!("  reply t={} burst={} delta={} spent={spent} gap={} age={} pace={:.0}", now.0 % 10000, plan.burst, plan.delta, self.gap_ms, self.age_ms, self.others_pace);
-        }
     }
 
     /// Abandons a sync that failed: its tokens become pending again, to be resent.
@@ -410,9 +408,7 @@ impl BucketState {
             if self.over_burst_share(g, now, hits, fleet) {
                 return true;
             }
-            if std::env::var("VA").is_err() || self.fresh_burst_read(now) {
-                return false;
-            }
+            return false;
         }
         let own = own_geometry(g, fleet);
         self.own_tat
@@ -442,9 +438,6 @@ impl BucketState {
         let allowed = even + full * SHARE_SPREAD * even.sqrt();
         let own = self.inflight.saturating_add(self.pending).max(0) as f64;
         let over = own + hits as f64 > allowed + self.rounding();
-        if over && std::env::var("DBG").is_ok() {
-            eprintln!("t={} synced={} gap={} share={share:.3} room={room:.1} unsent={unsent:.1} own={own} ownps={:.1} othps={:.1} tat-now={:.1}", now.0 % 100_000, self.synced_at % 100_000, self.gap_ms, self.own_per_sec, self.others_per_sec, (self.tat.saturating_sub(now.0 * NS_PER_MS)) as f64 / g.interval_ns as f64);
-        }
         over
     }
 

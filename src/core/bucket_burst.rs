@@ -4,9 +4,8 @@
 
 use super::{BucketState, Geometry};
 use crate::core::clock::UnixMillis;
-use crate::core::fleet::MIN_SAMPLE_MS;
 use crate::core::prior::{
-    FleetView, BURST_FRESH, BURST_LAG, BURST_SLACK, BURST_SPREAD, BURST_WINDOW_MS,
+    FleetView, BURST_LAG, BURST_SLACK, BURST_SPREAD, BURST_WINDOW_MS,
 };
 use crate::core::window::Limit;
 
@@ -30,17 +29,6 @@ impl BucketState {
         own.saturating_mul(4) >= prior && self.room_read(&g, now, fleet) >= 1.0
     }
 
-    /// Whether the last reply was a burst read: the gap between replies is a round trip's.
-    fn burst_read(&self) -> bool {
-        self.gap_ms != 0 && u64::from(self.gap_ms) < MIN_SAMPLE_MS
-    }
-
-    /// Whether a fresh burst read decides alone, the prior set aside.
-    pub(super) fn fresh_burst_read(&self, now: UnixMillis) -> bool {
-        let since = now.0.saturating_sub(self.synced_at);
-        self.burst_read() && since <= BURST_FRESH * u64::from(self.gap_ms)
-    }
-
     /// Whether `hits` more would take this young node's spends since its last reply past its
     /// share of the room that reply left: `room / live`, plus [`BURST_SPREAD`] binomial
     /// deviations, at most [`BURST_SLACK`] times the even share.
@@ -55,9 +43,6 @@ impl BucketState {
         let even = self.room_read(g, now, fleet) / f64::from(fleet.live.max(1));
         let spread = (BURST_SPREAD * even.sqrt()).min((BURST_SLACK - 1.0) * even);
         let over = own + hits as f64 > even + spread + self.rounding();
-        if over && std::env::var("DBG2").is_ok() {
-            eprintln!("  young deny t={} synced={} gap={} room={:.1} own={own} othps={:.0}", now.0 % 10000, self.synced_at % 10000, self.gap_ms, self.room_read(g, now, fleet), self.others_per_sec);
-        }
         over
     }
 

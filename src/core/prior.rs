@@ -64,7 +64,7 @@ pub const BURST_WINDOW_MS: u64 = 100;
 
 /// How many gaps between burst reads a burst read decides alone: past that (the reads
 /// stopped, or the store is unreachable) the prior bounds the node again too.
-pub(super) const BURST_FRESH: u64 = 4;
+const BURST_FRESH: u64 = 4;
 
 /// How far above its even share of the room a reply left a young entity's node may go, at
 /// most (see [`BURST_SPREAD`]). The room a burst read leaves is what the fleet has left half

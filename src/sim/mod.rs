@@ -95,7 +95,7 @@ pub struct Scenario {
     pub restart_at_ms: Option<u64>,
     /// A replica that stops cleanly during the run.
     pub departure: Option<Departure>,
-    /// How many windows are run and reported (a bucket's: periods of [`BUCKET_PERIOD_MS`]);
+    /// How many windows are run and reported (a bucket's: periods of [`period_ms`]);
     /// the run starts at a window boundary.
     pub windows: u64,
     /// Seed of the traffic and of the tick phases.
@@ -140,7 +140,9 @@ pub struct Report {
     pub limit: u32,
     /// A token bucket's capacity; `None` for a window.
     pub burst: Option<u32>,
-    /// sluice, window by window (a bucket's: period by period, [`BUCKET_PERIOD_MS`]).
+    /// The reported period (ms): the window, or a bucket's [`period_ms`].
+    pub period_ms: u64,
+    /// sluice, window by window (a bucket's: period by period, [`period_ms`]).
     pub sluice: Vec<WindowStats>,
     /// The plain design (decay of the last read + tier cadence), window by window; empty
     /// for a bucket (the plain design is a window's: there is nothing of it to run).
@@ -189,18 +191,23 @@ impl Report {
 /// The window of every named window scenario.
 const W: u64 = 60_000;
 
-/// How long a bucket scenario's reported period is: a bucket has no window of its own, and
-/// its refill window (a second, for the usual per-second buckets) holds too few tokens for a
-/// ratio of admitted hits to mean anything (11 for 10 is 1.10×). Ten seconds hold a hundred
-/// refills of a 10-a-second bucket, a thousand of a 100-a-second one, and still show a cold
-/// start apart from the steady state that follows.
+/// The least length of a bucket scenario's reported period (see [`period_ms`]).
 pub const BUCKET_PERIOD_MS: u64 = 10_000;
 
-/// The reported period of `s`: its limit's window, or [`BUCKET_PERIOD_MS`] for a bucket.
-/// A run is `s.windows` of them.
+/// The reported period of `s`: its limit's window; for a bucket, ten times the time its
+/// bucket takes to fill, in whole seconds, at least [`BUCKET_PERIOD_MS`]. A bucket has no
+/// window of its own, and over less than a few fill times a ratio of admitted hits measures
+/// one burst's rounding, not the rate: on a refill window of a second, 11 admitted for 10
+/// is 1.10×, and one false denial of a 30-token burst is 3 %. Ten fill times: 20 s for 100
+/// a second with bursts of 200, 60 s for 5 a second with bursts of 30. A run is `s.windows`
+/// of them.
 pub fn period_ms(s: &Scenario) -> u64 {
     match s.limit.algorithm {
-        Algorithm::TokenBucket { .. } => BUCKET_PERIOD_MS,
+        Algorithm::TokenBucket { burst } => {
+            let rate = u64::from(s.limit.requests_per_unit.max(1));
+            let fill_ms = u64::from(burst) * s.limit.window_ms / rate;
+            (10 * fill_ms).div_ceil(1000).saturating_mul(1000).max(BUCKET_PERIOD_MS)
+        }
         _ => s.limit.window_ms,
     }
 }
@@ -407,6 +414,7 @@ pub fn run(scenario: &Scenario) -> Report {
         scenario: s.name,
         limit: s.limit.requests_per_unit,
         burst,
+        period_ms: period_ms(s),
         sluice,
         baseline,
         sluice_round_trips,
@@ -474,9 +482,6 @@ where
                 sleep_until(at).await;
             }
             let admitted = fleet.hit(node);
-            if std::env::var("DBG2").is_ok() && t < 200 {
-                eprintln!("hit t={t} node={node} admitted={admitted}");
-            }
             exact.record(t, admitted);
         }
         sleep_until(zero + Duration::from_millis(end)).await;
