@@ -74,7 +74,7 @@ const BURST_FRESH: u64 = 4;
 /// seeds, two reads under way; without the spread), 1.3 admitted 1.03–1.05× with 2.0–3.5 % false denials at 50
 /// replicas, 1.5 1.06–1.07× with 1.5–2.5 %, 1.7 1.08–1.09× with 0.7–1.8 % (a read at a
 /// time, 1.7 admitted 1.09–1.12×).
-pub(super) const BURST_SLACK: f64 = 1.7;
+const BURST_SLACK: f64 = 1.7;
 
 /// How many standard deviations of a binomial share a node may go above its even share of
 /// the room a reply left: `sqrt(room / live)` each, at most [`BURST_SLACK`]'s part. The
