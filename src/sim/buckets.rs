@@ -121,3 +121,61 @@ fn human(seed: u64, until_ms: u64, rate: u32) -> Vec<Load> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{render_table, run, scenarios};
+
+    fn named(name: &str) -> super::Scenario {
+        scenarios().into_iter().find(|s| s.name == name).unwrap()
+    }
+
+    #[test]
+    fn one_node_is_exact_for_a_bucket() {
+        // Global mode alone: every sync spends this node's tokens in the store from when they
+        // were spent, so its decisions are the exact bucket's, hit for hit.
+        for name in ["bucket steady 2x, 4 nodes", "bucket bursty human, 4 nodes"] {
+            let mut s = named(name);
+            s.nodes = 1;
+            s.windows = 1;
+            let r = run(&s);
+            for p in &r.sluice {
+                assert_eq!(p.admitted, p.exact_admitted, "{name}: {p:?}");
+                assert_eq!((p.false_denials, p.denied_with_room), (0, 0), "{name}: {p:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_bucket_scenario_is_reported_against_the_exact_bucket() {
+        let r = run(&named("bucket cold burst, 4 nodes"));
+        assert_eq!((r.burst, r.period_ms, r.sluice.len()), (Some(200), 20_000, 1));
+        assert!(r.baseline.is_empty(), "the plain design is a window's");
+        let p = r.sluice[0];
+        // 1,000 hits in 100 ms: the exact bucket admits its 200 and the 9 the refill brings
+        // by the last, at 99 ms.
+        assert_eq!((p.offered, p.exact_admitted), (1_000, 209));
+        assert_eq!(r.sluice_admitted(0), p.admitted as f64 / 209.0);
+        let table = render_table(&[r]);
+        assert_eq!(table.lines().count(), 2 + 1, "{table}");
+        assert!(
+            table.contains("| bucket cold burst, 4 nodes | 100, 200 | 0–20 | 1000 | 209 |"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn the_human_bursts_are_redrawn_with_the_seed() {
+        let s = named("bucket bursty human, 4 nodes");
+        let other = s.reseeded(s.seed + 1);
+        assert_ne!(s.loads, other.loads);
+        assert_eq!(other, other.reseeded(other.seed));
+        // About the refill rate: 5 a second over three minutes.
+        let hits: f64 = other
+            .loads
+            .iter()
+            .map(|l| (l.until_ms - l.from_ms) as f64 * l.times_limit * 5.0 / 1000.0)
+            .sum();
+        assert!((600.0..1_100.0).contains(&hits), "{hits}");
+    }
+}

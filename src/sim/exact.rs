@@ -210,11 +210,14 @@ mod tests {
     fn the_model_bucket_refills_at_the_rate_up_to_the_burst() {
         // 10 a second, burst 30.
         let mut b = ModelBucket::full(10, 1000, 30);
-        assert_eq!((0..40).filter(|_| b.take(0, false)).count(), 30);
-        assert!(!b.take(99, false));
+        assert_eq!((0..40).filter(|_| b.take(0, true)).count(), 30);
+        assert!(!b.take(99, true));
+        // A look takes nothing.
         assert!(b.take(100, false));
-        assert_eq!((0..40).filter(|_| b.take(1_100, false)).count(), 10);
-        assert_eq!((0..40).filter(|_| b.take(100_000, false)).count(), 30);
+        assert!(b.take(100, true));
+        assert!(!b.take(100, true));
+        assert_eq!((0..40).filter(|_| b.take(1_100, true)).count(), 10);
+        assert_eq!((0..40).filter(|_| b.take(100_000, true)).count(), 30);
         // A spend below empty is owed: the refill repays it first.
         let mut b = ModelBucket::full(10, 1000, 1);
         assert!(b.take(0, true));
