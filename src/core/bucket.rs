@@ -19,12 +19,19 @@
 //! applies them as one spend (`tat = max(tat, now) + n·T`) and returns both values. A node
 //! decides from the fleet's `tat` as last read plus its own spends since (its *view*), with
 //! the same three guards as a window (`fleet.rs`, `prior.rs`):
-//! - **young** (no reply yet, or the first one less than a tick old): the node acts as a
-//!   bucket of its own of `1.05 × burst / live` tokens refilling at `1.05 × rate / live`;
-//! - **settled**: it spends only its share of the room the fleet's bucket will have at its
-//!   next read (the tokens left, refill included, less the others' spends not sent yet when
-//!   it was read), its share being its part of the fleet's recent spending, measured between
-//!   replies from the running count;
+//! - **young** (no reply yet, or the first one less than a tick old): with no reply, the
+//!   node acts as a bucket of its own of `1.05 × burst / live` tokens refilling at
+//!   `1.05 × rate / live`; with one, it spends since that reply at most its even share of the
+//!   room the reply left, with a binomial spread. Running into its prior within 100 ms of
+//!   its first reply, it asks for *burst reads* a round trip apart (`bucket_burst.rs`), so a
+//!   burst is split on what the fleet has left, not on the prior;
+//! - **settled**: it spends, since its last reply, its share of the room the fleet's bucket
+//!   has had since then — the tokens left at the read, less the others' spends not sent yet
+//!   then, plus the whole refill since (a fleet that keeps spending keeps the bucket from
+//!   filling; after a pause, up to a full bucket) — plus three binomial deviations. Its share
+//!   is its part of the fleet's recent spending, measured between replies from the running
+//!   count, at least its even share `1 / live`. A bucket spent a bucketful per sync interval
+//!   syncs every tick (`pressure_ahead`), however full it stays;
 //! - **alone** (one live replica): exact.
 //!
 //! ```
@@ -190,7 +197,6 @@ impl BucketState {
             .min(g.max_ahead_ns.max(view));
         let over = limit.requests_per_unit == 0
             || view.saturating_add(need) > g.capacity_ns
-
             || self.over_prior(&g, now_ns, hits, fleet)
             || self.over_share(&g, now, hits, fleet);
         let after = estimate.saturating_add(need);
@@ -442,8 +448,7 @@ impl BucketState {
         let even = share * room.max(0.0);
         let allowed = even + SHARE_SPREAD * even.sqrt();
         let own = self.inflight.saturating_add(self.pending).max(0) as f64;
-        let over = own + hits as f64 > allowed + self.rounding();
-        over
+        own + hits as f64 > allowed + self.rounding()
     }
 
     /// The tokens the fleet's bucket owed when the last reply read it (above the burst: in
@@ -456,8 +461,10 @@ impl BucketState {
     /// The tokens the fleet may have spent since the last reply: what the bucket held then
     /// (below 0 in debt) and its refill since. Not capped at the burst: a fleet that keeps
     /// spending keeps the bucket from filling, so the whole refill is spendable. A bucket
-    /// left full wastes its refill, so the refill counted stops a gap (at least a tick) after
-    /// the reply; by then another is due.
+    /// left full wastes its refill, so that refill stops a gap (at least a tick) after the
+    /// reply, when another is due; past it, the room is the refill since the read up to a
+    /// full bucket (a node that had nothing to sync during a pause still reads the bucket it
+    /// emptied, long refilled since).
     pub(super) fn room_since_read(&self, g: &Geometry, now: UnixMillis, tick_ms: u64) -> f64 {
         let owed = self.owed_at_read(g);
         let horizon = u64::from(self.gap_ms).max(tick_ms);
@@ -465,7 +472,10 @@ impl BucketState {
         let refill = (elapsed.saturating_mul(NS_PER_MS)) as f64 / g.interval_ns as f64;
         // A read older than that: the whole refill since, up to a full bucket. After a pause
         // the bucket is full again, whatever was read, and the shares split all of it.
-        let all_ns = now.0.saturating_sub(self.synced_at).saturating_mul(NS_PER_MS);
+        let all_ns = now
+            .0
+            .saturating_sub(self.synced_at)
+            .saturating_mul(NS_PER_MS);
         let since = (f64::from(g.burst) - owed + all_ns as f64 / g.interval_ns as f64)
             .min(f64::from(g.burst));
         (f64::from(g.burst) - owed + refill).max(since)

@@ -4,9 +4,7 @@
 
 use super::{BucketState, Geometry};
 use crate::core::clock::UnixMillis;
-use crate::core::prior::{
-    FleetView, BURST_LAG, BURST_SPREAD, BURST_WINDOW_MS,
-};
+use crate::core::prior::{FleetView, BURST_LAG, BURST_SPREAD, BURST_WINDOW_MS};
 use crate::core::window::Limit;
 
 /// How far above its even share of the room a young node's burst reads let it go, at most
@@ -50,8 +48,7 @@ impl BucketState {
         let own = self.inflight.saturating_add(self.pending).max(0) as f64;
         let even = self.room_read(g, now, fleet) / f64::from(fleet.live.max(1));
         let spread = (BURST_SPREAD * even.sqrt()).min((BUCKET_BURST_SLACK - 1.0) * even);
-        let over = own + hits as f64 > even + spread + self.rounding();
-        over
+        own + hits as f64 > even + spread + self.rounding()
     }
 
     /// The room the last reply left, with the refill since: the burst less what the bucket

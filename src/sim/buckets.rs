@@ -24,7 +24,11 @@ fn bucket(rate: u32, burst: u32) -> Limit {
 fn hits(from_ms: u64, until_ms: u64, hits: u64, rate: u32) -> Load {
     let secs = until_ms.saturating_sub(from_ms).max(1) as f64 / 1000.0;
     // Half a hit more, so that the floor `traffic::arrivals` takes is `hits` exactly.
-    even(from_ms, until_ms, (hits as f64 + 0.5) / secs / f64::from(rate))
+    even(
+        from_ms,
+        until_ms,
+        (hits as f64 + 0.5) / secs / f64::from(rate),
+    )
 }
 
 /// The bucket scenarios, on the window scenarios' setting (`base`: its tick and round trip).
@@ -109,7 +113,7 @@ pub fn redraw(s: &mut Scenario) {
 /// and the start of the next, until `until_ms`: on average 20 hits every 4.25 s, 4.7 a
 /// second.
 fn human(seed: u64, until_ms: u64, rate: u32) -> Vec<Load> {
-    let mut rng = SplitMix64(seed ^ 0x6875_6d61_6e);
+    let mut rng = SplitMix64(seed ^ 0x0068_756d_616e);
     let mut between = |lo: u64, hi: u64| lo + rng.next() % (hi - lo + 1);
     let mut out = Vec::new();
     let mut t = 0;
@@ -141,7 +145,11 @@ mod tests {
             let r = run(&s);
             for p in &r.sluice {
                 assert_eq!(p.admitted, p.exact_admitted, "{name}: {p:?}");
-                assert_eq!((p.false_denials, p.denied_with_room), (0, 0), "{name}: {p:?}");
+                assert_eq!(
+                    (p.false_denials, p.denied_with_room),
+                    (0, 0),
+                    "{name}: {p:?}"
+                );
             }
         }
     }
@@ -149,7 +157,10 @@ mod tests {
     #[test]
     fn a_bucket_scenario_is_reported_against_the_exact_bucket() {
         let r = run(&named("bucket cold burst, 4 nodes"));
-        assert_eq!((r.burst, r.period_ms, r.sluice.len()), (Some(200), 20_000, 1));
+        assert_eq!(
+            (r.burst, r.period_ms, r.sluice.len()),
+            (Some(200), 20_000, 1)
+        );
         assert!(r.baseline.is_empty(), "the plain design is a window's");
         let p = r.sluice[0];
         // 1,000 hits in 100 ms: the exact bucket admits its 200 and the 9 the refill brings

@@ -1,12 +1,12 @@
 //! The fleet simulator behind `sluice simulate`: replicas sharing one limit through a store,
 //! sluice's production code side by side with the plain design (ARCHITECTURE.md, "The plain design"), on simulated time.
 //!
-//! This file owns the scenarios, the traffic driver, the exact reference and the report.
+//! This file owns the window scenarios, the traffic driver and the report.
 //! Each replica of sluice is the shipped code (`fleet.rs`): the `RateLimiter` request path in
 //! global mode and its real `ShardSync` task (tick, tier cadence, backoff), against an
 //! in-memory store with a round trip and an optional outage (`store.rs`). Only two things are
-//! models: the plain design (`plain.rs`), which is not our code, and the exact reference that
-//! counts false denials, which is the yardstick. So the table describes the system we ship.
+//! models: the plain design (`plain.rs`), which is not our code, and the exact references
+//! (`exact.rs`), which are the yardstick. So the table describes the system we ship.
 //!
 //! Each design runs on its own tokio current-thread runtime with paused time: every node's
 //! clock is a fixed Unix start (`T0`, aligned to every window) plus tokio's elapsed time,
@@ -25,6 +25,13 @@
 //! denial enters the exact model's count as if admitted, so a free slot refused to ten
 //! requests in a row counts once — the one hit the fleet failed to admit — not ten times;
 //! [`WindowStats::denied_with_room`] keeps the raw per-request figure.
+//!
+//! A token bucket (`buckets.rs`) is measured per period of ten fill times ([`period_ms`])
+//! against an exact bucket of our own (`exact.rs`) fed the same arrivals: the ratio is the
+//! fleet's admitted hits over the exact bucket's, and false denials (hits denied while the
+//! exact bucket, fed the fleet's admitted hits and the false denials before, held a token)
+//! are a share of the exact bucket's admitted hits. The plain design is a window's: there is
+//! no plain bucket to run beside it, and its column is left out.
 
 mod buckets;
 mod exact;
@@ -206,7 +213,10 @@ pub fn period_ms(s: &Scenario) -> u64 {
         Algorithm::TokenBucket { burst } => {
             let rate = u64::from(s.limit.requests_per_unit.max(1));
             let fill_ms = u64::from(burst) * s.limit.window_ms / rate;
-            (10 * fill_ms).div_ceil(1000).saturating_mul(1000).max(BUCKET_PERIOD_MS)
+            (10 * fill_ms)
+                .div_ceil(1000)
+                .saturating_mul(1000)
+                .max(BUCKET_PERIOD_MS)
         }
         _ => s.limit.window_ms,
     }

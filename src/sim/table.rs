@@ -82,7 +82,11 @@ fn bucket_table(reports: &[&Report]) -> String {
                 r.scenario,
                 r.limit,
                 r.burst.unwrap_or(0),
-                format_args!("{}–{}", i as u64 * r.period_ms / 1000, (i as u64 + 1) * r.period_ms / 1000),
+                format_args!(
+                    "{}–{}",
+                    i as u64 * r.period_ms / 1000,
+                    (i as u64 + 1) * r.period_ms / 1000
+                ),
                 s.offered,
                 s.exact_admitted,
                 s.admitted,
