@@ -247,3 +247,113 @@ fn a_failed_sync_is_resent_and_a_lost_bucket_is_restored() {
     let plan = b.begin_sync();
     assert_eq!(plan.floor_us, (T0.0 + 2_000) * 1000);
 }
+
+fn fleet(live: u32) -> FleetView {
+    FleetView {
+        live,
+        ..FleetView::ALONE
+    }
+}
+
+/// Single-token requests at `t` with `f` until one is denied (lenient); how many admitted.
+fn drain_in(b: &mut BucketState, l: &Limit, t: UnixMillis, f: &FleetView) -> u64 {
+    (0..100_000)
+        .take_while(|_| {
+            let v = b.check_with(l, t, 1, f);
+            if !v.over {
+                b.record_with(l, t, 1, f);
+            }
+            !v.over
+        })
+        .count() as u64
+}
+
+/// A node of four, settled, whose share is measured at a quarter: it syncs at 0 and 1 s
+/// while the others spend as much as it does.
+fn settled_quarter(l: &Limit, store: &mut (f64, u64)) -> BucketState {
+    let f = fleet(4);
+    let mut b = BucketState::default();
+    for s in 0..=2u64 {
+        let t = T0.plus_millis(s * 1000);
+        b.record_with(l, t, 1, &f);
+        store.1 += 3; // the others' spends, which refill long before the next read
+        sync(&mut b, l, store, t);
+    }
+    assert!(b.settled(f.tick_ms));
+    b
+}
+
+#[test]
+fn a_settled_node_spends_its_share_of_the_room_and_the_refill_since_its_read() {
+    let l = bucket(100, 200);
+    let f = fleet(4);
+    let mut store = (0.0, 0);
+    let mut b = settled_quarter(&l, &mut store);
+    let t = T0.plus_millis(2_000);
+    // A full bucket: a quarter of 200 (less the others' unsent spends), with 3 deviations
+    // of a binomial share, sqrt(50) each: about 71 in all.
+    let first = drain_in(&mut b, &l, t, &f);
+    assert!((68..=72).contains(&first), "{first}");
+    // Half a second on, a quarter of the 50 tokens the refill brought is this node's.
+    let more = drain_in(&mut b, &l, t.plus_millis(500), &f);
+    assert!((12..=15).contains(&more), "{more}");
+}
+
+#[test]
+fn after_a_pause_the_share_is_of_a_full_bucket_whatever_was_read() {
+    let l = bucket(5, 30);
+    let f = fleet(4);
+    let mut store = (0.0, 0);
+    let mut b = settled_quarter(&l, &mut store);
+    // The others empty the bucket; this node reads it so, then nothing for 10 s.
+    store.0 = ((T0.0 + 2_000) * 1000 + 6_000_000) as f64;
+    sync(&mut b, &l, &mut store, T0.plus_millis(2_000));
+    assert_eq!(drain_in(&mut b, &l, T0.plus_millis(2_000), &f), 0);
+    // Ten seconds later the bucket has long been full again: a quarter of 30 and the spread.
+    let n = drain_in(&mut b, &l, T0.plus_millis(12_000), &f);
+    assert!((15..=16).contains(&n), "{n}");
+}
+
+#[test]
+fn a_young_bucket_wants_burst_reads_and_then_shares_the_room_they_show() {
+    let l = bucket(100, 200);
+    let f = fleet(20);
+    let mut store = (0.0, 0);
+    let mut b = BucketState::default();
+    // Prior: 1.05 × 200 / 20 = 10 tokens. Two spent and read: not yet a quarter of it.
+    assert_eq!(drain_in(&mut b, &l, T0, &f), 10);
+    let mut b = BucketState::default();
+    b.record_with(&l, T0, 2, &f);
+    sync(&mut b, &l, &mut store, T0.plus_millis(2));
+    assert!(!b.wants_burst_read(&l, T0.plus_millis(2), &f));
+    b.record_with(&l, T0.plus_millis(2), 2, &f);
+    assert!(b.wants_burst_read(&l, T0.plus_millis(2), &f));
+    // A burst read shows 190 spent in all (the others' 186): 10 left, half a token each,
+    // with a spread of up to a slack of 2: a token, at most.
+    store.1 += 186;
+    store.0 = ((T0.0 + 4) * 1000 + 188 * 10_000) as f64;
+    let mut plan = b.begin_sync();
+    plan.burst = true;
+    let totals = apply(&mut store, &l, &plan, T0.plus_millis(4));
+    b.complete_sync(&l, &plan, totals, T0.plus_millis(4));
+    assert!(drain_in(&mut b, &l, T0.plus_millis(4), &f) <= 1);
+    // Past the burst window no read is wanted, however much the node spends.
+    assert!(!b.wants_burst_read(&l, T0.plus_millis(200), &f));
+}
+
+#[test]
+fn a_bucket_spent_at_its_refill_rate_is_hot() {
+    // The refill is not taken off the pace: a bucket spent a bucketful each interval syncs
+    // every tick, however full it stays.
+    let l = bucket(5, 30);
+    let mut store = (0.0, 0);
+    let mut b = BucketState::default();
+    for s in 0..3u64 {
+        let t = T0.plus_millis(s * 1000);
+        b.record_with(&l, t, 5, &FleetView::ALONE);
+        sync(&mut b, &l, &mut store, t);
+    }
+    let t = T0.plus_millis(2_000);
+    assert!(b.pressure(&l, t) < 0.5);
+    assert!(b.pressure_ahead(&l, t, 16_000, 0) > 0.8);
+}

@@ -82,12 +82,12 @@ const BURST_SLACK: f64 = 1.7;
 /// not as the room: on a room of a few hits a share the slack bounds; on a limit of 400 per
 /// extra replica, the spread, which took the simulator's bursts there from 1.07–1.08× to
 /// 1.04–1.05× admitted at 0.2–0.4 % false denials.
-const BURST_SPREAD: f64 = 2.0;
+pub(super) const BURST_SPREAD: f64 = 2.0;
 
 /// The others' hits a reply does not show yet, in gaps between this node's replies at the
 /// others' measured rate: a replica's hits since its last call, half a gap on average when
 /// all the replicas hit by a burst re-read as often.
-const BURST_LAG: f64 = 0.5;
+pub(super) const BURST_LAG: f64 = 0.5;
 
 /// How far above its even share of the limit a young entity's node may go. A burst lands
 /// on the replicas in binomial shares, and a node above `limit / N` denies hits the exact

@@ -169,7 +169,7 @@ impl LimitState {
     pub fn wants_burst_read(&self, limit: &Limit, now: UnixMillis, fleet: &FleetView) -> bool {
         match self {
             LimitState::Window(w) => w.wants_burst_read(limit, now, fleet),
-            LimitState::Bucket(_) => false,
+            LimitState::Bucket(b) => b.wants_burst_read(limit, now, fleet),
         }
     }
 

@@ -1,12 +1,12 @@
 //! The fleet simulator behind `sluice simulate`: replicas sharing one limit through a store,
 //! sluice's production code side by side with the plain design (ARCHITECTURE.md, "The plain design"), on simulated time.
 //!
-//! This file owns the scenarios, the traffic driver, the exact reference and the report.
+//! This file owns the window scenarios, the traffic driver and the report.
 //! Each replica of sluice is the shipped code (`fleet.rs`): the `RateLimiter` request path in
 //! global mode and its real `ShardSync` task (tick, tier cadence, backoff), against an
 //! in-memory store with a round trip and an optional outage (`store.rs`). Only two things are
-//! models: the plain design (`plain.rs`), which is not our code, and the exact reference that
-//! counts false denials, which is the yardstick. So the table describes the system we ship.
+//! models: the plain design (`plain.rs`), which is not our code, and the exact references
+//! (`exact.rs`), which are the yardstick. So the table describes the system we ship.
 //!
 //! Each design runs on its own tokio current-thread runtime with paused time: every node's
 //! clock is a fixed Unix start (`T0`, aligned to every window) plus tokio's elapsed time,
@@ -25,7 +25,16 @@
 //! denial enters the exact model's count as if admitted, so a free slot refused to ten
 //! requests in a row counts once — the one hit the fleet failed to admit — not ten times;
 //! [`WindowStats::denied_with_room`] keeps the raw per-request figure.
+//!
+//! A token bucket (`buckets.rs`) is measured per period of ten fill times ([`period_ms`])
+//! against an exact bucket of our own (`exact.rs`) fed the same arrivals: the ratio is the
+//! fleet's admitted hits over the exact bucket's, and false denials (hits denied while the
+//! exact bucket, fed the fleet's admitted hits and the false denials before, held a token)
+//! are a share of the exact bucket's admitted hits. The plain design is a window's: there is
+//! no plain bucket to run beside it, and its column is left out.
 
+mod buckets;
+mod exact;
 mod fleet;
 mod plain;
 mod store;
@@ -39,6 +48,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::core::clock::UnixMillis;
 use crate::core::{Algorithm, Limit};
+use exact::Exact;
 use fleet::{Fleet, SimClock};
 use plain::PlainFleet;
 use store::SimStore;
@@ -92,10 +102,24 @@ pub struct Scenario {
     pub restart_at_ms: Option<u64>,
     /// A replica that stops cleanly during the run.
     pub departure: Option<Departure>,
-    /// How many windows are run and reported; the run starts at a window boundary.
+    /// How many windows are run and reported (a bucket's: periods of [`period_ms`]);
+    /// the run starts at a window boundary.
     pub windows: u64,
     /// Seed of the traffic and of the tick phases.
     pub seed: u64,
+}
+
+impl Scenario {
+    /// The same scenario on another seed: the arrivals' nodes and the tick phases, and for
+    /// the bursty-human buckets the bursts themselves, drawn anew.
+    pub fn reseeded(&self, seed: u64) -> Scenario {
+        let mut s = Scenario {
+            seed,
+            ..self.clone()
+        };
+        buckets::redraw(&mut s);
+        s
+    }
 }
 
 /// What one window looked like for one design.
@@ -109,6 +133,9 @@ pub struct WindowStats {
     pub false_denials: u64,
     /// Hits denied while the fleet's true count left room for them, per request.
     pub denied_with_room: u64,
+    /// Token buckets only: hits an exact bucket fed every arrival of the period admits (0
+    /// for a window, whose reference is its limit).
+    pub exact_admitted: u64,
 }
 
 /// The outcome of one scenario: window by window, sluice and the plain design.
@@ -116,11 +143,16 @@ pub struct WindowStats {
 pub struct Report {
     /// The scenario's name.
     pub scenario: &'static str,
-    /// The limit per window.
+    /// The limit per window (a bucket's refill per window).
     pub limit: u32,
-    /// sluice, window by window.
+    /// A token bucket's capacity; `None` for a window.
+    pub burst: Option<u32>,
+    /// The reported period (ms): the window, or a bucket's [`period_ms`].
+    pub period_ms: u64,
+    /// sluice, window by window (a bucket's: period by period, [`period_ms`]).
     pub sluice: Vec<WindowStats>,
-    /// The plain design (decay of the last read + tier cadence), window by window.
+    /// The plain design (decay of the last read + tier cadence), window by window; empty
+    /// for a bucket (the plain design is a window's: there is nothing of it to run).
     pub baseline: Vec<WindowStats>,
     /// Store round trips sluice made (all nodes, whole run).
     pub sluice_round_trips: u64,
@@ -129,33 +161,66 @@ pub struct Report {
 }
 
 impl Report {
-    /// sluice's admitted hits in window `i` (0-based), over the limit.
+    /// sluice's admitted hits in window `i` (0-based), over the reference ([`Report::reference`]).
     pub fn sluice_admitted(&self, i: usize) -> f64 {
-        self.share(self.sluice[i].admitted)
+        self.share(i, self.sluice[i].admitted)
     }
 
     /// The plain design's admitted hits in window `i`, over the limit.
     pub fn baseline_admitted(&self, i: usize) -> f64 {
-        self.share(self.baseline[i].admitted)
+        self.share(i, self.baseline[i].admitted)
     }
 
-    /// sluice's false denials in window `i`, over the limit.
+    /// sluice's false denials in window `i`, over the reference.
     pub fn sluice_false_denials(&self, i: usize) -> f64 {
-        self.share(self.sluice[i].false_denials)
+        self.share(i, self.sluice[i].false_denials)
     }
 
     /// The plain design's false denials in window `i`, over the limit.
     pub fn baseline_false_denials(&self, i: usize) -> f64 {
-        self.share(self.baseline[i].false_denials)
+        self.share(i, self.baseline[i].false_denials)
     }
 
-    fn share(&self, hits: u64) -> f64 {
-        hits as f64 / f64::from(self.limit.max(1))
+    /// What window (or period) `i`'s figures are measured against: a window's limit, or the
+    /// hits the exact bucket admitted in the period on the same arrivals (at least 1).
+    pub fn reference(&self, i: usize) -> u64 {
+        match self.burst {
+            None => u64::from(self.limit.max(1)),
+            Some(_) => self.sluice[i].exact_admitted.max(1),
+        }
+    }
+
+    fn share(&self, i: usize, hits: u64) -> f64 {
+        hits as f64 / self.reference(i) as f64
     }
 }
 
-/// The window of every named scenario.
+/// The window of every named window scenario.
 const W: u64 = 60_000;
+
+/// The least length of a bucket scenario's reported period (see [`period_ms`]).
+pub const BUCKET_PERIOD_MS: u64 = 10_000;
+
+/// The reported period of `s`: its limit's window; for a bucket, ten times the time its
+/// bucket takes to fill, in whole seconds, at least [`BUCKET_PERIOD_MS`]. A bucket has no
+/// window of its own, and over less than a few fill times a ratio of admitted hits measures
+/// one burst's rounding, not the rate: on a refill window of a second, 11 admitted for 10
+/// is 1.10×, and one false denial of a 30-token burst is 3 %. Ten fill times: 20 s for 100
+/// a second with bursts of 200, 60 s for 5 a second with bursts of 30. A run is `s.windows`
+/// of them.
+pub fn period_ms(s: &Scenario) -> u64 {
+    match s.limit.algorithm {
+        Algorithm::TokenBucket { burst } => {
+            let rate = u64::from(s.limit.requests_per_unit.max(1));
+            let fill_ms = u64::from(burst) * s.limit.window_ms / rate;
+            (10 * fill_ms)
+                .div_ceil(1000)
+                .saturating_mul(1000)
+                .max(BUCKET_PERIOD_MS)
+        }
+        _ => s.limit.window_ms,
+    }
+}
 
 /// What the named scenarios share unless they say otherwise: 20 nodes, a limit of 1000 per
 /// 60 s sliding window (the default algorithm), a 1 s tick (the production default), a 2 ms
@@ -270,6 +335,7 @@ pub fn scenarios() -> Vec<Scenario> {
     ]
     .into_iter()
     .chain(burst_and_departure(&base))
+    .chain(buckets::scenarios(&base))
     .collect()
 }
 
@@ -343,12 +409,22 @@ pub fn run(scenario: &Scenario) -> Report {
     let (sluice, sluice_round_trips) = simulate(s, &arrivals, |clock, store| {
         Fleet::start(&s.limit, s.tick_ms, clock, store, &phases)
     });
-    let (baseline, baseline_round_trips) = simulate(s, &arrivals, |clock, store| {
-        PlainFleet::start(&s.limit, s.tick_ms, clock, store, &phases)
-    });
+    let burst = match s.limit.algorithm {
+        Algorithm::TokenBucket { burst } => Some(burst),
+        _ => None,
+    };
+    let (baseline, baseline_round_trips) = match burst {
+        // The plain design is a window's (a decayed count); it has no bucket to run.
+        Some(_) => (vec![], 0),
+        None => simulate(s, &arrivals, |clock, store| {
+            PlainFleet::start(&s.limit, s.tick_ms, clock, store, &phases)
+        }),
+    };
     Report {
         scenario: s.name,
         limit: s.limit.requests_per_unit,
+        burst,
+        period_ms: period_ms(s),
         sluice,
         baseline,
         sluice_round_trips,
@@ -402,7 +478,7 @@ where
         };
         let store = Arc::new(SimStore::new(s.rtt_ms, s.outage, s.restart_at_ms, zero));
         let fleet = start(clock, &store);
-        let end = s.windows * s.limit.window_ms;
+        let end = s.windows * period_ms(s);
         let mut exact = Exact::new(s);
         let mut departure = s.departure;
         for &(t, node) in arrivals.iter().take_while(|&&(t, _)| t < end) {
@@ -422,74 +498,6 @@ where
         (exact.stats, store.round_trips())
     })
     // Dropping the runtime drops the sync tasks: nothing after the last window is measured.
-}
-
-/// The exact reference: the window formula over the fleet's true counted hits, per epoch,
-/// and the same with the false denials counted as the exact algorithm would have admitted
-/// them. A model on purpose: it is the yardstick, so it must not share sluice's code.
-struct Exact {
-    limit: Limit,
-    truth: Vec<u64>,
-    oracle: Vec<u64>,
-    stats: Vec<WindowStats>,
-}
-
-impl Exact {
-    fn new(s: &Scenario) -> Self {
-        let epochs = s.windows as usize + 1;
-        Exact {
-            limit: s.limit,
-            truth: vec![0; epochs],
-            oracle: vec![0; epochs],
-            stats: vec![WindowStats::default(); s.windows as usize],
-        }
-    }
-
-    /// A hit at `t` (ms from the start), admitted or not by the fleet.
-    fn record(&mut self, t: u64, admitted: bool) {
-        let limit = self.limit;
-        let now = T0 + t;
-        let w = limit.window_ms;
-        // The run starts on a window boundary, so window and epoch indices coincide.
-        let e = (now / w - T0 / w) as usize;
-        let prev = |v: &[u64]| if e == 0 { 0 } else { v[e - 1] };
-        let true_count = exact_estimate(&limit, now, self.truth[e], prev(&self.truth));
-        let oracle_count = exact_estimate(&limit, now, self.oracle[e], prev(&self.oracle));
-        let rpu = u64::from(limit.requests_per_unit);
-        let stats = &mut self.stats[(t / w) as usize];
-        stats.offered += 1;
-        if admitted {
-            stats.admitted += 1;
-        }
-        if admitted || limit.algorithm == Algorithm::FixedWindow {
-            self.truth[e] += 1;
-            self.oracle[e] += 1;
-        }
-        if !admitted {
-            if true_count < rpu {
-                stats.denied_with_room += 1;
-            }
-            if oracle_count < rpu {
-                stats.false_denials += 1;
-                if limit.algorithm == Algorithm::SlidingWindow {
-                    self.oracle[e] += 1;
-                }
-            }
-        }
-    }
-}
-
-/// The sliding (or fixed) window count at `t` (Unix ms) from the two epochs' counters, in
-/// integer arithmetic: the exact reference, and what the plain design's reads return.
-fn exact_estimate(limit: &Limit, t: u64, curr: u64, prev: u64) -> u64 {
-    match limit.algorithm {
-        Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => curr,
-        Algorithm::SlidingWindow => {
-            let w = u128::from(limit.window_ms);
-            let left = w - u128::from(t % limit.window_ms);
-            (u128::from(prev) * left / w) as u64 + curr
-        }
-    }
 }
 
 #[cfg(test)]

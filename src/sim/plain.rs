@@ -14,7 +14,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::{sleep_until, Instant};
 
-use super::exact_estimate;
+use super::exact::exact_estimate;
 use super::fleet::SimClock;
 use super::store::SimStore;
 use crate::core::clock::{Clock, UnixMillis};
