@@ -198,7 +198,7 @@ impl BucketState {
             .min(g.max_ahead_ns.max(view));
         let over = limit.requests_per_unit == 0
             || view.saturating_add(need) > g.capacity_ns
-            || self.over_prior(&g, now_ns, hits, fleet)
+            || self.over_prior(&g, now, hits, fleet)
             || self.over_share(&g, now, hits, fleet);
         let after = estimate.saturating_add(need);
         let reported = if over { estimate } else { after };
@@ -232,7 +232,7 @@ impl BucketState {
         let g = Geometry::of(limit);
         let now_ns = now.0.saturating_mul(NS_PER_MS);
         self.tat = spend(self.tat, now_ns, g.span(hits), g.max_ahead_ns);
-        if fleet.live > 1 && !self.settled(fleet.tick_ms) {
+        if self.young(fleet) {
             let own = own_geometry(&g, fleet);
             self.own_tat = spend(self.own_tat, now_ns, own.span(hits), own.max_ahead_ns);
         }
@@ -282,11 +282,6 @@ impl BucketState {
     /// Whether the first reply is at least `tick_ms` old.
     pub fn settled(&self, tick_ms: u64) -> bool {
         self.synced_at != 0 && u64::from(self.age_ms) >= tick_ms.min(u64::from(u16::MAX))
-    }
-
-    /// Other nodes' spends per second as last measured.
-    pub fn others_per_sec(&self) -> f64 {
-        f64::from(self.others_per_sec)
     }
 
     /// The share of the fleet's bucket used at `now` as estimated (0 full, 1 empty).
@@ -412,18 +407,16 @@ impl BucketState {
 
     /// While young: whether `hits` more would overdraw this node's own bucket of its prior
     /// share (see the module docs).
-    fn over_prior(&self, g: &Geometry, now_ns: u64, hits: u64, fleet: &FleetView) -> bool {
+    fn over_prior(&self, g: &Geometry, now: UnixMillis, hits: u64, fleet: &FleetView) -> bool {
         if !self.young(fleet) {
             return false;
         }
+        // Once a reply came, its room decides (burst reads, `bucket_burst.rs`).
         if self.synced_at != 0 {
-            let now = UnixMillis(now_ns / NS_PER_MS);
-            if self.over_burst_share(g, now, hits, fleet) {
-                return true;
-            }
-            return false;
+            return self.over_burst_share(g, now, hits, fleet);
         }
         let own = own_geometry(g, fleet);
+        let now_ns = now.0.saturating_mul(NS_PER_MS);
         self.own_tat
             .saturating_sub(now_ns)
             .saturating_add(own.span(hits))

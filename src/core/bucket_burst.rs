@@ -37,7 +37,7 @@ impl BucketState {
 
     /// Whether `hits` more would take this young node's spends since its last reply past its
     /// share of the room that reply left: `room / live`, plus [`BURST_SPREAD`] binomial
-    /// deviations, at most [`BURST_SLACK`] times the even share.
+    /// deviations, at most [`BUCKET_BURST_SLACK`] times the even share.
     pub(super) fn over_burst_share(
         &self,
         g: &Geometry,

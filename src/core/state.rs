@@ -157,28 +157,11 @@ impl LimitState {
         }
     }
 
-    /// Other nodes' hits per second as last measured.
-    pub fn others_per_sec(&self) -> f64 {
-        match self {
-            LimitState::Window(w) => w.others_per_sec(),
-            LimitState::Bucket(b) => b.others_per_sec(),
-        }
-    }
-
     /// Whether this young entity should be re-read before the next tick (`prior.rs`).
     pub fn wants_burst_read(&self, limit: &Limit, now: UnixMillis, fleet: &FleetView) -> bool {
         match self {
             LimitState::Window(w) => w.wants_burst_read(limit, now, fleet),
             LimitState::Bucket(b) => b.wants_burst_read(limit, now, fleet),
-        }
-    }
-
-    /// The window state, for tests that look inside.
-    #[cfg(test)]
-    pub fn window(&mut self) -> &mut WindowState {
-        match self {
-            LimitState::Window(w) => w,
-            LimitState::Bucket(_) => panic!("a bucket, not a window"),
         }
     }
 }

@@ -139,13 +139,8 @@ return out
 /// Items per script call: bounds the script's run time on the Redis thread.
 const CHUNK: usize = 500;
 
-/// The key of a window item's counter of epoch `i` (0: current, 1: previous): version 2, a
-/// hash.
-fn key(prefix: &str, it: &SyncItem, i: usize) -> String {
-    let epoch = match it.op {
-        SyncOp::Window { epochs, .. } => epochs[i],
-        SyncOp::Bucket { .. } => 0,
-    };
+/// The key of a window item's counter of `epoch`: version 2, a hash.
+fn key(prefix: &str, it: &SyncItem, epoch: u64) -> String {
     format!(
         "{prefix}sluice:v2:{{{:032x}}}:{}:{epoch}",
         it.entity, it.limit
@@ -214,6 +209,28 @@ impl Kind {
     }
 }
 
+/// The two sync scripts, hashed once: `EVALSHA` names them on every call.
+struct Scripts {
+    window: redis::Script,
+    bucket: redis::Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            window: redis::Script::new(SYNC_SCRIPT),
+            bucket: redis::Script::new(BUCKET_SCRIPT),
+        }
+    }
+
+    fn sha(&self, kind: Kind) -> &str {
+        match kind {
+            Kind::Window => self.window.get_hash(),
+            Kind::Bucket => self.bucket.get_hash(),
+        }
+    }
+}
+
 /// The script calls of a batch: windows, then buckets, each in chunks of [`CHUNK`], with
 /// the indices of the items each covers.
 fn batches(items: &[SyncItem]) -> Vec<(Kind, Vec<usize>)> {
@@ -242,7 +259,10 @@ fn script_call(
         Kind::Window => {
             cmd.arg(items.len() * 2);
             for it in items {
-                cmd.arg(key(prefix, it, 0)).arg(key(prefix, it, 1));
+                if let SyncOp::Window { epochs, .. } = it.op {
+                    cmd.arg(key(prefix, it, epochs[0]))
+                        .arg(key(prefix, it, epochs[1]));
+                }
             }
             cmd.arg(field(replica));
             for it in items {
@@ -310,11 +330,6 @@ fn totals(v: &Value, n: usize) -> Result<Vec<[u64; 2]>, StoreError> {
     Ok(vals.chunks(2).map(|c| [num(&c[0]), num(&c[1])]).collect())
 }
 
-/// A script's SHA-1, as `EVALSHA` names it.
-fn sha1_hex(script: &str) -> String {
-    redis::Script::new(script).get_hash().to_string()
-}
-
 fn is_noscript_reply(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
@@ -336,8 +351,7 @@ pub struct RedisShard {
     name: String,
     pool: Pool,
     prefix: String,
-    script: redis::Script,
-    bucket: redis::Script,
+    scripts: Scripts,
     beat: redis::Script,
 }
 
@@ -353,8 +367,7 @@ impl RedisShard {
             name: redact(url),
             pool,
             prefix: opts.prefix.clone(),
-            script: redis::Script::new(SYNC_SCRIPT),
-            bucket: redis::Script::new(BUCKET_SCRIPT),
+            scripts: Scripts::new(),
             beat: redis::Script::new(HEARTBEAT_SCRIPT),
         })
     }
@@ -374,8 +387,7 @@ impl RedisShard {
         let cmd = |verb: &str, kind: Kind, of: &[usize]| {
             let script = match (verb, kind) {
                 ("EVAL", k) => k.source().to_string(),
-                (_, Kind::Window) => self.script.get_hash().to_string(),
-                (_, Kind::Bucket) => self.bucket.get_hash().to_string(),
+                (_, k) => self.scripts.sha(k).to_string(),
             };
             let its: Vec<&SyncItem> = of.iter().map(|&i| &items[i]).collect();
             script_call(verb, &script, kind, replica, &its, &self.prefix)
@@ -392,8 +404,9 @@ impl RedisShard {
         if replies.iter().any(is_noscript_reply) {
             // A new or restarted Redis: load the scripts and send again what was not applied
             // (a heartbeat may be sent twice: it only sets a score).
-            self.script.load_async(&mut *conn).await.map_err(backend)?;
-            self.bucket.load_async(&mut *conn).await.map_err(backend)?;
+            let Scripts { window, bucket } = &self.scripts;
+            window.load_async(&mut *conn).await.map_err(backend)?;
+            bucket.load_async(&mut *conn).await.map_err(backend)?;
             self.beat.load_async(&mut *conn).await.map_err(backend)?;
             let mut again = redis::pipe();
             again.ignore_errors();
@@ -478,6 +491,8 @@ pub struct RedisClusterStore {
     name: String,
     pool: deadpool_redis::cluster::Pool,
     prefix: String,
+    scripts: Scripts,
+    beat: redis::Script,
 }
 
 impl RedisClusterStore {
@@ -498,6 +513,8 @@ impl RedisClusterStore {
             ),
             pool,
             prefix: opts.prefix.clone(),
+            scripts: Scripts::new(),
+            beat: redis::Script::new(HEARTBEAT_SCRIPT),
         })
     }
 }
@@ -513,9 +530,9 @@ impl ShardStore for RedisClusterStore {
         let calls = items.iter().map(|it| {
             let mut c = (*conn).clone();
             let kind = Kind::of(it);
-            let sha = sha1_hex(kind.source());
             let one = [it];
-            let cmd = script_call("EVALSHA", &sha, kind, replica, &one, &self.prefix);
+            let sha = self.scripts.sha(kind);
+            let cmd = script_call("EVALSHA", sha, kind, replica, &one, &self.prefix);
             async move {
                 let v: Value = match cmd.query_async(&mut c).await {
                     Err(e) if is_noscript(&e) => {
@@ -534,7 +551,7 @@ impl ShardStore for RedisClusterStore {
 
     async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
-        let cmd = beat_cmd("EVALSHA", &sha1_hex(HEARTBEAT_SCRIPT), beat, &self.prefix);
+        let cmd = beat_cmd("EVALSHA", self.beat.get_hash(), beat, &self.prefix);
         let v: Value = match cmd.query_async(&mut *conn).await {
             Err(e) if is_noscript(&e) => beat_cmd("EVAL", HEARTBEAT_SCRIPT, beat, &self.prefix)
                 .query_async(&mut *conn)
@@ -611,7 +628,7 @@ mod tests {
             .unwrap();
         let item = window_item(m.entity, 0, [20_000, 19_999]);
         assert_eq!(
-            key("tenant-a:", &item, 0),
+            key("tenant-a:", &item, 20_000),
             "tenant-a:sluice:v2:{11a4ed83fdcfa3756cf3fa4df5896fd2}:0:20000"
         );
         assert_eq!(field(0xab), "00000000000000ab");
@@ -621,11 +638,11 @@ mod tests {
     fn keys_keep_an_entity_in_one_slot() {
         let it = window_item(0xab, 1, [10, 9]);
         assert_eq!(
-            key("p:", &it, 0),
+            key("p:", &it, 10),
             "p:sluice:v2:{000000000000000000000000000000ab}:1:10"
         );
         assert_eq!(
-            key("p:", &it, 1),
+            key("p:", &it, 9),
             "p:sluice:v2:{000000000000000000000000000000ab}:1:9"
         );
     }
