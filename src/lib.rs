@@ -207,6 +207,7 @@ impl Service {
             reload_status.clone(),
             background.clone(),
         )?;
+        spawn_sweeper(limiter.clone(), background.clone());
         let (health, health_service) = tonic_health::server::health_reporter();
         health
             .set_serving::<RateLimitServiceServer<RlsService>>()
@@ -307,6 +308,24 @@ impl Service {
 /// grace so the servers always get the other half.
 fn flush_reserve(grace: Duration, store_timeout: Duration) -> Duration {
     (store_timeout * 2 + Duration::from_millis(100)).min(grace / 2)
+}
+
+/// Sweeps idle entities out of the table once a second until `stop` (on a blocking thread:
+/// a slice of a full table takes a few milliseconds).
+fn spawn_sweeper(limiter: Arc<RateLimiter>, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = every.tick() => {
+                    let limiter = limiter.clone();
+                    let _ = tokio::task::spawn_blocking(move || limiter.sweep()).await;
+                }
+            }
+        }
+    });
 }
 
 /// Starts the gRPC server: the RLS service, health and reflection.

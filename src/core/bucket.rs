@@ -269,6 +269,24 @@ impl BucketState {
         self.pending
     }
 
+    /// What an evicted entity must not forget (`table.rs`): when its bucket is full again
+    /// (Unix ms, rounded up); `None` when it is full now, so a fresh state would decide the
+    /// same. (Spends not sent yet are the sync's to keep: the table never evicts an entity a
+    /// sync holds.)
+    pub fn summary(&self, now: UnixMillis) -> Option<u64> {
+        (self.tat > now.0.saturating_mul(NS_PER_MS)).then(|| self.tat.div_ceil(NS_PER_MS))
+    }
+
+    /// A bucket no fuller than one that is full again at `full_at_ms`: a returning entity's
+    /// over-estimate. It is this node's view only, so in global mode it is never sent as this
+    /// node's spends, and the first reply replaces it with the fleet's.
+    pub fn restored(full_at_ms: u64) -> Self {
+        BucketState {
+            tat: full_at_ms.saturating_mul(NS_PER_MS),
+            ..BucketState::default()
+        }
+    }
+
     /// Whether a sync has ever completed.
     pub fn ever_synced(&self) -> bool {
         self.synced_at != 0

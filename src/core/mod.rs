@@ -14,7 +14,7 @@ pub mod window;
 pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
 pub use fleet::SyncPlan;
 pub use prior::FleetView;
-pub use state::{LimitState, Plan};
+pub use state::{LimitState, Plan, Summary};
 pub use tier::{SyncPolicy, Tier};
 pub use window::{
     decide, decide_lenient, Algorithm, Counter, Limit, Verdict, WindowState, MAX_COUNT,

@@ -17,6 +17,24 @@ pub enum LimitState {
     Bucket(BucketState),
 }
 
+/// What an evicted limit's state must not forget (`table.rs` folds it into a sketch and a
+/// returning entity starts from it, never from nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Summary {
+    /// A window's counts of `epoch - 1` and `epoch`.
+    Window {
+        /// The epoch read at the eviction.
+        epoch: u64,
+        /// The counts of the epoch before it and of it.
+        counts: [u64; 2],
+    },
+    /// When a bucket is full again (Unix ms).
+    Bucket {
+        /// That time.
+        full_at_ms: u64,
+    },
+}
+
 /// What one sync of one limit sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
@@ -43,6 +61,34 @@ impl LimitState {
     pub fn new(limit: &Limit) -> Self {
         match limit.algorithm {
             Algorithm::TokenBucket { .. } => LimitState::Bucket(BucketState::default()),
+            _ => LimitState::Window(WindowState::default()),
+        }
+    }
+
+    /// What must outlive an eviction at `now`; `None` when a fresh state would decide the
+    /// same (the window passed, the bucket is full, nothing waits to be sent).
+    pub fn summary(&self, limit: &Limit, now: UnixMillis) -> Option<Summary> {
+        match self {
+            LimitState::Window(w) => w
+                .summary(limit, now)
+                .map(|(epoch, counts)| Summary::Window { epoch, counts }),
+            LimitState::Bucket(b) => b
+                .summary(now)
+                .map(|full_at_ms| Summary::Bucket { full_at_ms }),
+        }
+    }
+
+    /// A state for `limit` that starts from `summary` (an over-estimate of what an evicted
+    /// entity held), or fresh when there is none or it is of another algorithm.
+    pub fn restored(limit: &Limit, summary: Option<Summary>) -> Self {
+        match (limit.algorithm, summary) {
+            (Algorithm::TokenBucket { .. }, Some(Summary::Bucket { full_at_ms })) => {
+                LimitState::Bucket(BucketState::restored(full_at_ms))
+            }
+            (Algorithm::TokenBucket { .. }, _) => LimitState::Bucket(BucketState::default()),
+            (_, Some(Summary::Window { epoch, counts })) => {
+                LimitState::Window(WindowState::restored(epoch, counts))
+            }
             _ => LimitState::Window(WindowState::default()),
         }
     }

@@ -1,57 +1,146 @@
-//! The bounded in-memory table of counters: one [`Entity`] per (rule, descriptor values),
-//! held in a moka cache with a maximum entry count, an idle timeout and an optional TTL.
+//! The bounded in-memory table of entities (one per rule + descriptor values): compact
+//! records in sharded, densely packed chunks, an open-addressing index of 4-byte positions,
+//! eviction that never forgets a live count (a sketch keeps an over-estimate), and idle
+//! expiry by a sweep rather than per-entry timers.
 //!
-//! An entity is never expired while its windows still matter: its idle lifetime is at least
-//! twice its longest window, so expiry cannot reset a live counter (only capacity eviction can,
-//! which is counted). Each entity has its own mutex, held only for the few nanoseconds of a
-//! decision and never across an `.await`, so requests for one entity are exact under
-//! concurrency while requests for different entities never contend.
+//! Why not moka: its per-entry bookkeeping (a node, a timer wheel entry, an `Arc` per
+//! value, a per-entity `Vec` of states) cost ~640 bytes an entity; here a record is the key,
+//! its state inline and a few stamps (~140 bytes, README "Performance"). Each shard is one
+//! mutex, held for a decision's few nanoseconds and never across an `.await`: requests for
+//! one entity are exact under concurrency, and requests for different shards never contend.
+//!
+//! Eviction (a full shard, on insert) takes what costs nothing first: an entity whose
+//! windows have passed or whose buckets are full forgets nothing. Otherwise the least
+//! recently used of a sample goes, and its counts are folded into the shard's [`Sketch`]; a
+//! returning value starts from the sketch's estimate, never below what it had, while a value
+//! never seen reads (almost always) nothing. Entities queued for a sync or in one are never
+//! evicted: their hits have not reached the store yet.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use moka::sync::Cache;
-use moka::Expiry;
-use parking_lot::Mutex;
+use hashbrown::HashTable;
+use parking_lot::{Mutex, RwLock};
 
-use crate::core::{Limit, LimitState};
+use super::clock::UnixMillis;
+use super::state::{LimitState, Summary};
+use super::window::Limit;
 
-/// Counters of one entity (rule + descriptor values): one window state per limit of its rule.
-#[derive(Debug)]
-pub struct Entity {
-    /// The entity's identity (see `rules::Match::entity`); names its Redis keys.
-    pub key: u128,
-    /// The rule's limits (fixed for an entity: a rule's identity includes its limits).
-    pub limits: Box<[Limit]>,
-    /// Counters and sync bookkeeping, behind one lock so a decision and a sync never race.
-    pub state: Mutex<EntityState>,
-    /// The rule's longest window: the entity is kept at least twice this long when idle.
-    longest_window: Duration,
+/// Records per chunk: chunks are never reallocated, so growing a shard copies nothing and
+/// its memory is what its records use, plus at most one partly filled chunk.
+const CHUNK_BITS: usize = 8;
+const CHUNK: usize = 1 << CHUNK_BITS;
+
+/// Records an eviction looks at (all of them in a smaller shard): enough that a free one is
+/// usually among them, few enough that an insert into a full table stays cheap.
+const SAMPLE: usize = 16;
+
+/// Records a sweep step looks at under one lock hold.
+const SWEEP_STEP: usize = 512;
+
+/// Shards are at least this many entities each: tables up to this size are one shard, so
+/// eviction order in a small table is exact.
+const MIN_PER_SHARD: u64 = 8192;
+
+/// The most shards.
+const MAX_SHARDS: usize = 64;
+
+/// The states of one entity, one per limit of its rule: inline for a single limit (the usual
+/// case), so such an entity needs no allocation of its own.
+#[derive(Debug, Clone, PartialEq)]
+pub enum States {
+    /// A rule of one limit.
+    One(LimitState),
+    /// A rule with `additional_limits`.
+    Many(Box<[LimitState]>),
 }
 
-/// The mutable part of an [`Entity`].
-#[derive(Debug, Default)]
+impl std::ops::Deref for States {
+    type Target = [LimitState];
+    fn deref(&self) -> &[LimitState] {
+        match self {
+            States::One(s) => std::slice::from_ref(s),
+            States::Many(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for States {
+    fn deref_mut(&mut self) -> &mut [LimitState] {
+        match self {
+            States::One(s) => std::slice::from_mut(s),
+            States::Many(s) => s,
+        }
+    }
+}
+
+impl FromIterator<LimitState> for States {
+    fn from_iter<I: IntoIterator<Item = LimitState>>(iter: I) -> Self {
+        let mut it = iter.into_iter();
+        match (it.next(), it.next()) {
+            (Some(one), None) => States::One(one),
+            (first, second) => States::Many(first.into_iter().chain(second).chain(it).collect()),
+        }
+    }
+}
+
+/// The mutable part of an entity.
+#[derive(Debug, Clone, PartialEq)]
 pub struct EntityState {
     /// One state per limit, in the rule's order.
-    pub states: Vec<LimitState>,
+    pub states: States,
+    /// When the last sync started (Unix ms).
+    pub last_sync_ms: u64,
     /// In its shard's sync queue (or in a sync in flight): at most once.
     pub queued: bool,
     /// Syncs of this entity in flight: at most one, but for burst reads (two, the second
     /// started while the first is under way: `global/shard.rs`).
     pub in_flight: u8,
-    /// When the last sync started (Unix ms).
-    pub last_sync_ms: u64,
 }
+
+impl EntityState {
+    /// Fresh states for `limits`.
+    pub fn new(limits: &[Limit]) -> Self {
+        EntityState {
+            states: limits.iter().map(LimitState::new).collect(),
+            last_sync_ms: 0,
+            queued: false,
+            in_flight: 0,
+        }
+    }
+
+    /// Whether a sync holds it: its hits may not have reached the store yet.
+    fn busy(&self) -> bool {
+        self.queued || self.in_flight > 0
+    }
+}
+
+/// An entity as [`EntityTable::with`] lends it, under its shard's lock.
+#[derive(Debug)]
+pub struct EntityMut<'a> {
+    /// The entity's identity (see `rules::Match::entity`); names its Redis keys.
+    pub key: u128,
+    /// Its rule's limits, as interned by the table ([`EntityTable::limits`]).
+    pub set: LimitSet,
+    /// Its counters and sync bookkeeping.
+    pub state: &'a mut EntityState,
+}
+
+/// A rule's limits, interned: 4 bytes in a record instead of a pointer and a length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitSet(u32);
 
 /// Limits of the entity table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheSettings {
-    /// Most entities held; the least recently used are evicted past it.
+    /// Most entities held (at least 1); past it the table evicts.
     pub max_entries: u64,
-    /// An entity unused this long is dropped (but never before twice its longest window).
+    /// An entity unused this long is dropped once it holds nothing (its windows passed, its
+    /// buckets full).
     pub idle_timeout: Duration,
-    /// Upper bound on an entity's lifetime since it was last used, if set. Setting it below
-    /// twice a rule's window trades accuracy for memory.
+    /// Upper bound on an entity's life since it was last used, if set, even when it still
+    /// counts something (what it counts goes to the sketch).
     pub ttl: Option<Duration>,
 }
 
@@ -65,139 +154,558 @@ impl Default for CacheSettings {
     }
 }
 
-struct EntityExpiry {
-    idle: Duration,
-    ttl: Option<Duration>,
+/// Entities that left the table, by why.
+#[derive(Debug, Default)]
+pub struct TableStats {
+    /// Evicted by a full table, holding nothing.
+    pub evicted_free: AtomicU64,
+    /// Evicted by a full table while counting: folded into the sketch.
+    pub evicted_live: AtomicU64,
+    /// Dropped by the sweep: idle and holding nothing.
+    pub expired_idle: AtomicU64,
+    /// Dropped by the sweep past `CACHE_TTL`, folded into the sketch when counting.
+    pub expired_ttl: AtomicU64,
+    /// Entities created from the sketch's estimate (something folded there matched).
+    pub restored: AtomicU64,
+    /// Inserts past the bound because every record sampled was held by a sync.
+    pub over_bound: AtomicU64,
 }
 
-impl EntityExpiry {
-    fn lifetime(&self, e: &Entity) -> Option<Duration> {
-        let keep = self.idle.max(e.longest_window * 2);
-        Some(self.ttl.map_or(keep, |t| keep.min(t)))
+/// One entity.
+#[derive(Debug)]
+struct Record {
+    /// The key's two halves (not a `u128`: its 16-byte alignment would pad every record).
+    key: [u64; 2],
+    set: u32,
+    /// Last use (Unix seconds): the eviction's recency, the sweep's idleness.
+    used_s: u32,
+    state: EntityState,
+}
+
+impl Record {
+    fn key(&self) -> u128 {
+        (u128::from(self.key[1]) << 64) | u128::from(self.key[0])
     }
 }
 
-impl Expiry<u128, Arc<Entity>> for EntityExpiry {
-    fn expire_after_create(
-        &self,
-        _: &u128,
-        e: &Arc<Entity>,
-        _: std::time::Instant,
-    ) -> Option<Duration> {
-        self.lifetime(e)
+/// The index's hash of a key: the entity key is already a hash (XXH3-128); its low half
+/// places it in the shard, its high half picks the shard.
+fn hash_of(key: u128) -> u64 {
+    key as u64
+}
+
+fn secs(now: UnixMillis) -> u32 {
+    (now.0 / 1000).min(u64::from(u32::MAX)) as u32
+}
+
+/// A conservative summary of evicted entities: four rows of cells, each holding the largest
+/// value folded into it. A point query takes the smallest of its four cells, which is never
+/// below what was folded for that point (every one of its cells holds at least that), and
+/// for a point never folded is the largest of a few colliding others: small unless all four
+/// of its cells met heavy ones. Window counts carry when they stop mattering, so dead cells
+/// are reused; a bucket's value is when it is full again, dead by itself once past.
+#[derive(Debug)]
+struct Sketch {
+    width: usize,
+    windows: Box<[WindowCell]>,
+    buckets: Box<[u64]>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct WindowCell {
+    /// When the count stops mattering (Unix seconds).
+    until_s: u32,
+    count: u32,
+}
+
+const ROWS: usize = 4;
+
+/// A 64-bit mix (splitmix64's finaliser): the cells of a point in each row.
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl Sketch {
+    fn new(width: usize) -> Self {
+        Sketch {
+            width,
+            windows: vec![WindowCell::default(); ROWS * width].into_boxed_slice(),
+            buckets: vec![0; ROWS * width].into_boxed_slice(),
+        }
     }
 
-    fn expire_after_read(
-        &self,
-        _: &u128,
-        e: &Arc<Entity>,
-        _: std::time::Instant,
-        _: Option<Duration>,
-        _: std::time::Instant,
-    ) -> Option<Duration> {
-        self.lifetime(e)
+    fn cells(&self, key: u128, limit: usize, epoch: u64) -> [usize; ROWS] {
+        let h = mix(key as u64 ^ mix((key >> 64) as u64 ^ mix(epoch ^ ((limit as u64) << 56))));
+        let (a, b) = (h & 0xffff_ffff, (h >> 32) | 1);
+        std::array::from_fn(|r| {
+            r * self.width + (a.wrapping_add(b * r as u64) as usize) % self.width
+        })
+    }
+
+    fn fold(&mut self, key: u128, limit: usize, l: &Limit, summary: Summary, now_s: u32) {
+        match summary {
+            Summary::Window { epoch, counts } => {
+                for (e, count) in [(epoch.wrapping_sub(1), counts[0]), (epoch, counts[1])] {
+                    // A count matters until the end of the epoch after its own (the sliding
+                    // window reads the previous epoch).
+                    let until = (e.saturating_add(2).saturating_mul(l.window_ms)).div_ceil(1000);
+                    let until_s = until.min(u64::from(u32::MAX)) as u32;
+                    let count = count.min(u64::from(u32::MAX)) as u32;
+                    if count == 0 || until_s < now_s {
+                        continue;
+                    }
+                    for c in self.cells(key, limit, e) {
+                        let cell = &mut self.windows[c];
+                        if cell.until_s < now_s {
+                            *cell = WindowCell { until_s, count };
+                        } else {
+                            cell.until_s = cell.until_s.max(until_s);
+                            cell.count = cell.count.max(count);
+                        }
+                    }
+                }
+            }
+            Summary::Bucket { full_at_ms } => {
+                for c in self.cells(key, limit, u64::MAX) {
+                    self.buckets[c] = self.buckets[c].max(full_at_ms);
+                }
+            }
+        }
+    }
+
+    fn query(&self, key: u128, limit: usize, l: &Limit, now: UnixMillis) -> Option<Summary> {
+        let now_s = secs(now);
+        match l.algorithm {
+            super::Algorithm::TokenBucket { .. } => {
+                let full_at_ms = self
+                    .cells(key, limit, u64::MAX)
+                    .iter()
+                    .map(|&c| self.buckets[c])
+                    .min()
+                    .unwrap_or(0);
+                (full_at_ms > now.0).then_some(Summary::Bucket { full_at_ms })
+            }
+            _ => {
+                let epoch = now.0 / l.window_ms;
+                let count = |e: u64| {
+                    self.cells(key, limit, e)
+                        .iter()
+                        .map(|&c| {
+                            let cell = self.windows[c];
+                            if cell.until_s >= now_s {
+                                u64::from(cell.count)
+                            } else {
+                                0
+                            }
+                        })
+                        .min()
+                        .unwrap_or(0)
+                };
+                let counts = [count(epoch.wrapping_sub(1)), count(epoch)];
+                (counts != [0, 0]).then_some(Summary::Window { epoch, counts })
+            }
+        }
     }
 }
 
-/// The entity table.
+/// The rules' limit sets, interned (a handful: one per distinct set of limits).
+#[derive(Debug, Default)]
+struct LimitSets {
+    ids: std::collections::HashMap<Box<[Limit]>, u32>,
+    sets: Vec<Arc<[Limit]>>,
+}
+
+impl LimitSets {
+    fn intern(&mut self, limits: &[Limit]) -> u32 {
+        if let Some(&id) = self.ids.get(limits) {
+            return id;
+        }
+        let id = self.sets.len() as u32;
+        self.sets.push(limits.into());
+        self.ids.insert(limits.into(), id);
+        id
+    }
+}
+
+struct Shard {
+    index: HashTable<u32>,
+    chunks: Vec<Vec<Record>>,
+    len: usize,
+    /// Where the next eviction sample starts.
+    hand: usize,
+    /// Where the sweep goes on.
+    sweep: usize,
+    /// Allocated at the first eviction of a live entity.
+    sketch: Option<Box<Sketch>>,
+}
+
+impl Shard {
+    fn new() -> Self {
+        Shard {
+            index: HashTable::new(),
+            chunks: Vec::new(),
+            len: 0,
+            hand: 0,
+            sweep: 0,
+            sketch: None,
+        }
+    }
+
+    fn at(&self, pos: usize) -> &Record {
+        &self.chunks[pos >> CHUNK_BITS][pos & (CHUNK - 1)]
+    }
+
+    fn at_mut(&mut self, pos: usize) -> &mut Record {
+        &mut self.chunks[pos >> CHUNK_BITS][pos & (CHUNK - 1)]
+    }
+
+    fn find(&self, key: u128) -> Option<usize> {
+        let chunks = &self.chunks;
+        self.index
+            .find(hash_of(key), |&p| {
+                let p = p as usize;
+                chunks[p >> CHUNK_BITS][p & (CHUNK - 1)].key() == key
+            })
+            .map(|&p| p as usize)
+    }
+
+    fn push(&mut self, record: Record) -> usize {
+        let pos = self.len;
+        let hash = hash_of(record.key());
+        if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        self.chunks
+            .last_mut()
+            .expect("a chunk with room")
+            .push(record);
+        self.len += 1;
+        let chunks = &self.chunks;
+        self.index.insert_unique(hash, pos as u32, |&p| {
+            let p = p as usize;
+            hash_of(chunks[p >> CHUNK_BITS][p & (CHUNK - 1)].key())
+        });
+        pos
+    }
+
+    /// Removes the record at `pos`; the last record takes its place.
+    fn remove(&mut self, pos: usize) -> Record {
+        let last = self.len - 1;
+        let hash = hash_of(self.at(pos).key());
+        if let Ok(entry) = self.index.find_entry(hash, |&p| p as usize == pos) {
+            entry.remove();
+        }
+        if pos != last {
+            let moved = hash_of(self.at(last).key());
+            if let Some(p) = self.index.find_mut(moved, |&p| p as usize == last) {
+                *p = pos as u32;
+            }
+        }
+        let tail = self.chunks.last_mut().expect("a record to remove");
+        let mut record = tail.pop().expect("a record to remove");
+        if tail.is_empty() {
+            self.chunks.pop();
+        }
+        self.len -= 1;
+        if pos != last {
+            record = std::mem::replace(self.at_mut(pos), record);
+        }
+        if self.index.capacity() > 64 && self.index.len() < self.index.capacity() / 4 {
+            let chunks = &self.chunks;
+            self.index.shrink_to_fit(|&p| {
+                let p = p as usize;
+                hash_of(chunks[p >> CHUNK_BITS][p & (CHUNK - 1)].key())
+            });
+        }
+        record
+    }
+
+    /// Folds what `record` still counts into the sketch.
+    fn fold(&mut self, record: &Record, limits: &[Limit], now: UnixMillis, width: usize) {
+        let key = record.key();
+        let now_s = secs(now);
+        for (i, (state, limit)) in record.state.states.iter().zip(limits).enumerate() {
+            if let Some(summary) = state.summary(limit, now) {
+                self.sketch
+                    .get_or_insert_with(|| Box::new(Sketch::new(width)))
+                    .fold(key, i, limit, summary, now_s);
+            }
+        }
+    }
+}
+
+struct Inner {
+    shards: Box<[Mutex<Shard>]>,
+    /// Most records a shard holds before it evicts.
+    per_shard: usize,
+    settings: CacheSettings,
+    sets: RwLock<LimitSets>,
+    stats: TableStats,
+}
+
+/// The entity table (cheap to clone: a handle).
 #[derive(Clone)]
-pub struct EntityCache {
-    cache: Cache<u128, Arc<Entity>>,
+pub struct EntityTable {
+    inner: Arc<Inner>,
 }
 
-impl std::fmt::Debug for EntityCache {
+impl std::fmt::Debug for EntityTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EntityCache")
-            .field("entries", &self.cache.entry_count())
+        f.debug_struct("EntityTable")
+            .field("entries", &self.len())
+            .field("capacity", &self.capacity())
             .finish()
     }
 }
 
-impl EntityCache {
+/// Whether [`EntityTable::with`] found the entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// It was there.
+    Hit,
+    /// It was created.
+    Miss,
+}
+
+impl EntityTable {
     /// An empty table with these limits.
     pub fn new(settings: CacheSettings) -> Self {
-        let cache = Cache::builder()
-            .max_capacity(settings.max_entries)
-            .expire_after(EntityExpiry {
-                idle: settings.idle_timeout,
-                ttl: settings.ttl,
-            })
-            .build();
-        EntityCache { cache }
+        let max = settings.max_entries.max(1);
+        let shards = (max / MIN_PER_SHARD)
+            .clamp(1, MAX_SHARDS as u64)
+            .next_power_of_two()
+            .min(MAX_SHARDS as u64) as usize;
+        let per_shard = max.div_ceil(shards as u64) as usize;
+        EntityTable {
+            inner: Arc::new(Inner {
+                shards: (0..shards).map(|_| Mutex::new(Shard::new())).collect(),
+                per_shard,
+                settings,
+                sets: RwLock::default(),
+                stats: TableStats::default(),
+            }),
+        }
     }
 
-    /// The entity `key`, created with zeroed windows for `limits` if absent. `limits` is
-    /// called only when the entity is created, so a hit costs no allocation. The flag says
-    /// whether the entity already existed.
-    pub fn get_or_create(
+    fn shard(&self, key: u128) -> &Mutex<Shard> {
+        let shards = &self.inner.shards;
+        &shards[((key >> 64) as usize) & (shards.len() - 1)]
+    }
+
+    /// Calls `f` on the entity `key` at `now`, created for `limits` (called only then) if
+    /// absent, from the sketch's estimate when something evicted matches it. The shard's
+    /// lock is held meanwhile: `f` must be quick and must not touch the table.
+    pub fn with<R>(
         &self,
         key: u128,
-        limits: impl FnOnce() -> Box<[Limit]>,
-    ) -> (Arc<Entity>, bool) {
-        let entry = self.cache.entry(key).or_insert_with(|| {
-            let limits = limits();
-            let longest = limits.iter().map(|l| l.window_ms).max().unwrap_or(1000);
-            Arc::new(Entity {
-                key,
-                state: Mutex::new(EntityState {
-                    states: limits.iter().map(LimitState::new).collect(),
-                    ..EntityState::default()
-                }),
-                limits,
-                longest_window: Duration::from_millis(longest),
-            })
+        now: UnixMillis,
+        limits: impl FnOnce() -> Vec<Limit>,
+        f: impl FnOnce(EntityMut<'_>) -> R,
+    ) -> (R, Lookup) {
+        let mut shard = self.shard(key).lock();
+        let (pos, lookup) = match shard.find(key) {
+            Some(pos) => (pos, Lookup::Hit),
+            None => (self.create(&mut shard, key, now, &limits()), Lookup::Miss),
+        };
+        let record = shard.at_mut(pos);
+        record.used_s = secs(now);
+        let r = f(EntityMut {
+            key,
+            set: LimitSet(record.set),
+            state: &mut record.state,
         });
-        let fresh = entry.is_fresh();
-        (entry.into_value(), !fresh)
+        (r, lookup)
     }
 
-    /// How many entities are held (approximate; moka counts lazily).
+    /// Calls `f` on the entity `key` if it is held (its recency unchanged: a sync is no use).
+    pub fn get<R>(&self, key: u128, f: impl FnOnce(EntityMut<'_>) -> R) -> Option<R> {
+        let mut shard = self.shard(key).lock();
+        let pos = shard.find(key)?;
+        let record = shard.at_mut(pos);
+        Some(f(EntityMut {
+            key,
+            set: LimitSet(record.set),
+            state: &mut record.state,
+        }))
+    }
+
+    /// The limits of an interned set.
+    pub fn limits(&self, set: LimitSet) -> Arc<[Limit]> {
+        self.inner.sets.read().sets[set.0 as usize].clone()
+    }
+
+    fn create(&self, shard: &mut Shard, key: u128, now: UnixMillis, limits: &[Limit]) -> usize {
+        if shard.len >= self.inner.per_shard {
+            self.evict(shard, now);
+        }
+        let known = self.inner.sets.read().ids.get(limits).copied();
+        let set = known.unwrap_or_else(|| self.inner.sets.write().intern(limits));
+        let states: States = match &shard.sketch {
+            Some(sketch) => {
+                let summaries: Vec<_> = limits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| sketch.query(key, i, l, now))
+                    .collect();
+                if summaries.iter().any(Option::is_some) {
+                    self.inner.stats.restored.fetch_add(1, Ordering::Relaxed);
+                }
+                limits
+                    .iter()
+                    .zip(summaries)
+                    .map(|(l, s)| LimitState::restored(l, s))
+                    .collect()
+            }
+            None => limits.iter().map(LimitState::new).collect(),
+        };
+        shard.push(Record {
+            key: [key as u64, (key >> 64) as u64],
+            set,
+            used_s: secs(now),
+            state: EntityState {
+                states,
+                ..EntityState::new(&[])
+            },
+        })
+    }
+
+    /// Makes room in a full shard: a sampled record that holds nothing, else the least
+    /// recently used of the sample (the emptiest among equals), folded into the sketch.
+    /// Records a sync holds are passed over; when the sample holds nothing else, nothing is
+    /// evicted and the shard goes past its bound (the sync queue's bound limits by how much).
+    fn evict(&self, shard: &mut Shard, now: UnixMillis) {
+        let sets = self.inner.sets.read();
+        let n = shard.len;
+        let sample = n.min(SAMPLE);
+        let start = if n <= SAMPLE { 0 } else { shard.hand % n };
+        let mut best: Option<(usize, u32, f64)> = None;
+        for j in 0..sample {
+            let pos = (start + j) % n;
+            let r = shard.at(pos);
+            if r.state.busy() {
+                continue;
+            }
+            let limits = &sets.sets[r.set as usize];
+            let states = r.state.states.iter().zip(limits.iter());
+            if states.clone().all(|(s, l)| s.summary(l, now).is_none()) {
+                shard.hand = pos;
+                shard.remove(pos);
+                self.inner
+                    .stats
+                    .evicted_free
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let pressure = states.map(|(s, l)| s.pressure(l, now)).fold(0.0, f64::max);
+            if best.is_none_or(|(_, used, p)| (r.used_s, pressure) < (used, p)) {
+                best = Some((pos, r.used_s, pressure));
+            }
+        }
+        shard.hand = start + sample;
+        match best {
+            Some((pos, _, _)) => {
+                let record = shard.remove(pos);
+                let limits = sets.sets[record.set as usize].clone();
+                let width = (self.inner.per_shard / 4).max(64);
+                shard.fold(&record, &limits, now, width);
+                self.inner
+                    .stats
+                    .evicted_live
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                self.inner.stats.over_bound.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Drops idle entities: those unused for `CACHE_IDLE_TIMEOUT` that hold nothing, and
+    /// those unused for `CACHE_TTL` (when set) whatever they hold, folded into the sketch.
+    /// Looks at up to `budget` records a shard, a few hundred under one lock hold, going on
+    /// where the last sweep stopped. Returns how many it dropped.
+    pub fn sweep(&self, now: UnixMillis, budget: usize) -> u64 {
+        let settings = &self.inner.settings;
+        let now_s = secs(now);
+        let idle_s = settings.idle_timeout.as_secs().min(u64::from(u32::MAX)) as u32;
+        let ttl_s = settings
+            .ttl
+            .map(|t| t.as_secs().min(u64::from(u32::MAX)) as u32);
+        let width = (self.inner.per_shard / 4).max(64);
+        let mut dropped = 0;
+        for shard in self.inner.shards.iter() {
+            let mut left = budget.min(shard.lock().len);
+            while left > 0 {
+                let mut shard = shard.lock();
+                let sets = self.inner.sets.read();
+                let step = left.min(SWEEP_STEP);
+                left -= step;
+                for _ in 0..step {
+                    if shard.len == 0 {
+                        break;
+                    }
+                    let pos = shard.sweep % shard.len;
+                    let r = shard.at(pos);
+                    let idle = now_s.saturating_sub(r.used_s);
+                    let limits = &sets.sets[r.set as usize];
+                    let ttl_out = ttl_s.is_some_and(|t| idle >= t);
+                    if r.state.busy() || !(ttl_out || idle >= idle_s) {
+                        shard.sweep = pos + 1;
+                        continue;
+                    }
+                    let free = r
+                        .state
+                        .states
+                        .iter()
+                        .zip(limits.iter())
+                        .all(|(s, l)| s.summary(l, now).is_none());
+                    if !free && !ttl_out {
+                        shard.sweep = pos + 1;
+                        continue;
+                    }
+                    // The last record moves here: look at this position again.
+                    let record = shard.remove(pos);
+                    if !free {
+                        let limits = limits.clone();
+                        shard.fold(&record, &limits, now, width);
+                    }
+                    let stat = if free {
+                        &self.inner.stats.expired_idle
+                    } else {
+                        &self.inner.stats.expired_ttl
+                    };
+                    stat.fetch_add(1, Ordering::Relaxed);
+                    dropped += 1;
+                }
+            }
+        }
+        dropped
+    }
+
+    /// How many entities are held.
     pub fn len(&self) -> u64 {
-        self.cache.entry_count()
+        self.inner.shards.iter().map(|s| s.lock().len as u64).sum()
     }
 
     /// Whether no entity is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// How many entities the table holds before it evicts.
+    pub fn capacity(&self) -> u64 {
+        (self.inner.per_shard * self.inner.shards.len()) as u64
+    }
+
+    /// Why entities left the table.
+    pub fn stats(&self) -> &TableStats {
+        &self.inner.stats
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_same_key_returns_the_same_entity() {
-        let c = EntityCache::new(CacheSettings::default());
-        let l = Limit {
-            requests_per_unit: 1,
-            window_ms: 1000,
-            algorithm: crate::core::Algorithm::SlidingWindow,
-        };
-        let (a, hit_a) = c.get_or_create(7, || Box::new([l, l]));
-        let (b, hit_b) = c.get_or_create(7, || Box::new([l, l]));
-        assert!(!hit_a && hit_b);
-        assert!(Arc::ptr_eq(&a, &b));
-        assert_eq!(a.state.lock().states.len(), 2);
-    }
-
-    #[test]
-    fn lifetime_covers_two_windows() {
-        let x = EntityExpiry {
-            idle: Duration::from_secs(60),
-            ttl: None,
-        };
-        let e = Entity {
-            key: 0,
-            limits: Box::new([]),
-            state: Mutex::new(EntityState::default()),
-            longest_window: Duration::from_secs(3600),
-        };
-        assert_eq!(x.lifetime(&e), Some(Duration::from_secs(7200)));
-        let capped = EntityExpiry {
-            ttl: Some(Duration::from_secs(100)),
-            ..x
-        };
-        assert_eq!(capped.lifetime(&e), Some(Duration::from_secs(100)));
-    }
-}
+#[path = "table_tests.rs"]
+mod tests;

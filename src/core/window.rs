@@ -349,6 +349,34 @@ impl WindowState {
     pub fn pending(&self) -> i64 {
         self.slots.iter().map(|s| s.pending).sum()
     }
+
+    /// What an evicted entity must not forget (`table.rs`): the counts of the epoch read at
+    /// `now` and of the one before it, as `(epoch, [previous, current])`; `None` when the
+    /// window's count is 0, so a fresh state would decide the same. (Hits not sent yet are
+    /// the sync's to keep: the table never evicts an entity a sync holds.)
+    pub fn summary(&self, limit: &Limit, now: UnixMillis) -> Option<(u64, [u64; 2])> {
+        let epoch = self.epoch_at(limit, now);
+        let (prev, curr) = self.pair(epoch, |_, s| s.total());
+        (Self::window(limit, now, epoch, prev, curr) > 0).then_some((epoch, [prev, curr]))
+    }
+
+    /// A state that counts at least `counts` (previous, current) in `epoch` and the one
+    /// before it: a returning entity's over-estimate. The counts go where the store's would,
+    /// so in global mode they are never sent as this node's hits, and a reply raises them to
+    /// the fleet's.
+    pub fn restored(epoch: u64, counts: [u64; 2]) -> Self {
+        let mut w = WindowState::default();
+        for (e, count) in [(epoch.checked_sub(1), counts[0]), (Some(epoch), counts[1])] {
+            if let Some(e) = e.filter(|_| count > 0) {
+                w.slots[(e % 2) as usize] = Slot {
+                    epoch: e,
+                    remote: count.min(MAX_COUNT),
+                    ..Slot::default()
+                };
+            }
+        }
+        w
+    }
 }
 
 /// The window count at `now` of a store's counters `prev` (epoch − 1) and `curr` (the

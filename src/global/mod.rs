@@ -412,7 +412,7 @@ fn register_shard_gauges(t: &Telemetry, g: &Global) {
 mod tests {
     use super::*;
     use crate::core::clock::{ManualClock, UnixMillis};
-    use crate::core::table::{CacheSettings, EntityCache};
+    use crate::core::table::{CacheSettings, EntityTable};
     use crate::core::window::{Algorithm, Limit};
     use crate::global::health::ShardStatus;
     use crate::global::memory::MemoryStore;
@@ -482,13 +482,17 @@ mod tests {
             window_ms: 60_000,
             algorithm: Algorithm::FixedWindow,
         };
-        let cache = EntityCache::new(CacheSettings::default());
-        let (entity, _) = cache.get_or_create(7, || Box::new([limit]));
-        {
-            let mut st = entity.state.lock();
-            crate::core::decide(&mut st.states[0], &limit, clock.now(), 1);
-            g.queues.mark_dirty(&entity, &mut st);
-        }
+        let cache = EntityTable::new(CacheSettings::default());
+        g.queues.attach(cache.clone());
+        cache.with(
+            7,
+            clock.now(),
+            || vec![limit],
+            |e| {
+                crate::core::decide(&mut e.state.states[0], &limit, clock.now(), 1);
+                g.queues.mark_dirty(e.key, e.state);
+            },
+        );
 
         // The first sync call panics: the shard says so, and the failure is counted.
         wait_for("the shard degraded by the panic", || {
@@ -502,7 +506,7 @@ mod tests {
         // Restarted after the backoff, the task sends the hit the panicking call held.
         wait_for("the shard back to ok", || shard.status() == ShardStatus::Ok).await;
         wait_for("the queue to drain", || g.queues.is_empty()).await;
-        assert_eq!(entity.state.lock().states[0].pending(), 0);
+        assert_eq!(cache.get(7, |e| e.state.states[0].pending()), Some(0));
         assert_eq!(g.queues.stats.task_failures.load(Ordering::Relaxed), 1);
         stop.cancel();
         g.join().await;

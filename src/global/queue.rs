@@ -5,7 +5,7 @@
 //! a young one in a burst for burst reads (`core/prior.rs`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -13,7 +13,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::core::clock::UnixMillis;
 use crate::core::prior::FleetView;
-use crate::core::table::{Entity, EntityState};
+use crate::core::table::{EntityState, EntityTable};
 
 /// Assigns entities to shards by rendezvous hashing: each entity goes to the shard whose
 /// (shard name, entity) hash is highest, so adding a shard moves only the ~1/N of entities
@@ -76,7 +76,9 @@ pub struct SyncStats {
 /// The per-shard queues of entities with news.
 #[derive(Debug)]
 pub struct SyncQueues {
-    queues: Vec<Mutex<Vec<Arc<Entity>>>>,
+    queues: Vec<Mutex<Vec<u128>>>,
+    /// The table whose entities are queued, attached by the limiter that owns it.
+    table: OnceLock<EntityTable>,
     router: ShardRouter,
     queued: AtomicUsize,
     max_queued: usize,
@@ -102,6 +104,7 @@ impl SyncQueues {
     pub fn new(router: ShardRouter, shards: usize, max_queued: usize) -> Self {
         SyncQueues {
             queues: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            table: OnceLock::new(),
             router,
             queued: AtomicUsize::new(0),
             max_queued,
@@ -175,13 +178,14 @@ impl SyncQueues {
 
     /// A young entity (queued: it stays so until settled) wants its count re-read before
     /// the next tick: wakes its shard's task for a burst read.
-    pub fn want_burst_read(&self, entity: &Entity) {
-        self.burst[self.router.shard(entity.key)].notify_one();
+    pub fn want_burst_read(&self, key: u128) {
+        self.burst[self.router.shard(key)].notify_one();
     }
 
-    /// Queues `entity` (whose lock the caller holds as `state`) unless it already is. When the
-    /// bound is hit the entity stays local only, and its pending hits are counted as dropped.
-    pub fn mark_dirty(&self, entity: &Arc<Entity>, state: &mut EntityState) {
+    /// Queues the entity `key` (whose shard's lock the caller holds, `state` its state)
+    /// unless it already is. When the bound is hit the entity stays local only, and its
+    /// pending hits are counted as dropped.
+    pub fn mark_dirty(&self, key: u128, state: &mut EntityState) {
         if state.queued {
             return;
         }
@@ -194,8 +198,8 @@ impl SyncQueues {
             return;
         }
         state.queued = true;
-        let shard = self.router.shard(entity.key);
-        self.queues[shard].lock().push(entity.clone());
+        let shard = self.router.shard(key);
+        self.queues[shard].lock().push(key);
         if state.states.iter().any(|w| !w.ever_synced()) {
             // Cold: its first read should not wait for the tick.
             self.wake[shard].notify_one();
@@ -212,11 +216,22 @@ impl SyncQueues {
         self.len() == 0
     }
 
-    pub(super) fn take(&self, shard: usize) -> Vec<Arc<Entity>> {
+    /// Attaches the table whose entities are queued (once: a later call changes nothing).
+    pub fn attach(&self, table: EntityTable) {
+        let _ = self.table.set(table);
+    }
+
+    /// The table whose entities are queued; none before [`SyncQueues::attach`] (nothing can
+    /// be queued before then either).
+    pub(super) fn table(&self) -> Option<&EntityTable> {
+        self.table.get()
+    }
+
+    pub(super) fn take(&self, shard: usize) -> Vec<u128> {
         std::mem::take(&mut *self.queues[shard].lock())
     }
 
-    pub(super) fn requeue(&self, shard: usize, mut entities: Vec<Arc<Entity>>) {
+    pub(super) fn requeue(&self, shard: usize, mut entities: Vec<u128>) {
         if !entities.is_empty() {
             self.queues[shard].lock().append(&mut entities);
         }
@@ -224,6 +239,11 @@ impl SyncQueues {
 
     pub(super) fn release(&self, state: &mut EntityState) {
         state.queued = false;
+        self.forget_one();
+    }
+
+    /// Counts out a queued entity that is gone.
+    pub(super) fn forget_one(&self) {
         self.queued.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -43,9 +43,9 @@ use super::health::ShardHealth;
 use super::queue::SyncQueues;
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::{Clock, UnixMillis};
-use crate::core::table::{Entity, EntityState};
+use crate::core::table::{EntityState, EntityTable};
 use crate::core::tier::{SyncPolicy, Tier};
-use crate::core::Plan;
+use crate::core::{Limit, Plan};
 
 /// How the shard tasks run.
 #[derive(Debug, Clone, Copy)]
@@ -125,7 +125,8 @@ impl<S> Clone for ShardSync<S> {
 }
 
 struct Planned {
-    entity: Arc<Entity>,
+    key: u128,
+    limits: Arc<[Limit]>,
     plans: Vec<Plan>,
 }
 
@@ -178,7 +179,7 @@ impl<S: ShardStore> ShardSync<S> {
         // The burst reads under way, answered in the order they started, and the entities of
         // the last one (the next may read them again before it is answered).
         let mut reads = FuturesOrdered::new();
-        let mut last_read: Vec<Arc<Entity>> = Vec::new();
+        let mut last_read: Vec<u128> = Vec::new();
         loop {
             let early_ok = !early_done && !self.health.is_degraded();
             let burst_ok = bursts < MAX_BURST_TRIPS && !self.health.is_degraded();
@@ -204,7 +205,7 @@ impl<S: ShardStore> ShardSync<S> {
                     burst_ready = tokio::time::Instant::now() + BURST_MIN_GAP;
                     let also = if reads.is_empty() { &[][..] } else { &last_read[..] };
                     if let Some(started) = self.start(Trip::Burst, also) {
-                        last_read = started.guard.planned.iter().map(|p| p.entity.clone()).collect();
+                        last_read = started.guard.planned.iter().map(|p| p.key).collect();
                         reads.push_back(self.send(started));
                     }
                     continue;
@@ -279,7 +280,7 @@ impl<S: ShardStore> ShardSync<S> {
     /// Begins a round trip: plans the due entities (and, for a burst read, those of `also`
     /// that the burst read under way holds), and the heartbeat on a tick. `None` when a trip
     /// between ticks has nothing to send.
-    fn start(&self, trip: Trip, also: &[Arc<Entity>]) -> Option<Started<'_>> {
+    fn start(&self, trip: Trip, also: &[u128]) -> Option<Started<'_>> {
         self.queues.stats.ticks.fetch_add(1, Ordering::Relaxed);
         let now = self.clock.now();
         let (planned, items) = self.plan(trip, now, also);
@@ -342,13 +343,19 @@ impl<S: ShardStore> ShardSync<S> {
             Err(e) => {
                 stats.calls_failed.fetch_add(1, Ordering::Relaxed);
                 self.health.failed(&e, done);
-                let requeue = put_back(planned);
-                if trip == Trip::Flush {
+                let table = self.queues.table();
+                let requeue = table.map(|t| put_back(t, planned)).unwrap_or_default();
+                if let (Trip::Flush, Some(table)) = (trip, table) {
                     let lost: i64 = requeue
                         .iter()
-                        .map(|e| {
-                            let st = e.state.lock();
-                            st.states.iter().map(|w| w.pending().max(0)).sum::<i64>()
+                        .filter_map(|&key| {
+                            table.get(key, |e| {
+                                e.state
+                                    .states
+                                    .iter()
+                                    .map(|w| w.pending().max(0))
+                                    .sum::<i64>()
+                            })
                         })
                         .sum();
                     stats
@@ -365,81 +372,89 @@ impl<S: ShardStore> ShardSync<S> {
     /// (or releases them when they have nothing left to send). A burst read also reads again
     /// the entities of `also` that one sync in flight holds (the burst read before it), when
     /// due: the queue does not hold them meanwhile.
-    fn plan(
-        &self,
-        trip: Trip,
-        now: UnixMillis,
-        also: &[Arc<Entity>],
-    ) -> (Vec<Planned>, Vec<SyncItem>) {
+    fn plan(&self, trip: Trip, now: UnixMillis, also: &[u128]) -> (Vec<Planned>, Vec<SyncItem>) {
+        let Some(table) = self.queues.table() else {
+            return (Vec::new(), Vec::new());
+        };
         let flush = trip == Trip::Flush;
         let policy = &self.settings.policy;
         let mut keep = Vec::new();
         let mut planned: Vec<Planned> = Vec::new();
         let mut items = Vec::new();
-        let due = |entity: &Entity, st: &EntityState, items: &Vec<SyncItem>| {
+        let due = |limits: &[Limit], st: &EntityState, items: &Vec<SyncItem>| {
             items.len() < self.settings.max_batch
-                && entity
-                    .limits
+                && limits
                     .iter()
-                    .zip(&st.states)
+                    .zip(st.states.iter())
                     .any(|(l, w)| policy.due(w, l, now, st.last_sync_ms))
         };
-        for entity in self.queues.take(self.index) {
-            let mut st = entity.state.lock();
-            let pending: i64 = st.states.iter().map(|w| w.pending()).sum();
-            let due = if flush {
-                pending != 0
-            } else {
-                st.in_flight == 0 && due(&entity, &st, &items)
-            };
-            if !due {
-                if pending == 0 && st.in_flight == 0 && st.states.iter().all(|w| w.ever_synced()) {
-                    // Nothing to send: the next hit queues it again.
-                    self.queues.release(&mut st);
+        for key in self.queues.take(self.index) {
+            let step = table.get(key, |e| {
+                let st = e.state;
+                let limits = table.limits(e.set);
+                let pending: i64 = st.states.iter().map(|w| w.pending()).sum();
+                let due = if flush {
+                    pending != 0
                 } else {
-                    drop(st);
-                    keep.push(entity);
+                    st.in_flight == 0 && due(&limits, st, &items)
+                };
+                if due {
+                    let plans = self.begin(key, &limits, st, trip, now, &mut items);
+                    Step::Planned(Planned { key, limits, plans })
+                } else if pending == 0
+                    && st.in_flight == 0
+                    && st.states.iter().all(|w| w.ever_synced())
+                {
+                    // Nothing to send: the next hit queues it again.
+                    self.queues.release(st);
+                    Step::Released
+                } else {
+                    Step::Kept
                 }
-                continue;
+            });
+            match step {
+                Some(Step::Planned(p)) => planned.push(p),
+                Some(Step::Kept) => keep.push(key),
+                Some(Step::Released) => {}
+                // Never while queued (the table keeps what a sync holds); counted out all
+                // the same, so the queue's bound stays true.
+                None => self.queues.forget_one(),
             }
-            let plans = self.begin(&entity, &mut st, trip, now, &mut items);
-            drop(st);
-            planned.push(Planned { entity, plans });
         }
         self.queues.requeue(self.index, keep);
-        for entity in also.iter().filter(|_| trip == Trip::Burst) {
-            let mut st = entity.state.lock();
-            if st.in_flight == 1 && due(entity, &st, &items) {
-                let plans = self.begin(entity, &mut st, trip, now, &mut items);
-                drop(st);
-                planned.push(Planned {
-                    entity: entity.clone(),
-                    plans,
-                });
-            }
+        for &key in also.iter().filter(|_| trip == Trip::Burst) {
+            let p = table.get(key, |e| {
+                let limits = table.limits(e.set);
+                (e.state.in_flight == 1 && due(&limits, e.state, &items)).then(|| {
+                    let plans = self.begin(key, &limits, e.state, trip, now, &mut items);
+                    Planned { key, limits, plans }
+                })
+            });
+            planned.extend(p.flatten());
         }
         (planned, items)
     }
 
-    /// Begins a sync of `entity` (whose lock the caller holds as `st`): its items go to
-    /// `items`, and one more sync of it is in flight.
+    /// Begins a sync of the entity `key` (whose shard's lock the caller holds, `st` its
+    /// state): its items go to `items`, and one more sync of it is in flight.
     fn begin(
         &self,
-        entity: &Entity,
+        key: u128,
+        limits: &[Limit],
         st: &mut EntityState,
         trip: Trip,
         now: UnixMillis,
         items: &mut Vec<SyncItem>,
     ) -> Vec<Plan> {
         let stats = &self.queues.stats;
-        let mut plans = Vec::with_capacity(entity.limits.len());
-        for (i, limit) in entity.limits.iter().enumerate() {
+        let mut plans = Vec::with_capacity(limits.len());
+        for (i, limit) in limits.iter().enumerate() {
             let w = &mut st.states[i];
             let tier = Tier::of(w.pressure(limit, now)) as usize;
             stats.synced_by_tier[tier].fetch_add(1, Ordering::Relaxed);
             let mut plan = w.begin_sync(limit, now);
             plan.set_burst(trip == Trip::Burst);
-            items.push(SyncItem::of(entity.key, i as u8, limit, &plan, now));
+            items.push(SyncItem::of(key, i as u8, limit, &plan, now));
             plans.push(plan);
         }
         st.in_flight += 1;
@@ -497,62 +512,84 @@ impl<S: ShardStore> ShardSync<S> {
     /// taken in; entities with hits since (or, in a fleet, not settled yet) are requeued, the
     /// others released.
     fn settle(&self, planned: Vec<Planned>, totals: Vec<[u64; 2]>, done: UnixMillis) {
+        let Some(table) = self.queues.table() else {
+            return;
+        };
         let stats = &self.queues.stats;
         let tick_ms = self.settings.policy.tick_ms;
         let mut totals = totals.into_iter();
         let mut requeue = Vec::new();
         for p in planned {
-            let mut st = p.entity.state.lock();
-            for (i, plan) in p.plans.iter().enumerate() {
-                let limit = &p.entity.limits[i];
-                let total = totals.next().unwrap_or([0, 0]);
-                let w = &mut st.states[i];
-                let before = w.pressure(limit, done);
-                let tier_before = Tier::of(before);
-                w.complete_sync(limit, plan, total, done);
-                let after = w.pressure(limit, done);
-                let drift = ((after - before).abs() * f64::from(limit.requests_per_unit)) as u64;
-                stats.drift_hits.fetch_add(drift, Ordering::Relaxed);
-                if Tier::of(after) != tier_before {
-                    stats.tier_transitions.fetch_add(1, Ordering::Relaxed);
+            let replies: Vec<[u64; 2]> = p
+                .plans
+                .iter()
+                .map(|_| totals.next().unwrap_or([0, 0]))
+                .collect();
+            let again = table.get(p.key, |e| {
+                let st = e.state;
+                for (i, (plan, total)) in p.plans.iter().zip(replies).enumerate() {
+                    let limit = &p.limits[i];
+                    let w = &mut st.states[i];
+                    let before = w.pressure(limit, done);
+                    let tier_before = Tier::of(before);
+                    w.complete_sync(limit, plan, total, done);
+                    let after = w.pressure(limit, done);
+                    let drift =
+                        ((after - before).abs() * f64::from(limit.requests_per_unit)) as u64;
+                    stats.drift_hits.fetch_add(drift, Ordering::Relaxed);
+                    if Tier::of(after) != tier_before {
+                        stats.tier_transitions.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-            }
-            st.in_flight -= 1;
-            if st.in_flight > 0 {
-                // A burst read started since holds it: settling that one requeues it or
-                // releases it.
-                continue;
-            }
-            // In a fleet, an entity stays queued until its first reply is a tick old: until
-            // then its node keeps to the prior (`core/prior.rs`), so a quiet entity read once
-            // must not stay there until its next hit.
-            let settling =
-                self.queues.live_replicas() > 1 && st.states.iter().any(|w| !w.settled(tick_ms));
-            if settling || st.states.iter().any(|w| w.pending() != 0) {
-                drop(st);
-                requeue.push(p.entity);
-            } else {
-                self.queues.release(&mut st);
+                st.in_flight -= 1;
+                if st.in_flight > 0 {
+                    // A burst read started since holds it: settling that one requeues it or
+                    // releases it.
+                    return false;
+                }
+                // In a fleet, an entity stays queued until its first reply is a tick old:
+                // until then its node keeps to the prior (`core/prior.rs`), so a quiet
+                // entity read once must not stay there until its next hit.
+                let settling = self.queues.live_replicas() > 1
+                    && st.states.iter().any(|w| !w.settled(tick_ms));
+                if settling || st.states.iter().any(|w| w.pending() != 0) {
+                    true
+                } else {
+                    self.queues.release(st);
+                    false
+                }
+            });
+            match again {
+                Some(true) => requeue.push(p.key),
+                Some(false) => {}
+                None => self.queues.forget_one(),
             }
         }
         self.queues.requeue(self.index, requeue);
     }
 }
 
+/// What planning does with a queued entity.
+enum Step {
+    Planned(Planned),
+    Kept,
+    Released,
+}
+
 /// Undoes the beginning of a sync that got no reply: the deltas go back to pending. Returns
 /// the entities to requeue: those no other sync in flight holds.
-fn put_back(planned: Vec<Planned>) -> Vec<Arc<Entity>> {
+fn put_back(table: &EntityTable, planned: Vec<Planned>) -> Vec<u128> {
     planned
         .into_iter()
         .filter_map(|p| {
-            let mut st = p.entity.state.lock();
-            for (i, plan) in p.plans.iter().enumerate() {
-                st.states[i].fail_sync(plan);
-            }
-            st.in_flight -= 1;
-            let held = st.in_flight > 0;
-            drop(st);
-            (!held).then_some(p.entity)
+            let held = table.get(p.key, |e| {
+                for (i, plan) in p.plans.iter().enumerate() {
+                    e.state.states[i].fail_sync(plan);
+                }
+                e.state.in_flight -= 1;
+                e.state.in_flight > 0
+            });
+            (held == Some(false)).then_some(p.key)
         })
         .collect()
 }
@@ -568,8 +605,8 @@ struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        if !self.planned.is_empty() {
-            let requeue = put_back(std::mem::take(&mut self.planned));
+        if let (false, Some(table)) = (self.planned.is_empty(), self.queues.table()) {
+            let requeue = put_back(table, std::mem::take(&mut self.planned));
             self.queues.requeue(self.index, requeue);
         }
     }

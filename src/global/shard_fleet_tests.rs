@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::memory::MemoryStore as FakeStore;
-use super::shard::tests::{limit, setup, T0};
+use super::shard::tests::{limit, on, setup, T0};
 use super::store::Heartbeat;
 use super::{ShardRouter, ShardStore, ShardSync, StoreError, SyncItem, SyncQueues};
 use crate::core::clock::{Clock, UnixMillis};
-use crate::core::table::EntityCache;
+use crate::core::table::EntityTable;
 
 /// Unix time `T0` plus tokio's (paused) elapsed time, as the simulator's clock.
 #[derive(Debug, Clone, Copy)]
@@ -26,18 +26,18 @@ impl Clock for Paused {
 }
 
 /// `setup`, on tokio's paused clock.
-fn paused() -> (EntityCache, Arc<SyncQueues>, ShardSync<FakeStore>, Paused) {
+fn paused() -> (EntityTable, Arc<SyncQueues>, ShardSync<FakeStore>, Paused) {
     let (cache, queues, mut sync, _) = setup();
     let clock = Paused(tokio::time::Instant::now());
     sync.clock = Arc::new(clock);
     (cache, queues, sync, clock)
 }
 
-fn hit_at(cache: &EntityCache, queues: &SyncQueues, key: u128, now: UnixMillis) {
-    let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
-    let mut st = e.state.lock();
-    crate::core::decide(&mut st.states[0], &limit(), now, 1);
-    queues.mark_dirty(&e, &mut st);
+fn hit_at(cache: &EntityTable, queues: &SyncQueues, key: u128, now: UnixMillis) {
+    on(cache, key, now, |st| {
+        crate::core::decide(&mut st.states[0], &limit(), now, 1);
+        queues.mark_dirty(key, st);
+    });
 }
 
 #[tokio::test(start_paused = true)]
@@ -119,10 +119,10 @@ async fn heartbeats_count_the_live_replicas_and_a_clean_stop_leaves_at_once() {
 async fn in_a_fleet_an_entity_stays_queued_until_its_first_reply_is_a_tick_old() {
     let (cache, queues, sync, clock) = setup();
     let hit = |key| {
-        let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
-        let mut st = e.state.lock();
-        crate::core::decide(&mut st.states[0], &limit(), clock.now(), 1);
-        queues.mark_dirty(&e, &mut st);
+        on(&cache, key, clock.now(), |st| {
+            crate::core::decide(&mut st.states[0], &limit(), clock.now(), 1);
+            queues.mark_dirty(key, st);
+        });
     };
     // Alone: one reply and the quiet entity is released, as before.
     hit(1);
@@ -144,7 +144,7 @@ async fn burst_reads_are_paced_and_capped_between_ticks() {
     let (cache, queues, mut sync, clock) = setup();
     sync.settings.policy.tick_ms = 1000;
     hit_at(&cache, &queues, 1, clock.now());
-    let (e, _) = cache.get_or_create(1, || Box::new([limit()]));
+    let e = 1;
     let (store, stop) = (sync.store.clone(), CancellationToken::new());
     let task = tokio::spawn(sync.run(stop.clone()));
     // The first tick, at once. Then, in a fleet (as this store's heartbeats cannot say)
@@ -156,7 +156,7 @@ async fn burst_reads_are_paced_and_capped_between_ticks() {
     let after_tick = calls();
     // Wanted every millisecond for 150 ms: one a millisecond, and no more than the cap.
     for _ in 0..150 {
-        queues.want_burst_read(&e);
+        queues.want_burst_read(e);
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     assert_eq!(
@@ -168,7 +168,7 @@ async fn burst_reads_are_paced_and_capped_between_ticks() {
     queues.set_live_replicas(4);
     hit_at(&cache, &queues, 1, clock.now());
     let after_next = calls();
-    queues.want_burst_read(&e);
+    queues.want_burst_read(e);
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(calls(), after_next + 1);
     stop.cancel();
@@ -220,14 +220,14 @@ async fn two_burst_reads_of_an_entity_go_at_once_and_count_its_hits_once() {
     let ms = |n| tokio::time::sleep(Duration::from_millis(n));
     ms(10).await; // the first tick
     queues.set_live_replicas(4);
-    let (e, _) = cache.get_or_create(1, || Box::new([limit()]));
+    let e = 1;
     // A young entity hit and wanting burst reads every millisecond for 20 ms.
     let mut both = false;
     for _ in 0..20 {
         hit_at(&cache, &queues, 1, clock.now());
-        queues.want_burst_read(&e);
+        queues.want_burst_read(e);
         ms(1).await;
-        both |= e.state.lock().in_flight == 2;
+        both |= cache.get(e, |e| e.state.in_flight) == Some(2);
     }
     // Two under way at once, a millisecond apart: about one every 2 ms of the 4 ms round
     // trip, where one at a time made one every 4 ms.
@@ -236,11 +236,8 @@ async fn two_burst_reads_of_an_entity_go_at_once_and_count_its_hits_once() {
     assert!((9..=12).contains(&calls), "{calls} calls");
     // Once settled, every hit is in the store once, and nothing is left in flight.
     ms(10).await;
-    let settled = {
-        let st = e.state.lock();
-        (st.in_flight, st.states[0].pending())
-    };
-    assert_eq!(settled, (0, 0));
+    let settled = { cache.get(e, |e| (e.state.in_flight, e.state.states[0].pending())) };
+    assert_eq!(settled, Some((0, 0)));
     assert_eq!(store.inner.total(1, 0, T0 / 60_000), 20);
     assert_eq!(queues.len(), 1);
     stop.cancel();

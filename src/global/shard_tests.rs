@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::core::clock::{ManualClock, UnixMillis};
-use crate::core::table::{CacheSettings, EntityCache};
+use crate::core::table::{CacheSettings, EntityTable};
 use crate::core::window::{Algorithm, Limit};
 use crate::global::clock_offset::measure_offset;
 use crate::global::memory::MemoryStore as FakeStore;
@@ -19,7 +19,7 @@ pub(crate) fn limit() -> Limit {
 }
 
 pub(crate) fn setup() -> (
-    EntityCache,
+    EntityTable,
     Arc<SyncQueues>,
     ShardSync<FakeStore>,
     ManualClock,
@@ -35,21 +35,28 @@ pub(crate) fn setup() -> (
         clock: Arc::new(clock.clone()),
         settings: SyncSettings::default(),
     };
-    (
-        EntityCache::new(CacheSettings::default()),
-        queues,
-        sync,
-        clock,
-    )
+    let table = EntityTable::new(CacheSettings::default());
+    queues.attach(table.clone());
+    (table, queues, sync, clock)
 }
 
-fn hit(cache: &EntityCache, queues: &SyncQueues, key: u128, clock: &ManualClock, n: u64) {
-    let (e, _) = cache.get_or_create(key, || Box::new([limit()]));
-    let mut st = e.state.lock();
-    for _ in 0..n {
-        crate::core::decide(&mut st.states[0], &limit(), clock.now(), 1);
-    }
-    queues.mark_dirty(&e, &mut st);
+/// Calls `f` on the entity `key` of one [`limit`], created if absent.
+pub(crate) fn on<R>(
+    table: &EntityTable,
+    key: u128,
+    now: UnixMillis,
+    f: impl FnOnce(&mut crate::core::table::EntityState) -> R,
+) -> R {
+    table.with(key, now, || vec![limit()], |e| f(e.state)).0
+}
+
+fn hit(cache: &EntityTable, queues: &SyncQueues, key: u128, clock: &ManualClock, n: u64) {
+    on(cache, key, clock.now(), |st| {
+        for _ in 0..n {
+            crate::core::decide(&mut st.states[0], &limit(), clock.now(), 1);
+        }
+        queues.mark_dirty(key, st);
+    });
 }
 
 #[tokio::test]

@@ -1,9 +1,10 @@
 //! Step 3 of a request: a target's limits checked (and counted, refunded, or only looked
-//! at) on its entity, under the entity's lock, and the per-rule metrics.
+//! at) on its entity, under its shard's lock, and the per-rule metrics.
 
 use super::resolve::Target;
 use super::RateLimiter;
 use crate::core::clock::UnixMillis;
+use crate::core::table::{EntityMut, Lookup};
 use crate::core::{FleetView, LimitState, Verdict};
 use crate::rules::Rule;
 use crate::telemetry::RuleStats;
@@ -48,21 +49,35 @@ impl RateLimiter {
         if rule.unlimited {
             return None;
         }
-        let (entity, hit) = self
-            .entities
-            .get_or_create(entity, || rule.limits.iter().map(|l| l.limit).collect());
+        let count_hits = |e: EntityMut<'_>| self.count_on(rule, e, now, hits, count);
+        let (outcome, lookup) = self.entities.with(
+            entity,
+            now,
+            || rule.limits.iter().map(|l| l.limit).collect(),
+            count_hits,
+        );
         let stats = &self.telemetry.service;
         RuleStats::add(
-            if hit {
-                &stats.cache_hits
-            } else {
-                &stats.cache_misses
+            match lookup {
+                Lookup::Hit => &stats.cache_hits,
+                Lookup::Miss => &stats.cache_misses,
             },
             1,
         );
+        outcome
+    }
 
-        let mut guard = entity.state.lock();
-        let states = &mut guard.states;
+    /// [`RateLimiter::evaluate`] on the entity, under its shard's lock.
+    fn count_on(
+        &self,
+        rule: &Rule,
+        entity: EntityMut<'_>,
+        now: UnixMillis,
+        hits: u64,
+        count: Count,
+    ) -> Option<Outcome> {
+        let EntityMut { key, state, .. } = entity;
+        let states = &mut state.states;
         let check_hits = if matches!(count, Count::Refund) {
             0
         } else {
@@ -95,14 +110,14 @@ impl RateLimiter {
         // Global mode: any look at an entity is news worth a sync (a count to send, or a
         // first read of the fleet's count); a queued entity costs nothing more here.
         if let Some(q) = &self.sync {
-            q.mark_dirty(&entity, &mut guard);
+            q.mark_dirty(key, state);
             let young_and_full = rule
                 .limits
                 .iter()
-                .zip(guard.states.iter())
+                .zip(state.states.iter())
                 .any(|(spec, w)| w.wants_burst_read(&spec.limit, now, &fleet));
             if young_and_full {
-                q.want_burst_read(&entity);
+                q.want_burst_read(key);
             }
         }
         Some(outcome)
