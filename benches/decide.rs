@@ -1,6 +1,8 @@
 //! Criterion benchmarks of the hot path (ARCHITECTURE.md, "Targets"): `decide` per descriptor with 1M tracked
-//! entities (target ≤ 200 ns median), local and global (synced) states, and a whole
-//! `ShouldRateLimit` request through the limiter in local mode over 10k and 1M distinct values.
+//! entities (target ≤ 200 ns median), local and global (synced) states — on bare states, and
+//! through the entity table (the lookup, the shard's lock and the decision, as a request
+//! pays them) — and a whole `ShouldRateLimit` request through the limiter in local mode over
+//! 10k and 1M distinct values.
 //!
 //! `cargo bench --bench decide` (add `-- --quick` for a short run).
 
@@ -11,7 +13,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::core::clock::{ManualClock, UnixMillis};
-use sluice::core::{decide, Algorithm, Limit, WindowState};
+use sluice::core::table::{CacheSettings, EntityTable};
+use sluice::core::{decide, Algorithm, Limit, LimitState, WindowState};
 use sluice::rls::{Options, RateLimiter};
 
 const T0: u64 = 1_700_000_040_000;
@@ -51,6 +54,66 @@ fn bench_decide(c: &mut Criterion) {
     c.bench_function("decide: 1M entities, global", |b| {
         b.iter(|| decide(&mut global[next(&mut x)], &limit, now, 1))
     });
+}
+
+/// An entity key as the rules make them (XXH3-128): spread over the table's shards.
+fn key(i: usize) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(&(i as u64).to_le_bytes())
+}
+
+/// A table of 1M entities of `limit`, each synced twice when `synced` (global mode).
+fn table(limit: Limit, synced: bool) -> EntityTable {
+    let t = EntityTable::new(CacheSettings::default());
+    for i in 0..ENTITIES {
+        t.with(
+            key(i),
+            UnixMillis(T0),
+            || vec![limit],
+            |e| {
+                let s: &mut LimitState = &mut e.state.states[0];
+                if synced {
+                    for (n, at) in [T0 + 1_000, T0 + 2_000].into_iter().enumerate() {
+                        decide(s, &limit, UnixMillis(at), 1);
+                        let plan = s.begin_sync(&limit, UnixMillis(at));
+                        s.complete_sync(&limit, &plan, [10 * (n as u64 + 1), 0], UnixMillis(at));
+                    }
+                }
+            },
+        );
+    }
+    t
+}
+
+fn bench_table(c: &mut Criterion) {
+    let window = Limit {
+        requests_per_unit: 1_000_000,
+        window_ms: 60_000,
+        algorithm: Algorithm::SlidingWindow,
+    };
+    let bucket = Limit {
+        requests_per_unit: 1_000_000,
+        window_ms: 1_000,
+        algorithm: Algorithm::TokenBucket { burst: 1_000_000 },
+    };
+    let now = UnixMillis(T0 + 30_000);
+    for (name, limit, synced) in [
+        ("local window", window, false),
+        ("global window", window, true),
+        ("local bucket", bucket, false),
+    ] {
+        let t = table(limit, synced);
+        let mut x = 1;
+        c.bench_function(&format!("table + decide: 1M entities, {name}"), |b| {
+            b.iter(|| {
+                t.with(
+                    key(next(&mut x)),
+                    now,
+                    || vec![limit],
+                    |e| decide(&mut e.state.states[0], &limit, now, 1),
+                )
+            })
+        });
+    }
 }
 
 fn limiter(values: usize) -> (Arc<RateLimiter>, Vec<RateLimitRequest>) {
@@ -93,5 +156,5 @@ fn bench_request(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_decide, bench_request);
+criterion_group!(benches, bench_decide, bench_table, bench_request);
 criterion_main!(benches);

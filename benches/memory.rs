@@ -133,9 +133,10 @@ fn measure(case: &str) {
         rt.block_on(s.tick(false)).unwrap();
     }
     let after = rss();
+    // The default bound is 1M: the value sent before the measure made room for the last.
     assert_eq!(
         limiter.entity_count(),
-        ENTITIES as u64 + 1,
+        ENTITIES as u64,
         "every value tracked"
     );
     println!(

@@ -9,14 +9,14 @@
 //! mutex, held for a decision's few nanoseconds and never across an `.await`: requests for
 //! one entity are exact under concurrency, and requests for different shards never contend.
 //!
-//! Eviction (a full shard, on insert) takes what costs nothing first: an entity whose
+//! Eviction (a full table, on insert, from the new key's shard) takes what costs nothing first: an entity whose
 //! windows have passed or whose buckets are full forgets nothing. Otherwise the least
 //! recently used of a sample goes, and its counts are folded into the shard's [`Sketch`]; a
 //! returning value starts from the sketch's estimate, never below what it had, while a value
 //! never seen reads (almost always) nothing. Entities queued for a sync or in one are never
 //! evicted: their hits have not reached the store yet.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -440,7 +440,10 @@ impl Shard {
 
 struct Inner {
     shards: Box<[Mutex<Shard>]>,
-    /// Most records a shard holds before it evicts.
+    /// Records held, all shards: past `settings.max_entries` an insert evicts from its
+    /// shard, so the bound holds however unevenly the keys spread.
+    len: AtomicUsize,
+    /// A shard's expected share of the bound: sizes its sketch.
     per_shard: usize,
     settings: CacheSettings,
     sets: RwLock<LimitSets>,
@@ -475,6 +478,10 @@ impl EntityTable {
     /// An empty table with these limits.
     pub fn new(settings: CacheSettings) -> Self {
         let max = settings.max_entries.max(1);
+        let settings = CacheSettings {
+            max_entries: max,
+            ..settings
+        };
         let shards = (max / MIN_PER_SHARD)
             .clamp(1, MAX_SHARDS as u64)
             .next_power_of_two()
@@ -483,6 +490,7 @@ impl EntityTable {
         EntityTable {
             inner: Arc::new(Inner {
                 shards: (0..shards).map(|_| Mutex::new(Shard::new())).collect(),
+                len: AtomicUsize::new(0),
                 per_shard,
                 settings,
                 sets: RwLock::default(),
@@ -539,9 +547,12 @@ impl EntityTable {
     }
 
     fn create(&self, shard: &mut Shard, key: u128, now: UnixMillis, limits: &[Limit]) -> usize {
-        if shard.len >= self.inner.per_shard {
+        if self.inner.len.load(Ordering::Relaxed) as u64 >= self.inner.settings.max_entries
+            && shard.len > 0
+        {
             self.evict(shard, now);
         }
+        self.inner.len.fetch_add(1, Ordering::Relaxed);
         let known = self.inner.sets.read().ids.get(limits).copied();
         let set = known.unwrap_or_else(|| self.inner.sets.write().intern(limits));
         let states: States = match &shard.sketch {
@@ -573,7 +584,7 @@ impl EntityTable {
         })
     }
 
-    /// Makes room in a full shard: a sampled record that holds nothing, else the least
+    /// Makes room in a full table, from `shard`: a sampled record that holds nothing, else the least
     /// recently used of the sample (the emptiest among equals), folded into the sketch.
     /// Records a sync holds are passed over; when the sample holds nothing else, nothing is
     /// evicted and the shard goes past its bound (the sync queue's bound limits by how much).
@@ -594,6 +605,7 @@ impl EntityTable {
             if states.clone().all(|(s, l)| s.summary(l, now).is_none()) {
                 shard.hand = pos;
                 shard.remove(pos);
+                self.inner.len.fetch_sub(1, Ordering::Relaxed);
                 self.inner
                     .stats
                     .evicted_free
@@ -609,6 +621,7 @@ impl EntityTable {
         match best {
             Some((pos, _, _)) => {
                 let record = shard.remove(pos);
+                self.inner.len.fetch_sub(1, Ordering::Relaxed);
                 let limits = sets.sets[record.set as usize].clone();
                 let width = (self.inner.per_shard / 4).max(64);
                 shard.fold(&record, &limits, now, width);
@@ -668,6 +681,7 @@ impl EntityTable {
                     }
                     // The last record moves here: look at this position again.
                     let record = shard.remove(pos);
+                    self.inner.len.fetch_sub(1, Ordering::Relaxed);
                     if !free {
                         let limits = limits.clone();
                         shard.fold(&record, &limits, now, width);
@@ -687,7 +701,7 @@ impl EntityTable {
 
     /// How many entities are held.
     pub fn len(&self) -> u64 {
-        self.inner.shards.iter().map(|s| s.lock().len as u64).sum()
+        self.inner.len.load(Ordering::Relaxed) as u64
     }
 
     /// Whether no entity is held.
@@ -697,7 +711,7 @@ impl EntityTable {
 
     /// How many entities the table holds before it evicts.
     pub fn capacity(&self) -> u64 {
-        (self.inner.per_shard * self.inner.shards.len()) as u64
+        self.inner.settings.max_entries
     }
 
     /// Why entities left the table.
