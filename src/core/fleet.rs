@@ -162,7 +162,7 @@ impl WindowState {
         let weight = match limit.algorithm {
             Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => 0.0,
             Algorithm::SlidingWindow => {
-                (limit.window_ms - now.0 % limit.window_ms) as f64 / limit.window_ms as f64
+                super::window::left_ms(limit, now, epoch) as f64 / limit.window_ms as f64
             }
         };
         let (read_prev, read_curr) = self.pair(epoch, |_, s| s.remote);

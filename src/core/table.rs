@@ -240,9 +240,12 @@ impl Sketch {
 
     fn cells(&self, key: u128, limit: usize, epoch: u64) -> [usize; ROWS] {
         let h = mix(key as u64 ^ mix((key >> 64) as u64 ^ mix(epoch ^ ((limit as u64) << 56))));
-        let (a, b) = (h & 0xffff_ffff, (h >> 32) | 1);
+        // A mix of its own per row: with rows derived from one another (double hashing), two
+        // points that meet in one row meet in all of them far more often, and a heavy point
+        // then reads as the other's estimate.
         std::array::from_fn(|r| {
-            r * self.width + (a.wrapping_add(b * r as u64) as usize) % self.width
+            let row = mix(h ^ (r as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            r * self.width + (row % self.width as u64) as usize
         })
     }
 
