@@ -96,12 +96,18 @@ impl WindowState {
     /// The fleet's count as this node estimates it at `now`, before any new hits: the count
     /// last read, own hits since, and the others' hits since extrapolated at their rate.
     pub(super) fn estimate(&self, limit: &Limit, now: UnixMillis) -> u64 {
-        self.estimate_with(limit, now, 1.0)
+        self.estimate_with(limit, now, self.epoch_at(limit, now), 1.0)
     }
 
-    /// [`WindowState::estimate`] with the others' rate scaled by `factor`.
-    pub(super) fn estimate_with(&self, limit: &Limit, now: UnixMillis, factor: f64) -> u64 {
-        let epoch = self.epoch_at(limit, now);
+    /// [`WindowState::estimate`] with the others' rate scaled by `factor`, `epoch` being
+    /// [`WindowState::epoch_at`] `now`.
+    pub(super) fn estimate_with(
+        &self,
+        limit: &Limit,
+        now: UnixMillis,
+        epoch: u64,
+        factor: f64,
+    ) -> u64 {
         let (prev, curr) = self.pair(epoch, |_, s| s.total());
         let (others_prev, others_curr) = self.extrapolated(limit, now, epoch, factor);
         Self::window(limit, now, epoch, prev + others_prev, curr + others_curr)

@@ -299,13 +299,14 @@ impl WindowState {
                 self.reserve(limit, now, epoch, fleet)
             };
             (
-                self.estimate_with(limit, now, factor).saturating_add(hits),
+                self.estimate_with(limit, now, epoch, factor)
+                    .saturating_add(hits),
                 known.saturating_add(reserve).saturating_add(hits),
             )
         };
         let rpu = u64::from(limit.requests_per_unit);
         let over = rpu == 0 || decision > rpu || self.over_prior(limit, now, epoch, hits, fleet);
-        let reset_ms = left_ms(limit, now, now.0 / limit.window_ms);
+        let reset_ms = left_ms(limit, now, epoch);
         Verdict {
             count_after,
             over,
