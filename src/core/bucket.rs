@@ -424,25 +424,56 @@ impl BucketState {
     }
 
     /// Once settled, in a fleet: whether `hits` more would take this node's spends since its
-    /// last reply past its share of the room the fleet's bucket has had since then.
+    /// last reply past its allowance ([`BucketState::settled_allowance`]).
     fn over_share(&self, g: &Geometry, now: UnixMillis, hits: u64, fleet: &FleetView) -> bool {
         if self.synced_at == 0 || self.young(fleet) {
             return false;
         }
+        let Some(allowed) = self.settled_allowance(g, now, fleet) else {
+            return false;
+        };
+        let own = self.inflight.saturating_add(self.pending).max(0) as f64;
+        own + hits as f64 > allowed + self.rounding()
+    }
+
+    /// A settled node's allowance since its last reply: its share of the room the fleet's
+    /// bucket has had since then, plus a binomial share's spread of at most
+    /// [`burst::BUCKET_BURST_SLACK`]'s part of that share. `None`: this node has the whole
+    /// bucket. Spending half of it wants a burst read (`bucket_burst.rs`), so the room is
+    /// re-split a round trip later rather than a tick.
+    pub(super) fn settled_allowance(
+        &self,
+        g: &Geometry,
+        now: UnixMillis,
+        fleet: &FleetView,
+    ) -> Option<f64> {
         let share = self.share(fleet);
         if share >= 1.0 {
-            return false;
+            return None;
         }
         let rate = f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
         // The others sync every tick while they spend (`pressure_ahead`): at most a tick's
         // spends each, half of one on average, were not in the store when it was read.
         let half_gap = u64::from(self.gap_ms).min(fleet.tick_ms) as f64 / 2.0;
         let unsent = UNSENT_RESERVED * rate * half_gap / 1000.0;
-        let room = self.room_since_read(g, now, fleet.tick_ms) - unsent;
-        let even = share * room.max(0.0);
-        let allowed = even + SHARE_SPREAD * even.sqrt();
+        // And at the pace of the last two replies (a flood's, after burst reads), what a
+        // burst read does not show yet.
+        // The whole refill since the read is the fleet's only while it keeps the bucket from
+        // filling: the bucket never holds more than the burst, so the room is at most the
+        // burst plus what the fleet spent since (this node's and the others' at their rate).
+        // Without this, a fleet spending below the rate on reads a long interval old (a
+        // full bucket syncs seldom) counted the refill that overflowed as room: flooded then,
+        // 20 replicas admitted 1.6× the exact bucket.
         let own = self.inflight.saturating_add(self.pending).max(0) as f64;
-        own + hits as f64 > allowed + self.rounding()
+        let since_ms = now.0.saturating_sub(self.synced_at) as f64;
+        let full = f64::from(g.burst) + own + rate * since_ms / 1000.0;
+        let room = (self.room_since_read(g, now, fleet.tick_ms) - unsent)
+            .min(self.room_read(g, now, fleet))
+            .min(full)
+            .max(0.0);
+        let even = share * room;
+        let spread = (SHARE_SPREAD * even.sqrt()).min((burst::BUCKET_BURST_SLACK - 1.0) * even);
+        Some(even + spread)
     }
 
     /// The tokens the fleet's bucket owed when the last reply read it (above the burst: in
