@@ -477,10 +477,10 @@ fn redis_holds(redis: &RedisServer, value: &str, admitted: usize) {
 }
 
 /// The bound the fleet tests assert. The target is 1.10× the exact bucket (ARCHITECTURE.md,
-/// "Targets"), but three processes flooded at the same moment measured 1.05–1.12× since the
-/// young buckets' burst-read slack (README, "Buckets", known limits: an open defect), so this
-/// holds them to 1.15× until it is fixed, and to 0.9× below. Without sync, each of the 3
-/// processes would admit its own 100: 300.
+/// "Targets"), but three processes flooded at the same moment on a cold bucket measured
+/// 104–112 over ten runs (104–142 before settled burst reads, same machine), too close to
+/// 110 to hold there (README, "Buckets", known limits: an open defect); so 1.15×, and 0.9×
+/// below. Without sync, each of the 3 processes would admit its own 100: 300.
 fn assert_fleet_bound(admitted: usize, what: &str) {
     assert!(
         (90..=115).contains(&admitted),
@@ -502,16 +502,17 @@ fn three_processes_share_a_cold_bucket_within_the_tolerance() {
     redis_holds(&redis, "cold", admitted);
 }
 
-// Fails now and then. Measured: 102, 102, 104, 105 and 130 admitted with this warm-up; 74,
-// 97, 113 and 133 with the warm-up sent to one process after the other; and the looks report
-// 30-39 tokens left of 40 while the fleet is idle (one run timed out waiting for 40). A
-// settled process's spend rates average over the bucket's fill time (`RATE_TAU_MS.max(fill_ms)` in `core/bucket.rs`, 100 hours here), so
-// the rates measured in the warm-up never decay: the others' spends keep being expected
-// after they stopped, and each process's share of the room stays the ratio it measured then,
-// the shares summing to more than 1 when the burst comes. Left to the core's owner; run with
+// Fails more often than not. Measured over ten runs on one machine: 111–128 admitted with
+// settled burst reads (`core/bucket_burst.rs`), 138–166 before them. Two causes left: a
+// settled process's spend rates average over the bucket's fill time (`RATE_TAU_MS.max(fill_ms)`
+// in `core/bucket.rs`, 100 hours here), so the shares measured in the warm-up never change
+// (0.6, 0.5 and 0.4 in one run, 1.5 in all); and over HTTP each process takes several hits
+// per burst read's round trip, enough to spend its spread (up to its share again) on each
+// read before the next shows the others'. The simulator's warm flood (hits a round trip
+// apart on a node, shares measured over 2 s) meets 1.10× at 4 replicas. Run with
 // `cargo test --test buckets -- --ignored`.
 #[test]
-#[ignore = "known open defect: a warm fleet flooded everywhere at once over-admits by the replicas' spreads (1.02–1.44x measured); README, Buckets"]
+#[ignore = "known open defect: a warm fleet flooded everywhere at once over-admits (111-128 of 100 measured); README, Buckets"]
 fn three_processes_share_a_warm_bucket_within_the_tolerance() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();

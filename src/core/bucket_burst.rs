@@ -1,6 +1,7 @@
-//! Burst reads of a young token bucket (`prior.rs`, "Burst reads", for windows): while an
-//! entity is young and its node runs into its prior, re-reads of the fleet's bucket a round
-//! trip apart replace the prior with an even share of the room the last read left.
+//! Burst reads of a token bucket (`prior.rs`, "Burst reads", for windows): while an entity
+//! is young and its node runs into its prior, re-reads of the fleet's bucket a round trip
+//! apart replace the prior with an even share of the room the last read left; once settled,
+//! a node spending its allowance asks for the same reads, so a flood is split on them.
 
 use super::{BucketState, Geometry};
 use crate::core::clock::UnixMillis;
@@ -13,7 +14,14 @@ use crate::core::window::Limit;
 /// burst (5× a burst of 200 in 100 ms over 20 replicas, six seeds): 1.7 admitted 1.00–1.06×
 /// the exact bucket with 1.4–3.3 % false denials, 2.0 1.01–1.08× with 1.0–2.9 %, 2.5
 /// 1.02–1.11× with 0.5–2.4 %.
-const BUCKET_BURST_SLACK: f64 = 2.0;
+pub(super) const BUCKET_BURST_SLACK: f64 = 2.0;
+
+/// How much of a settled node's allowance it spends before it wants a burst read: the read
+/// is a round trip away, and the hits meanwhile spend the rest. In the simulator's warm flood
+/// at 20 replicas (six seeds): at 0.5 (and the reads' pace then taken off the room) 1.15–1.21×
+/// the exact bucket, each node spending most of its spread before the others' spends were in
+/// a read; at 0.25, 1.06–1.10× at 0–1.0 % false denials; at 0.125, 1.10–1.12×.
+const SETTLED_READ_AT: f64 = 0.25;
 
 impl BucketState {
     /// Whether this node should re-read this young bucket before the next tick: within
@@ -23,8 +31,13 @@ impl BucketState {
     /// prior decides worst.
     pub fn wants_burst_read(&self, limit: &Limit, now: UnixMillis, fleet: &FleetView) -> bool {
         let g = Geometry::of(limit);
-        let window = u64::from(self.age_ms) < BURST_WINDOW_MS;
-        if !self.young(fleet) || self.synced_at == 0 || !window {
+        if self.synced_at == 0 || fleet.live <= 1 {
+            return false;
+        }
+        if !self.young(fleet) {
+            return self.settled_wants_read(&g, now, fleet);
+        }
+        if u64::from(self.age_ms) >= BURST_WINDOW_MS {
             return false;
         }
         // The own bucket's debt: this node's young spends, less their refill.
@@ -33,6 +46,55 @@ impl BucketState {
         let own = self.own_tat.saturating_sub(now_ns) / own_g.interval_ns.max(1);
         let prior = fleet.prior(g.burst);
         own.saturating_mul(4) >= prior && self.room_read(&g, now, fleet) >= 1.0
+    }
+
+    /// A settled node: whether its spends since its last reply are [`SETTLED_READ_AT`] of its
+    /// allowance (or of its even share of the room, if less) or more, and that reply left
+    /// room; or it would deny its next hit while the fleet's bucket had refilled a token
+    /// since (its allowance starved on a stale pace or a room split below a token each).
+    fn settled_wants_read(&self, g: &Geometry, now: UnixMillis, fleet: &FleetView) -> bool {
+        let Some(allowed) = self.settled_allowance(g, now, fleet) else {
+            return false;
+        };
+        let own = self.inflight.saturating_add(self.pending).max(0) as f64;
+        let room = self.room_read(g, now, fleet);
+        // Early by the even share too: a measured share above it is noise as often as not,
+        // and a flood everywhere at once is split on reads, not on shares measured before it.
+        let even = room / f64::from(fleet.live.max(1));
+        let spending = own >= 1.0 && own >= SETTLED_READ_AT * allowed.min(even + 1.0);
+        let starved = own + 1.0 > allowed + self.rounding()
+            && self.room_since_read(g, now, fleet.tick_ms) >= 1.0;
+        (spending && room >= 1.0) || starved
+    }
+
+    /// Whether a settled bucket's sync is due now, for the shard's burst reads and ticks
+    /// (`tier.rs`), without the fleet's view: its pending spends are [`SETTLED_READ_AT`] of
+    /// its measured share of the room or more, or with none pending its measured share is
+    /// under a token of a room of one or more (starved). Without `live` it cannot check the
+    /// even share [`BucketState::wants_burst_read`] also reads on: a node whose measured
+    /// share is above the even one may want a read before it is due.
+    pub fn read_due(&self, limit: &Limit, now: UnixMillis, tick_ms: u64) -> bool {
+        if self.synced_at == 0 || self.inflight != 0 {
+            return false;
+        }
+        let own = f64::from(self.own_per_sec);
+        let all = own + f64::from(self.others_per_sec);
+        if all <= 0.0 || own >= all {
+            return false;
+        }
+        let g = Geometry::of(limit);
+        // The refill since the read counts only up to a full bucket plus what the fleet spent
+        // since (the rest overflowed): a full bucket read long ago is due on its share of the
+        // burst, not of the whole refill since.
+        let since_ms = now.0.saturating_sub(self.synced_at) as f64;
+        let pending = self.pending.max(0) as f64;
+        let full = f64::from(g.burst) + pending + all * since_ms / 1000.0;
+        let room = self.room_since_read(&g, now, tick_ms).min(full).max(0.0);
+        let share = own / all;
+        if pending == 0.0 {
+            return room >= 1.0 && share * room < 1.0;
+        }
+        pending >= SETTLED_READ_AT * share * room
     }
 
     /// Whether `hits` more would take this young node's spends since its last reply past its
@@ -53,7 +115,7 @@ impl BucketState {
 
     /// The room the last reply left, with the refill since: the burst less what the bucket
     /// owed then, less the others' spends it does not show yet ([`BURST_LAG`]).
-    fn room_read(&self, g: &Geometry, now: UnixMillis, fleet: &FleetView) -> f64 {
+    pub(super) fn room_read(&self, g: &Geometry, now: UnixMillis, fleet: &FleetView) -> f64 {
         let rate = f64::from(self.others_pace) * fleet.rate_factor(self.synced_at);
         let gap = u64::from(self.gap_ms).min(fleet.tick_ms) as f64;
         let unsent = rate * BURST_LAG * gap / 1000.0;

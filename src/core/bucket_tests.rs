@@ -309,9 +309,10 @@ fn after_a_pause_the_share_is_of_a_full_bucket_whatever_was_read() {
     store.0 = ((T0.0 + 2_000) * 1000 + 6_000_000) as f64;
     sync(&mut b, &l, &mut store, T0.plus_millis(2_000));
     assert_eq!(drain_in(&mut b, &l, T0.plus_millis(2_000), &f), 0);
-    // Ten seconds later the bucket has long been full again: a quarter of 30 and the spread.
+    // Ten seconds later the bucket has long been full again: a quarter of 30 and the spread,
+    // at most as much again (`settled_allowance`).
     let n = drain_in(&mut b, &l, T0.plus_millis(12_000), &f);
-    assert!((15..=16).contains(&n), "{n}");
+    assert!((14..=15).contains(&n), "{n}");
 }
 
 #[test]
@@ -356,4 +357,34 @@ fn a_bucket_spent_at_its_refill_rate_is_hot() {
     let t = T0.plus_millis(2_000);
     assert!(b.pressure(&l, t) < 0.5);
     assert!(b.pressure_ahead(&l, t, 16_000, 0) > 0.8);
+}
+
+#[test]
+fn a_settled_bucket_spending_its_share_wants_a_burst_read_and_is_due_for_it() {
+    // A warm fleet flooded everywhere at once: each node re-reads the bucket once it spent a
+    // quarter of its even share, so its spread is taken on what the reads show.
+    let l = bucket(100, 200);
+    let f = fleet(4);
+    let policy = crate::core::tier::SyncPolicy::default();
+    let mut store = (0.0, 0);
+    let mut b = settled_quarter(&l, &mut store);
+    let t = T0.plus_millis(2_000);
+    assert!(!b.wants_burst_read(&l, t, &f) && !b.read_due(&l, t, policy.tick_ms));
+    // A quarter of its even share, 200 / 4: 12.5 tokens.
+    b.record_with(&l, t, 12, &f);
+    assert!(!b.wants_burst_read(&l, t, &f));
+    b.record_with(&l, t, 1, &f);
+    assert!(b.wants_burst_read(&l, t, &f));
+    let state = crate::core::state::LimitState::Bucket(b);
+    assert!(
+        policy.due(&state, &l, t, t.0),
+        "due at once, not at its tier's interval"
+    );
+    // The read shows the others spent 150 meanwhile: 37 left, about 9 of them this node's
+    // with their spread, not the 71 of the full bucket.
+    store.1 += 150;
+    store.0 = store.0.max((t.0 * 1000) as f64) + 150.0 * 10_000.0;
+    sync(&mut b, &l, &mut store, t.plus_millis(2));
+    let n = drain_in(&mut b, &l, t.plus_millis(2), &f);
+    assert!((9..=19).contains(&n), "{n}");
 }

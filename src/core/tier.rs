@@ -84,6 +84,12 @@ impl SyncPolicy {
         if !state.warm() || !state.settled(self.tick_ms) {
             return true;
         }
+        // A settled bucket spending its share of the room re-reads it before the tick.
+        if let LimitState::Bucket(b) = state {
+            if b.read_due(limit, now, self.tick_ms) {
+                return true;
+            }
+        }
         let elapsed = now.0.saturating_sub(last_sync_ms) + self.tick_ms / 2;
         let tier = Tier::of(state.pressure(limit, now));
         if elapsed >= self.interval_ms(tier) {

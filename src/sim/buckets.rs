@@ -78,6 +78,28 @@ pub fn scenarios(base: &Scenario) -> Vec<Scenario> {
             seed: 0x5eed_0104,
             ..base.clone()
         },
+        // A warm fleet flooded everywhere at once: half the refill rate for a period (the
+        // bucket stays full, every replica settled on its measured share), then 5× the
+        // burst within 100 ms across every replica, and nothing after. No read comes between
+        // the flood's hits but burst reads: whatever the replicas admit above the room in
+        // those 100 ms is over-admission the period keeps.
+        Scenario {
+            name: "bucket warm flood, 20 nodes",
+            limit: per_ip,
+            loads: warm_flood(per_ip.requests_per_unit),
+            windows: 2,
+            seed: 0x5eed_0107,
+            ..base.clone()
+        },
+        Scenario {
+            name: "bucket warm flood, 4 nodes",
+            nodes: 4,
+            limit: per_ip,
+            loads: warm_flood(per_ip.requests_per_unit),
+            windows: 2,
+            seed: 0x5eed_0108,
+            ..base.clone()
+        },
         // A human's page loads: bursts of 10–30 requests within half a second to a second,
         // pauses of 2–5 s, about the refill rate on average, spread over the replicas; three
         // periods of 60 s.
@@ -99,6 +121,12 @@ pub fn scenarios(base: &Scenario) -> Vec<Scenario> {
     ];
     out.iter_mut().for_each(redraw);
     out
+}
+
+/// Half the refill rate for 20 s (one period of a bucket of 100 a second, bursts of 200),
+/// then 1,000 hits within 100 ms at the start of the next period.
+fn warm_flood(rate: u32) -> Vec<Load> {
+    vec![even(0, 20_000, 0.5), hits(20_000, 20_100, 1_000, rate)]
 }
 
 /// Draws a bursty-human scenario's bursts from its seed (the other scenarios' traffic does
