@@ -100,16 +100,6 @@ pub struct EntityState {
 }
 
 impl EntityState {
-    /// Fresh states for `limits`.
-    pub fn new(limits: &[Limit]) -> Self {
-        EntityState {
-            states: limits.iter().map(LimitState::new).collect(),
-            last_sync_ms: 0,
-            queued: false,
-            in_flight: 0,
-        }
-    }
-
     /// Whether a sync holds it: its hits may not have reached the store yet.
     fn busy(&self) -> bool {
         self.queued || self.in_flight > 0
@@ -582,7 +572,9 @@ impl EntityTable {
             used_s: secs(now),
             state: EntityState {
                 states,
-                ..EntityState::new(&[])
+                last_sync_ms: 0,
+                queued: false,
+                in_flight: 0,
             },
         })
     }
