@@ -196,6 +196,9 @@ impl Compiler<'_> {
                 }
             }
         }
+        for key_level in level.values_mut() {
+            key_level.index_wildcards();
+        }
     }
 
     fn rule(

@@ -326,6 +326,40 @@ mod tests {
     }
 
     #[test]
+    fn a_thousand_exact_and_wildcard_rules_each_match_their_own() {
+        let mut y = String::from("domain: d\ndescriptors:\n");
+        let limit = "    rate_limit: {unit: second, requests_per_unit: 1}\n";
+        for i in 0..1000 {
+            y += &format!("  - key: user\n    value: v{i}\n{limit}");
+        }
+        // Descending, so a value's own pattern comes before its shorter prefixes.
+        for i in (0..1000).rev() {
+            y += &format!("  - key: user\n    value: \"w{i}*\"\n{limit}");
+        }
+        y += &format!("  - key: user\n    value: \"*\"\n{limit}  - key: user\n{limit}");
+        let s = set(&y);
+        let key = |v: &str| {
+            s.find("d", &[("user", v)])
+                .map(|m| m.rule.full_key.as_str())
+        };
+        for i in [0, 1, 9, 10, 99, 500, 999] {
+            assert_eq!(key(&format!("v{i}")), Some(format!("d.user_v{i}").as_str()));
+            assert_eq!(
+                key(&format!("w{i}")),
+                Some(format!("d.user_w{i}*").as_str())
+            );
+            assert_eq!(
+                key(&format!("w{i}x")),
+                Some(format!("d.user_w{i}*").as_str())
+            );
+        }
+        // v1000 has no exact rule: the first wildcard that matches is the catch-all.
+        assert_eq!(key("v1000"), Some("d.user_*"));
+        assert_eq!(key("w1000"), Some("d.user_w100*"));
+        assert_eq!(key(""), Some("d.user_*"));
+    }
+
+    #[test]
     fn rule_ids_survive_recompiling_and_change_with_the_limit() {
         let y = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
         let a = set(y).rules()[0].id;

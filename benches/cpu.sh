@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+#! Server CPU per ShouldRateLimit: sluice against a tonic no-op RLS (examples/noop_rls.rs),
+#! and sluice with a few rules against 1,000 exact-value and 1,000 wildcard rules in a domain.
+#
+# Usage: benches/cpu.sh   (env: RUNS=5 DURATION=5s RATE=12000 CONCURRENCY=64 VALUES=1000)
+#
+# Builds once (release), then per case and run: starts the server pinned to core 1, warms it
+# up, drives it with `sluice load` pinned to core 0 (open loop at RATE requests a second, one
+# descriptor `user=v<n>`, n < VALUES; RATE=0: closed loop), and divides the server's
+# utime+stime (/proc/PID/stat) by the requests answered.
+# Pinning keeps the client's CPU out of the server's and makes the figures comparable between
+# cases; every case is a fresh process, so no case inherits another's warm tables. Prints the
+# median of RUNS per case and its ratio to the no-op and to the few-rule case of the same run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-5}
+DURATION=${DURATION:-5s}
+CONCURRENCY=${CONCURRENCY:-64}
+VALUES=${VALUES:-1000}
+RATE=${RATE:-12000}
+GRPC_PORT=${GRPC_PORT:-18091}
+HTTP_PORT=${HTTP_PORT:-18090}
+
+cargo build --release --locked --quiet --bin sluice --example noop_rls
+bin=target/release/sluice
+noop=target/release/examples/noop_rls
+tck=$(getconf CLK_TCK)
+
+tmp=$(mktemp -d)
+server=""
+cleanup() {
+  [ -z "$server" ] || kill "$server" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# Rules: the repository's examples plus a `cpu` domain whose rules the load hits. Limits are
+# far above the load's rate, so every answer is OK and each case does the same counting work.
+limit='rate_limit: {unit: second, requests_per_unit: 1000000000}'
+mkdir -p "$tmp/few" "$tmp/exact" "$tmp/wildcard"
+for d in few exact wildcard; do cp config/rules/*.yaml "$tmp/$d/"; done
+printf 'domain: cpu\ndescriptors:\n  - key: user\n    %s\n' "$limit" >"$tmp/few/cpu.yaml"
+{
+  printf 'domain: cpu\ndescriptors:\n'
+  for ((i = 0; i < 1000; i++)); do
+    printf '  - key: user\n    value: v%d\n    %s\n' "$i" "$limit"
+  done
+} >"$tmp/exact/cpu.yaml"
+# Longest prefix first (v999* … v0*), so each value's first match in file order is its own
+# pattern, halfway down the list on average: a scan in file order pays for the rules.
+{
+  printf 'domain: cpu\ndescriptors:\n'
+  for ((i = 999; i >= 0; i--)); do
+    printf '  - key: user\n    value: "v%d*"\n    %s\n' "$i" "$limit"
+  done
+} >"$tmp/wildcard/cpu.yaml"
+
+start_server() { # case
+  if [ "$1" = noop ]; then
+    taskset -c 1 "$noop" "127.0.0.1:$GRPC_PORT" &
+  else
+    taskset -c 1 "$bin" serve --config "$tmp/$1" --log-level warn \
+      --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" &
+  fi
+  server=$!
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$GRPC_PORT") 2>/dev/null && return
+    sleep 0.1
+  done
+  echo "server ($1) did not start" >&2
+  exit 1
+}
+
+cpu_ticks() { # utime + stime, fields 14 and 15 (after the parenthesised name)
+  sed 's/.*) //' "/proc/$server/stat" | awk '{print $12 + $13}'
+}
+
+load() { # duration
+  taskset -c 0 "$bin" load --addr "http://127.0.0.1:$GRPC_PORT" --domain cpu --key user \
+    --values "$VALUES" --concurrency "$CONCURRENCY" --duration "$1" --rate "$RATE"
+}
+
+# One run of a case: µs of server CPU per request.
+measure() { # case
+  start_server "$1"
+  load 1s >/dev/null # connections, the entity table and the allocator warmed up
+  local before after out requests
+  before=$(cpu_ticks)
+  out=$(load "$DURATION")
+  after=$(cpu_ticks)
+  kill "$server"
+  wait "$server" 2>/dev/null || true
+  server=""
+  requests=$(awk '/^requests/ {print $2}' <<<"$out")
+  awk -v t=$((after - before)) -v hz="$tck" -v n="$requests" \
+    'BEGIN {printf "%.3f\n", t / hz * 1e6 / n}'
+}
+
+median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+
+cases=(noop few exact wildcard)
+declare -A runs
+for ((r = 1; r <= RUNS; r++)); do
+  for c in "${cases[@]}"; do
+    v=$(measure "$c")
+    runs[$c]+="$v "
+    echo "run $r $c: $v µs/request" >&2
+  done
+done
+
+printf '%-10s %10s %9s %9s   %s\n' case 'µs/req' '×no-op' '×few' 'runs'
+declare -A med
+for c in "${cases[@]}"; do med[$c]=$(tr ' ' '\n' <<<"${runs[$c]}" | grep . | median); done
+for c in "${cases[@]}"; do
+  awk -v c="$c" -v m="${med[$c]}" -v n="${med[noop]}" -v f="${med[few]}" -v r="${runs[$c]}" \
+    'BEGIN {printf "%-10s %10.2f %9.2f %9.2f   %s\n", c, m, m / n, m / f, r}'
+done
