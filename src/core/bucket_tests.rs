@@ -184,11 +184,13 @@ proptest! {
 fn apply(store: &mut (f64, u64), l: &Limit, plan: &BucketPlan, now: UnixMillis) -> [u64; 2] {
     let g = Geometry::of(l);
     let now_us = (now.0 * 1000) as f64;
-    if plan.delta != 0 {
+    if plan.spend != 0 {
         let t = g.interval_ns as f64 / 1000.0;
-        store.0 = (store.0.max((plan.since_ms * 1000) as f64) + plan.delta as f64 * t)
+        store.0 = (store.0.max((plan.since_ms * 1000) as f64) + plan.spend as f64 * t)
             .max(now_us)
             .min((now_us + g.max_ahead_ns as f64 / 1000.0).max(store.0));
+    }
+    if plan.delta != 0 {
         store.1 = (store.1 as i64 + plan.delta).max(0) as u64;
     }
     [store.0 as u64, store.1]
