@@ -302,6 +302,31 @@ fn a_settled_node_spends_its_share_of_the_room_and_the_refill_since_its_read() {
 }
 
 #[test]
+fn spends_before_the_bucket_was_seen_full_are_counted_not_spent_again() {
+    let l = bucket(100, 200);
+    let f = fleet(4);
+    let mut store = (0.0, 0);
+    let mut b = settled_quarter(&l, &mut store);
+    // The fleet spends 4 a second of a refill of 100: one token now, and half a second on
+    // the bucket is full again in this node's view and at the others' measured rate.
+    let t = T0.plus_millis(2_100);
+    b.record_with(&l, t, 1, &f);
+    b.record_with(&l, t.plus_millis(500), 1, &f);
+    b.record_with(&l, t.plus_millis(505), 1, &f);
+    let plan = b.begin_sync();
+    assert_eq!((plan.delta, plan.spend), (3, 2));
+    assert_eq!(plan.since_ms, t.plus_millis(500).0);
+    // The store counts all three and spends the last two from the first of them: a flood's
+    // spends synced first are not followed by a token refilled long before it.
+    let now = t.plus_millis(510);
+    let [tat_us, spent] = apply(&mut store, &l, &plan, now);
+    assert_eq!(tat_us, (t.plus_millis(500).0 + 20) * 1000);
+    assert_eq!(spent, 12 + 3);
+    b.complete_sync(&l, &plan, [tat_us, spent], now);
+    assert_eq!(b.pending(), 0);
+}
+
+#[test]
 fn after_a_pause_the_share_is_of_a_full_bucket_whatever_was_read() {
     let l = bucket(5, 30);
     let f = fleet(4);
