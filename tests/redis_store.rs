@@ -22,6 +22,8 @@ fn item((entity, bucket, delta, at): (u8, bool, i64, u64)) -> SyncItem {
         // 10 a second, burst 30: one token every 100 ms, at most 60 owed.
         SyncOp::Bucket {
             delta,
+            // Some tokens counted, not spent: spent before the replica saw the bucket full.
+            spend: delta - (at % 3) as i64,
             now_us: now * 1000,
             since_us: now.saturating_sub(7) * 1000,
             interval_ns: 100_000_000,
@@ -140,6 +142,7 @@ fn a_bucket_lost_by_redis_is_restored_to_what_the_replica_read() {
         limit: 0,
         op: SyncOp::Bucket {
             delta,
+            spend: delta,
             now_us: NOW_MS * 1000,
             since_us: NOW_MS * 1000,
             interval_ns: 100_000_000,

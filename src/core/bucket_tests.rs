@@ -184,11 +184,13 @@ proptest! {
 fn apply(store: &mut (f64, u64), l: &Limit, plan: &BucketPlan, now: UnixMillis) -> [u64; 2] {
     let g = Geometry::of(l);
     let now_us = (now.0 * 1000) as f64;
-    if plan.delta != 0 {
+    if plan.spend != 0 {
         let t = g.interval_ns as f64 / 1000.0;
-        store.0 = (store.0.max((plan.since_ms * 1000) as f64) + plan.delta as f64 * t)
+        store.0 = (store.0.max((plan.since_ms * 1000) as f64) + plan.spend as f64 * t)
             .max(now_us)
             .min((now_us + g.max_ahead_ns as f64 / 1000.0).max(store.0));
+    }
+    if plan.delta != 0 {
         store.1 = (store.1 as i64 + plan.delta).max(0) as u64;
     }
     [store.0 as u64, store.1]
@@ -297,6 +299,31 @@ fn a_settled_node_spends_its_share_of_the_room_and_the_refill_since_its_read() {
     // Half a second on, a quarter of the 50 tokens the refill brought is this node's.
     let more = drain_in(&mut b, &l, t.plus_millis(500), &f);
     assert!((12..=15).contains(&more), "{more}");
+}
+
+#[test]
+fn spends_before_the_bucket_was_seen_full_are_counted_not_spent_again() {
+    let l = bucket(100, 200);
+    let f = fleet(4);
+    let mut store = (0.0, 0);
+    let mut b = settled_quarter(&l, &mut store);
+    // The fleet spends 4 a second of a refill of 100: one token now, and half a second on
+    // the bucket is full again in this node's view and at the others' measured rate.
+    let t = T0.plus_millis(2_100);
+    b.record_with(&l, t, 1, &f);
+    b.record_with(&l, t.plus_millis(500), 1, &f);
+    b.record_with(&l, t.plus_millis(505), 1, &f);
+    let plan = b.begin_sync();
+    assert_eq!((plan.delta, plan.spend), (3, 2));
+    assert_eq!(plan.since_ms, t.plus_millis(500).0);
+    // The store counts all three and spends the last two from the first of them: a flood's
+    // spends synced first are not followed by a token refilled long before it.
+    let now = t.plus_millis(510);
+    let [tat_us, spent] = apply(&mut store, &l, &plan, now);
+    assert_eq!(tat_us, (t.plus_millis(500).0 + 20) * 1000);
+    assert_eq!(spent, 12 + 3);
+    b.complete_sync(&l, &plan, [tat_us, spent], now);
+    assert_eq!(b.pending(), 0);
 }
 
 #[test]

@@ -150,6 +150,7 @@ impl ShardStore for MemoryStore {
                 } => window(&mut c, replica, it, epochs, deltas, acked),
                 SyncOp::Bucket {
                     delta,
+                    spend,
                     now_us,
                     since_us,
                     interval_ns,
@@ -160,12 +161,14 @@ impl ShardStore for MemoryStore {
                     let key = (it.entity, it.limit);
                     let now = now_us as f64;
                     let (mut tat, mut spent) = b.get(&key).copied().unwrap_or((floor_us as f64, 0));
-                    if delta != 0 {
+                    if delta != 0 || spend != 0 {
                         // As the script: in floating point microseconds.
-                        let t = interval_ns as f64 / 1000.0;
-                        let limit = now + max_ahead_ns as f64 / 1000.0;
-                        let base = tat.max(since_us as f64);
-                        tat = (base + delta as f64 * t).max(now).min(limit.max(tat));
+                        if spend != 0 {
+                            let t = interval_ns as f64 / 1000.0;
+                            let limit = now + max_ahead_ns as f64 / 1000.0;
+                            let base = tat.max(since_us as f64);
+                            tat = (base + spend as f64 * t).max(now).min(limit.max(tat));
+                        }
                         spent = (spent as i64).saturating_add(delta).max(0) as u64;
                         b.insert(key, (tat, spent));
                     } else if !b.contains_key(&key) && tat > now {

@@ -35,8 +35,9 @@
 //! `{prefix}sluice:b1:{<entity>}:<limit>` with two fields: `t`, the fleet's theoretical
 //! arrival time (Unix µs, a decimal: an interval need not be a whole microsecond), and `n`,
 //! the tokens spent so far (for measuring rates). A second script, `BUCKET_SCRIPT`, spends a
-//! replica's tokens from the time the first was spent (`t = max(t, since) + delta × T`, at
-//! most one capacity below empty; a refund never takes it below now), adds them to `n`, and
+//! replica's tokens since it last saw the bucket full from the time the first of them was
+//! spent (`t = max(t, since) + spend × T`, at most one capacity below empty; a refund never
+//! takes it below now), adds all its tokens to `n`, and
 //! keeps the key until the bucket is full again plus a minute. A bucket the script does not
 //! find is read as the `t` the replica last saw (`floor`): after Redis restarts empty, the
 //! fleet's buckets come back as empty as the replicas last knew them rather than full. Its
@@ -101,15 +102,17 @@ return redis.call('ZCARD', KEYS[1])
 "#;
 
 /// Spends tokens of buckets and reads them (`SyncOp::Bucket`). KEYS: one hash per bucket
-/// (`t`: the `tat` in Unix µs, `n`: tokens spent). ARGV: seven per item (delta, now µs,
-/// since µs, interval µs, max ahead µs, floor µs, ttl ms). Returns two integers per key: `tat`, `n`.
+/// (`t`: the `tat` in Unix µs, `n`: tokens spent). ARGV: eight per item (delta, now µs,
+/// since µs, interval µs, max ahead µs, floor µs, ttl ms, spend). Returns two integers per
+/// key: `tat`, `n`.
 /// A bucket that is full and was never spent is not written.
 const BUCKET_SCRIPT: &str = r#"
 local out = {}
 for i = 1, #KEYS do
   local k = KEYS[i]
-  local b = (i - 1) * 7
+  local b = (i - 1) * 8
   local delta = tonumber(ARGV[b + 1])
+  local spend = tonumber(ARGV[b + 8])
   local now = tonumber(ARGV[b + 2])
   local v = redis.call('HMGET', k, 't', 'n')
   local tat = tonumber(v[1])
@@ -119,10 +122,12 @@ for i = 1, #KEYS do
     tat = tonumber(ARGV[b + 6])
     write = tat > now
   end
-  if delta ~= 0 then
-    local limit = math.max(now + tonumber(ARGV[b + 5]), tat)
-    local base = math.max(tat, tonumber(ARGV[b + 3]))
-    tat = math.min(math.max(base + delta * tonumber(ARGV[b + 4]), now), limit)
+  if delta ~= 0 or spend ~= 0 then
+    if spend ~= 0 then
+      local limit = math.max(now + tonumber(ARGV[b + 5]), tat)
+      local base = math.max(tat, tonumber(ARGV[b + 3]))
+      tat = math.min(math.max(base + spend * tonumber(ARGV[b + 4]), now), limit)
+    end
     spent = math.max(spent + delta, 0)
     write = true
   end
@@ -289,6 +294,7 @@ fn script_call(
             for it in items {
                 if let SyncOp::Bucket {
                     delta,
+                    spend,
                     now_us,
                     since_us,
                     interval_ns,
@@ -304,7 +310,8 @@ fn script_call(
                         .arg(format!("{}", interval_ns as f64 / 1000.0))
                         .arg(format!("{}", max_ahead_ns as f64 / 1000.0))
                         .arg(floor_us)
-                        .arg(ttl_ms);
+                        .arg(ttl_ms)
+                        .arg(spend);
                 }
             }
         }

@@ -46,15 +46,18 @@ pub enum SyncOp {
         /// Expiry of a counter the call creates: two windows.
         ttl_ms: u64,
     },
-    /// A token bucket (`core/bucket.rs`): spend `delta` tokens from `since_us` —
-    /// `tat = max(tat, since) + delta × interval`, at most `max_ahead` past now (a refund,
+    /// A token bucket (`core/bucket.rs`): spend `spend` tokens from `since_us` —
+    /// `tat = max(tat, since) + spend × interval`, at most `max_ahead` past now (a refund,
     /// negative, never takes it below now) — add `delta` to the running count of tokens
     /// spent, and return `[tat (Unix µs), spent]`. A bucket the store does not hold starts
     /// at `tat = floor_us` (0: full), so a Redis that restarted empty gets back what this
     /// replica last read.
     Bucket {
-        /// Tokens to spend (negative: give back).
+        /// Tokens to add to the running count (negative: given back).
         delta: i64,
+        /// Tokens to spend from `since_us` (negative: give back): the last `delta`'s run,
+        /// spent since the replica last saw the bucket full (`BucketPlan::spend`).
+        spend: i64,
         /// Now, on the fleet's clock (Unix µs).
         now_us: u64,
         /// When the first of the tokens was spent (Unix µs; at most now).
@@ -84,6 +87,7 @@ impl SyncItem {
                 let g = Geometry::of(limit);
                 SyncOp::Bucket {
                     delta: p.delta,
+                    spend: p.spend,
                     now_us: now.0.saturating_mul(1000),
                     since_us: p.since_ms.clamp(1, now.0).saturating_mul(1000),
                     interval_ns: g.interval_ns,
