@@ -2,7 +2,13 @@
 #! Server CPU per ShouldRateLimit: sluice against a tonic no-op RLS (examples/noop_rls.rs),
 #! and sluice with a few rules against 1,000 exact-value and 1,000 wildcard rules in a domain.
 #
-# Usage: benches/cpu.sh   (env: RUNS=5 DURATION=5s RATE=12000 CONCURRENCY=64 VALUES=1000)
+# Usage: benches/cpu.sh   (env: RUNS=5 DURATION=5s RATE=12000 CONCURRENCY=64 VALUES=1000
+#                          MODE=cpu|instructions)
+#
+# MODE=instructions counts the server's instructions per request under valgrind's callgrind
+# instead of its CPU time: the same for the same binary and load whatever else the machine
+# does, where CPU time moves by 10-20 % between runs on a 2-core VM. It misses what cache
+# misses cost (1,000 rules' data cold in cache), so both are reported in the README.
 #
 # Builds once (release), then per case and run: starts the server pinned to core 1, warms it
 # up, drives it with `sluice load` pinned to core 0 (open loop at RATE requests a second, one
@@ -19,6 +25,7 @@ DURATION=${DURATION:-5s}
 CONCURRENCY=${CONCURRENCY:-64}
 VALUES=${VALUES:-1000}
 RATE=${RATE:-12000}
+MODE=${MODE:-cpu}
 GRPC_PORT=${GRPC_PORT:-18091}
 HTTP_PORT=${HTTP_PORT:-18090}
 
@@ -57,14 +64,19 @@ printf 'domain: cpu\ndescriptors:\n  - key: user\n    %s\n' "$limit" >"$tmp/few/
 } >"$tmp/wildcard/cpu.yaml"
 
 start_server() { # case
+  local wrap=()
+  if [ "$MODE" = instructions ]; then
+    # Uninstrumented (fast) until `callgrind_control -i on`, after the warm-up.
+    wrap=(valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$tmp/callgrind.out")
+  fi
   if [ "$1" = noop ]; then
-    taskset -c 1 "$noop" "127.0.0.1:$GRPC_PORT" &
+    taskset -c 1 "${wrap[@]}" "$noop" "127.0.0.1:$GRPC_PORT" &
   else
-    taskset -c 1 "$bin" serve --config "$tmp/$1" --log-level warn \
+    taskset -c 1 "${wrap[@]}" "$bin" serve --config "$tmp/$1" --log-level warn \
       --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" &
   fi
   server=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 600); do
     (exec 3<>"/dev/tcp/127.0.0.1/$GRPC_PORT") 2>/dev/null && return
     sleep 0.1
   done
@@ -81,8 +93,30 @@ load() { # duration
     --values "$VALUES" --concurrency "$CONCURRENCY" --duration "$1" --rate "$RATE"
 }
 
+# One run of a case under callgrind: server instructions per request (closed loop: the
+# instrumented server is some 50 times slower).
+measure_instructions() { # case
+  start_server "$1"
+  RATE=0 load 2s >/dev/null # warmed up, uninstrumented
+  callgrind_control -i on "$server" >/dev/null
+  local out requests
+  out=$(RATE=0 load "$DURATION")
+  callgrind_control -d "$server" >/dev/null
+  kill "$server"
+  wait "$server" 2>/dev/null || true
+  server=""
+  requests=$(awk '/^requests/ {print $2}' <<<"$out")
+  # The dump holds the instructions since instrumentation was turned on.
+  awk -v n="$requests" '/^summary:/ {s += $2} END {printf "%.0f\n", s / n}' "$tmp"/callgrind.out*
+  rm -f "$tmp"/callgrind.out*
+}
+
 # One run of a case: µs of server CPU per request.
 measure() { # case
+  if [ "$MODE" = instructions ]; then
+    measure_instructions "$1"
+    return
+  fi
   start_server "$1"
   load 1s >/dev/null # connections, the entity table and the allocator warmed up
   local before after out requests
@@ -109,7 +143,9 @@ for ((r = 1; r <= RUNS; r++)); do
   done
 done
 
-printf '%-10s %10s %9s %9s   %s\n' case 'µs/req' '×no-op' '×few' 'runs'
+unit='µs/req'
+[ "$MODE" = instructions ] && unit='instr/req'
+printf '%-10s %10s %9s %9s   %s\n' case "$unit" '×no-op' '×few' 'runs'
 declare -A med
 for c in "${cases[@]}"; do med[$c]=$(tr ' ' '\n' <<<"${runs[$c]}" | grep . | median); done
 for c in "${cases[@]}"; do
