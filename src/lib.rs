@@ -212,6 +212,9 @@ impl Service {
         health
             .set_serving::<RateLimitServiceServer<RlsService>>()
             .await;
+        health
+            .set_service_status(REFERENCE_HEALTH_NAME, tonic_health::ServingStatus::Serving)
+            .await;
         let grpc_addr = listeners.grpc.local_addr().ok();
         let http_addr = listeners.http.local_addr().ok();
         let grpc = serve_grpc(listeners.grpc, health_service, limiter.clone())?;
@@ -269,9 +272,11 @@ impl Service {
         self.health
             .set_not_serving::<RateLimitServiceServer<RlsService>>()
             .await;
-        self.health
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
+        for name in ["", REFERENCE_HEALTH_NAME] {
+            self.health
+                .set_service_status(name, tonic_health::ServingStatus::NotServing)
+                .await;
+        }
         self.grpc.stop.cancel();
         self.http.stop.cancel();
         let (mut grpc, mut http) = (self.grpc.task, self.http.task);
@@ -309,6 +314,10 @@ impl Service {
 fn flush_reserve(grace: Duration, store_timeout: Duration) -> Duration {
     (store_timeout * 2 + Duration::from_millis(100)).min(grace / 2)
 }
+
+/// The gRPC health service name envoyproxy/ratelimit answers for: probes and Envoy health
+/// checks written for it ask for this name rather than the RLS service's full name.
+const REFERENCE_HEALTH_NAME: &str = "ratelimit";
 
 /// Sweeps idle entities out of the table once a second until `stop` (on a blocking thread:
 /// a slice of a full table takes a few milliseconds).

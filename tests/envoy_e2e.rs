@@ -71,6 +71,8 @@ struct Stack {
     sluice: Option<Proc>,
     _envoy: Proc,
     _dir: tempfile::TempDir,
+    /// Where Envoy's access log goes (bootstraps that have one).
+    access_log: std::path::PathBuf,
     front: SocketAddr,
     sluice_http: SocketAddr,
 }
@@ -110,6 +112,11 @@ impl Stack {
             .replace("port_value: 8081", &format!("port_value: {grpc}"))
             .replace("port_value: 18000", &format!("port_value: {app}"));
         let dir = tempfile::tempdir().unwrap();
+        let access_log = dir.path().join("access.log");
+        let config = config.replace(
+            "path: /dev/stdout",
+            &format!("path: {}", access_log.display()),
+        );
         let cfg = dir.path().join("envoy.yaml");
         std::fs::write(&cfg, config).unwrap();
         let envoy = Proc(
@@ -130,6 +137,7 @@ impl Stack {
             sluice: Some(sluice),
             _envoy: envoy,
             _dir: dir,
+            access_log,
             front: format!("127.0.0.1:{listen}").parse().unwrap(),
             sluice_http,
         }
@@ -179,6 +187,31 @@ fn envoy_rate_limits_through_sluice_and_fails_open_without_it() {
 }
 
 /// sluice's `ratelimit_total_hits_total` of the rule `llm.tenant` (0 before its first hit).
+#[test]
+fn the_dynamic_metadata_reaches_envoys_access_log() {
+    let stack = Stack::start("envoy.yaml", &[("RESPONSE_DYNAMIC_METADATA", "true")]);
+    let (status, _, _) = http(stack.front, "GET", "/", "", &[("x-user", "carol")]).unwrap();
+    assert_eq!(status, 200);
+    // Envoy writes its access log every second or so: look until the line is there.
+    let mut line = String::new();
+    wait_until(20, "carol's access log line", || {
+        let log = std::fs::read_to_string(&stack.access_log).unwrap_or_default();
+        line = log
+            .lines()
+            .find(|l| l.starts_with("carol "))
+            .unwrap_or("")
+            .to_string();
+        !line.is_empty()
+    });
+    for part in [
+        r#""domain":"envoy-e2e""#,
+        r#""entries":["user=carol"]"#,
+        r#""metadata":{"owner":"platform-team"}"#,
+    ] {
+        assert!(line.contains(part), "{part} in {line}");
+    }
+}
+
 fn tenant_hits(sluice: SocketAddr) -> u64 {
     let (_, _, metrics) = http(sluice, "GET", "/metrics", "", &[]).expect("metrics");
     metrics

@@ -492,7 +492,12 @@ async fn grpc_health_and_reflection() {
         .await
         .unwrap();
     let mut health = HealthClient::new(channel.clone());
-    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+    // "ratelimit": the name envoyproxy/ratelimit's health service answers for.
+    for service in [
+        "",
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "ratelimit",
+    ] {
         let r = health
             .check(HealthCheckRequest {
                 service: service.into(),

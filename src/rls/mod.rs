@@ -83,6 +83,9 @@ pub struct Options {
     pub quota_mode: bool,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`: add rate-limit headers (with these names).
     pub response_headers: Option<HeaderNames>,
+    /// `RESPONSE_DYNAMIC_METADATA`: the response carries the reference's dynamic metadata
+    /// (`respond.rs`, [`respond::dynamic_metadata`]).
+    pub dynamic_metadata: bool,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
     pub stop_increment_when_over_limit: bool,
     /// `NEAR_LIMIT_RATIO`: counts past this share of the limit are "near limit" in metrics.
@@ -103,6 +106,7 @@ impl Default for Options {
             shadow_mode: false,
             quota_mode: false,
             response_headers: None,
+            dynamic_metadata: false,
             stop_increment_when_over_limit: false,
             near_limit_ratio: 0.8,
             max_descriptors: 64,
@@ -509,7 +513,11 @@ impl RateLimiter {
             RuleStats::add(decisions, 1);
             response.limited(rule, &outcome, &self.opts);
         }
-        response.finish(&self.opts)
+        let mut out = response.finish(&self.opts);
+        if self.opts.dynamic_metadata {
+            out.dynamic_metadata = Some(respond::dynamic_metadata(req, targets, &out.statuses));
+        }
+        out
     }
 
     /// Refuses every request from now on ([`RequestError::ShuttingDown`]) and returns once

@@ -124,6 +124,7 @@ impl RateLimiter {
                 value_to_metric: false,
                 replaces: Vec::new(),
                 exact: false,
+                metadata: None,
             };
             let entity =
                 identity::override_entity(&rule.full_key, o.requests_per_unit, unit.seconds());

@@ -1,14 +1,17 @@
 //! Step 4 of a request: statuses in request order, the overall code (quota and shadow modes),
-//! and the rate-limit response headers.
+//! the rate-limit response headers and the dynamic metadata.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit as PbUnit, Code, DescriptorStatus, RateLimit as PbRateLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{Duration as PbDuration, ListValue, Struct, Value};
+use std::collections::HashMap;
 
 use super::evaluate::Outcome;
+use super::resolve::Target;
 use super::{HeaderNames, Options};
 use crate::rules::{Rule, Unit};
 
@@ -184,4 +187,139 @@ fn headers(
         ));
     }
     out
+}
+
+/// `RESPONSE_DYNAMIC_METADATA`: the reference's shape. `domain`; `descriptors`, one struct per
+/// request descriptor (`entries` as `key=value` strings, `limit` for an override, and its
+/// own `hitsAddend` when set); the request's `hitsAddend` when not 0; and `metadata`, the
+/// deep merge of the rule `metadata` of the descriptors within their limits (the first
+/// descriptor's value wins where two disagree, as in the reference).
+pub(super) fn dynamic_metadata(
+    req: &RateLimitRequest,
+    targets: &[Target<'_>],
+    statuses: &[DescriptorStatus],
+) -> Struct {
+    let mut fields = HashMap::new();
+    fields.insert("domain".to_string(), string(&req.domain));
+    let descriptors = req
+        .descriptors
+        .iter()
+        .map(|d| {
+            let mut f = HashMap::new();
+            let entries = d
+                .entries
+                .iter()
+                .map(|e| string(&format!("{}={}", e.key, e.value)));
+            f.insert("entries".to_string(), list(entries.collect()));
+            if let Some(l) = &d.limit {
+                let unit = PbUnit::try_from(l.unit).unwrap_or(PbUnit::Unknown);
+                let text = format!(
+                    "requests_per_unit:{} unit:{}",
+                    l.requests_per_unit,
+                    unit.as_str_name()
+                );
+                f.insert("limit".to_string(), string(&text));
+            }
+            if let Some(h) = &d.hits_addend {
+                f.insert("hitsAddend".to_string(), number(h.value as f64));
+            }
+            structure(Struct { fields: f })
+        })
+        .collect();
+    fields.insert("descriptors".to_string(), list(descriptors));
+    if req.hits_addend != 0 {
+        fields.insert("hitsAddend".to_string(), number(f64::from(req.hits_addend)));
+    }
+    let mut merged = Struct::default();
+    for (t, s) in targets.iter().zip(statuses) {
+        // Unlimited descriptors are not among those that passed, in the reference.
+        let rule = t
+            .rule()
+            .filter(|r| !r.unlimited && s.code == Code::Ok as i32);
+        if let Some(meta) = rule.and_then(|r| r.metadata.as_deref()) {
+            if let Kind::StructValue(src) = yaml_value(meta).kind.unwrap_or(Kind::NullValue(0)) {
+                merge(&mut merged, src);
+            }
+        }
+    }
+    if !merged.fields.is_empty() {
+        fields.insert("metadata".to_string(), structure(merged));
+    }
+    Struct { fields }
+}
+
+/// Adds `src`'s fields to `dest`: structs on both sides merge, anything else already there
+/// stays.
+fn merge(dest: &mut Struct, src: Struct) {
+    for (k, v) in src.fields {
+        match (dest.fields.get_mut(&k), v.kind) {
+            (
+                Some(Value {
+                    kind: Some(Kind::StructValue(d)),
+                }),
+                Some(Kind::StructValue(s)),
+            ) => merge(d, s),
+            (Some(_), _) => {}
+            (None, kind) => {
+                dest.fields.insert(k, Value { kind });
+            }
+        }
+    }
+}
+
+/// A rules-file value as a protobuf value: mappings become structs (keys as text), numbers
+/// doubles, tags are dropped.
+fn yaml_value(v: &serde_yaml::Value) -> Value {
+    use serde_yaml::Value as Y;
+    match v {
+        Y::Null => Value {
+            kind: Some(Kind::NullValue(0)),
+        },
+        Y::Bool(b) => Value {
+            kind: Some(Kind::BoolValue(*b)),
+        },
+        Y::Number(n) => number(n.as_f64().unwrap_or(0.0)),
+        Y::String(s) => string(s),
+        Y::Sequence(items) => list(items.iter().map(yaml_value).collect()),
+        Y::Mapping(m) => structure(Struct {
+            fields: m
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Y::String(s) => s.clone(),
+                        other => serde_yaml::to_string(other)
+                            .unwrap_or_default()
+                            .trim_end()
+                            .to_string(),
+                    };
+                    (key, yaml_value(v))
+                })
+                .collect(),
+        }),
+        Y::Tagged(t) => yaml_value(&t.value),
+    }
+}
+
+fn string(s: &str) -> Value {
+    Value {
+        kind: Some(Kind::StringValue(s.to_string())),
+    }
+}
+
+fn number(n: f64) -> Value {
+    Value {
+        kind: Some(Kind::NumberValue(n)),
+    }
+}
+
+fn list(values: Vec<Value>) -> Value {
+    Value {
+        kind: Some(Kind::ListValue(ListValue { values })),
+    }
+}
+
+fn structure(s: Struct) -> Value {
+    Value {
+        kind: Some(Kind::StructValue(s)),
+    }
 }

@@ -280,6 +280,7 @@ impl Compiler<'_> {
             value_to_metric,
             replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
             exact: rl.exact,
+            metadata: d.metadata.clone().map(std::sync::Arc::new),
         });
         Some(self.rules.len() - 1)
     }

@@ -133,6 +133,8 @@ pub struct Rule {
     /// `exact: true`: in global mode every hit is decided against Redis, atomically (README,
     /// "Exact rules"); in local mode it changes nothing.
     pub exact: bool,
+    /// The descriptor's free-form `metadata`, for `RESPONSE_DYNAMIC_METADATA`.
+    pub metadata: Option<std::sync::Arc<serde_yaml::Value>>,
 }
 
 /// A request entry, as matching needs it. Implemented for the proto entry by the service.

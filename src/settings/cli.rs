@@ -119,6 +119,7 @@ pub const SERVE: &[Spec] = &[
     spec("LIMIT_LIMIT_HEADER", "limit-limit-header", Some("RateLimit-Limit"), "Name of the limit header"),
     spec("LIMIT_REMAINING_HEADER", "limit-remaining-header", Some("RateLimit-Remaining"), "Name of the remaining header"),
     spec("LIMIT_RESET_HEADER", "limit-reset-header", Some("RateLimit-Reset"), "Name of the reset header"),
+    boolean("RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata", "Add dynamic metadata to responses: the domain, the descriptors, the hits and the merged rule metadata of the descriptors within their limits"),
     boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "stop-cache-key-increment-when-overlimit", "When any descriptor of a request goes over, do not count the others"),
     boolean("MERGE_DOMAIN_CONFIG", "merge-domain-config", "Merge files that share a domain instead of rejecting them"),
     spec("NEAR_LIMIT_RATIO", "near-limit-ratio", Some("0.8"), "Share of the limit (0 to 1) past which hits count as near_limit in metrics"),

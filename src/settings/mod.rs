@@ -258,6 +258,7 @@ fn options(v: &mut Values<'_>) -> Options {
         shadow_mode: v.or("SHADOW_MODE", false, boolean),
         quota_mode: v.or("QUOTA_MODE", false, boolean),
         response_headers: headers,
+        dynamic_metadata: v.or("RESPONSE_DYNAMIC_METADATA", false, boolean),
         stop_increment_when_over_limit: v.or(
             "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
             false,
