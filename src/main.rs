@@ -49,6 +49,9 @@ fn main() -> ExitCode {
                 }
             };
             sluice::telemetry::init_logging(&settings.log_level, &settings.log_format);
+            for w in &settings.warnings {
+                tracing::warn!("{w}");
+            }
             runtime.block_on(serve(settings))
         }
         Command::Check(args) => sluice::cli::check(&args),

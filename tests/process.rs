@@ -143,6 +143,7 @@ fn serve_names_every_bad_variable_in_one_run_and_exits_64() {
         .env("NEAR_LIMIT_RATIO", "5")
         .env("CACHE_MAX_ENTRIES", "0")
         .env("REDIS_TYPE", "FOO")
+        .env("BACKEND_TYPE", "memcache")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(64), "EX_USAGE");
@@ -153,6 +154,7 @@ fn serve_names_every_bad_variable_in_one_run_and_exits_64() {
         "NEAR_LIMIT_RATIO (--near-limit-ratio): '5' is not between 0 and 1",
         "CACHE_MAX_ENTRIES (--cache-max-entries): '0' is not at least 1",
         "REDIS_TYPE (--redis-type): 'FOO' is not one of SINGLE, CLUSTER",
+        "BACKEND_TYPE: 'memcache' is refused: only redis is supported",
     ] {
         assert!(err.contains(want), "missing {want:?} in\n{err}");
     }
@@ -209,6 +211,10 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
         .env("PORT", port.to_string())
         .env("SHUTDOWN_GRACE", "5s")
         .env("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
+        // The reference's variables sluice has no use for: one warns, one means what sluice
+        // does anyway.
+        .env("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")
+        .env("USE_STATSD", "false")
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -290,6 +296,11 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
     let mut log = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
     assert!(log.contains("SIGTERM") && log.contains("stopped"), "{log}");
+    assert!(
+        log.contains("LOCAL_CACHE_SIZE_IN_BYTES is set but has no effect in sluice"),
+        "{log}"
+    );
+    assert!(!log.contains("USE_STATSD"), "{log}");
 }
 
 /// A `sluice serve` started through `sh` after `ulimit <limits>` (so the test controls the

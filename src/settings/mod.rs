@@ -18,6 +18,7 @@ use crate::global::SyncSettings;
 use crate::rls::{HeaderNames, Options};
 
 mod cli;
+pub mod reference;
 mod source;
 
 pub use cli::{
@@ -65,6 +66,9 @@ pub struct Settings {
     pub sync_max_queued: usize,
     /// Testing aid: milliseconds added to the system clock before any correction.
     pub clock_skew_ms: i64,
+    /// envoyproxy/ratelimit variables that are set but mean nothing here, one line each
+    /// ([`reference`]): logged at start.
+    pub warnings: Vec<String>,
 }
 
 /// Where global mode keeps the fleet's counters.
@@ -138,6 +142,8 @@ impl Settings {
         let log_format = v.or("LOG_FORMAT", "text", one_of(&["text", "json"]));
         let shutdown_grace = v.or("SHUTDOWN_GRACE", Duration::ZERO, duration);
         let clock_skew_ms = v.parse("SLUICE_CLOCK_SKEW", signed_millis).unwrap_or(0);
+        let (warnings, refused) = reference::check(env);
+        v.errors.extend(refused);
         let (Some(grpc_addr), Some(http_addr), true) =
             (listeners.grpc, listeners.http, v.errors.is_empty())
         else {
@@ -160,6 +166,7 @@ impl Settings {
             sync,
             sync_max_queued,
             clock_skew_ms,
+            warnings,
         })
     }
 

@@ -275,3 +275,76 @@ fn the_readme_documents_every_setting() {
         assert!(named, "{} is not in the README's settings table", s.env);
     }
 }
+
+#[test]
+fn the_readme_lists_every_reference_variable_as_the_code_treats_it() {
+    use super::reference::{Treatment, REFERENCE_ENV};
+    let readme = include_str!("../../README.md");
+    let start = readme
+        .find("<!-- reference-env -->")
+        .expect("the table's start marker");
+    let end = readme
+        .find("<!-- /reference-env -->")
+        .expect("the table's end marker");
+    let rows: Vec<(String, String)> = readme[start..end]
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .map(|l| {
+            let (name, rest) = l.split_once("` | ").expect("| `NAME` | treatment |");
+            let word = rest.split([':', ',', ' ']).next().unwrap_or_default();
+            (name.to_string(), word.to_string())
+        })
+        .collect();
+    let expected: Vec<(String, String)> = REFERENCE_ENV
+        .iter()
+        .map(|(name, t)| {
+            let word = match t {
+                Treatment::Same => "same",
+                Treatment::Mapped(_) => "mapped",
+                Treatment::Ignored(..) => "ignored",
+                Treatment::Refused(..) => "refused",
+            };
+            (name.to_string(), word.to_string())
+        })
+        .collect();
+    assert_eq!(rows, expected);
+    assert!(REFERENCE_ENV.len() > 100, "the whole of settings.go");
+    for &(name, t) in REFERENCE_ENV {
+        match t {
+            Treatment::Same | Treatment::Mapped(_) => {
+                assert!(cli::spec_of(name).is_some(), "{name} is a sluice setting");
+            }
+            // A value no list accepts: it warns, or it is refused, naming the variable.
+            Treatment::Ignored(..) => {
+                let s = resolve(&[], &[(name, "x-unlikely")]).expect(name);
+                assert_eq!(s.warnings.len(), 1, "{name}");
+                assert!(s.warnings[0].starts_with(name), "{}", s.warnings[0]);
+            }
+            Treatment::Refused(..) => {
+                let errs = resolve(&[], &[(name, "x-unlikely")]).unwrap_err();
+                assert_eq!(names(&errs), vec![name]);
+                assert!(
+                    errs[0].message.contains("is refused"),
+                    "{}",
+                    errs[0].message
+                );
+            }
+        }
+    }
+    // The values that mean what sluice does anyway pass quietly.
+    let s = resolve(
+        &[],
+        &[
+            ("USE_STATSD", "false"),
+            ("BACKEND_TYPE", "redis"),
+            ("CONFIG_TYPE", "FILE"),
+        ],
+    )
+    .unwrap();
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let errs = resolve(&[], &[("BACKEND_TYPE", "memcache")]).unwrap_err();
+    assert_eq!(
+        errs[0].to_string(),
+        "BACKEND_TYPE: 'memcache' is refused: only redis is supported: counters live in memory and sync through Redis"
+    );
+}

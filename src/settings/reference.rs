@@ -1,0 +1,181 @@
+//! Every environment variable envoyproxy/ratelimit reads, and what sluice does with each:
+//! the table behind the README's "Environment variables of envoyproxy/ratelimit", and the
+//! start-up check that warns about the ones sluice ignores and refuses the values it cannot
+//! honour. A test walks the README's table against this one, so neither can rot.
+
+use super::source::SettingsSource;
+use super::SettingsError;
+
+/// What sluice does with one of the reference's variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Treatment {
+    /// Read by sluice with the reference's meaning (a flag of its own too).
+    Same,
+    /// Read by sluice; the note says how it differs.
+    Mapped(&'static str),
+    /// Accepted and ignored, with a start-up warning saying why, unless its value is one of
+    /// the listed ones (those mean what sluice does anyway).
+    Ignored(&'static str, &'static [&'static str]),
+    /// Refused at start with this reason unless its value is one of the listed ones.
+    Refused(&'static str, &'static [&'static str]),
+}
+
+use Treatment::{Ignored, Mapped, Refused, Same};
+
+const NO_DEBUG: &str =
+    "no debug port: /rlconfig, /metrics and the health checks are on the HTTP port";
+const NO_XDS: &str = "rules over xDS are not supported yet (CONFIG_TYPE is refused)";
+const METRICS: &str = "metrics are served in Prometheus format at /metrics on the HTTP port; statsd and the reference's metric names are not supported yet";
+const NO_MEMCACHE: &str = "memcache is not a backend of sluice (BACKEND_TYPE is refused)";
+const PIPELINE: &str = "each tick's sync is one pipelined call per shard";
+const PER_SECOND: &str =
+    "per-second limits share the Redis of REDIS_URL (a separate one is not supported yet)";
+const NO_TRACES: &str = "traces are not exported yet";
+const NO_GRPC_TLS: &str = "read only with GRPC_SERVER_USE_TLS, which is refused for now";
+const FALSE: &[&str] = &["false", "0", "no", "off", "f", "n"];
+
+/// The reference's variables (its `settings.go`, plus the OpenTelemetry endpoint its tracer
+/// reads), in its order.
+pub const REFERENCE_ENV: &[(&str, Treatment)] = &[
+    ("HOST", Same),
+    ("PORT", Same),
+    ("DEBUG_HOST", Ignored(NO_DEBUG, &[])),
+    ("DEBUG_PORT", Ignored(NO_DEBUG, &[])),
+    ("GRPC_UDS", Refused("gRPC on a unix socket is not supported: use GRPC_HOST/GRPC_PORT", &[])),
+    ("GRPC_HOST", Same),
+    ("GRPC_PORT", Same),
+    ("GRPC_MAX_CONNECTION_AGE", Ignored("connections are not aged out", &[])),
+    ("GRPC_MAX_CONNECTION_AGE_GRACE", Ignored("connections are not aged out", &[])),
+    ("GRPC_SERVER_USE_TLS", Refused("gRPC TLS is not supported yet: serving plaintext where TLS was asked for is refused", FALSE)),
+    ("GRPC_SERVER_TLS_CERT", Ignored(NO_GRPC_TLS, &[])),
+    ("GRPC_SERVER_TLS_KEY", Ignored(NO_GRPC_TLS, &[])),
+    ("GRPC_CLIENT_TLS_CACERT", Ignored(NO_GRPC_TLS, &[])),
+    ("GRPC_CLIENT_TLS_SAN", Ignored(NO_GRPC_TLS, &[])),
+    ("LOG_LEVEL", Mapped("default info (the reference's: WARN); also takes an env-filter directive")),
+    ("LOG_FORMAT", Same),
+    ("CONFIG_TYPE", Refused("only FILE is supported: rules over xDS (GRPC_XDS_SOTW) are not yet", &["FILE"])),
+    ("FORCE_START_WITHOUT_INITIAL_CONFIG", Ignored("only for xDS rules; sluice starts on its rules files", FALSE)),
+    ("CONFIG_GRPC_XDS_NODE_ID", Ignored(NO_XDS, &[])),
+    ("CONFIG_GRPC_XDS_NODE_METADATA", Ignored(NO_XDS, &[])),
+    ("CONFIG_GRPC_XDS_SERVER_URL", Ignored(NO_XDS, &[])),
+    ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Ignored(NO_XDS, &[])),
+    ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Ignored(NO_XDS, &[])),
+    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", Ignored(NO_XDS, FALSE)),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Ignored(NO_XDS, &[])),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", Ignored(NO_XDS, &[])),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", Ignored(NO_XDS, &[])),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", Ignored(NO_XDS, &[])),
+    ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Ignored(NO_XDS, &[])),
+    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Ignored(NO_XDS, &[])),
+    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Ignored(NO_XDS, &[])),
+    ("XDS_CLIENT_BACKOFF_JITTER", Ignored(NO_XDS, &[])),
+    ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Ignored(NO_XDS, &[])),
+    ("USE_DOG_STATSD", Ignored(METRICS, FALSE)),
+    ("USE_DOG_STATSD_MOGRIFIERS", Ignored(METRICS, &[])),
+    ("USE_STATSD", Ignored(METRICS, FALSE)),
+    ("STATSD_HOST", Ignored(METRICS, &[])),
+    ("STATSD_PORT", Ignored(METRICS, &[])),
+    ("EXTRA_TAGS", Ignored(METRICS, &[])),
+    ("STATS_FLUSH_INTERVAL", Ignored(METRICS, &[])),
+    ("DISABLE_STATS", Ignored(METRICS, FALSE)),
+    ("USE_PROMETHEUS", Ignored(METRICS, &[])),
+    ("PROMETHEUS_ADDR", Ignored(METRICS, &[])),
+    ("PROMETHEUS_PATH", Ignored(METRICS, &[])),
+    ("PROMETHEUS_MAPPER_YAML", Ignored(METRICS, &[])),
+    ("RUNTIME_ROOT", Same),
+    ("RUNTIME_SUBDIRECTORY", Same),
+    ("RUNTIME_APPDIRECTORY", Same),
+    ("RUNTIME_IGNOREDOTFILES", Ignored("dot files are always skipped (the ConfigMap's ..data swap among them)", &["true", "1", "yes", "on", "t", "y"])),
+    ("RUNTIME_WATCH_ROOT", Ignored("the rules directory is watched, the ConfigMap swap included, whatever its value", &[])),
+    ("EXPIRATION_JITTER_MAX_SECONDS", Ignored("keys expire with their windows; replicas write them at different times anyway", &[])),
+    ("LOCAL_CACHE_SIZE_IN_BYTES", Ignored("every decision is made from memory; CACHE_MAX_ENTRIES bounds the entity table", &[])),
+    ("NEAR_LIMIT_RATIO", Same),
+    ("CACHE_KEY_PREFIX", Same),
+    ("BACKEND_TYPE", Refused("only redis is supported: counters live in memory and sync through Redis", &["redis"])),
+    ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", Same),
+    ("LIMIT_RESPONSE_HEADERS_ENABLED", Same),
+    ("LIMIT_LIMIT_HEADER", Same),
+    ("LIMIT_REMAINING_HEADER", Same),
+    ("LIMIT_RESET_HEADER", Same),
+    ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Ignored("sluice does not start without valid rules, so it is never healthy without them", &[])),
+    ("REDIS_SOCKET_TYPE", Ignored("the URL's form says it: host:port or redis:// for TCP, unix:// for a socket", &[])),
+    ("REDIS_TYPE", Mapped("SINGLE or CLUSTER; several comma-separated SINGLE URLs are shards. SENTINEL is refused (not supported yet)")),
+    ("REDIS_URL", Mapped("set: global mode (the fleet syncs through it); unset: local mode, where the reference cannot start")),
+    ("REDIS_POOL_SIZE", Same),
+    ("REDIS_AUTH", Same),
+    ("REDIS_TLS", Same),
+    ("REDIS_TLS_CLIENT_CERT", Refused("client certificates to Redis are not supported yet", &[])),
+    ("REDIS_TLS_CLIENT_KEY", Refused("client certificates to Redis are not supported yet", &[])),
+    ("REDIS_TLS_CACERT", Refused("a CA of its own for Redis is not supported yet (the system's roots are used)", &[])),
+    ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Refused("skipping Redis's hostname verification is not supported", FALSE)),
+    ("REDIS_PIPELINE_WINDOW", Ignored(PIPELINE, &[])),
+    ("REDIS_PIPELINE_LIMIT", Ignored(PIPELINE, &[])),
+    ("REDIS_USE_EXPLICIT_PIPELINE", Ignored(PIPELINE, &[])),
+    ("REDIS_PERSECOND", Ignored(PER_SECOND, FALSE)),
+    ("REDIS_PERSECOND_SOCKET_TYPE", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND_TYPE", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND_URL", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND_POOL_SIZE", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND_AUTH", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND_TLS", Ignored(PER_SECOND, &[])),
+    ("REDIS_SENTINEL_AUTH", Ignored("Sentinel is not supported yet (REDIS_TYPE=SENTINEL is refused)", &[])),
+    ("REDIS_PERSECOND_SENTINEL_AUTH", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND_PIPELINE_WINDOW", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND_PIPELINE_LIMIT", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND_USE_EXPLICIT_PIPELINE", Ignored(PER_SECOND, &[])),
+    ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Ignored("/readyz reports each shard's health; decisions go on from memory while Redis is down", &[])),
+    ("REDIS_TIMEOUT", Same),
+    ("REDIS_PERSECOND_TIMEOUT", Ignored(PER_SECOND, &[])),
+    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", Ignored("the sync never waits on the pool from the request path", &[])),
+    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", Ignored(PER_SECOND, &[])),
+    ("MEMCACHE_HOST_PORT", Ignored(NO_MEMCACHE, &[])),
+    ("MEMCACHE_MAX_IDLE_CONNS", Ignored(NO_MEMCACHE, &[])),
+    ("MEMCACHE_SRV", Ignored(NO_MEMCACHE, &[])),
+    ("MEMCACHE_SRV_REFRESH", Ignored(NO_MEMCACHE, &[])),
+    ("MEMCACHE_TLS", Ignored(NO_MEMCACHE, FALSE)),
+    ("MEMCACHE_TLS_CLIENT_CERT", Ignored(NO_MEMCACHE, &[])),
+    ("MEMCACHE_TLS_CLIENT_KEY", Ignored(NO_MEMCACHE, &[])),
+    ("MEMCACHE_TLS_CACERT", Ignored(NO_MEMCACHE, &[])),
+    ("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Ignored(NO_MEMCACHE, FALSE)),
+    ("SHADOW_MODE", Same),
+    ("RESPONSE_DYNAMIC_METADATA", Same),
+    ("MERGE_DOMAIN_CONFIG", Same),
+    ("TRACING_ENABLED", Ignored(NO_TRACES, FALSE)),
+    ("TRACING_SERVICE_NAME", Ignored(NO_TRACES, &[])),
+    ("TRACING_SERVICE_NAMESPACE", Ignored(NO_TRACES, &[])),
+    ("TRACING_SERVICE_INSTANCE_ID", Ignored(NO_TRACES, &[])),
+    ("TRACING_EXPORTER_PROTOCOL", Ignored(NO_TRACES, &[])),
+    ("TRACING_SAMPLING_RATE", Ignored(NO_TRACES, &[])),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", Ignored(NO_TRACES, &[])),
+];
+
+/// The warnings (ignored variables that are set) and errors (refused values) of `env`.
+pub(super) fn check(env: &dyn SettingsSource) -> (Vec<String>, Vec<SettingsError>) {
+    let (mut warnings, mut errors) = (Vec::new(), Vec::new());
+    for &(name, treatment) in REFERENCE_ENV {
+        let Some(value) = env.get(name).filter(|v| !v.trim().is_empty()) else {
+            continue;
+        };
+        let fine = |ok: &[&str]| ok.iter().any(|o| o.eq_ignore_ascii_case(value.trim()));
+        match treatment {
+            Ignored(why, ok) if !fine(ok) => {
+                warnings.push(format!("{name} is set but has no effect in sluice: {why}"));
+            }
+            Refused(why, ok) if !fine(ok) => errors.push(SettingsError {
+                setting: name,
+                message: format!("'{}' is refused: {why}", shown(name, &value)),
+            }),
+            _ => {}
+        }
+    }
+    (warnings, errors)
+}
+
+/// A value as an error may show it: never for a variable that may hold a secret.
+fn shown(name: &str, value: &str) -> String {
+    if name.contains("AUTH") || name.contains("KEY") {
+        "<redacted>".into()
+    } else {
+        value.trim().to_string()
+    }
+}
