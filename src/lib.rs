@@ -208,6 +208,9 @@ impl Service {
             background.clone(),
         )?;
         spawn_sweeper(limiter.clone(), background.clone());
+        if let Some(statsd) = &settings.statsd {
+            server::statsd::spawn(statsd.clone(), telemetry.clone(), background.clone());
+        }
         let (health, health_service) = tonic_health::server::health_reporter();
         health
             .set_serving::<RateLimitServiceServer<RlsService>>()

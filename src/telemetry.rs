@@ -74,7 +74,8 @@ impl RuleStatsRegistry {
         Some(self.get(domain, key))
     }
 
-    fn snapshot(&self) -> Vec<((String, String), Arc<RuleStats>)> {
+    /// Every tracked key's stats.
+    pub fn snapshot(&self) -> Vec<((String, String), Arc<RuleStats>)> {
         self.map
             .read()
             .iter()

@@ -16,6 +16,7 @@ use crate::core::SyncPolicy;
 use crate::global::redis::{normalize_url, RedisOptions};
 use crate::global::SyncSettings;
 use crate::rls::{HeaderNames, Options};
+use crate::server::statsd::StatsdSettings;
 
 mod cli;
 pub mod reference;
@@ -66,6 +67,8 @@ pub struct Settings {
     pub sync_max_queued: usize,
     /// Testing aid: milliseconds added to the system clock before any correction.
     pub clock_skew_ms: i64,
+    /// `USE_STATSD`: where and how often the reference's statsd counters go.
+    pub statsd: Option<StatsdSettings>,
     /// envoyproxy/ratelimit variables that are set but mean nothing here, one line each
     /// ([`reference`]): logged at start.
     pub warnings: Vec<String>,
@@ -142,6 +145,7 @@ impl Settings {
         let log_format = v.or("LOG_FORMAT", "text", one_of(&["text", "json"]));
         let shutdown_grace = v.or("SHUTDOWN_GRACE", Duration::ZERO, duration);
         let clock_skew_ms = v.parse("SLUICE_CLOCK_SKEW", signed_millis).unwrap_or(0);
+        let statsd = statsd(&mut v);
         let (warnings, refused) = reference::check(env);
         v.errors.extend(refused);
         let (Some(grpc_addr), Some(http_addr), true) =
@@ -166,6 +170,7 @@ impl Settings {
             sync,
             sync_max_queued,
             clock_skew_ms,
+            statsd,
             warnings,
         })
     }
@@ -250,6 +255,20 @@ fn rules(v: &mut Values<'_>) -> (PathBuf, bool, Duration) {
     let merge = v.or("MERGE_DOMAIN_CONFIG", false, boolean);
     let debounce = v.or("RELOAD_DEBOUNCE", Duration::ZERO, duration);
     (config_path, merge, debounce)
+}
+
+/// `USE_STATSD` with `STATSD_HOST`, `STATSD_PORT` and `STATS_FLUSH_INTERVAL`.
+fn statsd(v: &mut Values<'_>) -> Option<StatsdSettings> {
+    let on = v.or("USE_STATSD", false, boolean);
+    let host = v.text("STATSD_HOST");
+    let port: Option<u16> = v.parse("STATSD_PORT", number);
+    let flush = v.or("STATS_FLUSH_INTERVAL", Duration::ZERO, positive_duration);
+    let addr = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{}", port?)
+    } else {
+        format!("{host}:{}", port?)
+    };
+    on.then_some(StatsdSettings { addr, flush })
 }
 
 /// The service's behaviour: modes, response headers, request bounds and the entity table.

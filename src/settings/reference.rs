@@ -25,7 +25,7 @@ use Treatment::{Ignored, Mapped, Refused, Same};
 const NO_DEBUG: &str =
     "no debug port: /rlconfig, /metrics and the health checks are on the HTTP port";
 const NO_XDS: &str = "rules over xDS are not supported yet (CONFIG_TYPE is refused)";
-const METRICS: &str = "metrics are served in Prometheus format at /metrics on the HTTP port; statsd and the reference's metric names are not supported yet";
+const METRICS: &str = "metrics are served in Prometheus format at /metrics on the HTTP port (and, with USE_STATSD, the reference's statsd counters); DogStatsD, tags and the reference's Prometheus mapping are not supported yet";
 const NO_MEMCACHE: &str = "memcache is not a backend of sluice (BACKEND_TYPE is refused)";
 const PIPELINE: &str = "each tick's sync is one pipelined call per shard";
 const PER_SECOND: &str =
@@ -72,11 +72,11 @@ pub const REFERENCE_ENV: &[(&str, Treatment)] = &[
     ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Ignored(NO_XDS, &[])),
     ("USE_DOG_STATSD", Ignored(METRICS, FALSE)),
     ("USE_DOG_STATSD_MOGRIFIERS", Ignored(METRICS, &[])),
-    ("USE_STATSD", Ignored(METRICS, FALSE)),
-    ("STATSD_HOST", Ignored(METRICS, &[])),
-    ("STATSD_PORT", Ignored(METRICS, &[])),
+    ("USE_STATSD", Mapped("default false (the reference's: true): Prometheus is built in at /metrics. Sends the per-rule counters and ShouldRateLimit.total_requests")),
+    ("STATSD_HOST", Same),
+    ("STATSD_PORT", Same),
     ("EXTRA_TAGS", Ignored(METRICS, &[])),
-    ("STATS_FLUSH_INTERVAL", Ignored(METRICS, &[])),
+    ("STATS_FLUSH_INTERVAL", Same),
     ("DISABLE_STATS", Ignored(METRICS, FALSE)),
     ("USE_PROMETHEUS", Ignored(METRICS, &[])),
     ("PROMETHEUS_ADDR", Ignored(METRICS, &[])),

@@ -1,0 +1,142 @@
+//! `USE_STATSD`: the reference's statsd counters, sent over UDP every `STATS_FLUSH_INTERVAL`
+//! as deltas since the last flush: `ratelimit.service.rate_limit.<rule key>.<counter>` for
+//! `total_hits`, `over_limit`, `near_limit`, `within_limit` and `shadow_mode`, and
+//! `ratelimit_server.ShouldRateLimit.total_requests`.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UdpSocket;
+use tokio_util::sync::CancellationToken;
+
+use crate::telemetry::{RuleStats, Telemetry};
+
+/// Where and how often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsdSettings {
+    /// `STATSD_HOST:STATSD_PORT`.
+    pub addr: String,
+    /// `STATS_FLUSH_INTERVAL`.
+    pub flush: Duration,
+}
+
+/// Datagrams stay under a typical path MTU, so none is fragmented or dropped for size.
+const MAX_DATAGRAM: usize = 1432;
+
+type Pick = fn(&RuleStats) -> u64;
+
+const COUNTERS: [(&str, Pick); 5] = [
+    ("total_hits", |s| s.total_hits.load(Ordering::Relaxed)),
+    ("over_limit", |s| s.over_limit.load(Ordering::Relaxed)),
+    ("near_limit", |s| s.near_limit.load(Ordering::Relaxed)),
+    ("within_limit", |s| s.within_limit.load(Ordering::Relaxed)),
+    ("shadow_mode", |s| s.shadow_mode.load(Ordering::Relaxed)),
+];
+
+/// Sends the counters' growth every flush until `stop`, and once more then. A send that
+/// fails is logged and its deltas are sent with the next flush.
+pub fn spawn(settings: StatsdSettings, telemetry: Arc<Telemetry>, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let socket = match UdpSocket::bind("0.0.0.0:0").await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "statsd: cannot open a UDP socket; no statsd metrics");
+                return;
+            }
+        };
+        let mut sent: HashMap<String, u64> = HashMap::new();
+        let mut every = tokio::time::interval(settings.flush);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let last = tokio::select! {
+                _ = stop.cancelled() => true,
+                _ = every.tick() => false,
+            };
+            let lines = deltas(&telemetry, &mut sent);
+            for datagram in pack(&lines) {
+                if let Err(e) = socket.send_to(datagram.as_bytes(), &settings.addr).await {
+                    tracing::warn!(error = %e, addr = %settings.addr, "statsd: send failed");
+                    // Sent again, whole, with the next flush.
+                    sent.clear();
+                    break;
+                }
+            }
+            if last {
+                break;
+            }
+        }
+    });
+}
+
+/// The `name:delta|c` lines of every counter that grew since `sent`, which it updates.
+fn deltas(telemetry: &Telemetry, sent: &mut HashMap<String, u64>) -> Vec<String> {
+    let mut now: Vec<(String, u64)> = vec![(
+        "ratelimit_server.ShouldRateLimit.total_requests".into(),
+        telemetry.service.requests.load(Ordering::Relaxed),
+    )];
+    for ((_, key), stats) in telemetry.rules.snapshot() {
+        for (counter, pick) in COUNTERS {
+            now.push((
+                format!("ratelimit.service.rate_limit.{key}.{counter}"),
+                pick(&stats),
+            ));
+        }
+    }
+    let mut lines = Vec::new();
+    for (name, value) in now {
+        let before = sent.insert(name.clone(), value).unwrap_or(0);
+        if value > before {
+            lines.push(format!("{name}:{}|c", value - before));
+        }
+    }
+    lines
+}
+
+/// Lines joined by newlines into datagrams of at most [`MAX_DATAGRAM`] bytes (a longer line
+/// goes alone).
+fn pack(lines: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in lines {
+        match out.last_mut() {
+            Some(d) if d.len() + 1 + line.len() <= MAX_DATAGRAM => {
+                d.push('\n');
+                d.push_str(line);
+            }
+            _ => out.push(line.clone()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datagrams_stay_under_the_bound_and_keep_every_line() {
+        let lines: Vec<String> = (0..200).map(|i| format!("a.b.{i}:1|c")).collect();
+        let packed = pack(&lines);
+        assert!(packed.len() > 1);
+        assert!(packed.iter().all(|d| d.len() <= MAX_DATAGRAM));
+        let back: Vec<&str> = packed.iter().flat_map(|d| d.split('\n')).collect();
+        assert_eq!(back, lines.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn only_growth_is_sent() {
+        let t = Telemetry::new().unwrap();
+        let s = t.rules.get("d", "d.k_v");
+        RuleStats::add(&s.total_hits, 3);
+        let mut sent = HashMap::new();
+        let first = deltas(&t, &mut sent);
+        assert!(first.contains(&"ratelimit.service.rate_limit.d.k_v.total_hits:3|c".into()));
+        assert!(deltas(&t, &mut sent).is_empty());
+        RuleStats::add(&s.total_hits, 2);
+        assert_eq!(
+            deltas(&t, &mut sent),
+            vec!["ratelimit.service.rate_limit.d.k_v.total_hits:2|c".to_string()]
+        );
+    }
+}
