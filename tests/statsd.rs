@@ -2,7 +2,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::{desc, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
