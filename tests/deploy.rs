@@ -1227,3 +1227,32 @@ fn sidecar_envoyfilter_with_mesh_cluster_passes_envoy_validate() {
         clusters,
     ));
 }
+
+#[test]
+fn the_grafana_dashboard_ships_as_a_configmap_for_the_sidecar() {
+    let m = render(&all_on());
+    let cm = m.get("ConfigMap", &format!("{RELEASE}-dashboard"));
+    assert_eq!(str_at(cm, "metadata.labels.grafana_dashboard"), "1");
+    assert_eq!(str_at(cm, "metadata.namespace"), "monitoring");
+    let json = at(cm, "data")
+        .get("sluice.json")
+        .and_then(Value::as_str)
+        .expect("data.sluice.json");
+    let shipped: serde_json::Value =
+        serde_json::from_str(json).expect("the dashboard in the ConfigMap is JSON");
+    let file: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/helm/sluice/dashboards/sluice.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(shipped, file);
+    // Off by default.
+    let plain = render(&[]);
+    assert!(plain
+        .objects
+        .iter()
+        .all(|o| str_at(o, "metadata.name") != format!("{RELEASE}-dashboard")));
+}
