@@ -211,6 +211,26 @@ impl Service {
         if let Some(statsd) = &settings.statsd {
             server::statsd::spawn(statsd.clone(), telemetry.clone(), background.clone());
         }
+        if let Some(p) = &settings.prometheus {
+            let listener = TcpListener::bind(p.addr)
+                .await
+                .map_err(|source| RunError::Bind {
+                    addr: p.addr,
+                    source,
+                })?;
+            let limits = http::HttpLimits {
+                header_read_timeout: settings.http_header_read_timeout,
+                idle_timeout: settings.http_idle_timeout,
+                max_connections: settings.http_max_connections,
+            };
+            let router = server::prometheus_ref::router(&p.path, telemetry.clone());
+            tokio::spawn(http::serve(
+                listener,
+                router,
+                limits,
+                background.clone().cancelled_owned(),
+            ));
+        }
         let (health, health_service) = tonic_health::server::health_reporter();
         health
             .set_serving::<RateLimitServiceServer<RlsService>>()

@@ -7,6 +7,7 @@ pub mod http;
 pub mod http_conn;
 pub mod json;
 pub mod nofile;
+pub mod prometheus_ref;
 pub mod reload;
 pub mod shutdown;
 pub mod statsd;

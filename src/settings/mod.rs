@@ -16,6 +16,7 @@ use crate::core::SyncPolicy;
 use crate::global::redis::{normalize_url, RedisOptions};
 use crate::global::SyncSettings;
 use crate::rls::{HeaderNames, Options};
+use crate::server::prometheus_ref::PrometheusSettings;
 use crate::server::statsd::StatsdSettings;
 
 mod cli;
@@ -67,6 +68,8 @@ pub struct Settings {
     pub sync_max_queued: usize,
     /// Testing aid: milliseconds added to the system clock before any correction.
     pub clock_skew_ms: i64,
+    /// `USE_PROMETHEUS`: where the reference's Prometheus names are served.
+    pub prometheus: Option<PrometheusSettings>,
     /// `USE_STATSD`: where and how often the reference's statsd counters go.
     pub statsd: Option<StatsdSettings>,
     /// envoyproxy/ratelimit variables that are set but mean nothing here, one line each
@@ -146,6 +149,7 @@ impl Settings {
         let shutdown_grace = v.or("SHUTDOWN_GRACE", Duration::ZERO, duration);
         let clock_skew_ms = v.parse("SLUICE_CLOCK_SKEW", signed_millis).unwrap_or(0);
         let statsd = statsd(&mut v);
+        let prometheus = prometheus(&mut v);
         let (warnings, refused) = reference::check(env);
         v.errors.extend(refused);
         let (Some(grpc_addr), Some(http_addr), true) =
@@ -171,6 +175,7 @@ impl Settings {
             sync_max_queued,
             clock_skew_ms,
             statsd,
+            prometheus,
             warnings,
         })
     }
@@ -255,6 +260,26 @@ fn rules(v: &mut Values<'_>) -> (PathBuf, bool, Duration) {
     let merge = v.or("MERGE_DOMAIN_CONFIG", false, boolean);
     let debounce = v.or("RELOAD_DEBOUNCE", Duration::ZERO, duration);
     (config_path, merge, debounce)
+}
+
+/// `USE_PROMETHEUS` with `PROMETHEUS_ADDR` (`:9090`: every address) and `PROMETHEUS_PATH`.
+fn prometheus(v: &mut Values<'_>) -> Option<PrometheusSettings> {
+    let on = v.or("USE_PROMETHEUS", false, boolean);
+    let addr = v.parse("PROMETHEUS_ADDR", |s| {
+        let full = if s.starts_with(':') {
+            format!("0.0.0.0{s}")
+        } else {
+            s.to_string()
+        };
+        full.parse::<SocketAddr>()
+            .map_err(|_| "is not an address and port (or :port)".to_string())
+    })?;
+    let path = v.text("PROMETHEUS_PATH");
+    if !path.starts_with('/') {
+        v.error("PROMETHEUS_PATH", format!("'{path}' does not start with /"));
+        return None;
+    }
+    on.then_some(PrometheusSettings { addr, path })
 }
 
 /// `USE_STATSD` with `STATSD_HOST`, `STATSD_PORT` and `STATS_FLUSH_INTERVAL`.

@@ -25,7 +25,7 @@ use Treatment::{Ignored, Mapped, Refused, Same};
 const NO_DEBUG: &str =
     "no debug port: /rlconfig, /metrics and the health checks are on the HTTP port";
 const NO_XDS: &str = "rules over xDS are not supported yet (CONFIG_TYPE is refused)";
-const METRICS: &str = "metrics are served in Prometheus format at /metrics on the HTTP port (and, with USE_STATSD, the reference's statsd counters); DogStatsD, tags and the reference's Prometheus mapping are not supported yet";
+const METRICS: &str = "metrics are served in Prometheus format at /metrics on the HTTP port (and, with USE_STATSD, the reference's statsd counters); DogStatsD, tags and a mapping file of one's own are not supported yet";
 const NO_MEMCACHE: &str = "memcache is not a backend of sluice (BACKEND_TYPE is refused)";
 const PIPELINE: &str = "each tick's sync is one pipelined call per shard";
 const PER_SECOND: &str =
@@ -78,9 +78,9 @@ pub const REFERENCE_ENV: &[(&str, Treatment)] = &[
     ("EXTRA_TAGS", Ignored(METRICS, &[])),
     ("STATS_FLUSH_INTERVAL", Same),
     ("DISABLE_STATS", Ignored(METRICS, FALSE)),
-    ("USE_PROMETHEUS", Ignored(METRICS, &[])),
-    ("PROMETHEUS_ADDR", Ignored(METRICS, &[])),
-    ("PROMETHEUS_PATH", Ignored(METRICS, &[])),
+    ("USE_PROMETHEUS", Same),
+    ("PROMETHEUS_ADDR", Same),
+    ("PROMETHEUS_PATH", Same),
     ("PROMETHEUS_MAPPER_YAML", Ignored(METRICS, &[])),
     ("RUNTIME_ROOT", Same),
     ("RUNTIME_SUBDIRECTORY", Same),

@@ -1,0 +1,105 @@
+//! `USE_PROMETHEUS`: the reference's metrics as its Prometheus mapping names them, on a
+//! listener of their own (`PROMETHEUS_ADDR`, `PROMETHEUS_PATH`), so dashboards and alerts
+//! written for envoyproxy/ratelimit keep working. sluice's own `/metrics` stays on the HTTP
+//! port. The reference maps `ratelimit.service.rate_limit.<domain>.<key1>[.<key2>].<counter>`
+//! to `ratelimit_service_rate_limit_<counter>{domain, key1[, key2]}`; a deeper key path keeps
+//! the rest of it in `key2`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+
+use crate::telemetry::{RuleStats, Telemetry};
+
+/// Where the reference's metrics are served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrometheusSettings {
+    /// `PROMETHEUS_ADDR` (`:9090` listens on every address).
+    pub addr: std::net::SocketAddr,
+    /// `PROMETHEUS_PATH`.
+    pub path: String,
+}
+
+type Pick = fn(&RuleStats) -> u64;
+
+const COUNTERS: [(&str, Pick); 5] = [
+    ("total_hits", |s| s.total_hits.load(Ordering::Relaxed)),
+    ("over_limit", |s| s.over_limit.load(Ordering::Relaxed)),
+    ("near_limit", |s| s.near_limit.load(Ordering::Relaxed)),
+    ("within_limit", |s| s.within_limit.load(Ordering::Relaxed)),
+    ("shadow_mode", |s| s.shadow_mode.load(Ordering::Relaxed)),
+];
+
+/// The router serving the text exposition at `path`.
+pub fn router(path: &str, telemetry: Arc<Telemetry>) -> Router {
+    Router::new().route(
+        path,
+        get(move || {
+            let t = telemetry.clone();
+            async move { ([("content-type", "text/plain; version=0.0.4")], render(&t)) }
+        }),
+    )
+}
+
+/// The exposition text: the per-rule counters and the request count.
+pub fn render(telemetry: &Telemetry) -> String {
+    let mut rules = telemetry.rules.snapshot();
+    rules.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = String::new();
+    for (counter, pick) in COUNTERS {
+        let name = format!("ratelimit_service_rate_limit_{counter}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for ((domain, key), stats) in &rules {
+            let path = key.strip_prefix(&format!("{domain}.")).unwrap_or(key);
+            let mut labels = format!("domain=\"{}\"", escape(domain));
+            match path.split_once('.') {
+                Some((k1, k2)) => {
+                    let _ = write!(labels, ",key1=\"{}\",key2=\"{}\"", escape(k1), escape(k2));
+                }
+                None => {
+                    let _ = write!(labels, ",key1=\"{}\"", escape(path));
+                }
+            }
+            let _ = writeln!(out, "{name}{{{labels}}} {}", pick(stats));
+        }
+    }
+    let _ = writeln!(out, "# TYPE ratelimit_service_total_requests counter");
+    let _ = writeln!(
+        out,
+        "ratelimit_service_total_requests{{grpc_method=\"ShouldRateLimit\"}} {}",
+        telemetry.service.requests.load(Ordering::Relaxed)
+    );
+    out
+}
+
+/// A label value as the text format wants it.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_paths_become_the_references_labels() {
+        let t = Telemetry::new().unwrap();
+        RuleStats::add(&t.rules.get("d", "d.k_v").total_hits, 3);
+        RuleStats::add(&t.rules.get("d", "d.a_b.c").over_limit, 2);
+        RuleStats::add(&t.rules.get("d", "d.x.y.z").within_limit, 1);
+        let text = render(&t);
+        for line in [
+            "ratelimit_service_rate_limit_total_hits{domain=\"d\",key1=\"k_v\"} 3",
+            "ratelimit_service_rate_limit_over_limit{domain=\"d\",key1=\"a_b\",key2=\"c\"} 2",
+            "ratelimit_service_rate_limit_within_limit{domain=\"d\",key1=\"x\",key2=\"y.z\"} 1",
+            "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
+}
