@@ -89,6 +89,9 @@ pub enum RunError {
     /// The Redis settings are unusable.
     #[error("redis: {0}")]
     Redis(String),
+    /// The gRPC TLS files or settings are unusable.
+    #[error("gRPC TLS: {0}")]
+    Tls(#[from] server::tls::TlsError),
 }
 
 /// The bound gRPC and HTTP listeners. Binding before [`run`] lets tests use port 0.
@@ -214,7 +217,12 @@ impl Service {
             .await;
         let grpc_addr = listeners.grpc.local_addr().ok();
         let http_addr = listeners.http.local_addr().ok();
-        let grpc = serve_grpc(listeners.grpc, health_service, limiter.clone())?;
+        let grpc = serve_grpc(
+            listeners.grpc,
+            settings.grpc_tls.as_ref(),
+            health_service,
+            limiter.clone(),
+        )?;
         let readiness = Arc::new(Readiness::default());
         let state = http::AdminState {
             limiter: limiter.clone(),
@@ -328,9 +336,10 @@ fn spawn_sweeper(limiter: Arc<RateLimiter>, stop: CancellationToken) {
     });
 }
 
-/// Starts the gRPC server: the RLS service, health and reflection.
+/// Starts the gRPC server: the RLS service, health and reflection; over TLS when `tls` is set.
 fn serve_grpc(
     listener: TcpListener,
+    tls: Option<&server::tls::GrpcTls>,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
@@ -341,19 +350,22 @@ fn serve_grpc(
             .register_encoded_file_descriptor_set(grpc::FILE_DESCRIPTOR_SET)
     };
     let stop = CancellationToken::new();
-    let server = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(RlsService::new(limiter).into_server())
-        .serve_with_incoming_shutdown(
-            TcpListenerStream::new(listener),
-            stop.clone().cancelled_owned(),
-        );
-    Ok(ServerTask {
-        stop,
-        task: tokio::spawn(server),
-    })
+        .add_service(RlsService::new(limiter).into_server());
+    let signal = stop.clone().cancelled_owned();
+    let task = match tls {
+        Some(tls) => {
+            let incoming = server::tls::incoming(listener, server::tls::server_config(tls)?);
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
+        }
+        None => tokio::spawn(
+            router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal),
+        ),
+    };
+    Ok(ServerTask { stop, task })
 }
 
 /// Starts the HTTP admin server, with the connection limits that keep it from starving gRPC.

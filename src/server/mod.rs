@@ -9,3 +9,4 @@ pub mod json;
 pub mod nofile;
 pub mod reload;
 pub mod shutdown;
+pub mod tls;
