@@ -12,7 +12,8 @@
 //!   evaluate → respond.
 //! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
 //!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`).
-//! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, rules reload from disk, signals/readiness.
+//! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, rules reload from disk,
+//!   signals/readiness.
 //! - `settings/`: flags and environment; `telemetry`: metrics and logs; `cli/`: `check`,
 //!   `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
 //!
