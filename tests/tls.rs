@@ -7,6 +7,7 @@ mod common;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::certs::{self, Pair};
 use common::{desc, wait_until_async, Server};
@@ -14,7 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
-use sluice::server::tls::GrpcTls;
+use sluice::server::tls::{GrpcTls, ReloadingCert};
 use sluice::settings::{ServeArgs, Settings};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -182,6 +183,37 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
         "same server, same counters"
     );
     server.stop().await.unwrap();
+}
+
+/// The resolver itself on a paused clock: a change is looked at once a second at most, a bad
+/// pair keeps the previous one, and the next good write is taken.
+#[tokio::test(start_paused = true)]
+async fn the_resolver_rechecks_once_a_second_and_keeps_the_old_pair_on_a_bad_one() {
+    let p = pki();
+    let resolver = ReloadingCert::new(p.server.cert.clone(), p.server.key.clone()).unwrap();
+    let leaf = |r: &ReloadingCert| r.current().cert[0].clone();
+    let first = certs::certs(&p.server.cert).remove(0);
+    let next = certs::server(p.dir.path(), "next", &p.ca);
+    let rotated = certs::certs(&next.cert).remove(0);
+    assert_eq!(leaf(&resolver), first);
+
+    std::fs::write(&p.server.cert, "garbage").unwrap();
+    tokio::time::advance(Duration::from_millis(1100)).await;
+    assert_eq!(
+        leaf(&resolver),
+        first,
+        "a bad certificate keeps the old pair"
+    );
+
+    std::fs::copy(&next.key, &p.server.key).unwrap();
+    std::fs::copy(&next.cert, &p.server.cert).unwrap();
+    assert_eq!(
+        leaf(&resolver),
+        first,
+        "not looked at again within the second"
+    );
+    tokio::time::advance(Duration::from_millis(1100)).await;
+    assert_eq!(leaf(&resolver), rotated);
 }
 
 #[test]

@@ -211,9 +211,10 @@ impl ReloadingCert {
         })
     }
 
-    /// The current pair, re-read first if due and changed. Runs inside the handshake, on the
-    /// runtime: two `stat`s a second at most, and a read of two small files on a change.
-    fn current(&self) -> Arc<CertifiedKey> {
+    /// The pair a handshake gets now, re-read first if due and changed. Runs inside the
+    /// handshake, on the runtime: two `stat`s a second at most, and a read of two small files
+    /// on a change.
+    pub fn current(&self) -> Arc<CertifiedKey> {
         let mut state = self.state.lock();
         if state.checked.elapsed() < RECHECK {
             return state.current.clone();
