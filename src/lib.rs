@@ -12,7 +12,8 @@
 //!   evaluate → respond.
 //! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
 //!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`).
-//! - `server/`: gRPC, HTTP admin and proto3 JSON, rules reload from disk, signals/readiness.
+//! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, rules reload from disk,
+//!   signals/readiness.
 //! - `settings/`: flags and environment; `telemetry`: metrics and logs; `cli/`: `check`,
 //!   `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
 //!
@@ -89,6 +90,9 @@ pub enum RunError {
     /// The Redis settings are unusable.
     #[error("redis: {0}")]
     Redis(String),
+    /// The gRPC TLS files or settings are unusable.
+    #[error("gRPC TLS: {0}")]
+    Tls(#[from] server::tls::TlsError),
 }
 
 /// The bound gRPC and HTTP listeners. Binding before [`run`] lets tests use port 0.
@@ -240,7 +244,12 @@ impl Service {
             .await;
         let grpc_addr = listeners.grpc.local_addr().ok();
         let http_addr = listeners.http.local_addr().ok();
-        let grpc = serve_grpc(listeners.grpc, health_service, limiter.clone())?;
+        let grpc = serve_grpc(
+            listeners.grpc,
+            settings.grpc_tls.as_ref(),
+            health_service,
+            limiter.clone(),
+        )?;
         let readiness = Arc::new(Readiness::default());
         let state = http::AdminState {
             limiter: limiter.clone(),
@@ -360,9 +369,10 @@ fn spawn_sweeper(limiter: Arc<RateLimiter>, stop: CancellationToken) {
     });
 }
 
-/// Starts the gRPC server: the RLS service, health and reflection.
+/// Starts the gRPC server: the RLS service, health and reflection; over TLS when `tls` is set.
 fn serve_grpc(
     listener: TcpListener,
+    tls: Option<&server::tls::GrpcTls>,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
@@ -373,19 +383,22 @@ fn serve_grpc(
             .register_encoded_file_descriptor_set(grpc::FILE_DESCRIPTOR_SET)
     };
     let stop = CancellationToken::new();
-    let server = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(RlsService::new(limiter).into_server())
-        .serve_with_incoming_shutdown(
-            TcpListenerStream::new(listener),
-            stop.clone().cancelled_owned(),
-        );
-    Ok(ServerTask {
-        stop,
-        task: tokio::spawn(server),
-    })
+        .add_service(RlsService::new(limiter).into_server());
+    let signal = stop.clone().cancelled_owned();
+    let task = match tls {
+        Some(tls) => {
+            let incoming = server::tls::incoming(listener, server::tls::server_config(tls)?);
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
+        }
+        None => tokio::spawn(
+            router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal),
+        ),
+    };
+    Ok(ServerTask { stop, task })
 }
 
 /// Starts the HTTP admin server, with the connection limits that keep it from starving gRPC.

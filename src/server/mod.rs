@@ -11,3 +11,4 @@ pub mod prometheus_ref;
 pub mod reload;
 pub mod shutdown;
 pub mod statsd;
+pub mod tls;

@@ -18,6 +18,7 @@ use crate::global::SyncSettings;
 use crate::rls::{HeaderNames, Options};
 use crate::server::prometheus_ref::PrometheusSettings;
 use crate::server::statsd::StatsdSettings;
+use crate::server::tls::{self, GrpcTls};
 
 mod cli;
 pub mod reference;
@@ -40,6 +41,8 @@ pub struct Settings {
     pub config_path: PathBuf,
     /// gRPC listen address.
     pub grpc_addr: SocketAddr,
+    /// TLS on the gRPC listener, when on (the HTTP admin port stays plain).
+    pub grpc_tls: Option<GrpcTls>,
     /// HTTP listen address.
     pub http_addr: SocketAddr,
     /// Time an HTTP client has to send a request's headers.
@@ -140,6 +143,7 @@ impl Settings {
     ) -> Result<Settings, Vec<SettingsError>> {
         let mut v = Values::new(args, env);
         let listeners = listeners(&mut v);
+        let grpc_tls = grpc_tls(&mut v);
         let (config_path, merge_domains, reload_debounce) = rules(&mut v);
         let options = options(&mut v);
         let redis = redis(&mut v);
@@ -160,6 +164,7 @@ impl Settings {
         Ok(Settings {
             config_path,
             grpc_addr,
+            grpc_tls,
             http_addr,
             http_header_read_timeout: listeners.header_read_timeout,
             http_idle_timeout: listeners.idle_timeout,
@@ -217,6 +222,70 @@ fn listeners(v: &mut Values<'_>) -> Listeners {
         idle_timeout: v.or("HTTP_IDLE_TIMEOUT", Duration::ZERO, positive_duration),
         max_connections: v.or("HTTP_MAX_CONNECTIONS", 1, at_least_one),
     }
+}
+
+/// `GRPC_SERVER_USE_TLS` and its files. Each file is loaded once here, so a missing or bad
+/// one stops the start with its name rather than failing every handshake later.
+fn grpc_tls(v: &mut Values<'_>) -> Option<GrpcTls> {
+    let on = v.or("GRPC_SERVER_USE_TLS", false, boolean);
+    let path = |v: &Values<'_>, name| v.raw(name).filter(|s| !s.is_empty()).map(PathBuf::from);
+    let cert = path(v, "GRPC_SERVER_TLS_CERT");
+    let key = path(v, "GRPC_SERVER_TLS_KEY");
+    let client_ca = path(v, "GRPC_CLIENT_TLS_CACERT");
+    let client_san = v.raw("GRPC_CLIENT_TLS_SAN").filter(|s| !s.is_empty());
+    if !on {
+        // Client verification without TLS would silently be none at all.
+        if client_ca.is_some() || client_san.is_some() {
+            v.error(
+                "GRPC_SERVER_USE_TLS",
+                "GRPC_CLIENT_TLS_CACERT/GRPC_CLIENT_TLS_SAN need GRPC_SERVER_USE_TLS=true",
+            );
+        }
+        return None;
+    }
+    if cert.is_none() {
+        v.error(
+            "GRPC_SERVER_TLS_CERT",
+            "is required when GRPC_SERVER_USE_TLS is true",
+        );
+    }
+    if key.is_none() {
+        v.error(
+            "GRPC_SERVER_TLS_KEY",
+            "is required when GRPC_SERVER_USE_TLS is true",
+        );
+    }
+    if let (Some(cert), Some(key)) = (&cert, &key) {
+        if let Err(e) = tls::load_certified_key(cert, key) {
+            let setting = match &e {
+                tls::TlsError::File { path, .. } if path == key => "GRPC_SERVER_TLS_KEY",
+                _ => "GRPC_SERVER_TLS_CERT",
+            };
+            v.error(setting, e.to_string());
+        }
+    }
+    if let Some(ca) = &client_ca {
+        if let Err(e) = tls::load_roots(ca) {
+            v.error("GRPC_CLIENT_TLS_CACERT", e.to_string());
+        }
+    }
+    if let Some(san) = &client_san {
+        if client_ca.is_none() {
+            v.error(
+                "GRPC_CLIENT_TLS_SAN",
+                "needs GRPC_CLIENT_TLS_CACERT: without client verification there is no certificate to check",
+            );
+        }
+        if let Err(e) = tls::parse_san(san) {
+            v.error("GRPC_CLIENT_TLS_SAN", e.to_string());
+        }
+    }
+    Some(GrpcTls {
+        cert: cert?,
+        key: key?,
+        client_ca,
+        client_san,
+    })
 }
 
 /// One listen address: `explicit` when set, else `host`:`port` (IPv6 hosts bracketed).

@@ -31,7 +31,6 @@ const PIPELINE: &str = "each tick's sync is one pipelined call per shard";
 const PER_SECOND: &str =
     "per-second limits share the Redis of REDIS_URL (a separate one is not supported yet)";
 const NO_TRACES: &str = "traces are not exported yet";
-const NO_GRPC_TLS: &str = "read only with GRPC_SERVER_USE_TLS, which is refused for now";
 const FALSE: &[&str] = &["false", "0", "no", "off", "f", "n"];
 
 /// The reference's variables (its `settings.go`, plus the OpenTelemetry endpoint its tracer
@@ -46,11 +45,11 @@ pub const REFERENCE_ENV: &[(&str, Treatment)] = &[
     ("GRPC_PORT", Same),
     ("GRPC_MAX_CONNECTION_AGE", Ignored("connections are not aged out", &[])),
     ("GRPC_MAX_CONNECTION_AGE_GRACE", Ignored("connections are not aged out", &[])),
-    ("GRPC_SERVER_USE_TLS", Refused("gRPC TLS is not supported yet: serving plaintext where TLS was asked for is refused", FALSE)),
-    ("GRPC_SERVER_TLS_CERT", Ignored(NO_GRPC_TLS, &[])),
-    ("GRPC_SERVER_TLS_KEY", Ignored(NO_GRPC_TLS, &[])),
-    ("GRPC_CLIENT_TLS_CACERT", Ignored(NO_GRPC_TLS, &[])),
-    ("GRPC_CLIENT_TLS_SAN", Ignored(NO_GRPC_TLS, &[])),
+    ("GRPC_SERVER_USE_TLS", Same),
+    ("GRPC_SERVER_TLS_CERT", Mapped("re-read when the file changes (Kubernetes Secret rotation)")),
+    ("GRPC_SERVER_TLS_KEY", Mapped("re-read with the certificate")),
+    ("GRPC_CLIENT_TLS_CACERT", Same),
+    ("GRPC_CLIENT_TLS_SAN", Mapped("a DNS (wildcards match) or IP name; refused without GRPC_CLIENT_TLS_CACERT")),
     ("LOG_LEVEL", Mapped("default info (the reference's: WARN); also takes an env-filter directive")),
     ("LOG_FORMAT", Same),
     ("CONFIG_TYPE", Refused("only FILE is supported: rules over xDS (GRPC_XDS_SOTW) are not yet", &["FILE"])),

@@ -348,3 +348,70 @@ fn the_readme_lists_every_reference_variable_as_the_code_treats_it() {
         "BACKEND_TYPE: 'memcache' is refused: only redis is supported: counters live in memory and sync through Redis"
     );
 }
+
+#[test]
+fn grpc_tls_is_off_by_default_and_needs_its_files() {
+    assert_eq!(resolve(&[], &[]).unwrap().grpc_tls, None);
+    let errs = resolve(&["--grpc-server-use-tls"], &[]).unwrap_err();
+    assert_eq!(
+        names(&errs),
+        ["GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY"]
+    );
+    assert_eq!(
+        errs[0].to_string(),
+        "GRPC_SERVER_TLS_CERT (--grpc-server-tls-cert): is required when GRPC_SERVER_USE_TLS is true"
+    );
+}
+
+#[test]
+fn grpc_tls_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.crt");
+    let junk = dir.path().join("junk.key");
+    std::fs::write(&junk, "not a key\n").unwrap();
+    let (missing_s, junk_s) = (missing.to_str().unwrap(), junk.to_str().unwrap());
+    let env = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", missing_s),
+        ("GRPC_SERVER_TLS_KEY", junk_s),
+        ("GRPC_CLIENT_TLS_CACERT", junk_s),
+    ];
+    let errs = resolve(&[], &env).unwrap_err();
+    assert_eq!(
+        names(&errs),
+        ["GRPC_SERVER_TLS_CERT", "GRPC_CLIENT_TLS_CACERT"]
+    );
+    assert!(errs[0].message.starts_with(missing_s), "{}", errs[0]);
+    assert!(errs[1].message.starts_with(junk_s), "{}", errs[1]);
+    assert!(
+        errs[1].message.contains("no PEM certificate"),
+        "{}",
+        errs[1]
+    );
+}
+
+#[test]
+fn client_verification_needs_tls_and_the_san_needs_a_ca() {
+    let errs = resolve(&["--grpc-client-tls-cacert", "/ca.pem"], &[]).unwrap_err();
+    assert_eq!(names(&errs), ["GRPC_SERVER_USE_TLS"]);
+    let errs = resolve(
+        &[
+            "--grpc-server-use-tls",
+            "--grpc-client-tls-san",
+            "not a name!",
+        ],
+        &[("GRPC_SERVER_TLS_CERT", ""), ("GRPC_SERVER_TLS_KEY", "")],
+    )
+    .unwrap_err();
+    assert_eq!(
+        names(&errs),
+        [
+            "GRPC_SERVER_TLS_CERT",
+            "GRPC_SERVER_TLS_KEY",
+            "GRPC_CLIENT_TLS_SAN",
+            "GRPC_CLIENT_TLS_SAN"
+        ]
+    );
+    assert!(errs[2].message.contains("needs GRPC_CLIENT_TLS_CACERT"));
+    assert!(errs[3].message.contains("not a DNS name or IP address"));
+}

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: an in-process server on loopback with a manual
 //! clock, a minimal HTTP/1.1 client, and lookups of external tools that fail loudly.
 #![allow(dead_code)] // each test binary uses a different subset
+pub mod certs;
 pub mod procs;
 pub mod redis;
 

@@ -1,0 +1,396 @@
+//! TLS and mTLS on the gRPC listener (`GRPC_SERVER_USE_TLS` and friends), with rustls.
+//!
+//! The server certificate is re-read when its files change ([`ReloadingCert`]), as Kubernetes
+//! rotates a mounted Secret, so a rotation needs no restart. With a client CA the client must
+//! present a certificate chaining to it and, when a SAN is set, valid for that name.
+//!
+//! The handshake happens here, before tonic sees the connection ([`incoming`]): tonic's own TLS
+//! takes a fixed identity, and a certificate that changes needs rustls' resolver hook.
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+// tokio's, as clippy.toml asks of intervals that are not rate-limit time.
+use tokio::time::Instant;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+/// The gRPC listener's TLS settings, checked at start (`Settings::resolve` loads every file
+/// once, so a bad file stops the start naming it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcTls {
+    /// PEM certificate chain, leaf first (`GRPC_SERVER_TLS_CERT`).
+    pub cert: PathBuf,
+    /// PEM private key (`GRPC_SERVER_TLS_KEY`).
+    pub key: PathBuf,
+    /// PEM CA bundle clients must chain to; set, a client certificate is required
+    /// (`GRPC_CLIENT_TLS_CACERT`).
+    pub client_ca: Option<PathBuf>,
+    /// A DNS name or IP address the client certificate must carry as a SAN
+    /// (`GRPC_CLIENT_TLS_SAN`).
+    pub client_san: Option<String>,
+}
+
+/// Why a TLS file or configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read or holds no usable PEM of the expected kind.
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The key does not belong to the certificate, or rustls rejects the pair.
+    #[error("{} with {}: {source}", cert.display(), key.display())]
+    Pair {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// rustls' reason.
+        source: rustls::Error,
+    },
+    /// The client SAN is neither a DNS name nor an IP address.
+    #[error("'{0}' is not a DNS name or IP address")]
+    San(String),
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Config(String),
+}
+
+fn file_error(path: &Path, message: impl std::fmt::Display) -> TlsError {
+    TlsError::File {
+        path: path.to_path_buf(),
+        message: message.to_string(),
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    // Explicit rather than the process default: none is installed, and `ring` is the only
+    // provider compiled in.
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Reads a PEM certificate chain (at least one certificate).
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bytes = std::fs::read(path).map_err(|e| file_error(path, e))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_error(path, format!("invalid PEM ({e})")))?;
+    if certs.is_empty() {
+        return Err(file_error(path, "holds no PEM certificate"));
+    }
+    Ok(certs)
+}
+
+/// Reads the certificate chain and key and checks that they belong together.
+pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
+    let chain = load_certs(cert)?;
+    let bytes = std::fs::read(key).map_err(|e| file_error(key, e))?;
+    let der = PrivateKeyDer::from_pem_slice(&bytes)
+        .map_err(|e| file_error(key, format!("holds no usable PEM private key ({e})")))?;
+    CertifiedKey::from_der(chain, der, &provider()).map_err(|source| TlsError::Pair {
+        cert: cert.to_path_buf(),
+        key: key.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads a CA bundle into a root store.
+pub fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in load_certs(path)? {
+        roots
+            .add(cert)
+            .map_err(|e| file_error(path, format!("not a usable CA certificate ({e})")))?;
+    }
+    Ok(roots)
+}
+
+/// Parses a client SAN.
+pub fn parse_san(san: &str) -> Result<ServerName<'static>, TlsError> {
+    ServerName::try_from(san.to_string()).map_err(|_| TlsError::San(san.to_string()))
+}
+
+/// Builds the rustls server configuration: reloading certificate, client verification when a
+/// CA is set, ALPN h2 (gRPC).
+pub fn server_config(tls: &GrpcTls) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let provider = provider();
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match &tls.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let roots = Arc::new(load_roots(ca)?);
+            let webpki = WebPkiClientVerifier::builder_with_provider(roots, provider)
+                .build()
+                .map_err(|e| TlsError::Config(e.to_string()))?;
+            let verifier: Arc<dyn ClientCertVerifier> = match &tls.client_san {
+                Some(san) => Arc::new(SanVerifier {
+                    inner: webpki,
+                    san: parse_san(san)?,
+                }),
+                None => webpki,
+            };
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let resolver = ReloadingCert::new(tls.cert.clone(), tls.key.clone())?;
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// How often at most the certificate files are looked at.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// The server certificate, re-read when its files' modification time or length changes
+/// (looked at during a handshake, at most once per [`RECHECK`]). A bad new pair is logged and
+/// the previous one kept, so a half-written rotation does not take the listener down.
+#[derive(Debug)]
+pub struct ReloadingCert {
+    cert: PathBuf,
+    key: PathBuf,
+    state: Mutex<CertState>,
+}
+
+#[derive(Debug)]
+struct CertState {
+    current: Arc<CertifiedKey>,
+    checked: Instant,
+    stamp: Stamp,
+}
+
+/// What tells a file changed: (modified, length) of the certificate and of the key. Metadata
+/// follows symlinks, so Kubernetes' `..data` swap shows as a change.
+type Stamp = [Option<(SystemTime, u64)>; 2];
+
+fn stamp(cert: &Path, key: &Path) -> Stamp {
+    let one = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len())))
+    };
+    [one(cert), one(key)]
+}
+
+impl ReloadingCert {
+    /// Loads the pair once.
+    ///
+    /// # Errors
+    /// [`TlsError`] naming the file when the pair is unusable.
+    pub fn new(cert: PathBuf, key: PathBuf) -> Result<ReloadingCert, TlsError> {
+        let stamp = stamp(&cert, &key);
+        let current = Arc::new(load_certified_key(&cert, &key)?);
+        Ok(ReloadingCert {
+            state: Mutex::new(CertState {
+                current,
+                checked: Instant::now(),
+                stamp,
+            }),
+            cert,
+            key,
+        })
+    }
+
+    /// The pair a handshake gets now, re-read first if due and changed. Runs inside the
+    /// handshake, on the runtime: two `stat`s a second at most, and a read of two small files
+    /// on a change.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        let mut state = self.state.lock();
+        if state.checked.elapsed() < RECHECK {
+            return state.current.clone();
+        }
+        state.checked = Instant::now();
+        let now = stamp(&self.cert, &self.key);
+        if now == state.stamp {
+            return state.current.clone();
+        }
+        // Remember the stamp even on failure: one warning per change, and a later write (the
+        // missing half of the pair) is a new change that is tried again.
+        state.stamp = now;
+        match load_certified_key(&self.cert, &self.key) {
+            Ok(key) => {
+                tracing::info!(cert = %self.cert.display(), "gRPC TLS certificate reloaded");
+                state.current = Arc::new(key);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "gRPC TLS certificate not reloaded; keeping the previous one");
+            }
+        }
+        state.current.clone()
+    }
+}
+
+impl ResolvesServerCert for ReloadingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// The CA check, then the SAN check (`GRPC_CLIENT_TLS_SAN`): the leaf must be valid for the
+/// name as webpki checks a server's (DNS SANs, wildcards included, or IP SANs).
+#[derive(Debug)]
+struct SanVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+    san: ServerName<'static>,
+}
+
+impl ClientCertVerifier for SanVerifier {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        let leaf = webpki::EndEntityCert::try_from(end_entity).map_err(|_| {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding)
+        })?;
+        leaf.verify_is_valid_for_subject_name(&self.san)
+            .map_err(|_| {
+                rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName)
+            })?;
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// A TLS connection tonic can serve (it needs `Connected` for the peer address).
+pub struct TlsConn(TlsStream<TcpStream>);
+
+impl Connected for TlsConn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.0.get_ref().0.connect_info()
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+}
+
+/// Time a client has to finish the handshake: a stalled one must not hold a task forever.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The listener's connections after their handshakes, for `serve_with_incoming`. Each
+/// handshake runs in its own task so one slow client delays no other; a failed one is logged
+/// (debug: scanners and health probes fail it routinely) and never reaches tonic. Accepting
+/// stops when the stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+) -> ReceiverStream<Result<TlsConn, std::io::Error>> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                _ = tx.closed() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of descriptors and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "gRPC accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(TlsConn(tls))).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "gRPC TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "gRPC TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
