@@ -41,6 +41,19 @@ impl RuleStats {
     }
 }
 
+/// Reads one counter of a rule's stats.
+pub type ReadCounter = fn(&RuleStats) -> u64;
+
+/// The reference's per-rule counters by their statsd suffix, as the exporters of its names
+/// (`server/statsd.rs`, `server/prometheus_ref.rs`) read them.
+pub const RULE_COUNTERS: [(&str, ReadCounter); 5] = [
+    ("total_hits", |s| s.total_hits.load(Ordering::Relaxed)),
+    ("over_limit", |s| s.over_limit.load(Ordering::Relaxed)),
+    ("near_limit", |s| s.near_limit.load(Ordering::Relaxed)),
+    ("within_limit", |s| s.within_limit.load(Ordering::Relaxed)),
+    ("shadow_mode", |s| s.shadow_mode.load(Ordering::Relaxed)),
+];
+
 /// Every rule's stats, keyed by (domain, stats key). Entries outlive reloads so counters stay
 /// monotonic, as Prometheus expects.
 #[derive(Debug, Default)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::routing::get;
 use axum::Router;
 
-use crate::telemetry::{RuleStats, Telemetry};
+use crate::telemetry::{Telemetry, RULE_COUNTERS};
 
 /// Where the reference's metrics are served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,16 +22,6 @@ pub struct PrometheusSettings {
     /// `PROMETHEUS_PATH`.
     pub path: String,
 }
-
-type Pick = fn(&RuleStats) -> u64;
-
-const COUNTERS: [(&str, Pick); 5] = [
-    ("total_hits", |s| s.total_hits.load(Ordering::Relaxed)),
-    ("over_limit", |s| s.over_limit.load(Ordering::Relaxed)),
-    ("near_limit", |s| s.near_limit.load(Ordering::Relaxed)),
-    ("within_limit", |s| s.within_limit.load(Ordering::Relaxed)),
-    ("shadow_mode", |s| s.shadow_mode.load(Ordering::Relaxed)),
-];
 
 /// The router serving the text exposition at `path`.
 pub fn router(path: &str, telemetry: Arc<Telemetry>) -> Router {
@@ -49,7 +39,7 @@ pub fn render(telemetry: &Telemetry) -> String {
     let mut rules = telemetry.rules.snapshot();
     rules.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = String::new();
-    for (counter, pick) in COUNTERS {
+    for (counter, pick) in RULE_COUNTERS {
         let name = format!("ratelimit_service_rate_limit_{counter}");
         let _ = writeln!(out, "# TYPE {name} counter");
         for ((domain, key), stats) in &rules {
@@ -85,6 +75,7 @@ fn escape(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::RuleStats;
 
     #[test]
     fn key_paths_become_the_references_labels() {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
-use crate::telemetry::{RuleStats, Telemetry};
+use crate::telemetry::{Telemetry, RULE_COUNTERS};
 
 /// Where and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,16 +24,6 @@ pub struct StatsdSettings {
 
 /// Datagrams stay under a typical path MTU, so none is fragmented or dropped for size.
 const MAX_DATAGRAM: usize = 1432;
-
-type Pick = fn(&RuleStats) -> u64;
-
-const COUNTERS: [(&str, Pick); 5] = [
-    ("total_hits", |s| s.total_hits.load(Ordering::Relaxed)),
-    ("over_limit", |s| s.over_limit.load(Ordering::Relaxed)),
-    ("near_limit", |s| s.near_limit.load(Ordering::Relaxed)),
-    ("within_limit", |s| s.within_limit.load(Ordering::Relaxed)),
-    ("shadow_mode", |s| s.shadow_mode.load(Ordering::Relaxed)),
-];
 
 /// Sends the counters' growth every flush until `stop`, and once more then. A send that
 /// fails is logged and its deltas are sent with the next flush.
@@ -77,7 +67,7 @@ fn deltas(telemetry: &Telemetry, sent: &mut HashMap<String, u64>) -> Vec<String>
         telemetry.service.requests.load(Ordering::Relaxed),
     )];
     for ((_, key), stats) in telemetry.rules.snapshot() {
-        for (counter, pick) in COUNTERS {
+        for (counter, pick) in RULE_COUNTERS {
             now.push((
                 format!("ratelimit.service.rate_limit.{key}.{counter}"),
                 pick(&stats),
@@ -113,6 +103,7 @@ fn pack(lines: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::RuleStats;
 
     #[test]
     fn datagrams_stay_under_the_bound_and_keep_every_line() {
