@@ -2,7 +2,7 @@
 //! shard that every tick moves their hits to the shared store and the fleet's counts back.
 //!
 //! The hot path never waits on this: a request counts locally and, the first time an entity
-//! has news, queues it on its shard ([`SyncQueues::mark_dirty`], under the entity's lock).
+//! has news, queues it on its shard ([`SyncQueues::mark_dirty`], under its table shard's lock).
 //! Each tick a shard task takes the entities that are due by [`SyncPolicy`] (cold ones at
 //! once, hot ones every tick), turns their pending hits into in-flight deltas
 //! ([`WindowState::begin_sync`]), and makes **one** call to its [`ShardStore`], which adds
