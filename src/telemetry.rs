@@ -102,6 +102,10 @@ impl RuleStatsRegistry {
 pub struct ServiceStats {
     /// `ShouldRateLimit` calls answered (gRPC and HTTP).
     pub requests: AtomicU64,
+    /// Rules loads that were applied (at start and on reloads).
+    pub config_load_success: AtomicU64,
+    /// Rules loads that were rejected.
+    pub config_load_error: AtomicU64,
     /// Requests refused as invalid.
     pub invalid_requests: AtomicU64,
     /// Descriptor decisions that were within every limit.
@@ -188,10 +192,11 @@ impl Telemetry {
 
     /// Counts a rules load.
     pub fn config_load(&self, outcome: ConfigLoad) {
-        let result = match outcome {
-            ConfigLoad::Success => "success",
-            ConfigLoad::Error => "error",
+        let (result, count) = match outcome {
+            ConfigLoad::Success => ("success", &self.service.config_load_success),
+            ConfigLoad::Error => ("error", &self.service.config_load_error),
         };
+        RuleStats::add(count, 1);
         self.config_loads.add(1, &[KeyValue::new("result", result)]);
     }
 

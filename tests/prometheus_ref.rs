@@ -35,6 +35,8 @@ async fn the_references_names_are_served_on_their_own_port() {
         r#"ratelimit_service_rate_limit_over_limit{domain="p",key1="k"} 2"#,
         r#"ratelimit_service_rate_limit_within_limit{domain="p",key1="k"} 1"#,
         r#"ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 3"#,
+        "ratelimit_service_config_load_success 1",
+        "ratelimit_service_config_load_error 0",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }

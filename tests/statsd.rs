@@ -32,14 +32,16 @@ async fn the_references_counters_reach_statsd_as_deltas() {
         c.should_rate_limit(req.clone()).await.unwrap();
     }
     // Read datagrams until the counters add up (bounded: a flush every 50 ms).
-    let (mut total, mut over, mut requests) = (0, 0, 0);
+    let (mut total, mut over, mut requests, mut loads) = (0, 0, 0, 0);
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut buf = vec![0u8; 2048];
-    while (total, over, requests) != (3, 1, 3) {
+    while (total, over, requests, loads) != (3, 1, 3, 1) {
         let left = deadline.saturating_duration_since(Instant::now());
         let n = tokio::time::timeout(left, sink.recv(&mut buf))
             .await
-            .unwrap_or_else(|_| panic!("got {total} hits, {over} over, {requests} requests"))
+            .unwrap_or_else(|_| {
+                panic!("got {total} hits, {over} over, {requests} requests, {loads} loads")
+            })
             .unwrap();
         for line in std::str::from_utf8(&buf[..n]).unwrap().lines() {
             let (name, rest) = line.split_once(':').unwrap();
@@ -48,6 +50,7 @@ async fn the_references_counters_reach_statsd_as_deltas() {
                 "ratelimit.service.rate_limit.s.k.total_hits" => total += n,
                 "ratelimit.service.rate_limit.s.k.over_limit" => over += n,
                 "ratelimit_server.ShouldRateLimit.total_requests" => requests += n,
+                "ratelimit.service.config_load_success" => loads += n,
                 _ => {}
             }
         }

@@ -56,6 +56,20 @@ pub fn render(telemetry: &Telemetry) -> String {
             let _ = writeln!(out, "{name}{{{labels}}} {}", pick(stats));
         }
     }
+    for (name, count) in [
+        (
+            "config_load_success",
+            &telemetry.service.config_load_success,
+        ),
+        ("config_load_error", &telemetry.service.config_load_error),
+    ] {
+        let _ = writeln!(out, "# TYPE ratelimit_service_{name} counter");
+        let _ = writeln!(
+            out,
+            "ratelimit_service_{name} {}",
+            count.load(Ordering::Relaxed)
+        );
+    }
     let _ = writeln!(out, "# TYPE ratelimit_service_total_requests counter");
     let _ = writeln!(
         out,

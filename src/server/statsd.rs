@@ -1,7 +1,8 @@
 //! `USE_STATSD`: the reference's statsd counters, sent over UDP every `STATS_FLUSH_INTERVAL`
 //! as deltas since the last flush: `ratelimit.service.rate_limit.<rule key>.<counter>` for
-//! `total_hits`, `over_limit`, `near_limit`, `within_limit` and `shadow_mode`, and
-//! `ratelimit_server.ShouldRateLimit.total_requests`.
+//! `total_hits`, `over_limit`, `near_limit`, `within_limit` and `shadow_mode`,
+//! `ratelimit_server.ShouldRateLimit.total_requests`, and
+//! `ratelimit.service.config_load_success|error`.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -62,10 +63,21 @@ pub fn spawn(settings: StatsdSettings, telemetry: Arc<Telemetry>, stop: Cancella
 
 /// The `name:delta|c` lines of every counter that grew since `sent`, which it updates.
 fn deltas(telemetry: &Telemetry, sent: &mut HashMap<String, u64>) -> Vec<String> {
-    let mut now: Vec<(String, u64)> = vec![(
-        "ratelimit_server.ShouldRateLimit.total_requests".into(),
-        telemetry.service.requests.load(Ordering::Relaxed),
-    )];
+    let svc = &telemetry.service;
+    let mut now: Vec<(String, u64)> = vec![
+        (
+            "ratelimit_server.ShouldRateLimit.total_requests".into(),
+            svc.requests.load(Ordering::Relaxed),
+        ),
+        (
+            "ratelimit.service.config_load_success".into(),
+            svc.config_load_success.load(Ordering::Relaxed),
+        ),
+        (
+            "ratelimit.service.config_load_error".into(),
+            svc.config_load_error.load(Ordering::Relaxed),
+        ),
+    ];
     for ((_, key), stats) in telemetry.rules.snapshot() {
         for (counter, pick) in RULE_COUNTERS {
             now.push((
