@@ -222,16 +222,11 @@ impl Service {
                     addr: p.addr,
                     source,
                 })?;
-            let limits = http::HttpLimits {
-                header_read_timeout: settings.http_header_read_timeout,
-                idle_timeout: settings.http_idle_timeout,
-                max_connections: settings.http_max_connections,
-            };
             let router = server::prometheus_ref::router(&p.path, telemetry.clone());
             tokio::spawn(http::serve(
                 listener,
                 router,
-                limits,
+                http_limits(settings),
                 background.clone().cancelled_owned(),
             ));
         }
@@ -401,6 +396,15 @@ fn serve_grpc(
     Ok(ServerTask { stop, task })
 }
 
+/// The HTTP listeners' bounds (the admin port, and the reference's Prometheus port).
+fn http_limits(settings: &Settings) -> http::HttpLimits {
+    http::HttpLimits {
+        header_read_timeout: settings.http_header_read_timeout,
+        idle_timeout: settings.http_idle_timeout,
+        max_connections: settings.http_max_connections,
+    }
+}
+
 /// Starts the HTTP admin server, with the connection limits that keep it from starving gRPC.
 fn serve_http(
     listener: TcpListener,
@@ -408,15 +412,10 @@ fn serve_http(
     settings: &Settings,
 ) -> ServerTask<std::io::Error> {
     let stop = CancellationToken::new();
-    let limits = http::HttpLimits {
-        header_read_timeout: settings.http_header_read_timeout,
-        idle_timeout: settings.http_idle_timeout,
-        max_connections: settings.http_max_connections,
-    };
     let server = http::serve(
         listener,
         http::router(state),
-        limits,
+        http_limits(settings),
         stop.clone().cancelled_owned(),
     );
     ServerTask {

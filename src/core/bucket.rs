@@ -152,6 +152,12 @@ impl Geometry {
         let window_ns = limit.window_ms.saturating_mul(NS_PER_MS);
         // Rounded to the nearest nanosecond: 3 a second refill every 333,333,333 ns.
         let interval_ns = (window_ns.saturating_add(rpu / 2) / rpu).max(1);
+        Geometry::new(interval_ns, burst)
+    }
+
+    /// A bucket of `burst` tokens, one every `interval_ns`: a capacity of `burst` intervals,
+    /// and strict debt down to one more capacity.
+    fn new(interval_ns: u64, burst: u32) -> Geometry {
         let capacity_ns = interval_ns.saturating_mul(u64::from(burst));
         Geometry {
             interval_ns,
@@ -660,13 +666,7 @@ fn own_geometry(g: &Geometry, fleet: &FleetView) -> Geometry {
     let live = f64::from(fleet.live.max(1));
     let interval_ns = ((g.interval_ns as f64 * live / PRIOR_SLACK) as u64).max(1);
     let burst = fleet.prior(g.burst).min(u64::from(u32::MAX)) as u32;
-    let capacity_ns = interval_ns.saturating_mul(u64::from(burst));
-    Geometry {
-        interval_ns,
-        capacity_ns,
-        max_ahead_ns: capacity_ns.saturating_mul(2),
-        burst,
-    }
+    Geometry::new(interval_ns, burst)
 }
 
 #[path = "bucket_burst.rs"]

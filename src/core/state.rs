@@ -57,14 +57,6 @@ impl Plan {
 // === impl LimitState ===
 
 impl LimitState {
-    /// A fresh state for `limit`: empty windows, or a full bucket.
-    pub fn new(limit: &Limit) -> Self {
-        match limit.algorithm {
-            Algorithm::TokenBucket { .. } => LimitState::Bucket(BucketState::default()),
-            _ => LimitState::Window(WindowState::default()),
-        }
-    }
-
     /// What must outlive an eviction at `now`; `None` when a fresh state would decide the
     /// same (the window passed, the bucket is full, nothing waits to be sent).
     pub fn summary(&self, limit: &Limit, now: UnixMillis) -> Option<Summary> {
@@ -79,7 +71,8 @@ impl LimitState {
     }
 
     /// A state for `limit` that starts from `summary` (an over-estimate of what an evicted
-    /// entity held), or fresh when there is none or it is of another algorithm.
+    /// entity held), or fresh (empty windows, a full bucket) when there is none or it is of
+    /// another algorithm.
     pub fn restored(limit: &Limit, summary: Option<Summary>) -> Self {
         match (limit.algorithm, summary) {
             (Algorithm::TokenBucket { .. }, Some(Summary::Bucket { full_at_ms })) => {

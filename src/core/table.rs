@@ -176,6 +176,26 @@ impl Record {
     fn key(&self) -> u128 {
         (u128::from(self.key[1]) << 64) | u128::from(self.key[0])
     }
+
+    /// Whether forgetting it changes no decision at `now`: every window passed, every bucket
+    /// full.
+    fn holds_nothing(&self, limits: &[Limit], now: UnixMillis) -> bool {
+        self.state
+            .states
+            .iter()
+            .zip(limits)
+            .all(|(s, l)| s.summary(l, now).is_none())
+    }
+}
+
+/// The record at position `pos` of a shard's chunks.
+fn record_at(chunks: &[Vec<Record>], pos: usize) -> &Record {
+    &chunks[pos >> CHUNK_BITS][pos & (CHUNK - 1)]
+}
+
+/// The index's hash of the record at `pos`, for the index's rehashing.
+fn hash_at(chunks: &[Vec<Record>], pos: u32) -> u64 {
+    hash_of(record_at(chunks, pos as usize).key())
 }
 
 /// The index's hash of a key: the entity key is already a hash (XXH3-128); its low half
@@ -349,7 +369,7 @@ impl Shard {
     }
 
     fn at(&self, pos: usize) -> &Record {
-        &self.chunks[pos >> CHUNK_BITS][pos & (CHUNK - 1)]
+        record_at(&self.chunks, pos)
     }
 
     fn at_mut(&mut self, pos: usize) -> &mut Record {
@@ -360,8 +380,7 @@ impl Shard {
         let chunks = &self.chunks;
         self.index
             .find(hash_of(key), |&p| {
-                let p = p as usize;
-                chunks[p >> CHUNK_BITS][p & (CHUNK - 1)].key() == key
+                record_at(chunks, p as usize).key() == key
             })
             .map(|&p| p as usize)
     }
@@ -378,10 +397,8 @@ impl Shard {
             .push(record);
         self.len += 1;
         let chunks = &self.chunks;
-        self.index.insert_unique(hash, pos as u32, |&p| {
-            let p = p as usize;
-            hash_of(chunks[p >> CHUNK_BITS][p & (CHUNK - 1)].key())
-        });
+        self.index
+            .insert_unique(hash, pos as u32, |&p| hash_at(chunks, p));
         pos
     }
 
@@ -409,10 +426,7 @@ impl Shard {
         }
         if self.index.capacity() > 64 && self.index.len() < self.index.capacity() / 4 {
             let chunks = &self.chunks;
-            self.index.shrink_to_fit(|&p| {
-                let p = p as usize;
-                hash_of(chunks[p >> CHUNK_BITS][p & (CHUNK - 1)].key())
-            });
+            self.index.shrink_to_fit(|&p| hash_at(chunks, p));
         }
         record
     }
@@ -436,8 +450,8 @@ struct Inner {
     /// Records held, all shards: past `settings.max_entries` an insert evicts from its
     /// shard, so the bound holds however unevenly the keys spread.
     len: AtomicUsize,
-    /// A shard's expected share of the bound: sizes its sketch.
-    per_shard: usize,
+    /// Cells per row of a shard's sketch: a quarter of its share of the bound.
+    sketch_width: usize,
     settings: CacheSettings,
     sets: RwLock<LimitSets>,
     stats: TableStats,
@@ -484,7 +498,7 @@ impl EntityTable {
             inner: Arc::new(Inner {
                 shards: (0..shards).map(|_| Mutex::new(Shard::new())).collect(),
                 len: AtomicUsize::new(0),
-                per_shard,
+                sketch_width: (per_shard / 4).max(64),
                 settings,
                 sets: RwLock::default(),
                 stats: TableStats::default(),
@@ -548,24 +562,21 @@ impl EntityTable {
         self.inner.len.fetch_add(1, Ordering::Relaxed);
         let known = self.inner.sets.read().ids.get(limits).copied();
         let set = known.unwrap_or_else(|| self.inner.sets.write().intern(limits));
-        let states: States = match &shard.sketch {
-            Some(sketch) => {
-                let summaries: Vec<_> = limits
-                    .iter()
-                    .enumerate()
-                    .map(|(i, l)| sketch.query(key, i, l, now))
-                    .collect();
-                if summaries.iter().any(Option::is_some) {
-                    self.inner.stats.restored.fetch_add(1, Ordering::Relaxed);
-                }
-                limits
-                    .iter()
-                    .zip(summaries)
-                    .map(|(l, s)| LimitState::restored(l, s))
-                    .collect()
-            }
-            None => limits.iter().map(LimitState::new).collect(),
-        };
+        // Each limit starts from what the sketch keeps of an evicted entity with this key
+        // (nothing before the shard's first live eviction).
+        let mut restored = false;
+        let states: States = limits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let kept = shard.sketch.as_ref().and_then(|k| k.query(key, i, l, now));
+                restored |= kept.is_some();
+                LimitState::restored(l, kept)
+            })
+            .collect();
+        if restored {
+            self.inner.stats.restored.fetch_add(1, Ordering::Relaxed);
+        }
         shard.push(Record {
             key: [key as u64, (key >> 64) as u64],
             set,
@@ -596,8 +607,7 @@ impl EntityTable {
                 continue;
             }
             let limits = &sets.sets[r.set as usize];
-            let states = r.state.states.iter().zip(limits.iter());
-            if states.clone().all(|(s, l)| s.summary(l, now).is_none()) {
+            if r.holds_nothing(limits, now) {
                 shard.hand = pos;
                 shard.remove(pos);
                 self.inner.len.fetch_sub(1, Ordering::Relaxed);
@@ -607,7 +617,9 @@ impl EntityTable {
                     .fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            let pressure = states.map(|(s, l)| s.pressure(l, now)).fold(0.0, f64::max);
+            let pressure = (r.state.states.iter().zip(limits.iter()))
+                .map(|(s, l)| s.pressure(l, now))
+                .fold(0.0, f64::max);
             if best.is_none_or(|(_, used, p)| (r.used_s, pressure) < (used, p)) {
                 best = Some((pos, r.used_s, pressure));
             }
@@ -618,8 +630,7 @@ impl EntityTable {
                 let record = shard.remove(pos);
                 self.inner.len.fetch_sub(1, Ordering::Relaxed);
                 let limits = sets.sets[record.set as usize].clone();
-                let width = (self.inner.per_shard / 4).max(64);
-                shard.fold(&record, &limits, now, width);
+                shard.fold(&record, &limits, now, self.inner.sketch_width);
                 self.inner
                     .stats
                     .evicted_live
@@ -642,7 +653,7 @@ impl EntityTable {
         let ttl_s = settings
             .ttl
             .map(|t| t.as_secs().min(u64::from(u32::MAX)) as u32);
-        let width = (self.inner.per_shard / 4).max(64);
+        let width = self.inner.sketch_width;
         let mut dropped = 0;
         for shard in self.inner.shards.iter() {
             let mut left = budget.min(shard.lock().len);
@@ -664,12 +675,7 @@ impl EntityTable {
                         shard.sweep = pos + 1;
                         continue;
                     }
-                    let free = r
-                        .state
-                        .states
-                        .iter()
-                        .zip(limits.iter())
-                        .all(|(s, l)| s.summary(l, now).is_none());
+                    let free = r.holds_nothing(limits, now);
                     if !free && !ttl_out {
                         shard.sweep = pos + 1;
                         continue;
