@@ -44,14 +44,29 @@ impl RuleStats {
 /// Reads one counter of a rule's stats.
 pub type ReadCounter = fn(&RuleStats) -> u64;
 
-/// The reference's per-rule counters by their statsd suffix, as the exporters of its names
-/// (`server/statsd.rs`, `server/prometheus_ref.rs`) read them.
-pub const RULE_COUNTERS: [(&str, ReadCounter); 5] = [
-    ("total_hits", |s| s.total_hits.load(Ordering::Relaxed)),
-    ("over_limit", |s| s.over_limit.load(Ordering::Relaxed)),
-    ("near_limit", |s| s.near_limit.load(Ordering::Relaxed)),
-    ("within_limit", |s| s.within_limit.load(Ordering::Relaxed)),
-    ("shadow_mode", |s| s.shadow_mode.load(Ordering::Relaxed)),
+/// The reference's per-rule counters: the suffix of their names, what they count, and how to
+/// read them. Every exporter of them reads this table: `/metrics` (`ratelimit_<suffix>_total`),
+/// statsd (`server/statsd.rs`) and the reference's Prometheus names (`server/prometheus_ref.rs`).
+pub const RULE_COUNTERS: [(&str, &str, ReadCounter); 5] = [
+    ("total_hits", "Hits seen per rule", |s| {
+        s.total_hits.load(Ordering::Relaxed)
+    }),
+    ("over_limit", "Hits over the limit per rule", |s| {
+        s.over_limit.load(Ordering::Relaxed)
+    }),
+    (
+        "near_limit",
+        "Hits within the limit but past NEAR_LIMIT_RATIO of it",
+        |s| s.near_limit.load(Ordering::Relaxed),
+    ),
+    ("within_limit", "Hits within the limit per rule", |s| {
+        s.within_limit.load(Ordering::Relaxed)
+    }),
+    (
+        "shadow_mode",
+        "Over-limit hits let through by shadow mode",
+        |s| s.shadow_mode.load(Ordering::Relaxed),
+    ),
 ];
 
 /// Every rule's stats, keyed by (domain, stats key). Entries outlive reloads so counters stay
@@ -271,41 +286,15 @@ pub fn init_logging(level: &str, format: &str) {
 
 /// The reference's per-rule counters, labelled by domain and rule path.
 fn register_rule_counters(meter: &Meter, rules: &Arc<RuleStatsRegistry>) {
-    type Pick = fn(&RuleStats) -> &AtomicU64;
-    let per_rule: [(&str, &str, Pick); 5] = [
-        ("ratelimit_total_hits", "Hits seen per rule", |s| {
-            &s.total_hits
-        }),
-        (
-            "ratelimit_over_limit",
-            "Hits over the limit per rule",
-            |s| &s.over_limit,
-        ),
-        (
-            "ratelimit_near_limit",
-            "Hits within the limit but past NEAR_LIMIT_RATIO of it",
-            |s| &s.near_limit,
-        ),
-        (
-            "ratelimit_within_limit",
-            "Hits within the limit per rule",
-            |s| &s.within_limit,
-        ),
-        (
-            "ratelimit_shadow_mode",
-            "Over-limit hits let through by shadow mode",
-            |s| &s.shadow_mode,
-        ),
-    ];
-    for (name, help, pick) in per_rule {
+    for (suffix, help, read) in RULE_COUNTERS {
         let rules = rules.clone();
         meter
-            .u64_observable_counter(format!("{name}_total"))
+            .u64_observable_counter(format!("ratelimit_{suffix}_total"))
             .with_description(help)
             .with_callback(move |obs| {
                 for ((domain, key), s) in rules.snapshot() {
                     obs.observe(
-                        pick(&s).load(Ordering::Relaxed),
+                        read(&s),
                         &[KeyValue::new("domain", domain), KeyValue::new("rule", key)],
                     );
                 }

@@ -39,7 +39,7 @@ pub fn render(telemetry: &Telemetry) -> String {
     let mut rules = telemetry.rules.snapshot();
     rules.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = String::new();
-    for (counter, pick) in RULE_COUNTERS {
+    for (counter, _, pick) in RULE_COUNTERS {
         let name = format!("ratelimit_service_rate_limit_{counter}");
         let _ = writeln!(out, "# TYPE {name} counter");
         for ((domain, key), stats) in &rules {

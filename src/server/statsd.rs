@@ -79,7 +79,7 @@ fn deltas(telemetry: &Telemetry, sent: &mut HashMap<String, u64>) -> Vec<String>
         ),
     ];
     for ((_, key), stats) in telemetry.rules.snapshot() {
-        for (counter, pick) in RULE_COUNTERS {
+        for (counter, _, pick) in RULE_COUNTERS {
             now.push((
                 format!("ratelimit.service.rate_limit.{key}.{counter}"),
                 pick(&stats),
