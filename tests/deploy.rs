@@ -1325,3 +1325,73 @@ fn grpc_tls_mounts_the_secrets_and_sets_the_variables() {
         assert!(out.stderr.contains("grpcTls"), "{}", out.describe());
     }
 }
+
+#[test]
+fn reference_metrics_values_set_the_variables_ports_and_scrape() {
+    let m = render(&all_on());
+    let deploy = m.deployment();
+    let c = sluice_container(deploy);
+    for (name, value) in [
+        ("USE_STATSD", "true"),
+        ("STATSD_HOST", "statsd-exporter.monitoring"),
+        ("STATSD_PORT", "8125"),
+        ("STATS_FLUSH_INTERVAL", "10s"),
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", ":9090"),
+        ("PROMETHEUS_PATH", "/metrics"),
+    ] {
+        assert_eq!(env_value(c, name), value, "env {name}");
+    }
+    // The plain values sluice reads resolve into settings with both on.
+    let env: std::collections::HashMap<String, String> = seq_at(c, "env")
+        .iter()
+        .filter_map(|e| {
+            Some((
+                str_at(e, "name").to_string(),
+                opt_at(e, "value")?.as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let settings =
+        sluice::settings::Settings::resolve(&sluice::settings::ServeArgs::default(), &env)
+            .unwrap_or_else(|e| panic!("the rendered env does not resolve: {e:?}"));
+    assert_eq!(
+        settings.statsd.expect("statsd on").addr,
+        "statsd-exporter.monitoring:8125"
+    );
+    assert_eq!(
+        settings.prometheus.expect("prometheus on").addr.port(),
+        9090
+    );
+
+    let port = seq_at(c, "ports")
+        .iter()
+        .find(|p| str_at(p, "name") == "http-ref")
+        .expect("container port http-ref");
+    assert_eq!(i64_at(port, "containerPort"), 9090);
+    let svc = m.get("Service", RELEASE);
+    assert!(
+        seq_at(svc, "spec.ports")
+            .iter()
+            .any(|p| str_at(p, "name") == "http-ref" && str_at(p, "targetPort") == "http-ref"),
+        "Service port http-ref"
+    );
+    let sm = &m.of_kind("ServiceMonitor")[0];
+    assert!(
+        seq_at(sm, "spec.endpoints")
+            .iter()
+            .any(|e| str_at(e, "port") == "http-ref" && str_at(e, "path") == "/metrics"),
+        "ServiceMonitor scrapes http-ref"
+    );
+    let np = &m.of_kind("NetworkPolicy")[0];
+    let text = yaml(np);
+    assert!(text.contains("port: http-ref"), "{text}");
+
+    // Off by default: no variables, no port.
+    let plain = render(&[]);
+    let c = sluice_container(plain.deployment());
+    assert!(env_var(c, "USE_STATSD").is_none() && env_var(c, "USE_PROMETHEUS").is_none());
+    assert!(!seq_at(c, "ports")
+        .iter()
+        .any(|p| str_at(p, "name") == "http-ref"));
+}

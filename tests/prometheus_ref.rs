@@ -35,6 +35,10 @@ async fn the_references_names_are_served_on_their_own_port() {
         r#"ratelimit_service_rate_limit_over_limit{domain="p",key1="k"} 2"#,
         r#"ratelimit_service_rate_limit_within_limit{domain="p",key1="k"} 1"#,
         r#"ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 3"#,
+        r#"ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 3"#,
+        r#"ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="+Inf"} 3"#,
+        r#"ratelimit_service_should_rate_limit_error{err_type="service_error"} 0"#,
+        r#"ratelimit_service_should_rate_limit_error{err_type="redis_error"} 0"#,
         "ratelimit_service_config_load_success 1",
         "ratelimit_service_config_load_error 0",
     ] {
@@ -43,5 +47,8 @@ async fn the_references_names_are_served_on_their_own_port() {
     // sluice's own metrics stay where they were.
     let (_, _, own) = http_async(s.http, "GET", "/metrics", "").await.unwrap();
     assert!(own.contains("sluice_requests_total"));
+    assert!(own
+        .lines()
+        .any(|l| l == "sluice_request_duration_seconds_count 3"));
     s.stop().await.unwrap();
 }

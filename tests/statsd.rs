@@ -1,4 +1,5 @@
-//! `USE_STATSD`: the reference's per-rule counters reach a statsd socket as deltas.
+//! `USE_STATSD`: the reference's per-rule counters reach a statsd socket as deltas, its
+//! request counters and errors too, and the response-time timer as sampled lines.
 
 mod common;
 
@@ -31,26 +32,49 @@ async fn the_references_counters_reach_statsd_as_deltas() {
     for _ in 0..3 {
         c.should_rate_limit(req.clone()).await.unwrap();
     }
+    // An invalid request: the reference's `service_error`.
+    let empty = RateLimitRequest {
+        domain: String::new(),
+        ..req.clone()
+    };
+    assert!(c.should_rate_limit(empty).await.is_err());
     // Read datagrams until the counters add up (bounded: a flush every 50 ms).
     let (mut total, mut over, mut requests, mut loads) = (0, 0, 0, 0);
+    let (mut timed, mut errors) = (0.0, 0);
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut buf = vec![0u8; 2048];
-    while (total, over, requests, loads) != (3, 1, 3, 1) {
+    while (total, over, requests, loads, timed, errors) != (3, 1, 4, 1, 4.0, 1) {
         let left = deadline.saturating_duration_since(Instant::now());
         let n = tokio::time::timeout(left, sink.recv(&mut buf))
             .await
             .unwrap_or_else(|_| {
-                panic!("got {total} hits, {over} over, {requests} requests, {loads} loads")
+                panic!(
+                    "got {total} hits, {over} over, {requests} requests, {loads} loads, \
+                     {timed} timed, {errors} errors"
+                )
             })
             .unwrap();
         for line in std::str::from_utf8(&buf[..n]).unwrap().lines() {
             let (name, rest) = line.split_once(':').unwrap();
+            if name == "ratelimit_server.ShouldRateLimit.response_time" {
+                // `<ms>|ms`, or `<ms>|ms|@<rate>` for 1/rate calls in one bucket.
+                let mut parts = rest.split('|');
+                let ms: f64 = parts.next().unwrap().parse().unwrap();
+                assert!(ms > 0.0 && ms <= 20_000.0, "{line}");
+                assert_eq!(parts.next(), Some("ms"), "{line}");
+                let rate = parts.next().map_or(1.0, |r| {
+                    r.strip_prefix('@').unwrap().parse::<f64>().unwrap()
+                });
+                timed += (1.0 / rate).round();
+                continue;
+            }
             let n: u64 = rest.strip_suffix("|c").unwrap().parse().unwrap();
             match name {
                 "ratelimit.service.rate_limit.s.k.total_hits" => total += n,
                 "ratelimit.service.rate_limit.s.k.over_limit" => over += n,
                 "ratelimit_server.ShouldRateLimit.total_requests" => requests += n,
                 "ratelimit.service.config_load_success" => loads += n,
+                "ratelimit.service.call.should_rate_limit.service_error" => errors += n,
                 _ => {}
             }
         }

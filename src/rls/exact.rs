@@ -272,6 +272,10 @@ impl RateLimiter {
                 self.gather(plan, &verdicts)
             }
             Err(e) => {
+                self.telemetry
+                    .service
+                    .redis_errors
+                    .fetch_add(1, Ordering::Relaxed);
                 let mut answers: Vec<Option<ExactAnswer>> = Vec::new();
                 for &i in &plan.owners {
                     answers.resize_with(answers.len().max(i + 1), || None);

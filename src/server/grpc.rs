@@ -43,16 +43,22 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.limiter
+        let start = tokio::time::Instant::now();
+        let result = self
+            .limiter
             .should_rate_limit_async(request.get_ref())
-            .await
-            .map(Response::new)
-            .map_err(|e| {
-                if e.is_client_error() {
-                    Status::invalid_argument(e.to_string())
-                } else {
-                    Status::unavailable(e.to_string())
-                }
-            })
+            .await;
+        self.limiter
+            .telemetry()
+            .service
+            .response_time
+            .record(start.elapsed());
+        result.map(Response::new).map_err(|e| {
+            if e.is_client_error() {
+                Status::invalid_argument(e.to_string())
+            } else {
+                Status::unavailable(e.to_string())
+            }
+        })
     }
 }

@@ -76,6 +76,27 @@ pub fn render(telemetry: &Telemetry) -> String {
         "ratelimit_service_total_requests{{grpc_method=\"ShouldRateLimit\"}} {}",
         telemetry.service.requests.load(Ordering::Relaxed)
     );
+    let svc = &telemetry.service;
+    let _ = writeln!(
+        out,
+        "# TYPE ratelimit_service_should_rate_limit_error counter"
+    );
+    for (err_type, count) in [
+        ("service_error", &svc.invalid_requests),
+        ("redis_error", &svc.redis_errors),
+    ] {
+        let _ = writeln!(
+            out,
+            "ratelimit_service_should_rate_limit_error{{err_type=\"{err_type}\"}} {}",
+            count.load(Ordering::Relaxed)
+        );
+    }
+    svc.response_time.write_prometheus(
+        &mut out,
+        "ratelimit_service_response_time_seconds",
+        "ShouldRateLimit response time",
+        "grpc_method=\"ShouldRateLimit\"",
+    );
     out
 }
 
@@ -103,6 +124,9 @@ mod tests {
             "ratelimit_service_rate_limit_over_limit{domain=\"d\",key1=\"a_b\",key2=\"c\"} 2",
             "ratelimit_service_rate_limit_within_limit{domain=\"d\",key1=\"x\",key2=\"y.z\"} 1",
             "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 0",
+            "ratelimit_service_should_rate_limit_error{err_type=\"service_error\"} 0",
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"0.0001\"} 0",
+            "ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

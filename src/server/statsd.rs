@@ -1,7 +1,8 @@
 //! `USE_STATSD`: the reference's statsd counters, sent over UDP every `STATS_FLUSH_INTERVAL`
 //! as deltas since the last flush: `ratelimit.service.rate_limit.<rule key>.<counter>` for
 //! `total_hits`, `over_limit`, `near_limit`, `within_limit` and `shadow_mode`,
-//! `ratelimit_server.ShouldRateLimit.total_requests`, and
+//! `ratelimit_server.ShouldRateLimit.total_requests` and `.response_time`,
+//! `ratelimit.service.call.should_rate_limit.service_error|redis_error`, and
 //! `ratelimit.service.config_load_success|error`.
 
 use std::collections::HashMap;
@@ -12,7 +13,7 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
-use crate::telemetry::{Telemetry, RULE_COUNTERS};
+use crate::telemetry::{ResponseTimes, Telemetry, RESPONSE_BUCKETS_NS, RULE_COUNTERS};
 
 /// Where and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +78,14 @@ fn deltas(telemetry: &Telemetry, sent: &mut HashMap<String, u64>) -> Vec<String>
             "ratelimit.service.config_load_error".into(),
             svc.config_load_error.load(Ordering::Relaxed),
         ),
+        (
+            "ratelimit.service.call.should_rate_limit.service_error".into(),
+            svc.invalid_requests.load(Ordering::Relaxed),
+        ),
+        (
+            "ratelimit.service.call.should_rate_limit.redis_error".into(),
+            svc.redis_errors.load(Ordering::Relaxed),
+        ),
     ];
     for ((_, key), stats) in telemetry.rules.snapshot() {
         for (counter, _, pick) in RULE_COUNTERS {
@@ -91,6 +100,39 @@ fn deltas(telemetry: &Telemetry, sent: &mut HashMap<String, u64>) -> Vec<String>
         let before = sent.insert(name.clone(), value).unwrap_or(0);
         if value > before {
             lines.push(format!("{name}:{}|c", value - before));
+        }
+    }
+    lines.extend(response_times(&svc.response_time, sent));
+    lines
+}
+
+/// The reference's `ratelimit_server.ShouldRateLimit.response_time` timer (ms), from the
+/// histogram rather than one line per call: for each bucket that grew by `n`, one sample of
+/// the bucket's upper bound with a sample rate of `1/n`, which statsd servers (and
+/// statsd_exporter) count as `n` samples. The bounds include statsd_exporter's default
+/// buckets, so its histogram comes out as if every call had been sent. Calls past the last
+/// bound (10 s) are sent as 20 s.
+fn response_times(times: &ResponseTimes, sent: &mut HashMap<String, u64>) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (i, count) in times.counts().into_iter().enumerate() {
+        let before = sent
+            .insert(format!("response_time.{i}"), count)
+            .unwrap_or(0);
+        if count > before {
+            let bound_ns = RESPONSE_BUCKETS_NS
+                .get(i)
+                .copied()
+                .unwrap_or(20_000_000_000);
+            let ms = bound_ns as f64 / 1e6;
+            let n = count - before;
+            let rate = if n == 1 {
+                String::new()
+            } else {
+                format!("|@{}", 1.0 / n as f64)
+            };
+            lines.push(format!(
+                "ratelimit_server.ShouldRateLimit.response_time:{ms}|ms{rate}"
+            ));
         }
     }
     lines
@@ -140,6 +182,34 @@ mod tests {
         assert_eq!(
             deltas(&t, &mut sent),
             vec!["ratelimit.service.rate_limit.d.k_v.total_hits:2|c".to_string()]
+        );
+    }
+
+    #[test]
+    fn response_times_go_as_one_sampled_line_per_bucket() {
+        use std::time::Duration;
+        let t = ResponseTimes::default();
+        let mut sent = HashMap::new();
+        for us in [50, 100, 80, 3_000] {
+            t.record(Duration::from_micros(us));
+        }
+        t.record(Duration::from_secs(11));
+        assert_eq!(
+            response_times(&t, &mut sent),
+            vec![
+                "ratelimit_server.ShouldRateLimit.response_time:0.1|ms|@0.3333333333333333",
+                "ratelimit_server.ShouldRateLimit.response_time:5|ms",
+                "ratelimit_server.ShouldRateLimit.response_time:20000|ms",
+            ]
+        );
+        assert!(
+            response_times(&t, &mut sent).is_empty(),
+            "only growth is sent"
+        );
+        t.record(Duration::from_micros(101));
+        assert_eq!(
+            response_times(&t, &mut sent),
+            vec!["ratelimit_server.ShouldRateLimit.response_time:0.25|ms"]
         );
     }
 }

@@ -71,7 +71,7 @@ pub const REFERENCE_ENV: &[(&str, Treatment)] = &[
     ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Ignored(NO_XDS, &[])),
     ("USE_DOG_STATSD", Ignored(METRICS, FALSE)),
     ("USE_DOG_STATSD_MOGRIFIERS", Ignored(METRICS, &[])),
-    ("USE_STATSD", Mapped("default false (the reference's: true): Prometheus is built in at /metrics. Sends the per-rule counters and ShouldRateLimit.total_requests")),
+    ("USE_STATSD", Mapped("default false (the reference's: true): Prometheus is built in at /metrics. Sends the per-rule counters, ShouldRateLimit.total_requests and response_time, the error and config load counters")),
     ("STATSD_HOST", Same),
     ("STATSD_PORT", Same),
     ("EXTRA_TAGS", Ignored(METRICS, &[])),
