@@ -13,7 +13,7 @@ use common::xds::{config, AdsServer, TYPE_URL};
 use common::{desc, http_async, wait_for_body, wait_until_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit::{Minute, Unknown};
-use sluice::server::xds::XdsSettings;
+use sluice::server::xds::{XdsSettings, XdsTls};
 
 fn xds_settings(ads: SocketAddr) -> XdsSettings {
     XdsSettings {
@@ -292,5 +292,46 @@ async fn the_client_reconnects_when_the_server_restarts() {
         .await;
     assert_eq!(ack.version_info, "v2");
     assert_eq!(hit(&s, "k").await.1, 4);
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn rules_come_over_mtls_verified_under_the_configured_name() {
+    common::require_tool("openssl", "apt-get install openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let ca = common::certs::ca(dir.path(), "ca");
+    // The server's certificate names neither 127.0.0.1 nor localhost: only the SAN setting
+    // makes it acceptable.
+    let server = common::certs::leaf(dir.path(), "xds", &ca, "serverAuth", "DNS:xds.internal");
+    let client = common::certs::leaf(dir.path(), "client", &ca, "clientAuth", "DNS:sluice");
+    let ads = AdsServer::start_tls(
+        sluice::server::tls::GrpcTls {
+            cert: server.cert,
+            key: server.key,
+            client_ca: Some(ca.cert.clone()),
+            client_san: None,
+        },
+        None,
+    )
+    .await;
+    ads.set("v1", &[config("x", &[("k", Minute, 1)])]);
+    let addr = ads.addr;
+    let s = Server::start("", |s| {
+        s.xds = Some(XdsSettings {
+            tls: Some(XdsTls {
+                client_cert: Some(client.cert),
+                client_key: Some(client.key),
+                server_ca: Some(ca.cert),
+                server_san: Some("xds.internal".into()),
+            }),
+            ..xds_settings(addr)
+        })
+    })
+    .await;
+    let nonce = loop_nonce(&ads, "v1").await;
+    ads.wait_request("the ACK of v1", |r| r.response_nonce == nonce)
+        .await;
+    assert_eq!(hit(&s, "k").await, (OK, 1, 0));
+    assert_eq!(hit(&s, "k").await.0, OVER);
     s.stop().await.unwrap();
 }

@@ -57,6 +57,19 @@ impl AdsServer {
 
     /// Starts a server on `addr` (a restart reuses the port the client knows).
     pub async fn start_on(addr: SocketAddr, snapshot: Snapshot) -> AdsServer {
+        Self::start_with(addr, snapshot, None).await
+    }
+
+    /// Starts a server over TLS (sluice's own listener code: mTLS when `tls` names a CA).
+    pub async fn start_tls(tls: sluice::server::tls::GrpcTls, snapshot: Snapshot) -> AdsServer {
+        Self::start_with("127.0.0.1:0".parse().unwrap(), snapshot, Some(tls)).await
+    }
+
+    async fn start_with(
+        addr: SocketAddr,
+        snapshot: Snapshot,
+        tls: Option<sluice::server::tls::GrpcTls>,
+    ) -> AdsServer {
         let listener = bind(addr).await;
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
@@ -67,14 +80,25 @@ impl AdsServer {
         });
         let service = AggregatedDiscoveryServiceServer::new(Ads(shared.clone()));
         let kill = shared.kill.clone();
+        let router = tonic::transport::Server::builder().add_service(service);
         let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(
-                    TcpListenerStream::new(listener),
-                    kill.cancelled_owned(),
-                )
-                .await;
+            let _ = match tls {
+                Some(tls) => {
+                    let config = sluice::server::tls::server_config(&tls).unwrap();
+                    let incoming = sluice::server::tls::incoming(listener, config);
+                    router
+                        .serve_with_incoming_shutdown(incoming, kill.cancelled_owned())
+                        .await
+                }
+                None => {
+                    router
+                        .serve_with_incoming_shutdown(
+                            TcpListenerStream::new(listener),
+                            kill.cancelled_owned(),
+                        )
+                        .await
+                }
+            };
         });
         AdsServer { addr, shared, task }
     }
