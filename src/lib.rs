@@ -13,13 +13,13 @@
 //! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
 //!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`).
 //! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, rules reload from disk,
-//!   signals/readiness.
+//!   rules over xDS, signals/readiness.
 //! - `settings/`: flags and environment; `telemetry`: metrics and logs; `cli/`: `check`,
 //!   `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
 //!
-//! [`run`] wires them: load rules, serve gRPC and HTTP, watch the rules, and on the shutdown
-//! future stop within one grace period: not ready, servers drained, limiter closed, final
-//! flush. ARCHITECTURE.md walks through a request and a hit.
+//! [`run`] wires them: load rules (or subscribe to them over xDS), serve gRPC and HTTP, watch
+//! the rules, and on the shutdown future stop within one grace period: not ready, servers
+//! drained, limiter closed, final flush. ARCHITECTURE.md walks through a request and a hit.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
