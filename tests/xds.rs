@@ -335,3 +335,50 @@ async fn rules_come_over_mtls_verified_under_the_configured_name() {
     assert_eq!(hit(&s, "k").await.0, OVER);
     s.stop().await.unwrap();
 }
+
+/// The real binary, configured by the reference's variables alone (no rules path at all).
+#[tokio::test]
+async fn the_binary_takes_its_rules_from_the_reference_variables() {
+    let ads = AdsServer::start(None).await;
+    ads.set("v1", &[config("x", &[("k", Minute, 1)])]);
+    let http_port = common::free_port();
+    let http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .env_clear()
+        .arg("serve")
+        .envs([
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", &ads.addr.to_string()),
+            ("CONFIG_GRPC_XDS_NODE_ID", "proc-node"),
+            ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=b"),
+            ("GRPC_HOST", "127.0.0.1"),
+            ("GRPC_PORT", &common::free_port().to_string()),
+            ("HOST", "127.0.0.1"),
+            ("PORT", &http_port.to_string()),
+        ])
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    // Killed however the test ends.
+    let _proc = common::procs::Proc { child, http, log };
+    wait_until_async(30, "the process to become ready", || async {
+        matches!(
+            http_async(http, "GET", "/readyz", "").await,
+            Ok((200, _, _))
+        )
+    })
+    .await;
+    let node = ads.requests()[0].node.clone().unwrap();
+    assert_eq!(node.id, "proc-node");
+    assert!(node.metadata.unwrap().fields.contains_key("zone"));
+    let body = r#"{"domain":"x","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
+    assert_eq!(
+        http_async(http, "POST", "/json", body).await.unwrap().0,
+        200
+    );
+    assert_eq!(
+        http_async(http, "POST", "/json", body).await.unwrap().0,
+        429
+    );
+}

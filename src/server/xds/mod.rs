@@ -133,7 +133,7 @@ impl XdsClient {
         let mut delay = self.settings.retry_interval;
         loop {
             let mut progress = false;
-            let ended = tokio::select! {
+            let Err(ended) = tokio::select! {
                 _ = stop.cancelled() => return,
                 r = self.stream(&node, &mut accepted, &mut progress, &loaded) => r,
             };
@@ -142,15 +142,14 @@ impl XdsClient {
                 delay = self.settings.retry_interval;
             }
             match ended {
-                Err(StreamError::Connect(e)) => tracing::warn!(
+                StreamError::Connect(e) => tracing::warn!(
                     error = %e, url = %self.settings.server_url, retry_in = ?delay,
                     "cannot reach the xDS management server"
                 ),
-                Err(e) => tracing::warn!(
+                e => tracing::warn!(
                     error = %e, url = %self.settings.server_url, retry_in = ?delay,
                     "xDS stream ended"
                 ),
-                Ok(()) => {}
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -160,14 +159,15 @@ impl XdsClient {
         }
     }
 
-    /// One stream: subscribe, then answer every response with an ACK or a NACK.
+    /// One stream: subscribe, then answer every response with an ACK or a NACK. It only
+    /// ever ends with an error: the server has no reason to close a subscription.
     async fn stream(
         &self,
         node: &Node,
         accepted: &mut String,
         progress: &mut bool,
         loaded: &watch::Sender<Option<usize>>,
-    ) -> Result<(), StreamError> {
+    ) -> Result<std::convert::Infallible, StreamError> {
         let channel = connect::channel(&self.settings).await?;
         let mut client = AggregatedDiscoveryServiceClient::new(channel);
         if let Some(max) = self.settings.max_message_bytes {
