@@ -105,8 +105,11 @@ fn policy(p: &pb::RateLimitPolicy) -> model::RateLimitConfig {
 
 /// A `google.protobuf.Struct` as the YAML value a file's `metadata` would be.
 fn struct_value(s: &Struct) -> serde_yaml::Value {
+    // In key order: the proto's map has none, and the same set must convert the same way.
+    let mut fields: Vec<_> = s.fields.iter().collect();
+    fields.sort_by(|a, b| a.0.cmp(b.0));
     let mut map = Mapping::new();
-    for (k, v) in &s.fields {
+    for (k, v) in fields {
         map.insert(serde_yaml::Value::String(k.clone()), value(v));
     }
     serde_yaml::Value::Mapping(map)
