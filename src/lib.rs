@@ -13,13 +13,13 @@
 //! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
 //!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`).
 //! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, rules reload from disk,
-//!   signals/readiness.
+//!   rules over xDS, signals/readiness.
 //! - `settings/`: flags and environment; `telemetry`: metrics and logs; `cli/`: `check`,
 //!   `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
 //!
-//! [`run`] wires them: load rules, serve gRPC and HTTP, watch the rules, and on the shutdown
-//! future stop within one grace period: not ready, servers drained, limiter closed, final
-//! flush. ARCHITECTURE.md walks through a request and a hit.
+//! [`run`] wires them: load rules (or subscribe to them over xDS), serve gRPC and HTTP, watch
+//! the rules, and on the shutdown future stop within one grace period: not ready, servers
+//! drained, limiter closed, final flush. ARCHITECTURE.md walks through a request and a hit.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -51,6 +52,7 @@ use crate::rules::model::ConfigError;
 use crate::server::grpc::{self, RlsService};
 use crate::server::reload::ReloadStatus;
 use crate::server::shutdown::Readiness;
+use crate::server::xds::{XdsClient, XdsSettings};
 use crate::server::{http, reload};
 use crate::settings::Settings;
 use crate::telemetry::Telemetry;
@@ -156,7 +158,11 @@ struct Service {
     http: ServerTask<std::io::Error>,
     global: Option<Global>,
     sync_stop: CancellationToken,
-    watcher: JoinHandle<()>,
+    /// Where new rules come from: the file watcher, or the xDS client.
+    rules_source: JoinHandle<()>,
+    /// xDS: the task that turns accepted sets into readiness, stopped before shutdown turns
+    /// the service unready (so it cannot turn it ready again).
+    xds_readiness: Option<ServerTask<std::convert::Infallible>>,
     background: CancellationToken,
 }
 
@@ -171,10 +177,22 @@ impl Service {
         clock: Arc<dyn Clock>,
     ) -> Result<Service, RunError> {
         let telemetry = Arc::new(Telemetry::new()?);
-        let (rules, files) = reload::load_path(&settings.config_path, settings.merge_domains)
-            .map_err(RunError::Rules)?;
-        tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
-        telemetry.config_load(telemetry::ConfigLoad::Success);
+        let (rules, files) = match &settings.xds {
+            // No rules until the management server sends a set: every request is allowed
+            // meanwhile, and the service is not ready (README, "Rules over xDS").
+            Some(xds) => {
+                tracing::info!(url = %xds.server_url, node = %xds.node_id, "rules come over xDS");
+                (rules::RuleSet::default(), Vec::new())
+            }
+            None => {
+                let (rules, files) =
+                    reload::load_path(&settings.config_path, settings.merge_domains)
+                        .map_err(RunError::Rules)?;
+                tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
+                telemetry.config_load(telemetry::ConfigLoad::Success);
+                (rules, files)
+            }
+        };
         let sync_stop = CancellationToken::new();
         let mut global = match &settings.redis {
             Some(redis) => Some(
@@ -203,14 +221,26 @@ impl Service {
         }
         let reload_status = Arc::new(ReloadStatus::default());
         let background = CancellationToken::new();
-        let watcher = reload::spawn_watcher(
-            settings.config_path.clone(),
-            settings.merge_domains,
-            settings.reload_debounce,
-            limiter.clone(),
-            reload_status.clone(),
-            background.clone(),
-        )?;
+        let (loaded_tx, loaded) = watch::channel(None);
+        let rules_source = match &settings.xds {
+            Some(xds) => {
+                let client = XdsClient {
+                    settings: xds.clone(),
+                    merge_domains: settings.merge_domains,
+                    limiter: limiter.clone(),
+                    status: reload_status.clone(),
+                };
+                tokio::spawn(client.run(loaded_tx, background.clone()))
+            }
+            None => reload::spawn_watcher(
+                settings.config_path.clone(),
+                settings.merge_domains,
+                settings.reload_debounce,
+                limiter.clone(),
+                reload_status.clone(),
+                background.clone(),
+            )?,
+        };
         spawn_sweeper(limiter.clone(), background.clone());
         if let Some(statsd) = &settings.statsd {
             server::statsd::spawn(statsd.clone(), telemetry.clone(), background.clone());
@@ -231,12 +261,7 @@ impl Service {
             ));
         }
         let (health, health_service) = tonic_health::server::health_reporter();
-        health
-            .set_serving::<RateLimitServiceServer<RlsService>>()
-            .await;
-        health
-            .set_service_status(REFERENCE_HEALTH_NAME, tonic_health::ServingStatus::Serving)
-            .await;
+        set_health(&health, settings.xds.is_none()).await;
         let grpc_addr = listeners.grpc.local_addr().ok();
         let http_addr = listeners.http.local_addr().ok();
         let grpc = serve_grpc(
@@ -256,7 +281,18 @@ impl Service {
                 .unwrap_or_default(),
         };
         let http = serve_http(listeners.http, state, settings);
-        readiness.set(true);
+        let xds_readiness = match &settings.xds {
+            Some(xds) => Some(spawn_xds_readiness(
+                xds,
+                loaded,
+                readiness.clone(),
+                health.clone(),
+            )),
+            None => {
+                readiness.set(true);
+                None
+            }
+        };
         tracing::info!(grpc = ?grpc_addr, http = ?http_addr, "serving");
         Ok(Service {
             limiter,
@@ -267,7 +303,8 @@ impl Service {
             http,
             global,
             sync_stop,
-            watcher,
+            rules_source,
+            xds_readiness,
             background,
         })
     }
@@ -295,15 +332,12 @@ impl Service {
     async fn stop(self, grace: Duration, store_timeout: Duration) {
         let deadline = Instant::now() + grace;
         let drain_deadline = deadline - flush_reserve(grace, store_timeout);
-        self.readiness.set(false);
-        self.health
-            .set_not_serving::<RateLimitServiceServer<RlsService>>()
-            .await;
-        for name in ["", REFERENCE_HEALTH_NAME] {
-            self.health
-                .set_service_status(name, tonic_health::ServingStatus::NotServing)
-                .await;
+        if let Some(gate) = self.xds_readiness {
+            gate.stop.cancel();
+            let _ = gate.task.await;
         }
+        self.readiness.set(false);
+        set_health(&self.health, false).await;
         self.grpc.stop.cancel();
         self.http.stop.cancel();
         let (mut grpc, mut http) = (self.grpc.task, self.http.task);
@@ -329,7 +363,7 @@ impl Service {
             }
         }
         self.background.cancel();
-        let _ = self.watcher.await;
+        let _ = self.rules_source.await;
         self.telemetry.shutdown();
         tracing::info!("stopped");
     }
@@ -345,6 +379,63 @@ fn flush_reserve(grace: Duration, store_timeout: Duration) -> Duration {
 /// The gRPC health service name envoyproxy/ratelimit answers for: probes and Envoy health
 /// checks written for it ask for this name rather than the RLS service's full name.
 const REFERENCE_HEALTH_NAME: &str = "ratelimit";
+
+/// Sets the gRPC health of the RLS service, of the whole server (""), and of the reference's
+/// name.
+async fn set_health(health: &tonic_health::server::HealthReporter, serving: bool) {
+    let status = if serving {
+        tonic_health::ServingStatus::Serving
+    } else {
+        tonic_health::ServingStatus::NotServing
+    };
+    health
+        .set_service_status(
+            <RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+    for name in ["", REFERENCE_HEALTH_NAME] {
+        health.set_service_status(name, status).await;
+    }
+}
+
+/// xDS: readiness (and gRPC health) follow the sets the client accepts: not ready until the
+/// first one, unless `force_start`; with `need_a_domain`, ready only while the set in force
+/// has a domain (the reference's `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+fn spawn_xds_readiness(
+    xds: &XdsSettings,
+    mut loaded: watch::Receiver<Option<usize>>,
+    readiness: Arc<Readiness>,
+    health: tonic_health::server::HealthReporter,
+) -> ServerTask<std::convert::Infallible> {
+    let (force_start, need_a_domain) = (xds.force_start, xds.need_a_domain);
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let task = tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let ready = match *loaded.borrow_and_update() {
+                None => force_start,
+                Some(domains) => !need_a_domain || domains > 0,
+            };
+            if last != Some(ready) {
+                if ready {
+                    tracing::info!("ready: rules over xDS in force");
+                } else {
+                    tracing::info!("not ready: no rules over xDS in force yet");
+                }
+                readiness.set(ready);
+                set_health(&health, ready).await;
+                last = Some(ready);
+            }
+            tokio::select! {
+                _ = token.cancelled() => return Ok(()),
+                changed = loaded.changed() => if changed.is_err() { return Ok(()) },
+            }
+        }
+    });
+    ServerTask { stop, task }
+}
 
 /// Sweeps idle entities out of the table once a second until `stop` (on a blocking thread:
 /// a slice of a full table takes a few milliseconds).

@@ -180,6 +180,11 @@ impl RuleSet {
         self.domains.contains_key(domain)
     }
 
+    /// How many domains have rules.
+    pub fn domain_count(&self) -> usize {
+        self.domains.len()
+    }
+
     /// Every compiled rule, in load order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules

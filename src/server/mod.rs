@@ -1,6 +1,6 @@
 //! The I/O edges a client sees: the gRPC service, the HTTP admin port, rules reload from disk,
-//! and shutdown (signals, readiness). Each translates to and from the `rls` semantics; none
-//! decides anything itself.
+//! rules from an xDS management server, and shutdown (signals, readiness). Each translates to
+//! and from the `rls` semantics; none decides anything itself.
 
 pub mod grpc;
 pub mod http;
@@ -12,3 +12,4 @@ pub mod reload;
 pub mod shutdown;
 pub mod statsd;
 pub mod tls;
+pub mod xds;

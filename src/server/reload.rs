@@ -124,14 +124,14 @@ impl ReloadStatus {
         (s.loads, s.errors, s.errors_since)
     }
 
-    fn succeeded(&self) {
+    pub(crate) fn succeeded(&self) {
         let mut s = self.inner.lock();
         s.loads += 1;
         s.errors.clear();
         s.errors_since = None;
     }
 
-    fn failed(&self, errors: Vec<String>, now: UnixMillis) {
+    pub(crate) fn failed(&self, errors: Vec<String>, now: UnixMillis) {
         let mut s = self.inner.lock();
         s.errors = errors;
         s.errors_since.get_or_insert(now);

@@ -82,7 +82,7 @@ fn file_error(path: &Path, message: impl std::fmt::Display) -> TlsError {
     }
 }
 
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     // Explicit rather than the process default: none is installed, and `ring` is the only
     // provider compiled in.
     Arc::new(rustls::crypto::ring::default_provider())
@@ -100,12 +100,17 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
     Ok(certs)
 }
 
+/// Reads a PEM private key.
+pub fn load_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let bytes = std::fs::read(path).map_err(|e| file_error(path, e))?;
+    PrivateKeyDer::from_pem_slice(&bytes)
+        .map_err(|e| file_error(path, format!("holds no usable PEM private key ({e})")))
+}
+
 /// Reads the certificate chain and key and checks that they belong together.
 pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
     let chain = load_certs(cert)?;
-    let bytes = std::fs::read(key).map_err(|e| file_error(key, e))?;
-    let der = PrivateKeyDer::from_pem_slice(&bytes)
-        .map_err(|e| file_error(key, format!("holds no usable PEM private key ({e})")))?;
+    let der = load_private_key(key)?;
     CertifiedKey::from_der(chain, der, &provider()).map_err(|source| TlsError::Pair {
         cert: cert.to_path_buf(),
         key: key.to_path_buf(),

@@ -24,7 +24,7 @@ use Treatment::{Ignored, Mapped, Refused, Same};
 
 const NO_DEBUG: &str =
     "no debug port: /rlconfig, /metrics and the health checks are on the HTTP port";
-const NO_XDS: &str = "rules over xDS are not supported yet (CONFIG_TYPE is refused)";
+const XDS_BACKOFF: &str = "reconnection waits CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, doubled per failed attempt up to XDS_CLIENT_BACKOFF_MAX_INTERVAL, without jitter";
 const METRICS: &str = "metrics are served in Prometheus format at /metrics on the HTTP port (and, with USE_STATSD, the reference's statsd counters); DogStatsD, tags and a mapping file of one's own are not supported yet";
 const NO_MEMCACHE: &str = "memcache is not a backend of sluice (BACKEND_TYPE is refused)";
 const PIPELINE: &str = "each tick's sync is one pipelined call per shard";
@@ -52,23 +52,23 @@ pub const REFERENCE_ENV: &[(&str, Treatment)] = &[
     ("GRPC_CLIENT_TLS_SAN", Mapped("a DNS (wildcards match) or IP name; refused without GRPC_CLIENT_TLS_CACERT")),
     ("LOG_LEVEL", Mapped("default info (the reference's: WARN); also takes an env-filter directive")),
     ("LOG_FORMAT", Same),
-    ("CONFIG_TYPE", Refused("only FILE is supported: rules over xDS (GRPC_XDS_SOTW) are not yet", &["FILE"])),
-    ("FORCE_START_WITHOUT_INITIAL_CONFIG", Ignored("only for xDS rules; sluice starts on its rules files", FALSE)),
-    ("CONFIG_GRPC_XDS_NODE_ID", Ignored(NO_XDS, &[])),
-    ("CONFIG_GRPC_XDS_NODE_METADATA", Ignored(NO_XDS, &[])),
-    ("CONFIG_GRPC_XDS_SERVER_URL", Ignored(NO_XDS, &[])),
-    ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Ignored(NO_XDS, &[])),
-    ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Ignored(NO_XDS, &[])),
-    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", Ignored(NO_XDS, FALSE)),
-    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Ignored(NO_XDS, &[])),
-    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", Ignored(NO_XDS, &[])),
-    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", Ignored(NO_XDS, &[])),
-    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", Ignored(NO_XDS, &[])),
-    ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Ignored(NO_XDS, &[])),
-    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Ignored(NO_XDS, &[])),
-    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Ignored(NO_XDS, &[])),
-    ("XDS_CLIENT_BACKOFF_JITTER", Ignored(NO_XDS, &[])),
-    ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Ignored(NO_XDS, &[])),
+    ("CONFIG_TYPE", Same),
+    ("FORCE_START_WITHOUT_INITIAL_CONFIG", Mapped("xDS: sluice serves at once either way (nothing is limited until the first rule set arrives) and is not ready until then; set, it is ready at once. The reference does not serve until then")),
+    ("CONFIG_GRPC_XDS_NODE_ID", Same),
+    ("CONFIG_GRPC_XDS_NODE_METADATA", Mapped("key=value pairs, sent as string values; a pair without = is dropped with a warning (the reference drops it silently)")),
+    ("CONFIG_GRPC_XDS_SERVER_URL", Same),
+    ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Mapped("the first wait before reconnecting, doubled per failed attempt up to XDS_CLIENT_BACKOFF_MAX_INTERVAL")),
+    ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Same),
+    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", Same),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Same),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", Same),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", Same),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", Same),
+    ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Ignored(XDS_BACKOFF, &[])),
+    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Mapped("the longest wait between reconnection attempts (default 60s)")),
+    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Ignored(XDS_BACKOFF, &[])),
+    ("XDS_CLIENT_BACKOFF_JITTER", Ignored(XDS_BACKOFF, &[])),
+    ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Same),
     ("USE_DOG_STATSD", Ignored(METRICS, FALSE)),
     ("USE_DOG_STATSD_MOGRIFIERS", Ignored(METRICS, &[])),
     ("USE_STATSD", Mapped("default false (the reference's: true): Prometheus is built in at /metrics. Sends the per-rule counters, ShouldRateLimit.total_requests and response_time, the error and config load counters")),
@@ -96,7 +96,7 @@ pub const REFERENCE_ENV: &[(&str, Treatment)] = &[
     ("LIMIT_LIMIT_HEADER", Same),
     ("LIMIT_REMAINING_HEADER", Same),
     ("LIMIT_RESET_HEADER", Same),
-    ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Ignored("sluice does not start without valid rules, so it is never healthy without them", &[])),
+    ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Mapped("xDS: ready only while the rules in force have a domain. With files it changes nothing: sluice does not start without valid rules")),
     ("REDIS_SOCKET_TYPE", Ignored("the URL's form says it: host:port or redis:// for TCP, unix:// for a socket", &[])),
     ("REDIS_TYPE", Mapped("SINGLE or CLUSTER; several comma-separated SINGLE URLs are shards. SENTINEL is refused (not supported yet)")),
     ("REDIS_URL", Mapped("set: global mode (the fleet syncs through it); unset: local mode, where the reference cannot start")),

@@ -415,3 +415,115 @@ fn client_verification_needs_tls_and_the_san_needs_a_ca() {
     assert!(errs[2].message.contains("needs GRPC_CLIENT_TLS_CACERT"));
     assert!(errs[3].message.contains("not a DNS name or IP address"));
 }
+
+#[test]
+fn xds_takes_the_references_variables() {
+    let s = resolve(&[], &[]).unwrap();
+    assert!(s.xds.is_none(), "CONFIG_TYPE defaults to FILE");
+    let s = resolve(&[], &[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).unwrap();
+    let x = s.xds.unwrap();
+    assert_eq!(
+        (x.server_url.as_str(), x.node_id.as_str()),
+        ("localhost:18000", "default")
+    );
+    assert_eq!(
+        (x.retry_interval, x.retry_max),
+        (Duration::from_secs(3), Duration::from_secs(60))
+    );
+    assert!(x.tls.is_none() && x.headers.is_empty() && x.node_metadata.is_empty());
+    assert!(!x.force_start && !x.need_a_domain && x.max_message_bytes.is_none());
+
+    let s = resolve(
+        &[],
+        &[
+            ("CONFIG_TYPE", "grpc_xds_sotw"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "xds.internal:18000"),
+            ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a,key1:val1,team=b=c"),
+            (
+                "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+                "Authorization:Bearer t,x-a:1",
+            ),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1048576"),
+        ],
+    )
+    .unwrap();
+    let x = s.xds.unwrap();
+    let pairs = |v: &[(String, String)]| {
+        v.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pairs(&x.node_metadata), ["zone=a", "team=b=c"]);
+    assert_eq!(pairs(&x.headers), ["authorization=Bearer t", "x-a=1"]);
+    assert_eq!(x.max_message_bytes, Some(1_048_576));
+    assert_eq!(
+        s.warnings,
+        ["CONFIG_GRPC_XDS_NODE_METADATA: 'key1:val1' is not key=value and is not sent"]
+    );
+    assert!(
+        !format!("{x:?}").contains("Bearer"),
+        "header values stay out of Debug"
+    );
+}
+
+#[test]
+fn bad_xds_settings_are_reported() {
+    let errs = resolve(
+        &[],
+        &[
+            ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
+            ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "0s"),
+            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "token-only"),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(
+        names(&errs),
+        [
+            "CONFIG_TYPE",
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        ]
+    );
+    assert_eq!(
+        errs[1].message,
+        "'<redacted>' holds an entry that is not name:value"
+    );
+    let errs = resolve(
+        &[],
+        &[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "http://x:1"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/nonexistent.crt"),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(
+        names(&errs),
+        [
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+            "CONFIG_GRPC_XDS_SERVER_URL"
+        ]
+    );
+    let errs = resolve(
+        &[],
+        &[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/nonexistent-ca.crt"),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(names(&errs), ["CONFIG_GRPC_XDS_SERVER_TLS_CACERT"]);
+    assert!(errs[0].message.contains("/nonexistent-ca.crt"), "{errs:?}");
+    // With files, the TLS files are not read.
+    resolve(
+        &[],
+        &[
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/nonexistent-ca.crt"),
+        ],
+    )
+    .unwrap();
+}

@@ -4,6 +4,7 @@
 pub mod certs;
 pub mod procs;
 pub mod redis;
+pub mod xds;
 
 use std::future::Future;
 use std::io::{Read, Write};
@@ -45,6 +46,17 @@ impl Server {
 
     /// Starts a server on the rules directory `dir`.
     pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Settings)) -> Server {
+        let server = Self::start_unready(dir, tweak).await;
+        server.wait_ready().await;
+        server
+    }
+
+    /// Starts a server on the rules directory `dir` without waiting for it to become ready
+    /// (xDS: it is not ready until a rule set arrives).
+    pub async fn start_unready(
+        dir: tempfile::TempDir,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Server {
         let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let mut settings = Settings::for_addrs(dir.path().to_path_buf(), loopback, loopback);
         settings.reload_debounce = Duration::from_millis(50);
@@ -64,19 +76,18 @@ impl Server {
                 let _ = rx.await;
             },
         ));
-        let server = Server {
+        Server {
             grpc,
             http,
             clock,
             dir,
             stop: Some(tx),
             task: Some(task),
-        };
-        server.wait_ready().await;
-        server
+        }
     }
 
-    async fn wait_ready(&self) {
+    /// Waits until `/readyz` answers 200.
+    pub async fn wait_ready(&self) {
         let what = format!("the server on {} to become ready", self.http);
         wait_until_async(30, &what, || async {
             matches!(
