@@ -1036,8 +1036,9 @@ fn hpa_pdb_networkpolicy_and_servicemonitor_target_the_right_objects() {
         !selects(&selector, &string_map(at(headless, "metadata.labels"))),
         "ServiceMonitor also selects the headless Service"
     );
+    // /metrics on http, and the reference's names on http-ref (metrics.referenceNames).
     let endpoints = seq_at(sm, "spec.endpoints");
-    assert_eq!(endpoints.len(), 1);
+    assert_eq!(endpoints.len(), 2);
     let ep = &endpoints[0];
     assert_eq!(str_at(ep, "port"), "http");
     assert!(seq_at(svc, "spec.ports")
@@ -1394,4 +1395,92 @@ fn reference_metrics_values_set_the_variables_ports_and_scrape() {
     assert!(!seq_at(c, "ports")
         .iter()
         .any(|p| str_at(p, "name") == "http-ref"));
+}
+
+#[test]
+fn rules_over_xds_set_the_references_variables_and_mount_the_tls_secrets() {
+    let m = render(&[
+        "--set",
+        "rules.xds.enabled=true",
+        "--set",
+        "rules.xds.serverUrl=envoy-gateway.envoy-gateway-system:18001",
+        "--set",
+        "rules.xds.nodeMetadata=cluster=prod",
+        "--set",
+        "rules.xds.tls.enabled=true",
+        "--set",
+        "rules.xds.tls.caSecret=xds-ca",
+        "--set",
+        "rules.xds.tls.clientSecret=xds-client",
+    ]);
+    let deploy = m.deployment();
+    let c = sluice_container(deploy);
+    for (name, value) in [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        (
+            "CONFIG_GRPC_XDS_SERVER_URL",
+            "envoy-gateway.envoy-gateway-system:18001",
+        ),
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "cluster=prod"),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        (
+            "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+            "/etc/sluice/xds-ca/ca.crt",
+        ),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+            "/etc/sluice/xds-client/tls.crt",
+        ),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+            "/etc/sluice/xds-client/tls.key",
+        ),
+    ] {
+        assert_eq!(env_value(c, name), value, "env {name}");
+    }
+    let node = env_var(c, "CONFIG_GRPC_XDS_NODE_ID").expect("CONFIG_GRPC_XDS_NODE_ID");
+    assert_eq!(
+        str_at(node, "valueFrom.fieldRef.fieldPath"),
+        "metadata.name"
+    );
+    let mounts: Vec<&str> = seq_at(c, "volumeMounts")
+        .iter()
+        .map(|v| str_at(v, "mountPath"))
+        .collect();
+    assert!(mounts.contains(&"/etc/sluice/xds-ca") && mounts.contains(&"/etc/sluice/xds-client"));
+    let pod = at(deploy, "spec.template.spec");
+    let secrets: Vec<&str> = seq_at(pod, "volumes")
+        .iter()
+        .filter_map(|v| opt_at(v, "secret.secretName").and_then(Value::as_str))
+        .collect();
+    assert_eq!(secrets, ["xds-ca", "xds-client"]);
+    validate_builtin_kinds(&m);
+    // The plain variables resolve into xDS settings (without the TLS files, which sluice
+    // checks at start and which only the pod has).
+    let env: std::collections::HashMap<String, String> = seq_at(c, "env")
+        .iter()
+        .filter_map(|e| {
+            Some((
+                str_at(e, "name").to_string(),
+                opt_at(e, "value")?.as_str()?.to_string(),
+            ))
+        })
+        .filter(|(k, _)| !k.ends_with("_CACERT") && !k.ends_with("_CERT") && !k.ends_with("_KEY"))
+        .chain([(
+            "CONFIG_GRPC_XDS_NODE_ID".to_string(),
+            "sluice-0".to_string(),
+        )])
+        .collect();
+    let settings =
+        sluice::settings::Settings::resolve(&sluice::settings::ServeArgs::default(), &env)
+            .unwrap_or_else(|e| panic!("the rendered env does not resolve: {e:?}"));
+    assert!(settings.xds.is_some(), "xDS on");
+
+    // A server URL is required.
+    let run = helm_template_run(&["--set", "rules.xds.enabled=true"]);
+    assert!(
+        !run.status.success() && run.stderr.contains("rules.xds.serverUrl is required"),
+        "{}",
+        run.describe()
+    );
 }
