@@ -85,11 +85,11 @@ pub async fn start(
         |r: &RedisSettings| RedisStore::all(&r.urls, r.cluster, r.sentinel.as_ref(), &r.options);
     let main = stores(redis)?;
     let per_second = match &settings.redis_per_second {
-        Some(p) => Groups {
+        Some(p) => PerSecondStores {
             stores: stores(&p.redis)?,
             timeout: p.timeout,
         },
-        None => Groups {
+        None => PerSecondStores {
             stores: Vec::new(),
             timeout: settings.sync.timeout,
         },
@@ -101,7 +101,7 @@ pub async fn start(
 }
 
 /// The per-second group of stores (`REDIS_PERSECOND`; empty without) and its call timeout.
-struct Groups<S> {
+struct PerSecondStores<S> {
     stores: Vec<S>,
     timeout: Duration,
 }
@@ -168,7 +168,7 @@ fn exact_client(redis: &RedisSettings, settings: &Settings) -> Result<ExactClien
 
 async fn spawn<S: ShardStore>(
     stores: Vec<S>,
-    per_second: Groups<S>,
+    per_second: PerSecondStores<S>,
     settings: &Settings,
     clock: Arc<dyn Clock>,
     stop: CancellationToken,
@@ -520,7 +520,7 @@ mod tests {
         let clock = ManualClock::new(UnixMillis(T0));
         let stop = CancellationToken::new();
         let store = PanicsOnce::default();
-        let per_second = Groups {
+        let per_second = PerSecondStores {
             stores: Vec::new(),
             timeout: settings.sync.timeout,
         };
