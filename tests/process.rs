@@ -153,7 +153,7 @@ fn serve_names_every_bad_variable_in_one_run_and_exits_64() {
         "REDIS_TIMEOUT (--redis-timeout): 'xyz' is not a duration",
         "NEAR_LIMIT_RATIO (--near-limit-ratio): '5' is not between 0 and 1",
         "CACHE_MAX_ENTRIES (--cache-max-entries): '0' is not at least 1",
-        "REDIS_TYPE (--redis-type): 'FOO' is not one of SINGLE, CLUSTER",
+        "REDIS_TYPE (--redis-type): 'FOO' is not one of SINGLE, CLUSTER, SENTINEL",
         "BACKEND_TYPE: 'memcache' is refused: only redis is supported",
     ] {
         assert!(err.contains(want), "missing {want:?} in\n{err}");

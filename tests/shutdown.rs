@@ -48,6 +48,7 @@ async fn stopping_fits_in_one_grace_period_whatever_hangs() {
     settings.redis = Some(RedisSettings {
         urls: vec![format!("redis://{}", blackhole.local_addr().unwrap())],
         cluster: false,
+        sentinel: None,
         options: RedisOptions {
             pool_size: 1,
             ..RedisOptions::default()

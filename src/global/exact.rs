@@ -50,6 +50,9 @@ pub struct ExactItem {
     pub refund: bool,
     /// A token bucket: its capacity and the request's time (`None`: a window).
     pub bucket: Option<ExactBucket>,
+    /// Its rule's limits are all per second (`Rule::per_second`): with `REDIS_PERSECOND`
+    /// it goes to the per-second Redis, as the rule's sync does.
+    pub per_second: bool,
 }
 
 impl ExactItem {
@@ -192,7 +195,10 @@ impl ExactClient {
     fn groups(&self, items: &[ExactItem]) -> Vec<(usize, Vec<usize>)> {
         let mut groups: Vec<(usize, u128, Vec<usize>)> = Vec::new();
         for (i, it) in items.iter().enumerate() {
-            let store = self.router.shard(it.entity).min(self.stores.len() - 1);
+            let store = self
+                .router
+                .shard_of(it.entity, it.per_second)
+                .min(self.stores.len() - 1);
             let group = self.stores[store].group(it.entity);
             match groups
                 .iter_mut()

@@ -92,6 +92,7 @@ mod tests {
                 burst,
                 now_us: NOW.0 * 1000,
             }),
+            per_second: true,
         }
     }
 

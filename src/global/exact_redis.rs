@@ -10,11 +10,11 @@
 //! same slot as the entity's window keys, so a rule with both is still one call.
 
 use deadpool_redis::redis::{self, Value};
-use deadpool_redis::Pool;
 
 use super::exact::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
 use super::exact_bucket;
-use super::redis::RedisOptions;
+use super::redis::{RedisOptions, SentinelMaster};
+use super::redis_conn::ShardPool;
 use super::store::StoreError;
 
 /// KEYS: two per item (a window: current epoch, previous epoch; a bucket: its key twice).
@@ -242,10 +242,10 @@ async fn run<C: redis::aio::ConnectionLike>(
     reply(&v, items)
 }
 
-/// Exact calls to one standalone Redis shard, on a pool of their own (a request never waits
-/// behind a sync tick's connection).
+/// Exact calls to one standalone Redis shard (or a Sentinel deployment's master), on a pool
+/// of their own (a request never waits behind a sync tick's connection).
 pub struct RedisExact {
-    pool: Pool,
+    pool: ShardPool,
     prefix: String,
     script: redis::Script,
 }
@@ -256,12 +256,29 @@ impl RedisExact {
     /// # Errors
     /// When the URL is unusable.
     pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
-        let pool = super::redis_conn::pool(url, opts)?;
-        Ok(RedisExact {
+        Ok(Self::with_pool(super::redis_conn::pool(url, opts)?, opts))
+    }
+
+    /// Exact calls to the master `master` names, found through the sentinels at `sentinels`
+    /// (normalized URLs); after a failover, to the promoted one (see `RedisShard::sentinel`).
+    ///
+    /// # Errors
+    /// When the URLs are unusable.
+    pub fn sentinel(
+        sentinels: &[String],
+        master: &SentinelMaster,
+        opts: &RedisOptions,
+    ) -> Result<Self, String> {
+        let pool = super::redis_conn::sentinel_pool(sentinels, master, opts)?;
+        Ok(Self::with_pool(pool, opts))
+    }
+
+    fn with_pool(pool: ShardPool, opts: &RedisOptions) -> Self {
+        RedisExact {
             pool,
             prefix: opts.prefix.clone(),
             script: redis::Script::new(EXACT_SCRIPT),
-        })
+        }
     }
 }
 
@@ -269,7 +286,7 @@ impl ExactStore for RedisExact {
     fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
         Box::pin(async move {
             let mut conn = self.pool.get().await.map_err(backend)?;
-            run(&mut *conn, &self.script, &self.prefix, items, commit).await
+            run(&mut conn, &self.script, &self.prefix, items, commit).await
         })
     }
 }
@@ -300,7 +317,7 @@ impl ExactStore for RedisClusterExact {
     fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
         Box::pin(async move {
             let mut conn = self.pool.get().await.map_err(backend)?;
-            run(&mut *conn, &self.script, &self.prefix, items, commit).await
+            run(&mut conn, &self.script, &self.prefix, items, commit).await
         })
     }
 
@@ -331,6 +348,7 @@ mod tests {
             ttl_ms: 120_000,
             refund: false,
             bucket: None,
+            per_second: false,
         };
         let cmd = command(Some("sha"), "p:", &[it], true);
         let args: Vec<String> = cmd
@@ -382,6 +400,7 @@ mod tests {
                 burst: 4,
                 now_us: 1_700_006_400_000_000,
             }),
+            per_second: true,
         };
         let cmd = command(Some("sha"), "p:", &[it], true);
         let args: Vec<String> = cmd

@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
-use crate::global::redis::{RedisClusterStore, RedisShard};
+use crate::global::redis::RedisStore;
 use crate::settings::{RedisSettings, Settings};
 use crate::telemetry::Telemetry;
 
@@ -81,67 +81,116 @@ pub async fn start(
     stop: CancellationToken,
 ) -> Result<Global, String> {
     crate::global::redis::init_tls();
-    let mut g = if redis.cluster {
-        let store = RedisClusterStore::new(&redis.urls, &redis.options)?;
-        spawn(vec![store], settings, clock, stop).await
-    } else {
-        let stores = redis
-            .urls
-            .iter()
-            .map(|u| RedisShard::new(u, &redis.options))
-            .collect::<Result<Vec<_>, _>>()?;
-        spawn(stores, settings, clock, stop).await
+    let stores =
+        |r: &RedisSettings| RedisStore::all(&r.urls, r.cluster, r.sentinel.as_ref(), &r.options);
+    let main = stores(redis)?;
+    let per_second = match &settings.redis_per_second {
+        Some(p) => PerSecondStores {
+            stores: stores(&p.redis)?,
+            timeout: p.timeout,
+        },
+        None => PerSecondStores {
+            stores: Vec::new(),
+            timeout: settings.sync.timeout,
+        },
     };
+    let mut g = spawn(main, per_second, settings, clock, stop).await;
     g.exact = Some(exact_client(redis, settings)?);
     register_metrics(telemetry, &g);
     Ok(g)
 }
 
-/// The exact rules' client: stores of their own (pools apart from the sync's), routed as the
-/// sync routes entities, bounded by the Redis timeout.
-fn exact_client(redis: &RedisSettings, settings: &Settings) -> Result<ExactClient, String> {
+/// The per-second group of stores (`REDIS_PERSECOND`; empty without) and its call timeout.
+struct PerSecondStores<S> {
+    stores: Vec<S>,
+    timeout: Duration,
+}
+
+/// Exact stores and the names that route to them.
+type ExactStores = (Vec<Arc<dyn ExactStore>>, Vec<String>);
+
+/// The exact stores of one Redis setting and their routing names.
+fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, String> {
     use crate::global::exact_redis::{RedisClusterExact, RedisExact};
-    let stores: Vec<Arc<dyn ExactStore>> = if redis.cluster {
-        vec![Arc::new(RedisClusterExact::new(
-            &redis.urls,
-            &redis.options,
-        )?)]
-    } else {
-        let mut stores: Vec<Arc<dyn ExactStore>> = Vec::new();
-        for u in &redis.urls {
-            stores.push(Arc::new(RedisExact::new(u, &redis.options)?));
+    use crate::global::redis_conn::sentinel_name;
+    Ok(match (redis.cluster, &redis.sentinel) {
+        (true, _) => (
+            vec![Arc::new(RedisClusterExact::new(
+                &redis.urls,
+                &redis.options,
+            )?)],
+            vec![String::new()],
+        ),
+        (false, Some(master)) => (
+            vec![Arc::new(RedisExact::sentinel(
+                &redis.urls,
+                master,
+                &redis.options,
+            )?)],
+            vec![sentinel_name(&redis.urls, master)],
+        ),
+        (false, None) => {
+            let mut stores: Vec<Arc<dyn ExactStore>> = Vec::new();
+            for u in &redis.urls {
+                stores.push(Arc::new(RedisExact::new(u, &redis.options)?));
+            }
+            let names = redis
+                .urls
+                .iter()
+                .map(|u| crate::global::redis::redact(u))
+                .collect();
+            (stores, names)
         }
-        stores
-    };
-    let names: Vec<String> = if redis.cluster {
-        vec![String::new()]
-    } else {
-        redis
-            .urls
-            .iter()
-            .map(|u| crate::global::redis::redact(u))
-            .collect()
+    })
+}
+
+/// The exact rules' client: stores of their own (pools apart from the sync's), routed as the
+/// sync routes entities (per-second rules to the per-second Redis), bounded by the Redis
+/// timeout (the longer of the two with a per-second Redis: one request may call both).
+fn exact_client(redis: &RedisSettings, settings: &Settings) -> Result<ExactClient, String> {
+    let (mut stores, main_names) = exact_stores(redis)?;
+    let mut timeout = settings.sync.timeout;
+    let ps_names = match &settings.redis_per_second {
+        Some(p) => {
+            let (more, names) = exact_stores(&p.redis)?;
+            stores.extend(more);
+            timeout = timeout.max(p.timeout);
+            names
+        }
+        None => Vec::new(),
     };
     Ok(ExactClient::new(
         stores,
-        ShardRouter::new(&names),
-        settings.sync.timeout,
+        ShardRouter::with_per_second(&main_names, &ps_names),
+        timeout,
     ))
 }
 
 async fn spawn<S: ShardStore>(
     stores: Vec<S>,
+    per_second: PerSecondStores<S>,
     settings: &Settings,
     clock: Arc<dyn Clock>,
     stop: CancellationToken,
 ) -> Global {
-    let names: Vec<String> = stores.iter().map(|s| s.name().to_string()).collect();
+    let main_names: Vec<String> = stores.iter().map(|s| s.name().to_string()).collect();
+    let ps_names: Vec<String> = per_second
+        .stores
+        .iter()
+        .map(|s| s.name().to_string())
+        .collect();
+    let names: Vec<String> = main_names.iter().chain(&ps_names).cloned().collect();
     let queues = Arc::new(SyncQueues::new(
-        ShardRouter::new(&names),
-        stores.len(),
+        ShardRouter::with_per_second(&main_names, &ps_names),
+        names.len(),
         settings.sync_max_queued,
     ));
-    let stores: Vec<Arc<S>> = stores.into_iter().map(Arc::new).collect();
+    let main_count = stores.len();
+    let stores: Vec<Arc<S>> = stores
+        .into_iter()
+        .chain(per_second.stores)
+        .map(Arc::new)
+        .collect();
     // Correct the clock before the first decision, so this node's epochs match the fleet's.
     adjust_clock(&*stores[0], &*clock, settings.sync.timeout * 10).await;
     tracing::debug!(
@@ -153,13 +202,17 @@ async fn spawn<S: ShardStore>(
     for (index, store) in stores.iter().enumerate() {
         let h = Arc::new(ShardHealth::new(store.name().to_string()));
         health.push(h.clone());
+        let mut sync = settings.sync;
+        if index >= main_count {
+            sync.timeout = per_second.timeout;
+        }
         let task = ShardSync {
             index,
             store: store.clone(),
             queues: queues.clone(),
             health: h.clone(),
             clock: clock.clone(),
-            settings: settings.sync,
+            settings: sync,
         };
         let watch = Watch {
             task: "sync task",
@@ -192,7 +245,7 @@ async fn spawn<S: ShardStore>(
             }
         }
     })));
-    tracing::info!(shards = ?names, "global mode: syncing through Redis");
+    tracing::info!(shards = ?main_names, per_second = ?ps_names, "global mode: syncing through Redis");
     Global {
         queues,
         health,
@@ -467,8 +520,13 @@ mod tests {
         let clock = ManualClock::new(UnixMillis(T0));
         let stop = CancellationToken::new();
         let store = PanicsOnce::default();
+        let per_second = PerSecondStores {
+            stores: Vec::new(),
+            timeout: settings.sync.timeout,
+        };
         let g = spawn(
             vec![store],
+            per_second,
             &settings,
             Arc::new(clock.clone()),
             stop.clone(),
@@ -490,7 +548,7 @@ mod tests {
             || vec![limit],
             |e| {
                 crate::core::decide(&mut e.state.states[0], &limit, clock.now(), 1);
-                g.queues.mark_dirty(e.key, e.state);
+                g.queues.mark_dirty(e.key, e.state, false);
             },
         );
 

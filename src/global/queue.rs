@@ -18,29 +18,50 @@ use crate::core::table::{EntityState, EntityTable};
 /// Assigns entities to shards by rendezvous hashing: each entity goes to the shard whose
 /// (shard name, entity) hash is highest, so adding a shard moves only the ~1/N of entities
 /// that now score highest on it, whatever the order of the list.
+///
+/// With a per-second Redis (`REDIS_PERSECOND`) the shards are two groups, the main one's
+/// first: an entity whose rule's limits are all per second hashes among the second group,
+/// every other among the first.
 #[derive(Debug, Clone)]
 pub struct ShardRouter {
     seeds: Vec<u64>,
+    /// Where the per-second group starts (`seeds.len()` when there is none).
+    split: usize,
 }
 
 impl ShardRouter {
     /// A router over shards with these (stable) names.
     pub fn new(names: &[String]) -> Self {
+        Self::with_per_second(names, &[])
+    }
+
+    /// A router over the `main` shards and, for per-second entities, the `per_second` ones
+    /// (indices after the main ones'). An empty `per_second` sends every entity to `main`.
+    pub fn with_per_second(main: &[String], per_second: &[String]) -> Self {
+        let seed = |n: &String| xxhash_rust::xxh3::xxh3_64(n.as_bytes());
         ShardRouter {
-            seeds: names
-                .iter()
-                .map(|n| xxhash_rust::xxh3::xxh3_64(n.as_bytes()))
-                .collect(),
+            seeds: main.iter().chain(per_second).map(seed).collect(),
+            split: main.len(),
         }
     }
 
-    /// The shard of `entity`.
+    /// The shard of `entity` (a main-group entity).
     pub fn shard(&self, entity: u128) -> usize {
-        if self.seeds.len() <= 1 {
-            return 0;
+        self.shard_of(entity, false)
+    }
+
+    /// The shard of `entity`, in the per-second group when `per_second` and there is one.
+    pub fn shard_of(&self, entity: u128, per_second: bool) -> usize {
+        let group = if per_second && self.split < self.seeds.len() {
+            self.split..self.seeds.len()
+        } else {
+            0..self.split
+        };
+        if group.len() <= 1 {
+            return group.start;
         }
         let bytes = entity.to_le_bytes();
-        (0..self.seeds.len())
+        group
             .max_by_key(|&i| xxh3_64_with_seed(&bytes, self.seeds[i]))
             .unwrap_or(0)
     }
@@ -178,14 +199,15 @@ impl SyncQueues {
 
     /// A young entity (queued: it stays so until settled) wants its count re-read before
     /// the next tick: wakes its shard's task for a burst read.
-    pub fn want_burst_read(&self, key: u128) {
-        self.burst[self.router.shard(key)].notify_one();
+    pub fn want_burst_read(&self, key: u128, per_second: bool) {
+        self.burst[self.router.shard_of(key, per_second)].notify_one();
     }
 
     /// Queues the entity `key` (whose shard's lock the caller holds, `state` its state)
-    /// unless it already is. When the bound is hit the entity stays local only, and its
-    /// pending hits are counted as dropped.
-    pub fn mark_dirty(&self, key: u128, state: &mut EntityState) {
+    /// unless it already is, on its shard: in the per-second group when `per_second` (its
+    /// rule's limits are all per second, `Rule::per_second`) and there is one. When the bound
+    /// is hit the entity stays local only, and its pending hits are counted as dropped.
+    pub fn mark_dirty(&self, key: u128, state: &mut EntityState, per_second: bool) {
         if state.queued {
             return;
         }
@@ -198,7 +220,7 @@ impl SyncQueues {
             return;
         }
         state.queued = true;
-        let shard = self.router.shard(key);
+        let shard = self.router.shard_of(key, per_second);
         self.queues[shard].lock().push(key);
         if state.states.iter().any(|w| !w.ever_synced()) {
             // Cold: its first read should not wait for the tick.
@@ -275,5 +297,29 @@ mod tests {
         let share = moved as f64 / total as f64;
         assert!((0.22..0.28).contains(&share), "moved {share}");
         assert!(per_shard.iter().all(|&n| n > 4_000), "{per_shard:?}");
+    }
+
+    #[test]
+    fn per_second_entities_stay_in_their_group_and_the_main_group_does_not_move() {
+        let names = |prefix: &str, n: usize| {
+            (0..n)
+                .map(|i| format!("redis://{prefix}{i}:6379"))
+                .collect::<Vec<_>>()
+        };
+        let alone = ShardRouter::new(&names("m", 2));
+        let split = ShardRouter::with_per_second(&names("m", 2), &names("s", 2));
+        let mut seen = [0usize; 4];
+        for e in 0..2_000u128 {
+            let key = e.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+            // Main entities hash as they did without a per-second group.
+            assert_eq!(split.shard_of(key, false), alone.shard(key));
+            let s = split.shard_of(key, true);
+            assert!((2..4).contains(&s), "{s}");
+            seen[s] += 1;
+            seen[split.shard(key)] += 1;
+            // No per-second group: per-second entities go where the others do.
+            assert_eq!(alone.shard_of(key, true), alone.shard(key));
+        }
+        assert!(seen.iter().all(|&n| n > 800), "{seen:?}");
     }
 }

@@ -51,10 +51,9 @@
 //!
 //! Credentials never leave this module: shard names are the URLs without them.
 
-use super::redis_conn::{cluster_pool, pool};
-pub use super::redis_conn::{init_tls, normalize_url, redact, RedisOptions};
+use super::redis_conn::{cluster_pool, pool, sentinel_name, sentinel_pool, ShardPool};
+pub use super::redis_conn::{init_tls, normalize_url, redact, RedisOptions, SentinelMaster};
 use deadpool_redis::redis::{self, Value};
-use deadpool_redis::Pool;
 
 use crate::global::store::Heartbeat;
 use crate::global::{ShardStore, StoreError, SyncItem, SyncOp};
@@ -353,10 +352,11 @@ async fn time_of<C: redis::aio::ConnectionLike>(conn: &mut C) -> Result<u64, Sto
     Ok(secs * 1000 + micros / 1000)
 }
 
-/// A standalone Redis server holding one shard of the entities.
+/// A standalone Redis server holding one shard of the entities: at a fixed address, or the
+/// master of a Sentinel deployment.
 pub struct RedisShard {
     name: String,
-    pool: Pool,
+    pool: ShardPool,
     prefix: String,
     scripts: Scripts,
     beat: redis::Script,
@@ -369,14 +369,37 @@ impl RedisShard {
     /// # Errors
     /// When the URL is unusable.
     pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
-        let pool = pool(url, opts)?;
-        Ok(RedisShard {
-            name: redact(url),
+        Ok(Self::with_pool(redact(url), pool(url, opts)?, opts))
+    }
+
+    /// The master `master` names, found through the sentinels at `sentinels` (normalized
+    /// URLs). After a failover the shard follows the master the sentinels promote: a
+    /// connection to the old one fails or is refused `READONLY`, leaves the pool, and the next
+    /// one is made to the new master.
+    ///
+    /// # Errors
+    /// When the URLs are unusable.
+    pub fn sentinel(
+        sentinels: &[String],
+        master: &SentinelMaster,
+        opts: &RedisOptions,
+    ) -> Result<Self, String> {
+        let pool = sentinel_pool(sentinels, master, opts)?;
+        Ok(Self::with_pool(
+            sentinel_name(sentinels, master),
+            pool,
+            opts,
+        ))
+    }
+
+    fn with_pool(name: String, pool: ShardPool, opts: &RedisOptions) -> Self {
+        RedisShard {
+            name,
             pool,
             prefix: opts.prefix.clone(),
             scripts: Scripts::new(),
             beat: redis::Script::new(HEARTBEAT_SCRIPT),
-        })
+        }
     }
 
     /// One pipeline: a script call per chunk of items (`batches`), then the heartbeat (when
@@ -407,14 +430,14 @@ impl RedisShard {
         if let Some(b) = beat {
             pipe.add_command(beat_cmd("EVALSHA", self.beat.get_hash(), b, &self.prefix));
         }
-        let mut replies: Vec<Value> = pipe.query_async(&mut *conn).await.map_err(backend)?;
+        let mut replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(backend)?;
         if replies.iter().any(is_noscript_reply) {
             // A new or restarted Redis: load the scripts and send again what was not applied
             // (a heartbeat may be sent twice: it only sets a score).
             let Scripts { window, bucket } = &self.scripts;
-            window.load_async(&mut *conn).await.map_err(backend)?;
-            bucket.load_async(&mut *conn).await.map_err(backend)?;
-            self.beat.load_async(&mut *conn).await.map_err(backend)?;
+            window.load_async(&mut conn).await.map_err(backend)?;
+            bucket.load_async(&mut conn).await.map_err(backend)?;
+            self.beat.load_async(&mut conn).await.map_err(backend)?;
             let mut again = redis::pipe();
             again.ignore_errors();
             let redo: Vec<usize> = (0..replies.len())
@@ -431,7 +454,7 @@ impl RedisShard {
                     )),
                 };
             }
-            let second: Vec<Value> = again.query_async(&mut *conn).await.map_err(backend)?;
+            let second: Vec<Value> = again.query_async(&mut conn).await.map_err(backend)?;
             for (i, v) in redo.into_iter().zip(second) {
                 replies[i] = v;
             }
@@ -484,7 +507,7 @@ impl ShardStore for RedisShard {
 
     async fn time_ms(&self) -> Result<u64, StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
-        time_of(&mut *conn).await
+        time_of(&mut conn).await
     }
 
     fn commands_for(&self, items: usize) -> usize {
@@ -595,6 +618,89 @@ impl ShardStore for RedisClusterStore {
 
     fn commands_for(&self, items: usize) -> usize {
         items
+    }
+}
+
+/// Any of global mode's Redis stores, so that one sync runs shards of different kinds: the
+/// main Redis's and the per-second one's (`REDIS_PERSECOND`) need not be of one type.
+pub enum RedisStore {
+    /// A standalone server, or the master of a Sentinel deployment.
+    Shard(RedisShard),
+    /// A Redis Cluster.
+    Cluster(RedisClusterStore),
+}
+
+impl RedisStore {
+    /// The stores of one Redis setting: its shards (a standalone server each), its master
+    /// found through sentinels, or its cluster.
+    ///
+    /// # Errors
+    /// When a URL is unusable.
+    pub fn all(
+        urls: &[String],
+        cluster: bool,
+        sentinel: Option<&SentinelMaster>,
+        opts: &RedisOptions,
+    ) -> Result<Vec<RedisStore>, String> {
+        Ok(match (cluster, sentinel) {
+            (true, _) => vec![RedisStore::Cluster(RedisClusterStore::new(urls, opts)?)],
+            (false, Some(master)) => {
+                vec![RedisStore::Shard(RedisShard::sentinel(urls, master, opts)?)]
+            }
+            (false, None) => urls
+                .iter()
+                .map(|u| RedisShard::new(u, opts).map(RedisStore::Shard))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+impl ShardStore for RedisStore {
+    fn name(&self) -> &str {
+        match self {
+            RedisStore::Shard(s) => s.name(),
+            RedisStore::Cluster(c) => c.name(),
+        }
+    }
+
+    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+        match self {
+            RedisStore::Shard(s) => s.sync(replica, items).await,
+            RedisStore::Cluster(c) => c.sync(replica, items).await,
+        }
+    }
+
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        match self {
+            RedisStore::Shard(s) => s.heartbeat(beat).await,
+            RedisStore::Cluster(c) => c.heartbeat(beat).await,
+        }
+    }
+
+    async fn sync_and_beat(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+        beat: &Heartbeat,
+    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+        match self {
+            RedisStore::Shard(s) => s.sync_and_beat(replica, items, beat).await,
+            RedisStore::Cluster(c) => c.sync_and_beat(replica, items, beat).await,
+        }
+    }
+
+    async fn time_ms(&self) -> Result<u64, StoreError> {
+        match self {
+            RedisStore::Shard(s) => s.time_ms().await,
+            RedisStore::Cluster(c) => c.time_ms().await,
+        }
+    }
+
+    fn commands_for(&self, items: usize) -> usize {
+        match self {
+            RedisStore::Shard(s) => s.commands_for(items),
+            RedisStore::Cluster(c) => c.commands_for(items),
+        }
     }
 }
 

@@ -1,8 +1,11 @@
 //! Connections to Redis: the settings every shard shares ([`RedisOptions`]), URLs in the
 //! reference's forms with auth and TLS folded in ([`normalize_url`]), secrets kept out of names
-//! ([`redact`]), and the connection pools of standalone shards and of a cluster.
+//! ([`redact`]), and the connection pools of standalone shards, of a master found through
+//! Sentinel ([`ShardPool`], whose connections leave the pool on a connection error or
+//! `READONLY`, so that after a failover new ones go to the new master) and of a cluster.
 
-use deadpool_redis::{Config, Pool, Runtime};
+use deadpool_redis::redis::{self, aio::ConnectionLike, RedisError, Value};
+use deadpool_redis::{Config, Runtime};
 
 /// Redis connection settings shared by every shard.
 #[derive(Clone, Default)]
@@ -84,16 +87,206 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// The master a Sentinel deployment names (`REDIS_TYPE=SENTINEL`): the sentinels are the
+/// URLs (with `REDIS_SENTINEL_AUTH` folded in), the master's credentials are
+/// [`RedisOptions::auth`] (`REDIS_AUTH`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelMaster {
+    /// The master's name in the sentinels' configuration (`REDIS_URL`'s first entry).
+    pub name: String,
+    /// TLS to the master too (`REDIS_TLS`: the reference dials sentinels and master alike).
+    pub tls: bool,
+}
+
+/// A standalone shard's pool: one server, or the master a set of sentinels names.
+pub(crate) enum ShardPool {
+    /// A server at a fixed address.
+    Single(deadpool_redis::Pool),
+    /// The current master of a Sentinel deployment: each new connection asks the sentinels
+    /// where the master is (and checks its role), so once a broken connection is dropped
+    /// ([`PooledConn`]) the next one goes to the master the sentinels promoted.
+    Sentinel(deadpool_redis::sentinel::Pool),
+}
+
+/// A connection of a [`ShardPool`]. A call that fails on the connection itself (I/O, refused,
+/// dropped) or is answered `READONLY` (the server was demoted to a replica) marks it stale,
+/// and a stale connection is taken out of the pool when dropped instead of going back:
+/// deadpool's recycle check is a `PING`, which a demoted master still answers.
+pub(crate) struct PooledConn {
+    inner: Option<Inner>,
+    stale: bool,
+}
+
+enum Inner {
+    Single(deadpool_redis::Connection),
+    Sentinel(deadpool_redis::sentinel::Connection),
+}
+
+impl ShardPool {
+    /// A connection, made if the pool has none idle.
+    ///
+    /// # Errors
+    /// When no connection can be made (for Sentinel: no sentinel answers, or none names a
+    /// master that answers as one).
+    pub(crate) async fn get(&self) -> Result<PooledConn, String> {
+        let inner = match self {
+            ShardPool::Single(p) => Inner::Single(p.get().await.map_err(|e| e.to_string())?),
+            ShardPool::Sentinel(p) => Inner::Sentinel(p.get().await.map_err(|e| e.to_string())?),
+        };
+        Ok(PooledConn {
+            inner: Some(inner),
+            stale: false,
+        })
+    }
+}
+
+impl PooledConn {
+    fn conn(&mut self) -> &mut redis::aio::MultiplexedConnection {
+        match self.inner.as_mut().expect("present until dropped") {
+            Inner::Single(c) => c,
+            Inner::Sentinel(c) => c,
+        }
+    }
+
+    /// Marks the connection stale when `e` says it, or its server, is no use any more.
+    fn check_error(&mut self, e: &RedisError) {
+        if is_stale(e) {
+            self.stale = true;
+        }
+    }
+}
+
+/// Whether an error condemns the connection rather than the command: the connection broke,
+/// or the server no longer takes writes (a master demoted by a failover).
+fn is_stale(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+        || e.code() == Some("READONLY")
+}
+
+/// Whether a pipeline's reply (read with `ignore_errors`) is a `READONLY` refusal, a script's
+/// write refused on a replica included.
+fn is_readonly_reply(v: &Value) -> bool {
+    match v {
+        Value::ServerError(e) => {
+            e.code() == "READONLY" || e.details().is_some_and(|d| d.contains("READONLY"))
+        }
+        _ => false,
+    }
+}
+
+impl ConnectionLike for PooledConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let r = self.conn().req_packed_command(cmd).await;
+            if let Err(e) = &r {
+                self.check_error(e);
+            }
+            r
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let r = self.conn().req_packed_commands(cmd, offset, count).await;
+            match &r {
+                Err(e) => self.check_error(e),
+                Ok(vs) if vs.iter().any(is_readonly_reply) => self.stale = true,
+                Ok(_) => {}
+            }
+            r
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        match self.inner.as_ref().expect("present until dropped") {
+            Inner::Single(c) => c.get_db(),
+            Inner::Sentinel(c) => c.get_db(),
+        }
+    }
+}
+
+impl Drop for PooledConn {
+    fn drop(&mut self) {
+        if !self.stale {
+            return;
+        }
+        // Taken out of the pool, the connection is closed here; the pool makes a new one
+        // (asking the sentinels again) when next asked.
+        match self.inner.take() {
+            Some(Inner::Single(c)) => drop(deadpool_redis::Connection::take(c)),
+            Some(Inner::Sentinel(c)) => drop(deadpool_redis::sentinel::Connection::take(c)),
+            None => {}
+        }
+    }
+}
+
 /// A connection pool to the standalone Redis at `url` (normalized), `pool_size` connections;
 /// connections are made lazily.
 ///
 /// # Errors
 /// When the URL is unusable.
-pub(crate) fn pool(url: &str, opts: &RedisOptions) -> Result<Pool, String> {
+pub(crate) fn pool(url: &str, opts: &RedisOptions) -> Result<ShardPool, String> {
     let mut cfg = Config::from_url(url);
     cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
     cfg.create_pool(Some(Runtime::Tokio1))
+        .map(ShardPool::Single)
         .map_err(|e| format!("{}: {e}", redact(url)))
+}
+
+/// A connection pool to the master `master` names, found through the sentinels at
+/// `sentinels` (normalized URLs, with the sentinels' credentials); the master's credentials
+/// are `opts.auth`. Nothing is dialled until the first connection is wanted.
+///
+/// # Errors
+/// When the URLs are unusable.
+pub(crate) fn sentinel_pool(
+    sentinels: &[String],
+    master: &SentinelMaster,
+    opts: &RedisOptions,
+) -> Result<ShardPool, String> {
+    use deadpool_redis::sentinel::{
+        Config as SentinelConfig, SentinelNodeConnectionInfo, SentinelServerType, TlsMode,
+    };
+    let auth = opts.auth.as_deref().filter(|a| !a.is_empty()).map(|a| {
+        let (user, pass) = a.split_once(':').unwrap_or(("", a));
+        (user.to_string(), pass.to_string())
+    });
+    let node = SentinelNodeConnectionInfo {
+        tls_mode: master.tls.then_some(TlsMode::Secure),
+        redis_connection_info: Some(deadpool_redis::RedisConnectionInfo {
+            username: auth
+                .as_ref()
+                .map(|(u, _)| u.clone())
+                .filter(|u| !u.is_empty()),
+            password: auth.map(|(_, p)| p),
+            ..deadpool_redis::RedisConnectionInfo::default()
+        }),
+    };
+    let mut cfg = SentinelConfig::from_urls(
+        sentinels.to_vec(),
+        master.name.clone(),
+        SentinelServerType::Master,
+    )
+    .with_node_connection_info(Some(node));
+    cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
+    cfg.create_pool(Some(Runtime::Tokio1))
+        .map(ShardPool::Sentinel)
+        .map_err(|e| format!("{}: {e}", sentinel_name(sentinels, master)))
+}
+
+/// A Sentinel shard's name, for logs, metrics and routing: the master's name and the
+/// sentinels, without credentials.
+pub fn sentinel_name(sentinels: &[String], master: &SentinelMaster) -> String {
+    let list: Vec<String> = sentinels.iter().map(|u| redact(u)).collect();
+    format!("sentinel({}@{})", master.name, list.join(","))
 }
 
 /// A connection pool to the Redis Cluster reached through `seeds` (normalized URLs).
@@ -144,5 +337,23 @@ mod tests {
     fn names_never_carry_credentials() {
         assert_eq!(redact("redis://user:pw@host:6379/0"), "redis://host:6379/0");
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    }
+
+    #[test]
+    fn broken_connections_and_demoted_masters_condemn_the_connection() {
+        use redis::{ErrorKind, ServerErrorKind};
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(is_stale(&io));
+        let readonly = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ReadOnly),
+            "You can't write against a read only replica.",
+        ));
+        assert!(is_stale(&readonly));
+        // A command's own error leaves the connection in the pool.
+        let wrongtype = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "WRONGTYPE",
+        ));
+        assert!(!is_stale(&wrongtype));
     }
 }

@@ -36,7 +36,7 @@ fn paused() -> (EntityTable, Arc<SyncQueues>, ShardSync<FakeStore>, Paused) {
 fn hit_at(cache: &EntityTable, queues: &SyncQueues, key: u128, now: UnixMillis) {
     on(cache, key, now, |st| {
         crate::core::decide(&mut st.states[0], &limit(), now, 1);
-        queues.mark_dirty(key, st);
+        queues.mark_dirty(key, st, false);
     });
 }
 
@@ -121,7 +121,7 @@ async fn in_a_fleet_an_entity_stays_queued_until_its_first_reply_is_a_tick_old()
     let hit = |key| {
         on(&cache, key, clock.now(), |st| {
             crate::core::decide(&mut st.states[0], &limit(), clock.now(), 1);
-            queues.mark_dirty(key, st);
+            queues.mark_dirty(key, st, false);
         });
     };
     // Alone: one reply and the quiet entity is released, as before.
@@ -156,7 +156,7 @@ async fn burst_reads_are_paced_and_capped_between_ticks() {
     let after_tick = calls();
     // Wanted every millisecond for 150 ms: one a millisecond, and no more than the cap.
     for _ in 0..150 {
-        queues.want_burst_read(e);
+        queues.want_burst_read(e, false);
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     assert_eq!(
@@ -168,7 +168,7 @@ async fn burst_reads_are_paced_and_capped_between_ticks() {
     queues.set_live_replicas(4);
     hit_at(&cache, &queues, 1, clock.now());
     let after_next = calls();
-    queues.want_burst_read(e);
+    queues.want_burst_read(e, false);
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(calls(), after_next + 1);
     stop.cancel();
@@ -225,7 +225,7 @@ async fn two_burst_reads_of_an_entity_go_at_once_and_count_its_hits_once() {
     let mut both = false;
     for _ in 0..20 {
         hit_at(&cache, &queues, 1, clock.now());
-        queues.want_burst_read(e);
+        queues.want_burst_read(e, false);
         ms(1).await;
         both |= cache.get(e, |e| e.state.in_flight) == Some(2);
     }

@@ -55,7 +55,7 @@ fn hit(cache: &EntityTable, queues: &SyncQueues, key: u128, clock: &ManualClock,
         for _ in 0..n {
             crate::core::decide(&mut st.states[0], &limit(), clock.now(), 1);
         }
-        queues.mark_dirty(key, st);
+        queues.mark_dirty(key, st, false);
     });
 }
 

@@ -110,14 +110,14 @@ impl RateLimiter {
         // Global mode: any look at an entity is news worth a sync (a count to send, or a
         // first read of the fleet's count); a queued entity costs nothing more here.
         if let Some(q) = &self.sync {
-            q.mark_dirty(key, state);
+            q.mark_dirty(key, state, rule.per_second());
             let young_and_full = rule
                 .limits
                 .iter()
                 .zip(state.states.iter())
                 .any(|(spec, w)| w.wants_burst_read(&spec.limit, now, &fleet));
             if young_and_full {
-                q.want_burst_read(key);
+                q.want_burst_read(key, rule.per_second());
             }
         }
         Some(outcome)

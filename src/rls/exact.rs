@@ -212,6 +212,7 @@ impl RateLimiter {
                     ttl_ms: 2 * w,
                     refund: refund(i),
                     bucket,
+                    per_second: rule.per_second(),
                 });
                 plan.owners.push(i);
             }

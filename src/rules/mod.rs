@@ -137,6 +137,16 @@ pub struct Rule {
     pub metadata: Option<std::sync::Arc<serde_yaml::Value>>,
 }
 
+impl Rule {
+    /// Whether every limit's unit is second: with `REDIS_PERSECOND` its counters live in the
+    /// per-second Redis (the reference's `PerSecond` cache keys). A rule that mixes seconds
+    /// with longer units stays in the main Redis, so that an entity's counters are in one
+    /// place.
+    pub fn per_second(&self) -> bool {
+        !self.limits.is_empty() && self.limits.iter().all(|l| l.unit == Unit::Second)
+    }
+}
+
 /// A request entry, as matching needs it. Implemented for the proto entry by the service.
 pub trait EntryRef {
     /// The entry's key.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::core::table::CacheSettings;
 use crate::core::SyncPolicy;
-use crate::global::redis::{normalize_url, RedisOptions};
+use crate::global::redis::{normalize_url, RedisOptions, SentinelMaster};
 use crate::global::SyncSettings;
 use crate::rls::{HeaderNames, Options};
 use crate::server::prometheus_ref::PrometheusSettings;
@@ -68,6 +68,8 @@ pub struct Settings {
     pub reload_debounce: Duration,
     /// Global mode: the shared Redis, if configured.
     pub redis: Option<RedisSettings>,
+    /// `REDIS_PERSECOND`: a Redis of their own for limits whose unit is second (global mode).
+    pub redis_per_second: Option<PerSecondRedis>,
     /// Sync cadence, timeouts and bounds (global mode).
     pub sync: SyncSettings,
     /// Most entities waiting to sync.
@@ -90,8 +92,20 @@ pub struct RedisSettings {
     pub urls: Vec<String>,
     /// A Redis Cluster (the URLs are seeds) rather than standalone shards.
     pub cluster: bool,
+    /// Sentinel (`REDIS_TYPE=SENTINEL`): the URLs are the sentinels, with their own
+    /// credentials (`REDIS_SENTINEL_AUTH`), and this is the master they name.
+    pub sentinel: Option<SentinelMaster>,
     /// Auth, prefix, pool size.
     pub options: RedisOptions,
+}
+
+/// `REDIS_PERSECOND`: where the counters of limits whose unit is second go instead.
+#[derive(Debug, Clone)]
+pub struct PerSecondRedis {
+    /// The per-second Redis (`REDIS_PERSECOND_URL`, `_TYPE`, `_AUTH`, ...).
+    pub redis: RedisSettings,
+    /// Timeout of one call to it (`REDIS_PERSECOND_TIMEOUT`, else `REDIS_TIMEOUT`).
+    pub timeout: Duration,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -104,6 +118,7 @@ impl std::fmt::Debug for RedisSettings {
         f.debug_struct("RedisSettings")
             .field("urls", &urls)
             .field("cluster", &self.cluster)
+            .field("sentinel", &self.sentinel)
             .field("options", &self.options)
             .finish()
     }
@@ -149,8 +164,9 @@ impl Settings {
         let grpc_tls = grpc_tls(&mut v);
         let (config_path, merge_domains, reload_debounce) = rules(&mut v);
         let options = options(&mut v);
-        let redis = redis(&mut v);
+        let redis = redis(&mut v, &MAIN);
         let (sync, sync_max_queued) = sync(&mut v);
+        let redis_per_second = per_second(&mut v, redis.is_some(), sync.timeout);
         let log_level = v.or("LOG_LEVEL", String::new(), log_level);
         let log_format = v.or("LOG_FORMAT", "text", one_of(&["text", "json"]));
         let shutdown_grace = v.or("SHUTDOWN_GRACE", Duration::ZERO, duration);
@@ -183,6 +199,7 @@ impl Settings {
             shutdown_grace,
             reload_debounce,
             redis,
+            redis_per_second,
             sync,
             sync_max_queued,
             clock_skew_ms,
@@ -536,20 +553,83 @@ fn options(v: &mut Values<'_>) -> Options {
     }
 }
 
-/// Global mode's Redis, when `REDIS_URL` names at least one server.
-fn redis(v: &mut Values<'_>) -> Option<RedisSettings> {
-    let cluster = v.or("REDIS_TYPE", "SINGLE", one_of(&["SINGLE", "CLUSTER"])) == "CLUSTER";
-    let tls = v.or("REDIS_TLS", false, boolean);
-    let auth = v.raw("REDIS_AUTH");
-    let pool_size = v.or("REDIS_POOL_SIZE", 1, at_least_one);
+/// The variables of one Redis: the main one's (`REDIS_*`) or the per-second one's
+/// (`REDIS_PERSECOND_*`), which the reference reads alike.
+struct RedisVars {
+    url: &'static str,
+    kind: &'static str,
+    auth: &'static str,
+    tls: &'static str,
+    pool_size: &'static str,
+    sentinel_auth: &'static str,
+}
+
+const MAIN: RedisVars = RedisVars {
+    url: "REDIS_URL",
+    kind: "REDIS_TYPE",
+    auth: "REDIS_AUTH",
+    tls: "REDIS_TLS",
+    pool_size: "REDIS_POOL_SIZE",
+    sentinel_auth: "REDIS_SENTINEL_AUTH",
+};
+
+const PER_SECOND: RedisVars = RedisVars {
+    url: "REDIS_PERSECOND_URL",
+    kind: "REDIS_PERSECOND_TYPE",
+    auth: "REDIS_PERSECOND_AUTH",
+    tls: "REDIS_PERSECOND_TLS",
+    pool_size: "REDIS_PERSECOND_POOL_SIZE",
+    sentinel_auth: "REDIS_PERSECOND_SENTINEL_AUTH",
+};
+
+/// A Redis, when its URL variable names at least one server. With `SENTINEL` the URL is the
+/// reference's `<master name>,<sentinel>,<sentinel>...`; the sentinels take the sentinel
+/// auth and the master the plain one, and TLS applies to both (as the reference dials them).
+fn redis(v: &mut Values<'_>, vars: &RedisVars) -> Option<RedisSettings> {
+    let kind = v.or(
+        vars.kind,
+        "SINGLE",
+        one_of(&["SINGLE", "CLUSTER", "SENTINEL"]),
+    );
+    let tls = v.or(vars.tls, false, boolean);
+    let auth = v.raw(vars.auth);
+    let sentinel_auth = v.raw(vars.sentinel_auth);
+    let pool_size = v.or(vars.pool_size, 1, at_least_one);
     let prefix = v.text("CACHE_KEY_PREFIX");
-    let raw = v.raw("REDIS_URL").unwrap_or_default();
+    let raw = v.raw(vars.url).unwrap_or_default();
+    let mut entries: Vec<&str> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect();
+    let sentinel = if kind == "SENTINEL" && !entries.is_empty() {
+        let name = entries.remove(0);
+        if entries.is_empty() || name.contains("://") {
+            v.error(
+                vars.url,
+                "with SENTINEL, is <master name>,<sentinel host:port>,... (the master's name first, then at least one sentinel)",
+            );
+            return None;
+        }
+        Some(SentinelMaster {
+            name: name.to_string(),
+            tls,
+        })
+    } else {
+        None
+    };
+    // The sentinels answer to their own credentials; the master (through `options`) to auth.
+    let url_auth = if sentinel.is_some() {
+        sentinel_auth.as_deref()
+    } else {
+        auth.as_deref()
+    };
     let mut urls = Vec::new();
-    for u in raw.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+    for u in entries {
         // normalize_url's message shows the URL redacted.
-        match normalize_url(u, auth.as_deref(), tls) {
+        match normalize_url(u, url_auth, tls) {
             Ok(n) => urls.push(n),
-            Err(e) => v.error("REDIS_URL", e),
+            Err(e) => v.error(vars.url, e),
         }
     }
     if urls.is_empty() {
@@ -557,12 +637,45 @@ fn redis(v: &mut Values<'_>) -> Option<RedisSettings> {
     }
     Some(RedisSettings {
         urls,
-        cluster,
+        cluster: kind == "CLUSTER",
+        sentinel,
         options: RedisOptions {
             auth,
             prefix,
             pool_size,
         },
+    })
+}
+
+/// `REDIS_PERSECOND`: the per-second Redis, which needs global mode's (`main`) and a URL of
+/// its own. The call timeout defaults to the main one's (`timeout`).
+///
+/// What counts as per-second is decided where limits are routed (`global::queue`).
+fn per_second(v: &mut Values<'_>, main: bool, timeout: Duration) -> Option<PerSecondRedis> {
+    // Off, its other variables mean nothing (as in the reference), bad values included.
+    if !v.or("REDIS_PERSECOND", false, boolean) {
+        return None;
+    }
+    let redis = redis(v, &PER_SECOND);
+    let timeout = v
+        .parse("REDIS_PERSECOND_TIMEOUT", positive_duration)
+        .unwrap_or(timeout);
+    if !main {
+        v.error(
+            "REDIS_PERSECOND",
+            "needs REDIS_URL: a per-second Redis only splits global mode's counters",
+        );
+        return None;
+    }
+    if redis.is_none() && v.raw("REDIS_PERSECOND_URL").is_none() {
+        v.error(
+            "REDIS_PERSECOND_URL",
+            "is required when REDIS_PERSECOND is true",
+        );
+    }
+    Some(PerSecondRedis {
+        redis: redis?,
+        timeout,
     })
 }
 

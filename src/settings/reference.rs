@@ -28,8 +28,6 @@ const XDS_BACKOFF: &str = "reconnection waits CONFIG_GRPC_XDS_SERVER_CONNECT_RET
 const METRICS: &str = "metrics are served in Prometheus format at /metrics on the HTTP port (and, with USE_STATSD, the reference's statsd counters); DogStatsD, tags and a mapping file of one's own are not supported yet";
 const NO_MEMCACHE: &str = "memcache is not a backend of sluice (BACKEND_TYPE is refused)";
 const PIPELINE: &str = "each tick's sync is one pipelined call per shard";
-const PER_SECOND: &str =
-    "per-second limits share the Redis of REDIS_URL (a separate one is not supported yet)";
 const NO_TRACES: &str = "traces are not exported yet";
 const FALSE: &[&str] = &["false", "0", "no", "off", "f", "n"];
 
@@ -98,7 +96,7 @@ pub const REFERENCE_ENV: &[(&str, Treatment)] = &[
     ("LIMIT_RESET_HEADER", Same),
     ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Mapped("xDS: ready only while the rules in force have a domain. With files it changes nothing: sluice does not start without valid rules")),
     ("REDIS_SOCKET_TYPE", Ignored("the URL's form says it: host:port or redis:// for TCP, unix:// for a socket", &[])),
-    ("REDIS_TYPE", Mapped("SINGLE or CLUSTER; several comma-separated SINGLE URLs are shards. SENTINEL is refused (not supported yet)")),
+    ("REDIS_TYPE", Mapped("SINGLE, CLUSTER or SENTINEL (REDIS_URL: <master name>,<sentinel>,...; connections follow the master the sentinels promote); several comma-separated SINGLE URLs are shards")),
     ("REDIS_URL", Mapped("set: global mode (the fleet syncs through it); unset: local mode, where the reference cannot start")),
     ("REDIS_POOL_SIZE", Same),
     ("REDIS_AUTH", Same),
@@ -110,23 +108,23 @@ pub const REFERENCE_ENV: &[(&str, Treatment)] = &[
     ("REDIS_PIPELINE_WINDOW", Ignored(PIPELINE, &[])),
     ("REDIS_PIPELINE_LIMIT", Ignored(PIPELINE, &[])),
     ("REDIS_USE_EXPLICIT_PIPELINE", Ignored(PIPELINE, &[])),
-    ("REDIS_PERSECOND", Ignored(PER_SECOND, FALSE)),
-    ("REDIS_PERSECOND_SOCKET_TYPE", Ignored(PER_SECOND, &[])),
-    ("REDIS_PERSECOND_TYPE", Ignored(PER_SECOND, &[])),
-    ("REDIS_PERSECOND_URL", Ignored(PER_SECOND, &[])),
-    ("REDIS_PERSECOND_POOL_SIZE", Ignored(PER_SECOND, &[])),
-    ("REDIS_PERSECOND_AUTH", Ignored(PER_SECOND, &[])),
-    ("REDIS_PERSECOND_TLS", Ignored(PER_SECOND, &[])),
-    ("REDIS_SENTINEL_AUTH", Ignored("Sentinel is not supported yet (REDIS_TYPE=SENTINEL is refused)", &[])),
-    ("REDIS_PERSECOND_SENTINEL_AUTH", Ignored(PER_SECOND, &[])),
-    ("REDIS_PERSECOND_PIPELINE_WINDOW", Ignored(PER_SECOND, &[])),
-    ("REDIS_PERSECOND_PIPELINE_LIMIT", Ignored(PER_SECOND, &[])),
-    ("REDIS_PERSECOND_USE_EXPLICIT_PIPELINE", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND", Mapped("true: rules whose limits all have unit second keep their counters (synced and exact) in the Redis of REDIS_PERSECOND_URL; a rule mixing seconds with longer units stays in REDIS_URL's")),
+    ("REDIS_PERSECOND_SOCKET_TYPE", Ignored("the URL's form says it: host:port or redis:// for TCP, unix:// for a socket", &[])),
+    ("REDIS_PERSECOND_TYPE", Mapped("SINGLE, CLUSTER or SENTINEL, as REDIS_TYPE (with REDIS_PERSECOND_SENTINEL_AUTH for the sentinels)")),
+    ("REDIS_PERSECOND_URL", Mapped("required with REDIS_PERSECOND=true; in REDIS_URL's forms")),
+    ("REDIS_PERSECOND_POOL_SIZE", Same),
+    ("REDIS_PERSECOND_AUTH", Same),
+    ("REDIS_PERSECOND_TLS", Same),
+    ("REDIS_SENTINEL_AUTH", Same),
+    ("REDIS_PERSECOND_SENTINEL_AUTH", Same),
+    ("REDIS_PERSECOND_PIPELINE_WINDOW", Ignored(PIPELINE, &[])),
+    ("REDIS_PERSECOND_PIPELINE_LIMIT", Ignored(PIPELINE, &[])),
+    ("REDIS_PERSECOND_USE_EXPLICIT_PIPELINE", Ignored(PIPELINE, &[])),
     ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Ignored("/readyz reports each shard's health; decisions go on from memory while Redis is down", &[])),
     ("REDIS_TIMEOUT", Same),
-    ("REDIS_PERSECOND_TIMEOUT", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND_TIMEOUT", Mapped("default: REDIS_TIMEOUT's value")),
     ("REDIS_POOL_ON_EMPTY_BEHAVIOR", Ignored("the sync never waits on the pool from the request path", &[])),
-    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", Ignored(PER_SECOND, &[])),
+    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", Ignored("the sync never waits on the pool from the request path", &[])),
     ("MEMCACHE_HOST_PORT", Ignored(NO_MEMCACHE, &[])),
     ("MEMCACHE_MAX_IDLE_CONNS", Ignored(NO_MEMCACHE, &[])),
     ("MEMCACHE_SRV", Ignored(NO_MEMCACHE, &[])),

@@ -113,6 +113,109 @@ fn redis_settings_take_the_reference_forms() {
 }
 
 #[test]
+fn sentinel_takes_the_master_name_first_and_its_own_auth() {
+    let s = resolve(
+        &[],
+        &[
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_URL", "mymaster, s1:26379,redis://s2:26380"),
+            ("REDIS_AUTH", "masterpw"),
+            ("REDIS_SENTINEL_AUTH", "sentinelpw"),
+        ],
+    )
+    .unwrap();
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let r = s.redis.unwrap();
+    let master = r.sentinel.clone().expect("sentinel");
+    assert_eq!(master.name, "mymaster");
+    assert!(!master.tls);
+    assert!(!r.cluster);
+    // The sentinels get REDIS_SENTINEL_AUTH; REDIS_AUTH stays the master's.
+    assert_eq!(
+        r.urls,
+        vec![
+            "redis://:sentinelpw@s1:26379",
+            "redis://:sentinelpw@s2:26380"
+        ]
+    );
+    assert_eq!(r.options.auth.as_deref(), Some("masterpw"));
+    assert!(!format!("{r:?}").contains("pw"), "{r:?}");
+    // TLS reaches the sentinels and the master alike.
+    let tls = resolve(
+        &[],
+        &[
+            ("REDIS_TYPE", "SENTINEL"),
+            ("REDIS_URL", "m,s1:1"),
+            ("REDIS_TLS", "true"),
+        ],
+    )
+    .unwrap()
+    .redis
+    .unwrap();
+    assert_eq!(tls.urls, vec!["rediss://s1:1"]);
+    assert!(tls.sentinel.unwrap().tls);
+    // The master's name alone, or a URL where the name goes, is refused.
+    for url in ["mymaster", "redis://s1:26379,s2:26379"] {
+        let errs = resolve(&[], &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", url)]).unwrap_err();
+        assert_eq!(names(&errs), vec!["REDIS_URL"], "{url}");
+        assert!(errs[0].message.contains("<master name>"), "{}", errs[0]);
+    }
+}
+
+#[test]
+fn per_second_redis_takes_its_own_variables() {
+    let s = resolve(
+        &[],
+        &[
+            ("REDIS_URL", "main:6379"),
+            ("REDIS_TIMEOUT", "300ms"),
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_URL", "m,ps1:26379"),
+            ("REDIS_PERSECOND_TYPE", "SENTINEL"),
+            ("REDIS_PERSECOND_AUTH", "pw"),
+            ("REDIS_PERSECOND_SENTINEL_AUTH", "spw"),
+            ("REDIS_PERSECOND_POOL_SIZE", "7"),
+        ],
+    )
+    .unwrap();
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(s.redis.unwrap().urls, vec!["redis://main:6379"]);
+    let p = s.redis_per_second.expect("per-second Redis");
+    assert_eq!(p.redis.urls, vec!["redis://:spw@ps1:26379"]);
+    assert_eq!(p.redis.sentinel.unwrap().name, "m");
+    assert_eq!(p.redis.options.auth.as_deref(), Some("pw"));
+    assert_eq!(p.redis.options.pool_size, 7);
+    assert_eq!(p.timeout, Duration::from_millis(300), "REDIS_TIMEOUT's");
+    let own = resolve(
+        &[],
+        &[
+            ("REDIS_URL", "main:6379"),
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_URL", "ps:6379"),
+            ("REDIS_PERSECOND_TLS", "true"),
+            ("REDIS_PERSECOND_TIMEOUT", "2s"),
+        ],
+    )
+    .unwrap()
+    .redis_per_second
+    .unwrap();
+    assert_eq!(own.redis.urls, vec!["rediss://ps:6379"]);
+    assert_eq!(own.timeout, Duration::from_secs(2));
+    // Off (the default), its variables mean nothing, as in the reference.
+    let off = resolve(&[], &[("REDIS_URL", "a:1"), ("REDIS_PERSECOND_URL", "b:1")]).unwrap();
+    assert!(off.redis_per_second.is_none());
+    // On, it needs its URL, and global mode.
+    let errs = resolve(&[], &[("REDIS_URL", "a:1"), ("REDIS_PERSECOND", "true")]).unwrap_err();
+    assert_eq!(names(&errs), vec!["REDIS_PERSECOND_URL"]);
+    let errs = resolve(
+        &[],
+        &[("REDIS_PERSECOND", "true"), ("REDIS_PERSECOND_URL", "b:1")],
+    )
+    .unwrap_err();
+    assert_eq!(names(&errs), vec!["REDIS_PERSECOND"]);
+}
+
+#[test]
 fn every_bad_setting_is_reported_at_once_parse_errors_included() {
     let errs = resolve(
         &["--grpc-host", "not a host", "--log-format", "xml"],

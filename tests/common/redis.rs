@@ -128,6 +128,8 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     /// Arguments after the harness's own (so they can override them).
     extra: Vec<String>,
+    /// Arguments before the harness's own: a sentinel's config file and `--sentinel`.
+    leading: Vec<String>,
     tls: Option<TlsFiles>,
     user: Option<String>,
     password: Option<String>,
@@ -159,10 +161,54 @@ impl RedisServer {
             .position(|a| a == "--requirepass")
             .and_then(|i| extra.get(i + 1))
             .cloned();
+        Self::start_full(dir, tls, Vec::new(), extra, password)
+    }
+
+    /// A Redis Sentinel watching `master` as `name` with quorum 1 (so one sentinel can fail
+    /// it over alone), judging it down after 1 s without answers; `extra` as for `start_with`
+    /// (`--requirepass` protects the sentinel itself). The master's password, if it has one,
+    /// becomes the sentinel's `auth-pass`.
+    pub fn start_sentinel(name: &str, master: &RedisServer, extra: &[&str]) -> RedisServer {
+        require("redis-server");
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-sentinel-")
+            .tempdir()
+            .expect("create tempdir for redis-server --sentinel");
+        let mut conf = format!(
+            "sentinel monitor {name} 127.0.0.1 {} 1\nsentinel down-after-milliseconds {name} 1000\nsentinel failover-timeout {name} 10000\n",
+            master.port()
+        );
+        if let Some(pw) = master.password() {
+            conf.push_str(&format!("sentinel auth-pass {name} {pw}\n"));
+        }
+        // Sentinel rewrites its config file (what it learns), so it lives in the tempdir.
+        let path = dir.path().join("sentinel.conf");
+        std::fs::write(&path, conf).expect("write sentinel.conf");
+        let leading = vec![
+            path.to_str().expect("tempdir path is UTF-8").to_string(),
+            "--sentinel".to_string(),
+        ];
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let password = extra
+            .iter()
+            .position(|a| a == "--requirepass")
+            .and_then(|i| extra.get(i + 1))
+            .cloned();
+        Self::start_full(dir, None, leading, extra, password)
+    }
+
+    fn start_full(
+        dir: tempfile::TempDir,
+        tls: Option<TlsFiles>,
+        leading: Vec<String>,
+        extra: Vec<String>,
+        password: Option<String>,
+    ) -> RedisServer {
         let mut server = RedisServer {
             child: None,
             port: pick_port(),
             dir,
+            leading,
             extra,
             tls,
             user: None,
@@ -327,20 +373,22 @@ impl RedisServer {
             .to_str()
             .expect("tempdir path is UTF-8")
             .to_string();
-        let mut args: Vec<String> = [
-            "--bind",
-            "127.0.0.1",
-            "--daemonize",
-            "no",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args: Vec<String> = self.leading.clone();
+        args.extend(
+            [
+                "--bind",
+                "127.0.0.1",
+                "--daemonize",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
         args.push(dir);
         match &self.tls {
             None => args.extend(["--port".to_string(), self.port.to_string()]),
@@ -408,7 +456,9 @@ impl RedisServer {
                     "redis-server exited ({status}) before it was ready; args {args:?}; log:\n{log}{hint}"
                 )));
             }
-            if read_from(&log_path, log_start).contains("Ready to accept connections")
+            // A sentinel never logs "Ready"; it names its master once it watches it.
+            let log = read_from(&log_path, log_start);
+            if (log.contains("Ready to accept connections") || log.contains("+monitor master"))
                 && self.answers_ping()
             {
                 return Ok(());
@@ -910,6 +960,7 @@ pub fn global_mode(
         s.redis = Some(sluice::settings::RedisSettings {
             urls,
             cluster,
+            sentinel: None,
             options: sluice::global::redis::RedisOptions {
                 pool_size,
                 ..sluice::global::redis::RedisOptions::default()
