@@ -643,7 +643,7 @@ fn chart_lints_strict_with_every_option_on() {
 #[test]
 fn values_schema_and_templates_reject_bad_values() {
     for bad in [
-        "redis.type=SENTINEL",
+        "redis.type=MEMCACHE",
         "replicas=3",
         "config.logFormat=xml",
         "istio.envoyFilter.context=WAYPOINT",
@@ -1480,6 +1480,60 @@ fn rules_over_xds_set_the_references_variables_and_mount_the_tls_secrets() {
     let run = helm_template_run(&["--set", "rules.xds.enabled=true"]);
     assert!(
         !run.status.success() && run.stderr.contains("rules.xds.serverUrl is required"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn sentinel_values_name_the_master_first_and_take_the_sentinels_password_from_a_secret() {
+    let m = render(&[
+        "--set",
+        "redis.urls={sentinel-0.redis:26379,sentinel-1.redis:26379}",
+        "--set",
+        "redis.type=SENTINEL",
+        "--set",
+        "redis.sentinel.masterName=mymaster",
+        "--set",
+        "redis.sentinel.authSecret=sentinel-creds",
+    ]);
+    let c = sluice_container(m.deployment());
+    assert_eq!(
+        env_value(c, "REDIS_URL"),
+        "mymaster,sentinel-0.redis:26379,sentinel-1.redis:26379"
+    );
+    assert_eq!(env_value(c, "REDIS_TYPE"), "SENTINEL");
+    let auth = env_var(c, "REDIS_SENTINEL_AUTH").expect("REDIS_SENTINEL_AUTH");
+    assert_eq!(
+        str_at(auth, "valueFrom.secretKeyRef.name"),
+        "sentinel-creds"
+    );
+    assert_eq!(
+        str_at(auth, "valueFrom.secretKeyRef.key"),
+        "sentinel-password"
+    );
+    let env: std::collections::HashMap<String, String> = seq_at(c, "env")
+        .iter()
+        .filter_map(|e| {
+            Some((
+                str_at(e, "name").to_string(),
+                opt_at(e, "value")?.as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let settings =
+        sluice::settings::Settings::resolve(&sluice::settings::ServeArgs::default(), &env)
+            .unwrap_or_else(|e| panic!("the rendered env does not resolve: {e:?}"));
+    assert!(settings.redis.is_some(), "global mode");
+    // The master's name is required.
+    let run = helm_template_run(&[
+        "--set",
+        "redis.urls={sentinel-0.redis:26379}",
+        "--set",
+        "redis.type=SENTINEL",
+    ]);
+    assert!(
+        !run.status.success() && run.stderr.contains("redis.sentinel.masterName is required"),
         "{}",
         run.describe()
     );
