@@ -26,6 +26,7 @@
 pub mod cli;
 pub mod core;
 pub mod global;
+pub mod otel;
 pub mod rls;
 pub mod rules;
 pub mod server;
@@ -54,6 +55,7 @@ use crate::server::shutdown::Readiness;
 use crate::server::{http, reload};
 use crate::settings::Settings;
 use crate::telemetry::Telemetry;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +74,9 @@ pub enum RunError {
     /// The metrics pipeline could not be built.
     #[error("metrics: {0}")]
     Telemetry(#[from] opentelemetry_sdk::error::OTelSdkError),
+    /// An OTLP exporter (traces or metrics) could not be built.
+    #[error("{0}")]
+    Otel(#[from] otel::OtelError),
     /// The rules directory cannot be watched.
     #[error("cannot watch the rules: {0}")]
     Watch(#[from] notify::Error),
@@ -150,6 +155,7 @@ struct ServerTask<E> {
 struct Service {
     limiter: Arc<RateLimiter>,
     telemetry: Arc<Telemetry>,
+    tracer: Option<Arc<otel::Tracer>>,
     readiness: Arc<Readiness>,
     health: tonic_health::server::HealthReporter,
     grpc: ServerTask<tonic::transport::Error>,
@@ -170,7 +176,18 @@ impl Service {
         listeners: Listeners,
         clock: Arc<dyn Clock>,
     ) -> Result<Service, RunError> {
-        let telemetry = Arc::new(Telemetry::new()?);
+        let resource = settings.otlp.resource();
+        let meters = settings
+            .otlp
+            .metrics_reader(&resource, SdkMeterProvider::builder())?;
+        let telemetry = Arc::new(Telemetry::with_builder(meters)?);
+        let tracer = if settings.otlp.tracing {
+            let tracer = otel::Tracer::new(&settings.otlp, resource)?;
+            tracing::info!(protocol = ?settings.otlp.protocol, endpoint = %settings.otlp.endpoints.traces(settings.otlp.protocol), sampling_rate = settings.otlp.sampling_rate, "tracing on");
+            Some(Arc::new(tracer))
+        } else {
+            None
+        };
         let (rules, files) = reload::load_path(&settings.config_path, settings.merge_domains)
             .map_err(RunError::Rules)?;
         tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
@@ -243,7 +260,7 @@ impl Service {
             listeners.grpc,
             settings.grpc_tls.as_ref(),
             health_service,
-            limiter.clone(),
+            RlsService::new(limiter.clone()).with_tracer(tracer.clone()),
         )?;
         let readiness = Arc::new(Readiness::default());
         let state = http::AdminState {
@@ -261,6 +278,7 @@ impl Service {
         Ok(Service {
             limiter,
             telemetry,
+            tracer,
             readiness,
             health,
             grpc,
@@ -330,8 +348,26 @@ impl Service {
         }
         self.background.cancel();
         let _ = self.watcher.await;
-        self.telemetry.shutdown();
+        flush_exporters(self.telemetry, self.tracer).await;
         tracing::info!("stopped");
+    }
+}
+
+/// Sends the last spans and metrics (every call has ended by now) and stops the exporters.
+/// The SDK's shutdown blocks until its export task (on this runtime) answers, so it runs on a
+/// blocking thread; a collector that does not answer costs [`otel::FLUSH_TIMEOUT`], no more.
+async fn flush_exporters(telemetry: Arc<Telemetry>, tracer: Option<Arc<otel::Tracer>>) {
+    let flush = tokio::task::spawn_blocking(move || {
+        if let Some(t) = tracer {
+            t.shutdown();
+        }
+        telemetry.shutdown();
+    });
+    if tokio::time::timeout(otel::FLUSH_TIMEOUT, flush)
+        .await
+        .is_err()
+    {
+        tracing::warn!(timeout = ?otel::FLUSH_TIMEOUT, "the OTLP collector did not take the last spans and metrics in time");
     }
 }
 
@@ -371,7 +407,7 @@ fn serve_grpc(
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
-    limiter: Arc<RateLimiter>,
+    rls: RlsService,
 ) -> Result<ServerTask<tonic::transport::Error>, RunError> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -382,7 +418,7 @@ fn serve_grpc(
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(RlsService::new(limiter).into_server());
+        .add_service(rls.into_server());
     let signal = stop.clone().cancelled_owned();
     let task = match tls {
         Some(tls) => {
