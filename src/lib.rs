@@ -271,6 +271,7 @@ impl Service {
                 .as_ref()
                 .map(|g| g.health.clone())
                 .unwrap_or_default(),
+            tracer: tracer.clone(),
         };
         let http = serve_http(listeners.http, state, settings);
         readiness.set(true);

@@ -230,10 +230,11 @@ impl Tracer {
         })
     }
 
-    /// Starts the span of one ShouldRateLimit call whose request headers `header` looks up,
-    /// or `None` when the call is not sampled (nothing more is spent on it).
+    /// Starts the span of one ShouldRateLimit call over `via` whose request headers
+    /// `header` looks up, or `None` when the call is not sampled (nothing more is spent on it).
     pub fn start<'h>(
         &self,
+        via: Via,
         header: impl Fn(&str) -> Option<&'h str>,
         domain: &str,
         descriptors: usize,
@@ -265,14 +266,22 @@ impl Tracer {
         if !span.is_recording() {
             return None;
         }
+        match via {
+            Via::Grpc => span.set_attributes([
+                KeyValue::new("rpc.system", "grpc"),
+                KeyValue::new("rpc.service", "envoy.service.ratelimit.v3.RateLimitService"),
+                KeyValue::new("rpc.method", "ShouldRateLimit"),
+            ]),
+            Via::Http => span.set_attributes([
+                KeyValue::new("http.request.method", "POST"),
+                KeyValue::new("url.path", "/json"),
+            ]),
+        }
         span.set_attributes([
-            KeyValue::new("rpc.system", "grpc"),
-            KeyValue::new("rpc.service", "envoy.service.ratelimit.v3.RateLimitService"),
-            KeyValue::new("rpc.method", "ShouldRateLimit"),
             KeyValue::new("domain", domain.to_string()),
             KeyValue::new("descriptors", descriptors as i64),
         ]);
-        Some(RequestSpan(span))
+        Some(RequestSpan { span, via })
     }
 
     /// Exports the spans still queued and stops the exporter. Blocks: call it off the
@@ -284,28 +293,39 @@ impl Tracer {
     }
 }
 
+/// How a ShouldRateLimit call came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The RLS gRPC service.
+    Grpc,
+    /// `POST /json`.
+    Http,
+}
+
 /// A ShouldRateLimit span in progress.
 #[derive(Debug)]
-pub struct RequestSpan(opentelemetry_sdk::trace::Span);
+pub struct RequestSpan {
+    span: opentelemetry_sdk::trace::Span,
+    via: Via,
+}
 
 impl RequestSpan {
-    /// Ends the span with the call's outcome: the overall code of a decision, or an error
-    /// status with the gRPC code and message of a refusal.
-    pub fn end(mut self, outcome: Result<&str, (tonic::Code, &str)>) {
+    /// Ends the span with the call's outcome: `status` is the gRPC code or HTTP status of the
+    /// answer; `outcome` the overall code of a decision, or the reason of a refusal (an error
+    /// status).
+    pub fn end(mut self, status: i64, outcome: Result<&str, &str>) {
+        let key = match self.via {
+            Via::Grpc => "rpc.grpc.status_code",
+            Via::Http => "http.response.status_code",
+        };
+        self.span.set_attribute(KeyValue::new(key, status));
         match outcome {
-            Ok(code) => {
-                self.0
-                    .set_attribute(KeyValue::new("overall_code", code.to_string()));
-                self.0
-                    .set_attribute(KeyValue::new("rpc.grpc.status_code", 0_i64));
-            }
-            Err((code, message)) => {
-                self.0
-                    .set_attribute(KeyValue::new("rpc.grpc.status_code", code as i64));
-                self.0.set_status(Status::error(message.to_string()));
-            }
+            Ok(code) => self
+                .span
+                .set_attribute(KeyValue::new("overall_code", code.to_string())),
+            Err(message) => self.span.set_status(Status::error(message.to_string())),
         }
-        self.0.end();
+        self.span.end();
     }
 }
 

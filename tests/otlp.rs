@@ -209,6 +209,7 @@ async fn http_collector() -> (SocketAddr, Arc<Received>) {
 struct Sluice {
     child: Child,
     grpc: SocketAddr,
+    http: SocketAddr,
     log: tempfile::NamedTempFile,
     _dir: tempfile::TempDir,
 }
@@ -254,6 +255,7 @@ impl Sluice {
         Sluice {
             child,
             grpc: format!("127.0.0.1:{grpc}").parse().unwrap(),
+            http,
             log,
             _dir: dir,
         }
@@ -415,6 +417,20 @@ async fn http_protocol_exports_spans_and_metrics_with_the_default_service_name()
             .any(|s| s.trace_id != T1 && s.parent_span_id.is_empty())
     })
     .await;
+    // POST /json is traced too, from its HTTP headers (B3 here).
+    let (addr, b3) = (s.http, format!("{T2}-{PARENT}-1"));
+    let body = r#"{"domain":"otlp","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
+    let (status, ..) = tokio::task::spawn_blocking(move || {
+        common::http(addr, "POST", "/json", body, &[("b3", &b3)]).unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 429);
+    let json = received.wait_span(T2).await;
+    assert_eq!(json.parent_span_id, PARENT);
+    assert_eq!(json.attrs["url.path"], "/json");
+    assert_eq!(json.attrs["http.response.status_code"], "429");
+    assert_eq!(json.attrs["overall_code"], "OVER_LIMIT");
     assert_eq!(
         received.wait_metric("sluice_requests_total").await,
         "RateLimit"

@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
-use crate::otel::Tracer;
+use crate::otel::{Tracer, Via};
 use crate::rls::RateLimiter;
 
 /// The encoded `FileDescriptorSet` of the RLS protos, for reflection (see proto-vendor/).
@@ -77,17 +77,23 @@ impl RateLimitService for RlsService {
         let req = request.get_ref();
         let meta = request.metadata();
         let span = tracer.start(
+            Via::Grpc,
             |name| meta.get(name).and_then(|v| v.to_str().ok()),
             &req.domain,
             req.descriptors.len(),
         );
         let result = self.answer(req).await;
         if let Some(span) = span {
-            span.end(match &result {
-                Ok(r) => Ok(Code::try_from(r.overall_code).map_or("UNKNOWN", |c| c.as_str_name())),
-                Err(s) => Err((s.code(), s.message())),
-            });
+            match &result {
+                Ok(r) => span.end(0, Ok(overall_code(r))),
+                Err(s) => span.end(s.code() as i64, Err(s.message())),
+            }
         }
         result.map(Response::new)
     }
+}
+
+/// The overall code's name, as a span carries it.
+pub(crate) fn overall_code(r: &RateLimitResponse) -> &'static str {
+    Code::try_from(r.overall_code).map_or("UNKNOWN", |c| c.as_str_name())
 }
