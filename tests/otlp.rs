@@ -493,3 +493,27 @@ async fn spans_still_batched_are_sent_on_sigterm() {
     assert!(s.terminate().await.success());
     assert!(received.span_of(T1).is_some(), "the span was not flushed");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_collector_neither_fails_calls_nor_holds_up_the_stop() {
+    // A port nothing listens on, over both protocols, with metrics too.
+    let endpoint = format!("http://127.0.0.1:{}", free_port());
+    for protocol in ["grpc", "http"] {
+        let s = Sluice::start(&[
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", protocol),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_METRICS_EXPORTER", "otlp"),
+        ])
+        .await;
+        let mut c = s.client().await;
+        for _ in 0..5 {
+            let tp = format!("00-{T1}-{PARENT}-01");
+            c.should_rate_limit(request(1, &[("traceparent", &tp)]))
+                .await
+                .unwrap();
+        }
+        drop(c);
+        assert!(s.terminate().await.success(), "{protocol}");
+    }
+}
