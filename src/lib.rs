@@ -182,12 +182,43 @@ impl Service {
             .metrics_reader(&resource, SdkMeterProvider::builder())?;
         let telemetry = Arc::new(Telemetry::with_builder(meters)?);
         let tracer = if settings.otlp.tracing {
-            let tracer = otel::Tracer::new(&settings.otlp, resource)?;
-            tracing::info!(protocol = ?settings.otlp.protocol, endpoint = %settings.otlp.endpoints.traces(settings.otlp.protocol), sampling_rate = settings.otlp.sampling_rate, "tracing on");
-            Some(Arc::new(tracer))
+            match otel::Tracer::new(&settings.otlp, resource) {
+                Ok(t) => Some(Arc::new(t)),
+                Err(e) => {
+                    flush_exporters(telemetry, None).await;
+                    return Err(e.into());
+                }
+            }
         } else {
             None
         };
+        if tracer.is_some() {
+            tracing::info!(protocol = ?settings.otlp.protocol, endpoint = %settings.otlp.endpoints.traces(settings.otlp.protocol), sampling_rate = settings.otlp.sampling_rate, "tracing on");
+        }
+        let started = Self::start_with(
+            settings,
+            listeners,
+            clock,
+            telemetry.clone(),
+            tracer.clone(),
+        )
+        .await;
+        if started.is_err() {
+            // Stopped here rather than dropped: an exporter's drop blocks on its own task,
+            // which a blocked runtime thread could never run.
+            flush_exporters(telemetry, tracer).await;
+        }
+        started
+    }
+
+    /// [`Service::start`] once the metrics and trace pipelines exist.
+    async fn start_with(
+        settings: &Settings,
+        listeners: Listeners,
+        clock: Arc<dyn Clock>,
+        telemetry: Arc<Telemetry>,
+        tracer: Option<Arc<otel::Tracer>>,
+    ) -> Result<Service, RunError> {
         let (rules, files) = reload::load_path(&settings.config_path, settings.merge_domains)
             .map_err(RunError::Rules)?;
         tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");

@@ -31,6 +31,9 @@ use opentelemetry_sdk::Resource;
 /// The span's name: the RPC it covers.
 const SPAN_NAME: &str = "ShouldRateLimit";
 
+/// How long the final flush of spans or metrics may take at shutdown before it is given up.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How OTLP reaches the collector (`TRACING_EXPORTER_PROTOCOL`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -470,9 +473,6 @@ fn hex<const N: usize>(s: &[u8]) -> Option<[u8; N]> {
     }
     Some(out)
 }
-
-/// How long the final flush of spans or metrics may take at shutdown before it is given up.
-pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

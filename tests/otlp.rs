@@ -517,3 +517,37 @@ async fn an_unreachable_collector_neither_fails_calls_nor_holds_up_the_stop() {
         assert!(s.terminate().await.success(), "{protocol}");
     }
 }
+
+#[test]
+fn a_refused_start_stops_the_exporters_even_on_a_single_threaded_runtime() {
+    // The pipelines exist before the rules are read. Left to their drop, the exporters would
+    // block the only thread on their own export task: the failed start must stop them. The
+    // runtime runs on a thread of its own, so a regression fails here instead of hanging.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = rt.block_on(async {
+            let (collector, _received) = grpc_collector().await;
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("rules.yaml"), "domain: [not, a, domain]\n").unwrap();
+            let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+            let mut settings =
+                sluice::settings::Settings::for_addrs(dir.path().into(), loopback, loopback);
+            settings.otlp.tracing = true;
+            settings.otlp.metrics = true;
+            settings.otlp.protocol = sluice::otel::Protocol::Grpc;
+            settings.otlp.endpoints.common = Some(format!("http://{collector}"));
+            let listeners = sluice::Listeners::bind(&settings).await.unwrap();
+            let clock = Arc::new(sluice::core::clock::ManualClock::new(common::T0));
+            sluice::run(settings, listeners, clock, std::future::pending()).await
+        });
+        let _ = done.send(matches!(result, Err(sluice::RunError::Rules(_))));
+    });
+    let refused = finished
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the failed start hung");
+    assert!(refused, "the rules were not what was refused");
+}
