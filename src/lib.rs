@@ -26,6 +26,7 @@
 pub mod cli;
 pub mod core;
 pub mod global;
+pub mod otel;
 pub mod rls;
 pub mod rules;
 pub mod server;
@@ -56,6 +57,7 @@ use crate::server::xds::{XdsClient, XdsSettings};
 use crate::server::{http, reload};
 use crate::settings::Settings;
 use crate::telemetry::Telemetry;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +76,9 @@ pub enum RunError {
     /// The metrics pipeline could not be built.
     #[error("metrics: {0}")]
     Telemetry(#[from] opentelemetry_sdk::error::OTelSdkError),
+    /// An OTLP exporter (traces or metrics) could not be built.
+    #[error("{0}")]
+    Otel(#[from] otel::OtelError),
     /// The rules directory cannot be watched.
     #[error("cannot watch the rules: {0}")]
     Watch(#[from] notify::Error),
@@ -152,6 +157,7 @@ struct ServerTask<E> {
 struct Service {
     limiter: Arc<RateLimiter>,
     telemetry: Arc<Telemetry>,
+    tracer: Option<Arc<otel::Tracer>>,
     readiness: Arc<Readiness>,
     health: tonic_health::server::HealthReporter,
     grpc: ServerTask<tonic::transport::Error>,
@@ -176,7 +182,49 @@ impl Service {
         listeners: Listeners,
         clock: Arc<dyn Clock>,
     ) -> Result<Service, RunError> {
-        let telemetry = Arc::new(Telemetry::new()?);
+        let resource = settings.otlp.resource();
+        let meters = settings
+            .otlp
+            .metrics_reader(&resource, SdkMeterProvider::builder())?;
+        let telemetry = Arc::new(Telemetry::with_builder(meters)?);
+        let tracer = if settings.otlp.tracing {
+            match otel::Tracer::new(&settings.otlp, resource) {
+                Ok(t) => Some(Arc::new(t)),
+                Err(e) => {
+                    flush_exporters(telemetry, None).await;
+                    return Err(e.into());
+                }
+            }
+        } else {
+            None
+        };
+        if tracer.is_some() {
+            tracing::info!(protocol = ?settings.otlp.protocol, endpoint = %settings.otlp.endpoints.traces(settings.otlp.protocol), sampling_rate = settings.otlp.sampling_rate, "tracing on");
+        }
+        let started = Self::start_with(
+            settings,
+            listeners,
+            clock,
+            telemetry.clone(),
+            tracer.clone(),
+        )
+        .await;
+        if started.is_err() {
+            // Stopped here rather than dropped: an exporter's drop blocks on its own task,
+            // which a blocked runtime thread could never run.
+            flush_exporters(telemetry, tracer).await;
+        }
+        started
+    }
+
+    /// [`Service::start`] once the metrics and trace pipelines exist.
+    async fn start_with(
+        settings: &Settings,
+        listeners: Listeners,
+        clock: Arc<dyn Clock>,
+        telemetry: Arc<Telemetry>,
+        tracer: Option<Arc<otel::Tracer>>,
+    ) -> Result<Service, RunError> {
         let (rules, files) = match &settings.xds {
             // No rules until the management server sends a set: every request is allowed
             // meanwhile, and the service is not ready (README, "Rules over xDS").
@@ -268,7 +316,7 @@ impl Service {
             listeners.grpc,
             settings.grpc_tls.as_ref(),
             health_service,
-            limiter.clone(),
+            RlsService::new(limiter.clone()).with_tracer(tracer.clone()),
         )?;
         let readiness = Arc::new(Readiness::default());
         let state = http::AdminState {
@@ -279,6 +327,7 @@ impl Service {
                 .as_ref()
                 .map(|g| g.health.clone())
                 .unwrap_or_default(),
+            tracer: tracer.clone(),
         };
         let http = serve_http(listeners.http, state, settings);
         let xds_readiness = match &settings.xds {
@@ -297,6 +346,7 @@ impl Service {
         Ok(Service {
             limiter,
             telemetry,
+            tracer,
             readiness,
             health,
             grpc,
@@ -364,8 +414,26 @@ impl Service {
         }
         self.background.cancel();
         let _ = self.rules_source.await;
-        self.telemetry.shutdown();
+        flush_exporters(self.telemetry, self.tracer).await;
         tracing::info!("stopped");
+    }
+}
+
+/// Sends the last spans and metrics (every call has ended by now) and stops the exporters.
+/// The SDK's shutdown blocks until its export task (on this runtime) answers, so it runs on a
+/// blocking thread; a collector that does not answer costs [`otel::FLUSH_TIMEOUT`], no more.
+async fn flush_exporters(telemetry: Arc<Telemetry>, tracer: Option<Arc<otel::Tracer>>) {
+    let flush = tokio::task::spawn_blocking(move || {
+        if let Some(t) = tracer {
+            t.shutdown();
+        }
+        telemetry.shutdown();
+    });
+    if tokio::time::timeout(otel::FLUSH_TIMEOUT, flush)
+        .await
+        .is_err()
+    {
+        tracing::warn!(timeout = ?otel::FLUSH_TIMEOUT, "the OTLP collector did not take the last spans and metrics in time");
     }
 }
 
@@ -462,7 +530,7 @@ fn serve_grpc(
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
-    limiter: Arc<RateLimiter>,
+    rls: RlsService,
 ) -> Result<ServerTask<tonic::transport::Error>, RunError> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -473,7 +541,7 @@ fn serve_grpc(
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(RlsService::new(limiter).into_server());
+        .add_service(rls.into_server());
     let signal = stop.clone().cancelled_owned();
     let task = match tls {
         Some(tls) => {

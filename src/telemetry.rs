@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use opentelemetry::metrics::{Counter, Meter, MeterProvider as _};
 use opentelemetry::KeyValue;
-use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use parking_lot::RwLock;
 
 /// Most distinct `detailed_metric`/`value_to_metric` keys tracked; past it, hits are reported
@@ -256,6 +256,17 @@ impl Telemetry {
     /// # Errors
     /// When the Prometheus exporter cannot be built.
     pub fn new() -> Result<Self, opentelemetry_sdk::error::OTelSdkError> {
+        Self::with_builder(SdkMeterProvider::builder())
+    }
+
+    /// As [`Telemetry::new`], on a provider builder that may hold other readers already (the
+    /// OTLP one, `otel.rs`): every reader sees the same instruments.
+    ///
+    /// # Errors
+    /// When the Prometheus exporter cannot be built.
+    pub fn with_builder(
+        builder: MeterProviderBuilder,
+    ) -> Result<Self, opentelemetry_sdk::error::OTelSdkError> {
         let registry = prometheus::Registry::new();
         let exporter = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())
@@ -263,7 +274,7 @@ impl Telemetry {
             .scope_info_enabled(false)
             .without_counter_suffixes()
             .build()?;
-        let provider = SdkMeterProvider::builder().with_reader(exporter).build();
+        let provider = builder.with_reader(exporter).build();
         let meter = provider.meter("sluice");
         let rules = Arc::new(RuleStatsRegistry::default());
         let service = Arc::new(ServiceStats::default());
@@ -354,7 +365,8 @@ impl Telemetry {
         text
     }
 
-    /// Flushes and stops the meter provider.
+    /// Flushes and stops the meter provider. Blocks while an OTLP reader sends its last
+    /// export: call it off the runtime's workers.
     pub fn shutdown(&self) {
         let _ = self.provider.shutdown();
     }

@@ -647,6 +647,9 @@ fn values_schema_and_templates_reject_bad_values() {
         "replicas=3",
         "config.logFormat=xml",
         "istio.envoyFilter.context=WAYPOINT",
+        "tracing.protocol=zipkin",
+        "tracing.endpoint=https://collector:4318",
+        "tracing.samplingRate=2",
     ] {
         let out = helm_lint(&["--set", bad]);
         assert!(
@@ -859,9 +862,16 @@ fn deployment_has_probes_ports_hardened_security_and_rules_mounted_as_directory(
     assert_eq!(str_at(volume, "configMap.name"), format!("{RELEASE}-rules"));
     rendered_rules(&m);
 
-    // Local mode by default: no Redis settings at all.
+    // Local mode by default: no Redis settings at all; no OTLP either.
     for name in ["REDIS_URL", "REDIS_TYPE", "REDIS_AUTH", "REDIS_TLS"] {
         assert!(env_var(c, name).is_none(), "{name} set without redis.urls");
+    }
+    for name in [
+        "TRACING_ENABLED",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_METRICS_EXPORTER",
+    ] {
+        assert!(env_var(c, name).is_none(), "{name} set without tracing");
     }
 }
 
@@ -902,10 +912,27 @@ fn every_option_on_sets_redis_auth_from_secret_and_env_settings() {
         ("CACHE_KEY_PREFIX", "prod-edge"),
         ("SHUTDOWN_GRACE", "25s"),
         ("RUST_BACKTRACE", "1"),
+        ("TRACING_ENABLED", "true"),
+        ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+        ("TRACING_SAMPLING_RATE", "0.25"),
+        ("TRACING_SERVICE_NAME", "RateLimit"),
+        ("TRACING_SERVICE_NAMESPACE", "edge"),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://otel-collector.observability:4317",
+        ),
+        ("OTEL_METRICS_EXPORTER", "otlp"),
     ] {
         assert_eq!(env_value(c, name), value, "env {name}");
     }
-    assert!(env_var(c, "OTEL_EXPORTER_OTLP_ENDPOINT").is_some());
+    // Each pod is its own service.instance.id.
+    assert_eq!(
+        str_at(
+            env_var(c, "TRACING_SERVICE_INSTANCE_ID").expect("instance id"),
+            "valueFrom.fieldRef.fieldPath"
+        ),
+        "metadata.name"
+    );
 
     // Grace outlasts the preStop sleep plus the drain.
     let pod = at(deploy, "spec.template.spec");

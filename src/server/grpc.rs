@@ -5,15 +5,20 @@
 //! malformed request (empty domain, empty descriptor list, bounds exceeded) is
 //! `INVALID_ARGUMENT` with the reason; an internal failure is `UNAVAILABLE`. A rate-limit
 //! decision, over the limit included, is always a normal response.
+//!
+//! With `TRACING_ENABLED`, each call is a span continuing the caller's trace (see `otel.rs`);
+//! without it the call path is the same as if tracing did not exist.
 
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
+use crate::otel::{Tracer, Via};
 use crate::rls::RateLimiter;
 
 /// The encoded `FileDescriptorSet` of the RLS protos, for reflection (see proto-vendor/).
@@ -23,12 +28,40 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("../../proto-vendor/rls_de
 #[derive(Debug, Clone)]
 pub struct RlsService {
     limiter: Arc<RateLimiter>,
+    tracer: Option<Arc<Tracer>>,
 }
 
 impl RlsService {
-    /// A service answering from `limiter`.
+    /// A service answering from `limiter`, untraced.
     pub fn new(limiter: Arc<RateLimiter>) -> Self {
-        RlsService { limiter }
+        RlsService {
+            limiter,
+            tracer: None,
+        }
+    }
+
+    /// Traces each call with `tracer` (`TRACING_ENABLED`).
+    pub fn with_tracer(mut self, tracer: Option<Arc<Tracer>>) -> Self {
+        self.tracer = tracer;
+        self
+    }
+
+    /// The limiter's answer, timed for the response-time histogram.
+    async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let start = tokio::time::Instant::now();
+        let result = self.limiter.should_rate_limit_async(request).await;
+        self.limiter
+            .telemetry()
+            .service
+            .response_time
+            .record(start.elapsed());
+        result.map_err(|e| {
+            if e.is_client_error() {
+                Status::invalid_argument(e.to_string())
+            } else {
+                Status::unavailable(e.to_string())
+            }
+        })
     }
 
     /// The tonic server wrapping this service.
@@ -43,22 +76,29 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let start = tokio::time::Instant::now();
-        let result = self
-            .limiter
-            .should_rate_limit_async(request.get_ref())
-            .await;
-        self.limiter
-            .telemetry()
-            .service
-            .response_time
-            .record(start.elapsed());
-        result.map(Response::new).map_err(|e| {
-            if e.is_client_error() {
-                Status::invalid_argument(e.to_string())
-            } else {
-                Status::unavailable(e.to_string())
+        let Some(tracer) = &self.tracer else {
+            return self.answer(request.get_ref()).await.map(Response::new);
+        };
+        let req = request.get_ref();
+        let meta = request.metadata();
+        let span = tracer.start(
+            Via::Grpc,
+            |name| meta.get(name).and_then(|v| v.to_str().ok()),
+            &req.domain,
+            req.descriptors.len(),
+        );
+        let result = self.answer(req).await;
+        if let Some(span) = span {
+            match &result {
+                Ok(r) => span.end(0, Ok(overall_code(r))),
+                Err(s) => span.end(s.code() as i64, Err(s.message())),
             }
-        })
+        }
+        result.map(Response::new)
     }
+}
+
+/// The overall code's name, as a span carries it.
+pub(crate) fn overall_code(r: &RateLimitResponse) -> &'static str {
+    Code::try_from(r.overall_code).map_or("UNKNOWN", |c| c.as_str_name())
 }

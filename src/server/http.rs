@@ -2,7 +2,8 @@
 //! `/rlconfig`, `/rlconfig/status`.
 //!
 //! `/json` speaks proto3 JSON (`json.rs`) and answers 429 when the overall code is
-//! `OVER_LIMIT`, as the reference does.
+//! `OVER_LIMIT`, as the reference does. With `TRACING_ENABLED` its calls are spans too, from
+//! the request's W3C or B3 headers.
 //!
 //! The connections themselves (caps and timeouts) are `http_conn.rs`'s; [`serve`] is
 //! re-exported here.
@@ -10,7 +11,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -19,6 +20,7 @@ use serde_json::json;
 
 pub use super::http_conn::{serve, HttpLimits};
 use super::json;
+use crate::otel::{Tracer, Via};
 use crate::rls::RateLimiter;
 use crate::server::reload::ReloadStatus;
 use crate::server::shutdown::Readiness;
@@ -34,6 +36,8 @@ pub struct AdminState {
     pub reload: Arc<ReloadStatus>,
     /// Global mode: each Redis shard's health (empty in local mode).
     pub shards: Vec<Arc<crate::global::ShardHealth>>,
+    /// `TRACING_ENABLED`: the tracer of `/json` calls.
+    pub tracer: Option<Arc<Tracer>>,
 }
 
 /// The HTTP routes.
@@ -114,23 +118,64 @@ async fn rlconfig_status(State(s): State<AdminState>) -> Response {
     .into_response()
 }
 
-async fn json_handler(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
+/// The request headers a `/json` span is continued from: copied only when tracing is on, so
+/// an untraced call costs nothing more (axum's `HeaderMap` extractor would clone them always).
+struct TraceHeaders(Option<HeaderMap>);
+
+impl axum::extract::FromRequestParts<AdminState> for TraceHeaders {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AdminState,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(TraceHeaders(
+            state.tracer.as_ref().map(|_| parts.headers.clone()),
+        ))
+    }
+}
+
+async fn json_handler(
+    State(s): State<AdminState>,
+    TraceHeaders(headers): TraceHeaders,
+    body: axum::body::Bytes,
+) -> Response {
     let req = match json::parse_request(&body) {
         Ok(r) => r,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("bad request: {e}\n")).into_response(),
     };
-    match s.limiter.should_rate_limit_async(&req).await {
+    let span = s
+        .tracer
+        .as_ref()
+        .zip(headers.as_ref())
+        .and_then(|(t, headers)| {
+            t.start(
+                Via::Http,
+                |name| headers.get(name).and_then(|v| v.to_str().ok()),
+                &req.domain,
+                req.descriptors.len(),
+            )
+        });
+    let (status, answer) = match s.limiter.should_rate_limit_async(&req).await {
         Ok(resp) => {
             let status = if resp.overall_code == Code::OverLimit as i32 {
                 StatusCode::TOO_MANY_REQUESTS
             } else {
                 StatusCode::OK
             };
-            (status, axum::Json(json::response_json(&resp))).into_response()
+            if let Some(span) = span {
+                span.end(
+                    i64::from(status.as_u16()),
+                    Ok(super::grpc::overall_code(&resp)),
+                );
+            }
+            return (status, axum::Json(json::response_json(&resp))).into_response();
         }
-        Err(e) if e.is_client_error() => {
-            (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
-        }
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+        Err(e) if e.is_client_error() => (StatusCode::BAD_REQUEST, format!("{e}\n")),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+    };
+    if let Some(span) = span {
+        span.end(i64::from(status.as_u16()), Err(answer.trim_end()));
     }
+    (status, answer).into_response()
 }

@@ -15,6 +15,7 @@ use crate::core::table::CacheSettings;
 use crate::core::SyncPolicy;
 use crate::global::redis::{normalize_url, RedisOptions, SentinelMaster};
 use crate::global::SyncSettings;
+use crate::otel::{Endpoints, OtlpSettings, Protocol};
 use crate::rls::{HeaderNames, Options};
 use crate::server::prometheus_ref::PrometheusSettings;
 use crate::server::statsd::StatsdSettings;
@@ -80,6 +81,8 @@ pub struct Settings {
     pub prometheus: Option<PrometheusSettings>,
     /// `USE_STATSD`: where and how often the reference's statsd counters go.
     pub statsd: Option<StatsdSettings>,
+    /// `TRACING_*` and OTLP metrics: what goes to an OpenTelemetry collector.
+    pub otlp: OtlpSettings,
     /// envoyproxy/ratelimit variables that are set but mean nothing here, one line each
     /// ([`reference`]): logged at start.
     pub warnings: Vec<String>,
@@ -175,6 +178,7 @@ impl Settings {
         let prometheus = prometheus(&mut v);
         let mut warnings = Vec::new();
         let xds = xds(&mut v, &mut warnings);
+        let otlp = otlp(&mut v);
         let (reference_warnings, refused) = reference::check(env);
         warnings.extend(reference_warnings);
         v.errors.extend(refused);
@@ -205,6 +209,7 @@ impl Settings {
             clock_skew_ms,
             statsd,
             prometheus,
+            otlp,
             warnings,
         })
     }
@@ -505,6 +510,59 @@ fn prometheus(v: &mut Values<'_>) -> Option<PrometheusSettings> {
         return None;
     }
     on.then_some(PrometheusSettings { addr, path })
+}
+
+/// `TRACING_*`, the OTLP endpoints and `OTEL_METRICS_EXPORTER`.
+fn otlp(v: &mut Values<'_>) -> OtlpSettings {
+    let tracing = v.or("TRACING_ENABLED", false, boolean);
+    let protocol = match v.or(
+        "TRACING_EXPORTER_PROTOCOL",
+        "http",
+        one_of(&["http", "grpc"]),
+    ) {
+        "grpc" => Protocol::Grpc,
+        _ => Protocol::Http,
+    };
+    // The reference takes any number: at or above 1 every root is traced, at or below 0 none.
+    let sampling_rate = v.or("TRACING_SAMPLING_RATE", 1.0, |s| match s.parse::<f64>() {
+        Ok(r) if r.is_finite() => Ok(r.clamp(0.0, 1.0)),
+        _ => Err("is not a number (0 to 1)".to_string()),
+    });
+    let endpoint = |v: &mut Values<'_>, name| v.parse(name, otlp_endpoint);
+    let endpoints = Endpoints {
+        common: endpoint(v, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        traces: endpoint(v, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+        metrics: endpoint(v, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+    };
+    // The specification's list (otlp, prometheus, console, none); /metrics is always served.
+    let exporters = v.or("OTEL_METRICS_EXPORTER", Vec::new(), |s| {
+        s.split(',')
+            .map(|e| one_of(&["otlp", "prometheus", "none"])(e.trim()))
+            .collect::<Result<Vec<_>, _>>()
+    });
+    let metrics = exporters.contains(&"otlp") || endpoints.metrics.is_some();
+    let instance = v.text("TRACING_SERVICE_INSTANCE_ID");
+    OtlpSettings {
+        tracing,
+        protocol,
+        endpoints,
+        service_name: v.text("TRACING_SERVICE_NAME"),
+        service_namespace: v.text("TRACING_SERVICE_NAMESPACE"),
+        service_instance_id: (!instance.is_empty()).then_some(instance),
+        sampling_rate,
+        metrics,
+    }
+}
+
+/// An OTLP endpoint: a plain `http://` URL (the exporters carry no TLS stack of their own).
+fn otlp_endpoint(s: &str) -> Result<String, String> {
+    if s.starts_with("https://") {
+        return Err("is https: OTLP over TLS is not supported yet; use a plain http:// collector (a node agent or sidecar)".into());
+    }
+    match s.strip_prefix("http://") {
+        Some(rest) if !rest.is_empty() => Ok(s.to_string()),
+        _ => Err("is not an http:// URL".into()),
+    }
 }
 
 /// `USE_STATSD` with `STATSD_HOST`, `STATSD_PORT` and `STATS_FLUSH_INTERVAL`.

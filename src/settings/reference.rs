@@ -28,7 +28,6 @@ const XDS_BACKOFF: &str = "reconnection waits CONFIG_GRPC_XDS_SERVER_CONNECT_RET
 const METRICS: &str = "metrics are served in Prometheus format at /metrics on the HTTP port (and, with USE_STATSD, the reference's statsd counters); DogStatsD, tags and a mapping file of one's own are not supported yet";
 const NO_MEMCACHE: &str = "memcache is not a backend of sluice (BACKEND_TYPE is refused)";
 const PIPELINE: &str = "each tick's sync is one pipelined call per shard";
-const NO_TRACES: &str = "traces are not exported yet";
 const FALSE: &[&str] = &["false", "0", "no", "off", "f", "n"];
 
 /// The reference's variables (its `settings.go`, plus the OpenTelemetry endpoint its tracer
@@ -137,13 +136,13 @@ pub const REFERENCE_ENV: &[(&str, Treatment)] = &[
     ("SHADOW_MODE", Same),
     ("RESPONSE_DYNAMIC_METADATA", Same),
     ("MERGE_DOMAIN_CONFIG", Same),
-    ("TRACING_ENABLED", Ignored(NO_TRACES, FALSE)),
-    ("TRACING_SERVICE_NAME", Ignored(NO_TRACES, &[])),
-    ("TRACING_SERVICE_NAMESPACE", Ignored(NO_TRACES, &[])),
-    ("TRACING_SERVICE_INSTANCE_ID", Ignored(NO_TRACES, &[])),
-    ("TRACING_EXPORTER_PROTOCOL", Ignored(NO_TRACES, &[])),
-    ("TRACING_SAMPLING_RATE", Ignored(NO_TRACES, &[])),
-    ("OTEL_EXPORTER_OTLP_ENDPOINT", Ignored(NO_TRACES, &[])),
+    ("TRACING_ENABLED", Same),
+    ("TRACING_SERVICE_NAME", Same),
+    ("TRACING_SERVICE_NAMESPACE", Same),
+    ("TRACING_SERVICE_INSTANCE_ID", Same),
+    ("TRACING_EXPORTER_PROTOCOL", Mapped("http or grpc, as the reference; OTLP metrics (OTEL_METRICS_EXPORTER=otlp) use it too")),
+    ("TRACING_SAMPLING_RATE", Same),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", Mapped("plain http:// only (https is refused: no TLS to the collector yet); also the base of OTLP metrics when they are on")),
 ];
 
 /// The warnings (ignored variables that are set) and errors (refused values) of `env`.

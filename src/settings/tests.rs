@@ -630,3 +630,84 @@ fn bad_xds_settings_are_reported() {
     )
     .unwrap();
 }
+
+#[test]
+fn otlp_settings_have_the_references_defaults_and_meanings() {
+    use crate::otel::Protocol;
+    let s = resolve(&[], &[]).unwrap().otlp;
+    assert!(!s.tracing && !s.metrics);
+    assert_eq!(s.protocol, Protocol::Http);
+    assert_eq!(s.service_name, "RateLimit");
+    assert_eq!(
+        (s.service_namespace.as_str(), s.service_instance_id),
+        ("", None)
+    );
+    assert_eq!(s.sampling_rate, 1.0);
+    assert_eq!(
+        s.endpoints.traces(s.protocol),
+        "http://localhost:4318/v1/traces"
+    );
+
+    let s = resolve(
+        &["--tracing-sampling-rate", "0.5"],
+        &[
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", "GRPC"),
+            ("TRACING_SERVICE_INSTANCE_ID", "pod-1"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+        ],
+    )
+    .unwrap()
+    .otlp;
+    assert!(
+        s.tracing && !s.metrics,
+        "the common endpoint alone sends no metrics"
+    );
+    assert_eq!(s.protocol, Protocol::Grpc);
+    assert_eq!(s.sampling_rate, 0.5);
+    assert_eq!(s.service_instance_id.as_deref(), Some("pod-1"));
+    assert_eq!(s.endpoints.traces(s.protocol), "http://collector:4317");
+
+    // As the reference: any number, past 1 always, under 0 never.
+    let rate = |r| {
+        resolve(&[], &[("TRACING_SAMPLING_RATE", r)])
+            .unwrap()
+            .otlp
+            .sampling_rate
+    };
+    assert_eq!((rate("7"), rate("-1")), (1.0, 0.0));
+    // OTLP metrics: asked for by name, or by naming their endpoint.
+    let metrics = |env: &[(&str, &str)]| resolve(&[], env).unwrap().otlp.metrics;
+    assert!(metrics(&[("OTEL_METRICS_EXPORTER", "prometheus, otlp")]));
+    assert!(metrics(&[(
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "http://m:4318/v1/metrics"
+    )]));
+    assert!(!metrics(&[("OTEL_METRICS_EXPORTER", "none")]));
+}
+
+#[test]
+fn bad_otlp_settings_are_refused_by_name() {
+    let errs = resolve(
+        &[],
+        &[
+            ("TRACING_EXPORTER_PROTOCOL", "zipkin"),
+            ("TRACING_SAMPLING_RATE", "often"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318"),
+            ("OTEL_METRICS_EXPORTER", "console"),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(
+        names(&errs),
+        vec![
+            "TRACING_EXPORTER_PROTOCOL",
+            "TRACING_SAMPLING_RATE",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_METRICS_EXPORTER",
+        ]
+    );
+    assert!(errs[2].message.contains("TLS"), "{}", errs[2]);
+}
