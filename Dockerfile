@@ -27,18 +27,24 @@ FROM chef AS builder
 COPY --from=planner /src/recipe.json recipe.json
 RUN cargo chef cook --release --locked --recipe-path recipe.json
 COPY . .
+# /bin/ratelimit too: envoyproxy/ratelimit's image runs as that, and manifests written for it
+# (Envoy Gateway's, Istio's samples) set `command: ["/bin/ratelimit"]`; sluice run by that
+# name with no subcommand serves, configured by the reference's variables.
 RUN cargo build --release --locked --bin sluice \
-    && install -D -m 0755 target/release/sluice /out/sluice
+    && install -D -m 0755 target/release/sluice /out/root/usr/local/bin/sluice \
+    && mkdir -p /out/root/bin && ln -s /usr/local/bin/sluice /out/root/bin/ratelimit
 
 # --- runtime ------------------------------------------------------------------------
 FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
 LABEL org.opencontainers.image.title="sluice" \
       org.opencontainers.image.description="Envoy RLS v3 rate-limit service, a drop-in replacement for envoyproxy/ratelimit" \
       org.opencontainers.image.licenses="Apache-2.0"
-COPY --from=builder /out/sluice /usr/local/bin/sluice
-# The example rules, so `docker run sluice` serves something; mount your own over it.
+# A directory copy keeps the symlink.
+COPY --from=builder /out/root/ /
+# The example rules, so `docker run sluice` serves something; mount your own over it. Named
+# by CMD, not by SLUICE_CONFIG: a variable in the image would win over the RUNTIME_ROOT of
+# an environment written for the reference.
 COPY config/rules /etc/sluice/rules
-ENV SLUICE_CONFIG=/etc/sluice/rules
 # The nonroot user of the distroless image (uid/gid 65532), matching the Helm chart.
 # sluice writes nothing to disk, so a read-only root filesystem works.
 USER 65532:65532
@@ -47,4 +53,4 @@ EXPOSE 8081 8080
 # On SIGTERM sluice turns not-ready, drains and flushes within SHUTDOWN_GRACE (20s).
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/sluice"]
-CMD ["serve"]
+CMD ["serve", "--config", "/etc/sluice/rules"]

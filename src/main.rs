@@ -14,7 +14,7 @@ const EX_USAGE: u8 = 64;
 const EX_CONFIG: u8 = 78;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(arguments()) {
         Ok(cli) => cli,
         // `--help` and `--version` print and succeed; a malformed command line is a usage
         // error like a bad setting, so it exits 64 too (clap's own code would be 2).
@@ -62,6 +62,25 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// The command line, with `serve` put in when the binary runs as `ratelimit` without a
+/// subcommand: envoyproxy/ratelimit's image is started as `/bin/ratelimit` with no arguments
+/// (Envoy Gateway's and Istio's manifests say so), and sluice's image has that name too.
+fn arguments() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let as_ratelimit = args.first().is_some_and(|a| {
+        std::path::Path::new(a)
+            .file_name()
+            .is_some_and(|n| n == "ratelimit")
+    });
+    let no_subcommand = args
+        .get(1)
+        .is_none_or(|a| a.to_string_lossy().starts_with('-'));
+    if as_ratelimit && no_subcommand {
+        args.insert(1, "serve".into());
+    }
+    args
 }
 
 /// The process environment. A value that is not UTF-8 is passed on lossily, so that it fails
