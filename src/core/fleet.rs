@@ -28,7 +28,7 @@
 
 use super::clock::UnixMillis;
 use super::prior::FleetView;
-use super::window::{Algorithm, Limit, Slot, WindowState};
+use super::window::{Algorithm, Limit, Slot, WindowState, MAX_COUNT};
 
 /// What one sync sends and reads for one limit: the deltas of the current and previous epoch,
 /// and what this node's part of each counter held before them.
@@ -66,6 +66,17 @@ const SHARE_FLOOR: f64 = 1.0 / 64.0;
 /// such a surge's first window for a third fewer of those denials; both stay well within
 /// the targets (ARCHITECTURE.md, "Targets").
 const UNSENT_RESERVED: f64 = 0.75;
+
+/// `x` rounded up to a whole number, at least 0 (saturating past u64). `f64::ceil` is a
+/// library call on the baseline x86-64 target (no SSE4.1 `roundsd`); this is two conversions.
+fn ceil_u64(x: f64) -> u64 {
+    let t = x.max(0.0) as u64;
+    if (t as f64) < x {
+        t.saturating_add(1)
+    } else {
+        t
+    }
+}
 
 // === impl WindowState ===
 
@@ -154,7 +165,7 @@ impl WindowState {
         let room = (rpu - read_next - unsent).max(0.0);
         let offset =
             (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
-        (rpu - read - share * room - offset).ceil().max(0.0) as u64
+        ceil_u64(rpu - read - share * room - offset)
     }
 
     /// This node's share of the window's count as of the last reply: own acknowledged hits
@@ -258,7 +269,8 @@ impl WindowState {
             // What the others added since the last reply (or since the slot was opened, when
             // the last reply predates the epoch).
             others += total as i64 - s.remote as i64 - plan.deltas[i];
-            s.remote = s.remote.max(total);
+            // Capped as every count is, so a slot's sum stays far inside i64 (`Slot::total`).
+            s.remote = s.remote.max(total.min(MAX_COUNT));
         }
         if self.synced_at == 0 {
             // A first reply: the others' hits since the current epoch began give a first guess

@@ -116,10 +116,14 @@ pub(super) struct Slot {
 pub const MAX_COUNT: u64 = (1 << 53) - 1;
 
 impl Slot {
-    /// `remote + inflight + pending`, never below 0 (wide enough not to overflow).
+    /// `remote + inflight + pending`, never below 0. Each part is within ±[`MAX_COUNT`]
+    /// times a few (counts are capped there, refunds never take a total below 0), far inside
+    /// i64: the sum needs no wider type (it runs several times a decision).
     pub(super) fn total(&self) -> u64 {
-        let sum = i128::from(self.remote) + i128::from(self.inflight) + i128::from(self.pending);
-        sum.clamp(0, i128::from(u64::MAX)) as u64
+        (self.remote as i64)
+            .saturating_add(self.inflight)
+            .saturating_add(self.pending)
+            .max(0) as u64
     }
 }
 
