@@ -303,7 +303,7 @@ impl WindowState {
                 self.reserve(limit, now, epoch, fleet)
             };
             (
-                self.estimate_with(limit, now, epoch, factor)
+                self.estimate_on(limit, now, epoch, factor, (prev, curr))
                     .saturating_add(hits),
                 known.saturating_add(reserve).saturating_add(hits),
             )
