@@ -293,7 +293,7 @@ impl ExactStore for RedisExact {
 
 /// Exact calls to a Redis Cluster: one call per entity (its keys share a slot).
 pub struct RedisClusterExact {
-    pool: deadpool_redis::cluster::Pool,
+    pool: super::redis_conn::ClusterPool,
     prefix: String,
     script: redis::Script,
 }
@@ -317,7 +317,7 @@ impl ExactStore for RedisClusterExact {
     fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
         Box::pin(async move {
             let mut conn = self.pool.get().await.map_err(backend)?;
-            run(&mut conn, &self.script, &self.prefix, items, commit).await
+            run(&mut *conn, &self.script, &self.prefix, items, commit).await
         })
     }
 

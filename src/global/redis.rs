@@ -52,7 +52,9 @@
 //! Credentials never leave this module: shard names are the URLs without them.
 
 use super::redis_conn::{cluster_pool, pool, sentinel_name, sentinel_pool, ShardPool};
-pub use super::redis_conn::{init_tls, normalize_url, redact, RedisOptions, SentinelMaster};
+pub use super::redis_conn::{
+    init_tls, normalize_url, redact, RedisOptions, RedisTls, SentinelMaster,
+};
 use deadpool_redis::redis::{self, Value};
 
 use crate::global::store::Heartbeat;
@@ -519,7 +521,7 @@ impl ShardStore for RedisShard {
 /// the master of its slot, all calls of a tick in flight at once.
 pub struct RedisClusterStore {
     name: String,
-    pool: deadpool_redis::cluster::Pool,
+    pool: super::redis_conn::ClusterPool,
     prefix: String,
     scripts: Scripts,
     beat: redis::Script,

@@ -3,9 +3,42 @@
 //! ([`redact`]), and the connection pools of standalone shards, of a master found through
 //! Sentinel ([`ShardPool`], whose connections leave the pool on a connection error or
 //! `READONLY`, so that after a failover new ones go to the new master) and of a cluster.
+//! Every pool gets the client certificate, CA and hostname policy of [`RedisTls`].
 
+use deadpool::managed;
 use deadpool_redis::redis::{self, aio::ConnectionLike, RedisError, Value};
-use deadpool_redis::{Config, Runtime};
+use deadpool_redis::Runtime;
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+
+/// What TLS to Redis presents and trusts beyond the `rediss://` scheme
+/// (`REDIS_TLS_CLIENT_CERT`/`_KEY`, `REDIS_TLS_CACERT`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`,
+/// shared by the per-second Redis as in the reference). Applies to TLS URLs only.
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// The client certificate (mTLS) and the CA bundle replacing the system's roots, as PEM;
+    /// `None`: neither.
+    pub certs: Option<redis::TlsCertificates>,
+    /// Verify the server's chain but not that it names the host dialled.
+    pub skip_hostname_verification: bool,
+}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is a secret; the rest says nothing worth printing.
+        let certs = self.certs.as_ref();
+        f.debug_struct("RedisTls")
+            .field(
+                "client_cert",
+                &certs.is_some_and(|c| c.client_tls.is_some()),
+            )
+            .field("ca", &certs.is_some_and(|c| c.root_cert.is_some()))
+            .field(
+                "skip_hostname_verification",
+                &self.skip_hostname_verification,
+            )
+            .finish()
+    }
+}
 
 /// Redis connection settings shared by every shard.
 #[derive(Clone, Default)]
@@ -16,6 +49,8 @@ pub struct RedisOptions {
     pub prefix: String,
     /// Connections per shard.
     pub pool_size: usize,
+    /// Client certificate, CA and hostname policy of TLS connections.
+    pub tls: RedisTls,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -24,6 +59,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
             .field("prefix", &self.prefix)
             .field("pool_size", &self.pool_size)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -105,7 +141,7 @@ pub(crate) enum ShardPool {
     /// The current master of a Sentinel deployment: each new connection asks the sentinels
     /// where the master is (and checks its role), so once a broken connection is dropped
     /// ([`PooledConn`]) the next one goes to the master the sentinels promoted.
-    Sentinel(deadpool_redis::sentinel::Pool),
+    Sentinel(managed::Pool<SentinelManager>),
 }
 
 /// A connection of a [`ShardPool`]. A call that fails on the connection itself (I/O, refused,
@@ -119,7 +155,7 @@ pub(crate) struct PooledConn {
 
 enum Inner {
     Single(deadpool_redis::Connection),
-    Sentinel(deadpool_redis::sentinel::Connection),
+    Sentinel(managed::Object<SentinelManager>),
 }
 
 impl ShardPool {
@@ -222,10 +258,31 @@ impl Drop for PooledConn {
         // (asking the sentinels again) when next asked.
         match self.inner.take() {
             Some(Inner::Single(c)) => drop(deadpool_redis::Connection::take(c)),
-            Some(Inner::Sentinel(c)) => drop(deadpool_redis::sentinel::Connection::take(c)),
+            Some(Inner::Sentinel(c)) => drop(managed::Object::take(c)),
             None => {}
         }
     }
+}
+
+/// `url` (normalized) as the redis crate dials it, with `tls`'s certificates and hostname
+/// policy when the URL is TLS.
+fn connection_info(url: &str, tls: &RedisTls) -> redis::RedisResult<ConnectionInfo> {
+    let mut info = url.into_connection_info()?;
+    if !matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
+        return Ok(info);
+    }
+    if let Some(certs) = &tls.certs {
+        // The crate parses the PEM into the address's TLS parameters only through a client.
+        info = redis::Client::build_with_tls(info, certs.clone())?
+            .get_connection_info()
+            .clone();
+    }
+    if tls.skip_hostname_verification {
+        let mut addr = info.addr().clone();
+        addr.set_danger_accept_invalid_hostnames(true);
+        info = info.set_addr(addr);
+    }
+    Ok(info)
 }
 
 /// A connection pool to the standalone Redis at `url` (normalized), `pool_size` connections;
@@ -234,11 +291,102 @@ impl Drop for PooledConn {
 /// # Errors
 /// When the URL is unusable.
 pub(crate) fn pool(url: &str, opts: &RedisOptions) -> Result<ShardPool, String> {
-    let mut cfg = Config::from_url(url);
-    cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
-    cfg.create_pool(Some(Runtime::Tokio1))
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", redact(url));
+    let info = connection_info(url, &opts.tls).map_err(|e| fail(&e))?;
+    let manager = deadpool_redis::Manager::new(info).map_err(|e| fail(&e))?;
+    deadpool_redis::Pool::builder(manager)
+        .config(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)))
+        .runtime(Runtime::Tokio1)
+        .build()
         .map(ShardPool::Single)
-        .map_err(|e| format!("{}: {e}", redact(url)))
+        .map_err(|e| fail(&e))
+}
+
+/// PING with a fresh argument: a connection that answers it is fit to go back to a caller.
+async fn ping<C: ConnectionLike>(
+    conn: &mut C,
+    counter: &std::sync::atomic::AtomicUsize,
+) -> managed::RecycleResult<RedisError> {
+    let n = counter
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        .to_string();
+    let back: String = redis::cmd("PING").arg(&n).query_async(conn).await?;
+    if back == n {
+        Ok(())
+    } else {
+        Err(managed::RecycleError::message("unexpected PING reply"))
+    }
+}
+
+/// Connections to the master a Sentinel deployment names (deadpool-redis' own manager builds
+/// its client without the master's TLS certificates).
+pub(crate) struct SentinelManager {
+    client: tokio::sync::Mutex<redis::sentinel::SentinelClient>,
+    pings: std::sync::atomic::AtomicUsize,
+}
+
+impl managed::Manager for SentinelManager {
+    type Type = redis::aio::MultiplexedConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<Self::Type, RedisError> {
+        self.client.lock().await.get_async_connection().await
+    }
+
+    async fn recycle(
+        &self,
+        conn: &mut Self::Type,
+        _: &managed::Metrics,
+    ) -> managed::RecycleResult<RedisError> {
+        ping(conn, &self.pings).await
+    }
+}
+
+/// The Sentinel client of `sentinel_pool`: the sentinels dialled as their URLs say (their
+/// credentials and, over TLS, `opts.tls`), the master with `opts.auth` and, when
+/// `master.tls`, `opts.tls`'s certificates.
+fn sentinel_client(
+    sentinels: &[String],
+    master: &SentinelMaster,
+    opts: &RedisOptions,
+) -> redis::RedisResult<redis::sentinel::SentinelClient> {
+    use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+    let infos = sentinels
+        .iter()
+        .map(|u| connection_info(u, &opts.tls))
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    // The builder takes the sentinels' credentials once for all: REDIS_SENTINEL_AUTH is one.
+    let creds = infos
+        .iter()
+        .map(ConnectionInfo::redis_settings)
+        .find(|r| r.password().is_some());
+    let mut b = SentinelClientBuilder::new(
+        infos.iter().map(|i| i.addr().clone()),
+        &master.name,
+        SentinelServerType::Master,
+    )?;
+    if let Some(r) = creds {
+        if let Some(user) = r.username() {
+            b = b.set_client_to_sentinel_username(user);
+        }
+        if let Some(pass) = r.password() {
+            b = b.set_client_to_sentinel_password(pass);
+        }
+    }
+    if let Some(a) = opts.auth.as_deref().filter(|a| !a.is_empty()) {
+        let (user, pass) = a.split_once(':').unwrap_or(("", a));
+        if !user.is_empty() {
+            b = b.set_client_to_redis_username(user);
+        }
+        b = b.set_client_to_redis_password(pass);
+    }
+    if master.tls {
+        b = b.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+        if let Some(certs) = &opts.tls.certs {
+            b = b.set_client_to_redis_certificates(certs.clone());
+        }
+    }
+    b.build()
 }
 
 /// A connection pool to the master `master` names, found through the sentinels at
@@ -252,34 +400,18 @@ pub(crate) fn sentinel_pool(
     master: &SentinelMaster,
     opts: &RedisOptions,
 ) -> Result<ShardPool, String> {
-    use deadpool_redis::sentinel::{
-        Config as SentinelConfig, SentinelNodeConnectionInfo, SentinelServerType, TlsMode,
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", sentinel_name(sentinels, master));
+    let client = sentinel_client(sentinels, master, opts).map_err(|e| fail(&e))?;
+    let manager = SentinelManager {
+        client: tokio::sync::Mutex::new(client),
+        pings: std::sync::atomic::AtomicUsize::new(0),
     };
-    let auth = opts.auth.as_deref().filter(|a| !a.is_empty()).map(|a| {
-        let (user, pass) = a.split_once(':').unwrap_or(("", a));
-        (user.to_string(), pass.to_string())
-    });
-    let node = SentinelNodeConnectionInfo {
-        tls_mode: master.tls.then_some(TlsMode::Secure),
-        redis_connection_info: Some(deadpool_redis::RedisConnectionInfo {
-            username: auth
-                .as_ref()
-                .map(|(u, _)| u.clone())
-                .filter(|u| !u.is_empty()),
-            password: auth.map(|(_, p)| p),
-            ..deadpool_redis::RedisConnectionInfo::default()
-        }),
-    };
-    let mut cfg = SentinelConfig::from_urls(
-        sentinels.to_vec(),
-        master.name.clone(),
-        SentinelServerType::Master,
-    )
-    .with_node_connection_info(Some(node));
-    cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
-    cfg.create_pool(Some(Runtime::Tokio1))
+    managed::Pool::builder(manager)
+        .config(managed::PoolConfig::new(opts.pool_size.max(1)))
+        .runtime(Runtime::Tokio1)
+        .build()
         .map(ShardPool::Sentinel)
-        .map_err(|e| format!("{}: {e}", sentinel_name(sentinels, master)))
+        .map_err(|e| fail(&e))
 }
 
 /// A Sentinel shard's name, for logs, metrics and routing: the master's name and the
@@ -289,17 +421,72 @@ pub fn sentinel_name(sentinels: &[String], master: &SentinelMaster) -> String {
     format!("sentinel({}@{})", master.name, list.join(","))
 }
 
+/// Connections to a Redis Cluster (deadpool-redis' own manager cannot give its client TLS
+/// certificates).
+pub(crate) struct ClusterManager {
+    client: redis::cluster::ClusterClient,
+    pings: std::sync::atomic::AtomicUsize,
+}
+
+impl managed::Manager for ClusterManager {
+    type Type = redis::cluster_async::ClusterConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<Self::Type, RedisError> {
+        self.client.get_async_connection().await
+    }
+
+    async fn recycle(
+        &self,
+        conn: &mut Self::Type,
+        _: &managed::Metrics,
+    ) -> managed::RecycleResult<RedisError> {
+        ping(conn, &self.pings).await
+    }
+}
+
+/// A pool of connections to a Redis Cluster.
+pub(crate) type ClusterPool = managed::Pool<ClusterManager>;
+
+/// The cluster client of `cluster_pool`: the seeds' credentials, and over TLS `opts.tls`
+/// (the crate applies one TLS configuration to every node it discovers).
+fn cluster_client(
+    seeds: &[String],
+    opts: &RedisOptions,
+) -> redis::RedisResult<redis::cluster::ClusterClient> {
+    let infos = seeds
+        .iter()
+        .map(|u| u.as_str().into_connection_info())
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    let tls = infos
+        .first()
+        .is_some_and(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }));
+    let mut b = redis::cluster::ClusterClientBuilder::new(infos);
+    if tls {
+        if let Some(certs) = &opts.tls.certs {
+            b = b.certs(certs.clone());
+        }
+        if opts.tls.skip_hostname_verification {
+            b = b.danger_accept_invalid_hostnames(true);
+        }
+    }
+    b.build()
+}
+
 /// A connection pool to the Redis Cluster reached through `seeds` (normalized URLs).
 ///
 /// # Errors
 /// When the URLs are unusable.
-pub(crate) fn cluster_pool(
-    seeds: &[String],
-    opts: &RedisOptions,
-) -> Result<deadpool_redis::cluster::Pool, String> {
-    let mut cfg = deadpool_redis::cluster::Config::from_urls(seeds.to_vec());
-    cfg.pool = Some(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)));
-    cfg.create_pool(Some(Runtime::Tokio1))
+pub(crate) fn cluster_pool(seeds: &[String], opts: &RedisOptions) -> Result<ClusterPool, String> {
+    let client = cluster_client(seeds, opts).map_err(|e| format!("cluster: {e}"))?;
+    let manager = ClusterManager {
+        client,
+        pings: std::sync::atomic::AtomicUsize::new(0),
+    };
+    managed::Pool::builder(manager)
+        .config(managed::PoolConfig::new(opts.pool_size.max(1)))
+        .runtime(Runtime::Tokio1)
+        .build()
         .map_err(|e| format!("cluster: {e}"))
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::core::table::CacheSettings;
 use crate::core::SyncPolicy;
-use crate::global::redis::{normalize_url, RedisOptions, SentinelMaster};
+use crate::global::redis::{normalize_url, RedisOptions, RedisTls, SentinelMaster};
 use crate::global::SyncSettings;
 use crate::otel::{Endpoints, OtlpSettings, Protocol};
 use crate::rls::{HeaderNames, Options};
@@ -167,9 +167,10 @@ impl Settings {
         let grpc_tls = grpc_tls(&mut v);
         let (config_path, merge_domains, reload_debounce) = rules(&mut v);
         let options = options(&mut v);
-        let redis = redis(&mut v, &MAIN);
+        let redis_tls = redis_tls(&mut v);
+        let redis = redis(&mut v, &MAIN, &redis_tls);
         let (sync, sync_max_queued) = sync(&mut v);
-        let redis_per_second = per_second(&mut v, redis.is_some(), sync.timeout);
+        let redis_per_second = per_second(&mut v, redis.is_some(), sync.timeout, &redis_tls);
         let log_level = v.or("LOG_LEVEL", String::new(), log_level);
         let log_format = v.or("LOG_FORMAT", "text", one_of(&["text", "json"]));
         let shutdown_grace = v.or("SHUTDOWN_GRACE", Duration::ZERO, duration);
@@ -643,7 +644,7 @@ const PER_SECOND: RedisVars = RedisVars {
 /// A Redis, when its URL variable names at least one server. With `SENTINEL` the URL is the
 /// reference's `<master name>,<sentinel>,<sentinel>...`; the sentinels take the sentinel
 /// auth and the master the plain one, and TLS applies to both (as the reference dials them).
-fn redis(v: &mut Values<'_>, vars: &RedisVars) -> Option<RedisSettings> {
+fn redis(v: &mut Values<'_>, vars: &RedisVars, tls_files: &RedisTls) -> Option<RedisSettings> {
     let kind = v.or(
         vars.kind,
         "SINGLE",
@@ -668,6 +669,15 @@ fn redis(v: &mut Values<'_>, vars: &RedisVars) -> Option<RedisSettings> {
                 "with SENTINEL, is <master name>,<sentinel host:port>,... (the master's name first, then at least one sentinel)",
             );
             return None;
+        }
+        if tls && tls_files.skip_hostname_verification {
+            // The redis crate dials the master the sentinels name with the certificates but
+            // always checks its name; skipping it only for the sentinels would be half a
+            // setting.
+            v.error(
+                "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+                format!("is not supported with {}=SENTINEL: the master's certificate must match the address the sentinels give", vars.kind),
+            );
         }
         Some(SentinelMaster {
             name: name.to_string(),
@@ -701,20 +711,88 @@ fn redis(v: &mut Values<'_>, vars: &RedisVars) -> Option<RedisSettings> {
             auth,
             prefix,
             pool_size,
+            tls: tls_files.clone(),
         },
     })
+}
+
+/// `REDIS_TLS_CLIENT_CERT`/`_KEY`, `REDIS_TLS_CACERT` and
+/// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`: for every TLS connection to Redis, the per-second
+/// one's included (the reference has no `REDIS_PERSECOND_TLS_*` files). The files are read
+/// once here, in global mode, so that a missing or bad one stops the start naming it.
+fn redis_tls(v: &mut Values<'_>) -> RedisTls {
+    let path = |v: &Values<'_>, name| v.raw(name).filter(|s| !s.is_empty()).map(PathBuf::from);
+    let cert = path(v, "REDIS_TLS_CLIENT_CERT");
+    let key = path(v, "REDIS_TLS_CLIENT_KEY");
+    let ca = path(v, "REDIS_TLS_CACERT");
+    let skip_hostname_verification = v.or("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false, boolean);
+    // Local mode dials no Redis: its files are not read (nor can they stop the start).
+    if v.raw("REDIS_URL").is_none_or(|u| u.trim().is_empty()) {
+        return RedisTls::default();
+    }
+    let read = |v: &mut Values<'_>, name: &'static str, p: &PathBuf| match std::fs::read(p) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            v.error(name, format!("{}: {e}", p.display()));
+            None
+        }
+    };
+    let client_tls = match (&cert, &key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => match tls::load_certified_key(cert, key) {
+            Ok(_) => Some(redis::ClientTlsConfig {
+                client_cert: read(v, "REDIS_TLS_CLIENT_CERT", cert).unwrap_or_default(),
+                client_key: read(v, "REDIS_TLS_CLIENT_KEY", key).unwrap_or_default(),
+            }),
+            Err(e) => {
+                let name = match &e {
+                    tls::TlsError::File { path, .. } if path == key => "REDIS_TLS_CLIENT_KEY",
+                    _ => "REDIS_TLS_CLIENT_CERT",
+                };
+                v.error(name, e.to_string());
+                None
+            }
+        },
+        (Some(_), None) | (None, Some(_)) => {
+            v.error(
+                "REDIS_TLS_CLIENT_CERT",
+                "and REDIS_TLS_CLIENT_KEY go together: set both or neither",
+            );
+            None
+        }
+    };
+    let root_cert = ca.and_then(|ca| match tls::load_roots(&ca) {
+        Ok(_) => read(v, "REDIS_TLS_CACERT", &ca),
+        Err(e) => {
+            v.error("REDIS_TLS_CACERT", e.to_string());
+            None
+        }
+    });
+    let certs = (client_tls.is_some() || root_cert.is_some()).then_some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    });
+    RedisTls {
+        certs,
+        skip_hostname_verification,
+    }
 }
 
 /// `REDIS_PERSECOND`: the per-second Redis, which needs global mode's (`main`) and a URL of
 /// its own. The call timeout defaults to the main one's (`timeout`).
 ///
 /// What counts as per-second is decided where limits are routed (`global::queue`).
-fn per_second(v: &mut Values<'_>, main: bool, timeout: Duration) -> Option<PerSecondRedis> {
+fn per_second(
+    v: &mut Values<'_>,
+    main: bool,
+    timeout: Duration,
+    tls: &RedisTls,
+) -> Option<PerSecondRedis> {
     // Off, its other variables mean nothing (as in the reference), bad values included.
     if !v.or("REDIS_PERSECOND", false, boolean) {
         return None;
     }
-    let redis = redis(v, &PER_SECOND);
+    let redis = redis(v, &PER_SECOND, tls);
     let timeout = v
         .parse("REDIS_PERSECOND_TIMEOUT", positive_duration)
         .unwrap_or(timeout);

@@ -722,3 +722,87 @@ fn bad_otlp_settings_are_refused_by_name() {
     );
     assert!(errs[2].message.contains("TLS"), "{}", errs[2]);
 }
+
+#[test]
+fn redis_tls_files_are_read_at_start_and_errors_name_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("redis-certs").join("tls.crt");
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate\n").unwrap();
+    let (missing_s, junk_s) = (missing.to_str().unwrap(), junk.to_str().unwrap());
+    let errs = resolve(
+        &[],
+        &[
+            ("REDIS_URL", "redis:6379"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CLIENT_CERT", missing_s),
+            ("REDIS_TLS_CLIENT_KEY", junk_s),
+            ("REDIS_TLS_CACERT", junk_s),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(
+        names(&errs),
+        ["REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CACERT"],
+        "{errs:?}"
+    );
+    assert!(errs[0].message.starts_with(missing_s), "{}", errs[0]);
+    assert!(errs[1].message.starts_with(junk_s), "{}", errs[1]);
+    // A certificate needs its key.
+    let errs = resolve(
+        &[],
+        &[
+            ("REDIS_URL", "redis:6379"),
+            ("REDIS_TLS_CLIENT_CERT", junk_s),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(names(&errs), ["REDIS_TLS_CLIENT_CERT"]);
+    assert!(errs[0].message.contains("go together"), "{}", errs[0]);
+    // Local mode dials no Redis, so its files are not read.
+    let s = resolve(&[], &[("REDIS_TLS_CLIENT_CERT", missing_s)]).unwrap();
+    assert!(s.redis.is_none());
+}
+
+#[test]
+fn redis_tls_applies_to_the_per_second_redis_and_skipping_names_is_refused_with_sentinel() {
+    let s = resolve(
+        &[],
+        &[
+            ("REDIS_URL", "main:6379"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_URL", "ps:6379"),
+            ("REDIS_PERSECOND_TYPE", "CLUSTER"),
+            ("REDIS_PERSECOND_TLS", "true"),
+        ],
+    )
+    .unwrap();
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert!(s.redis.unwrap().options.tls.skip_hostname_verification);
+    let p = s.redis_per_second.unwrap();
+    assert!(p.redis.options.tls.skip_hostname_verification);
+    let errs = resolve(
+        &[],
+        &[
+            ("REDIS_URL", "m,sentinel:26379"),
+            ("REDIS_TYPE", "SENTINEL"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(names(&errs), ["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"]);
+    assert!(errs[0].message.contains("SENTINEL"), "{}", errs[0]);
+    // Without TLS there is no name to check: nothing to refuse.
+    resolve(
+        &[],
+        &[
+            ("REDIS_URL", "m,sentinel:26379"),
+            ("REDIS_TYPE", "SENTINEL"),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+        ],
+    )
+    .unwrap();
+}

@@ -113,6 +113,9 @@ struct TlsFiles {
     ca_cert: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+    /// A client certificate and key the CA signed: set, the server requires client
+    /// certificates (`--tls-auth-clients yes`) and `cli` presents this one.
+    client: Option<(PathBuf, PathBuf)>,
 }
 
 enum LaunchError {
@@ -195,6 +198,39 @@ impl RedisServer {
             .and_then(|i| extra.get(i + 1))
             .cloned();
         Self::start_full(dir, None, leading, extra, password)
+    }
+
+    /// Like `start_sentinel`, for a TLS `master` (started by `RedisTls`): the sentinel serves
+    /// TLS only with the master's CA and certificates (requiring client certificates when the
+    /// master does) and dials the master over TLS, presenting the client certificate.
+    pub fn start_sentinel_tls(name: &str, master: &RedisServer) -> RedisServer {
+        require("redis-server");
+        let files = master.tls.clone().expect("a TLS master");
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-sentinel-tls-")
+            .tempdir()
+            .expect("create tempdir for redis-server --sentinel");
+        let conf = format!(
+            "sentinel monitor {name} 127.0.0.1 {} 1\nsentinel down-after-milliseconds {name} 1000\nsentinel failover-timeout {name} 10000\n",
+            master.port()
+        );
+        let path = dir.path().join("sentinel.conf");
+        std::fs::write(&path, conf).expect("write sentinel.conf");
+        let leading = vec![
+            path.to_str().expect("tempdir path is UTF-8").to_string(),
+            "--sentinel".to_string(),
+        ];
+        let mut extra = vec!["--tls-replication".to_string(), "yes".to_string()];
+        if let Some((cert, key)) = &files.client {
+            // The server certificate is for serverAuth only: the master would refuse it.
+            extra.extend([
+                "--tls-client-cert-file".to_string(),
+                cert.display().to_string(),
+                "--tls-client-key-file".to_string(),
+                key.display().to_string(),
+            ]);
+        }
+        Self::start_full(dir, Some(files), leading, extra, None)
     }
 
     fn start_full(
@@ -348,6 +384,9 @@ impl RedisServer {
             .arg(self.port.to_string());
         if let Some(tls) = &self.tls {
             cmd.arg("--tls").arg("--cacert").arg(&tls.ca_cert);
+            if let Some((cert, key)) = &tls.client {
+                cmd.arg("--cert").arg(cert).arg("--key").arg(key);
+            }
         }
         if let Some(password) = &self.password {
             if let Some(user) = &self.user {
@@ -357,6 +396,14 @@ impl RedisServer {
         }
         cmd.stdin(Stdio::null());
         cmd
+    }
+
+    /// A TLS server's CA file and, when it requires client certificates, the client's
+    /// certificate and key files.
+    pub fn tls_files(&self) -> Option<(PathBuf, Option<(PathBuf, PathBuf)>)> {
+        self.tls
+            .as_ref()
+            .map(|t| (t.ca_cert.clone(), t.client.clone()))
     }
 
     /// GET on this server (no cluster redirection): `None` for nil.
@@ -403,7 +450,8 @@ impl RedisServer {
                     args.push(flag.to_string());
                     args.push(path.to_str().expect("tempdir path is UTF-8").to_string());
                 }
-                args.extend(["--tls-auth-clients", "no"].map(String::from));
+                let auth = if tls.client.is_some() { "yes" } else { "no" };
+                args.extend(["--tls-auth-clients", auth].map(String::from));
             }
         }
         args.extend(self.extra.iter().cloned());
@@ -485,10 +533,11 @@ impl RedisServer {
             let mut cmd = Command::new(require("redis-cli"));
             cmd.args(["-e", "-h", "127.0.0.1", "-p"])
                 .arg(self.port.to_string());
-            cmd.arg("--tls")
-                .arg("--cacert")
-                .arg(&tls.ca_cert)
-                .arg("PING");
+            cmd.arg("--tls").arg("--cacert").arg(&tls.ca_cert);
+            if let Some((cert, key)) = &tls.client {
+                cmd.arg("--cert").arg(cert).arg("--key").arg(key);
+            }
+            cmd.arg("PING");
             cmd.stdin(Stdio::null());
             return match run_cli(cmd) {
                 Ok(out) => out == "PONG",
@@ -615,11 +664,14 @@ fn parse_bulk(out: &str) -> Option<String> {
 }
 
 /// A TLS-only redis-server (`--port 0 --tls-port P`) with a throwaway CA and a server
-/// certificate for 127.0.0.1 / localhost. Clients need no certificate (`--tls-auth-clients no`).
+/// certificate for 127.0.0.1 / localhost. Clients need no certificate (`--tls-auth-clients no`)
+/// unless started with `start_mtls`.
 pub struct RedisTls {
     pub server: RedisServer,
     /// PEM file of the CA that signed the server certificate; trust it in clients.
     pub ca_cert: PathBuf,
+    /// With `start_mtls`: PEM files of a client certificate the CA signed, and its key.
+    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 impl RedisTls {
@@ -629,18 +681,46 @@ impl RedisTls {
 
     /// Like `start`, with extra redis-server arguments (e.g. `["--requirepass", "pw"]`).
     pub fn start_with(args: &[&str]) -> RedisTls {
+        Self::start_full(false, args)
+    }
+
+    /// A server that requires a client certificate signed by its CA (`--tls-auth-clients
+    /// yes`); `client` holds one, which `cli` presents.
+    pub fn start_mtls(args: &[&str]) -> RedisTls {
+        Self::start_full(true, args)
+    }
+
+    /// Like `start`, the server certificate naming only `san` (openssl's subjectAltName form,
+    /// e.g. `DNS:redis.invalid`), not the address clients dial.
+    pub fn start_named(san: &str) -> RedisTls {
+        Self::start_full_for(false, &[], san)
+    }
+
+    fn start_full(mtls: bool, args: &[&str]) -> RedisTls {
+        Self::start_full_for(mtls, args, "IP:127.0.0.1,DNS:localhost")
+    }
+
+    fn start_full_for(mtls: bool, args: &[&str], san: &str) -> RedisTls {
         let dir = tempfile::Builder::new()
             .prefix("sluice-redis-tls-")
             .tempdir()
             .expect("create tempdir for redis-server");
-        let files = make_tls_files(dir.path());
+        let mut files = make_tls_files_for(dir.path(), san);
+        if mtls {
+            files.client = Some(make_client_cert(dir.path()));
+        }
         let ca_cert = files.ca_cert.clone();
+        let client = files.client.clone();
         let server = RedisServer::start_in(
             dir,
             Some(files),
             args.iter().map(|s| s.to_string()).collect(),
         );
-        RedisTls { server, ca_cert }
+        RedisTls {
+            server,
+            ca_cert,
+            client,
+        }
     }
 
     /// `rediss://127.0.0.1:PORT`
@@ -661,6 +741,11 @@ impl RedisTls {
 /// Generates ca.crt/ca.key and server.crt/server.key (ECDSA P-256, v3 extensions that strict
 /// verifiers such as rustls/webpki accept) in `dir` with the openssl CLI.
 fn make_tls_files(dir: &Path) -> TlsFiles {
+    make_tls_files_for(dir, "IP:127.0.0.1,DNS:localhost")
+}
+
+/// Like `make_tls_files`, the server certificate naming `san` (openssl's subjectAltName form).
+fn make_tls_files_for(dir: &Path, san: &str) -> TlsFiles {
     let openssl = require("openssl");
     let run = |args: &[&str]| {
         let out = Command::new(&openssl)
@@ -715,10 +800,12 @@ fn make_tls_files(dir: &Path) -> TlsFiles {
     run(&csr);
     std::fs::write(
         dir.join("server.ext"),
-        "basicConstraints=critical,CA:FALSE\n\
-         keyUsage=critical,digitalSignature,keyEncipherment\n\
-         extendedKeyUsage=serverAuth\n\
-         subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        format!(
+            "basicConstraints=critical,CA:FALSE\n\
+             keyUsage=critical,digitalSignature,keyEncipherment\n\
+             extendedKeyUsage=serverAuth\n\
+             subjectAltName={san}\n"
+        ),
     )
     .expect("write server.ext");
     let serial = format!("0x{:x}", RandomState::new().build_hasher().finish() >> 1);
@@ -744,7 +831,78 @@ fn make_tls_files(dir: &Path) -> TlsFiles {
         ca_cert: dir.join("ca.crt"),
         cert: dir.join("server.crt"),
         key: dir.join("server.key"),
+        client: None,
     }
+}
+
+/// Runs openssl in `dir`, panicking with its output when it fails.
+fn openssl_in(dir: &Path, args: &[&str]) {
+    let out = Command::new(require("openssl"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run openssl: {e}"));
+    assert!(
+        out.status.success(),
+        "openssl {args:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Generates client.crt/client.key (ECDSA P-256, clientAuth) signed by the CA
+/// `make_tls_files` left in `dir`.
+fn make_client_cert(dir: &Path) -> (PathBuf, PathBuf) {
+    openssl_in(
+        dir,
+        &[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "client.key",
+            "-out",
+            "client.csr",
+            "-subj",
+            "/CN=sluice test client",
+        ],
+    );
+    std::fs::write(
+        dir.join("client.ext"),
+        "basicConstraints=critical,CA:FALSE\n\
+         keyUsage=critical,digitalSignature\n\
+         extendedKeyUsage=clientAuth\n",
+    )
+    .expect("write client.ext");
+    let serial = format!("0x{:x}", RandomState::new().build_hasher().finish() >> 1);
+    openssl_in(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            &serial,
+            "-out",
+            "client.crt",
+            "-days",
+            "7",
+            "-extfile",
+            "client.ext",
+        ],
+    );
+    (dir.join("client.crt"), dir.join("client.key"))
 }
 
 /// A Redis Cluster of masters only (no replicas), every node on 127.0.0.1.
@@ -816,6 +974,44 @@ impl RedisCluster {
                 cluster.nodes[0].cli(&["CLUSTER", "MEET", "127.0.0.1", &node.port().to_string()]);
             }
         }
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// A cluster of one master over TLS only (`--tls-cluster yes`, so CLUSTER SLOTS gives the
+    /// TLS port) that requires client certificates; see `RedisServer::tls_files` for the CA
+    /// and the client certificate.
+    pub fn start_one_mtls() -> RedisCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-redis-node-tls-")
+            .tempdir()
+            .expect("create tempdir");
+        let mut files = make_tls_files(dir.path());
+        files.client = Some(make_client_cert(dir.path()));
+        let conf = dir.path().join("nodes.conf").display().to_string();
+        let extra = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &conf,
+            "--cluster-node-timeout",
+            "2000",
+            "--tls-cluster",
+            "yes",
+        ];
+        let node = RedisServer::start_in(
+            dir,
+            Some(files),
+            extra.iter().map(|s| s.to_string()).collect(),
+        );
+        node.cli(&["CLUSTER", "SET-CONFIG-EPOCH", "1"]);
+        node.cli(&[
+            "CLUSTER",
+            "ADDSLOTSRANGE",
+            "0",
+            &(CLUSTER_SLOTS - 1).to_string(),
+        ]);
+        let cluster = RedisCluster { nodes: vec![node] };
         cluster.wait_ok();
         cluster
     }
