@@ -67,6 +67,24 @@ const SHARE_FLOOR: f64 = 1.0 / 64.0;
 /// the targets (ARCHITECTURE.md, "Targets").
 const UNSENT_RESERVED: f64 = 0.75;
 
+/// `x` as f64 through i64: one instruction on the baseline x86-64 target, where u64's
+/// conversion takes a dozen. Counts (at most [`MAX_COUNT`]) and times are far below 2^63;
+/// anything past it saturates.
+fn float(x: u64) -> f64 {
+    x.min(i64::MAX as u64) as i64 as f64
+}
+
+/// How much of the previous epoch's count still weighs at `now` in `epoch`: the time left
+/// over the window for a sliding window, 0 for a fixed one.
+pub(super) fn weight(limit: &Limit, now: UnixMillis, epoch: u64) -> f64 {
+    match limit.algorithm {
+        Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => 0.0,
+        Algorithm::SlidingWindow => {
+            float(super::window::left_ms(limit, now, epoch)) / float(limit.window_ms)
+        }
+    }
+}
+
 /// `x` rounded up to a whole number, at least 0 (saturating past u64). `f64::ceil` is a
 /// library call on the baseline x86-64 target (no SSE4.1 `roundsd`); this is two conversions.
 fn ceil_u64(x: f64) -> u64 {
@@ -98,13 +116,12 @@ impl WindowState {
         let from = self.synced_at;
         let curr_ms = now.0.saturating_sub(from.max(start));
         let prev_ms = start.saturating_sub(from.max(start.saturating_sub(limit.window_ms)));
-        let per_ms = f64::from(self.others_per_sec) * factor / 1000.0;
+        // A multiplication, not `/ 1000.0`: an f64 division is some 13 cycles on the
+        // decision's critical path.
+        let per_ms = f64::from(self.others_per_sec) * factor * 1e-3;
         let cap = u64::from(limit.requests_per_unit);
-        // Through i64, not u64: both conversions are one instruction then (the values are
-        // far below 2^63), where u64's take a dozen on the baseline x86-64 target.
-        let hits = |ms: u64| {
-            (per_ms * ms.min(i64::MAX as u64) as i64 as f64).min(cap as f64) as i64 as u64
-        };
+        // Back through i64, not u64: one instruction (the value is at most the limit).
+        let hits = |ms: u64| (per_ms * float(ms)).min(float(cap)) as i64 as u64;
         (hits(prev_ms), hits(curr_ms))
     }
 
@@ -162,20 +179,15 @@ impl WindowState {
         now: UnixMillis,
         epoch: u64,
         fleet: &FleetView,
+        (factor, weight): (f64, f64),
     ) -> u64 {
         let (read_prev, read_curr) = self.pair(epoch, |_, s| s.remote);
-        let share = self.share_on(
-            limit,
-            now,
-            epoch,
-            fleet.prior_share(),
-            (read_prev, read_curr),
-        );
+        let share = self.share_on(epoch, fleet.prior_share(), (read_prev, read_curr), weight);
         if share >= 1.0 {
             return 0;
         }
         let rpu = f64::from(limit.requests_per_unit);
-        let read = Self::window(limit, now, epoch, read_prev, read_curr) as f64;
+        let read = float(Self::window(limit, now, epoch, read_prev, read_curr));
         // Until its next reply the node learns nothing new, so it may spend its share of the
         // room as it will be then (in a sliding window, more of the previous epoch will have
         // drained out) rather than wait for each hit's worth to drain — which, spread over
@@ -186,10 +198,10 @@ impl WindowState {
                 .max(self.synced_at.saturating_add(u64::from(self.gap_ms)))
                 .min(end),
         );
-        let read_next = Self::window(limit, next, epoch, read_prev, read_curr) as f64;
+        let read_next = float(Self::window(limit, next, epoch, read_prev, read_curr));
         // The others' hits not sent yet when the count was read are spent already.
-        let rate = f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
-        let unsent = UNSENT_RESERVED * rate * f64::from(self.gap_ms / 2) / 1000.0;
+        let rate = f64::from(self.others_per_sec) * factor;
+        let unsent = UNSENT_RESERVED * rate * f64::from(self.gap_ms / 2) * 1e-3;
         let room = (rpu - read_next - unsent).max(0.0);
         let offset =
             (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
@@ -202,40 +214,28 @@ impl WindowState {
     /// share creep up to 1 as the fleet's last count drained out of the window. 1 before any
     /// reply (local mode); `unknown` when the count read is 0.
     pub(super) fn share(&self, limit: &Limit, now: UnixMillis, epoch: u64, unknown: f64) -> f64 {
-        self.share_on(
-            limit,
-            now,
-            epoch,
-            unknown,
-            self.pair(epoch, |_, s| s.remote),
-        )
+        let remote = self.pair(epoch, |_, s| s.remote);
+        self.share_on(epoch, unknown, remote, weight(limit, now, epoch))
     }
 
-    /// [`WindowState::share`] on the counts read of `epoch - 1` and `epoch`.
+    /// [`WindowState::share`] on the counts read of `epoch - 1` and `epoch`, the previous
+    /// one weighing `weight` ([`weight`]).
     fn share_on(
         &self,
-        limit: &Limit,
-        now: UnixMillis,
         epoch: u64,
         unknown: f64,
         (read_prev, read_curr): (u64, u64),
+        weight: f64,
     ) -> f64 {
         // In floats: near the end of a window the weighted counts are small, and rounding
         // them would make the share jump.
-        let weight = match limit.algorithm {
-            Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => 0.0,
-            Algorithm::SlidingWindow => {
-                super::window::left_ms(limit, now, epoch) as f64 / limit.window_ms as f64
-            }
-        };
-        let acked =
-            |i: usize, s: &Slot| (i64::from(self.own[i]) - s.inflight - s.pending).max(0) as u64;
+        let acked = |_: usize, s: &Slot| (i64::from(s.own) - s.inflight - s.pending).max(0) as u64;
         let (own_prev, own_curr) = self.pair(epoch, acked);
-        let read = read_prev as f64 * weight + read_curr as f64;
+        let read = float(read_prev) * weight + float(read_curr);
         if read <= 0.0 {
             return unknown;
         }
-        ((own_prev as f64 * weight + own_curr as f64) / read).clamp(SHARE_FLOOR, 1.0)
+        ((float(own_prev) * weight + float(own_curr)) / read).clamp(SHARE_FLOOR, 1.0)
     }
 
     /// Whether a sync has ever completed.
@@ -263,7 +263,7 @@ impl WindowState {
         self.slot_mut(epoch);
         if epoch > 0 {
             let i = ((epoch - 1) % 2) as usize;
-            if self.slots[i].epoch < epoch - 1 {
+            if self.slots[i].epoch() < epoch - 1 {
                 self.reset(i, epoch - 1);
             }
         }
@@ -274,10 +274,10 @@ impl WindowState {
         for i in 0..2 {
             let slot = (plan.epochs[i] % 2) as usize;
             let s = &mut self.slots[slot];
-            if s.epoch == plan.epochs[i] && (i == 0 || epoch > 0) {
+            if s.epoch() == plan.epochs[i] && (i == 0 || epoch > 0) {
                 // A sync still in flight (only a final flush starts one beside another) is
                 // left out: what it adds comes on top, so this stays a lower bound.
-                plan.acked[i] = i64::from(self.own[slot]) - s.inflight - s.pending;
+                plan.acked[i] = i64::from(s.own) - s.inflight - s.pending;
                 plan.deltas[i] = s.pending;
                 s.inflight += s.pending;
                 s.pending = 0;
@@ -306,7 +306,7 @@ impl WindowState {
         let mut whole = true;
         for (i, &total) in totals.iter().enumerate().take(epochs) {
             let s = &mut self.slots[(plan.epochs[i] % 2) as usize];
-            if s.epoch != plan.epochs[i] {
+            if s.epoch() != plan.epochs[i] {
                 whole = false; // the window moved on; nothing left to settle
                 continue;
             }
@@ -379,7 +379,7 @@ impl WindowState {
     pub fn fail_sync(&mut self, plan: &SyncPlan) {
         for i in 0..2 {
             let s = &mut self.slots[(plan.epochs[i] % 2) as usize];
-            if s.epoch == plan.epochs[i] {
+            if s.epoch() == plan.epochs[i] {
                 s.inflight -= plan.deltas[i];
                 s.pending += plan.deltas[i];
             }

@@ -103,7 +103,16 @@ pub struct Verdict {
 /// Counts of one epoch, split by where they are in the sync pipeline.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Slot {
-    pub(super) epoch: u64,
+    /// The epoch (`now / window`) as 32 bits, so the state fits in 80 bytes and a decision
+    /// never touches a third cache line: windows are a second or longer, so epochs fit until
+    /// 2106 (past it they stay at the last one and counts are never reset: closed, not
+    /// open). Read it with [`Slot::epoch`].
+    epoch: u32,
+    /// Own hits counted in this epoch (acknowledged or not), less own refunds: the sum of
+    /// every delta this node made to the epoch's counter, so `own − inflight − pending` is
+    /// its acknowledged part (for the share, and restored after Redis restarts empty).
+    /// Signed: a node may refund hits another node counted.
+    pub(super) own: i32,
     /// The fleet's count as Redis last reported it (own acknowledged hits included).
     pub(super) remote: u64,
     /// Own hits sent to Redis and not yet acknowledged.
@@ -116,6 +125,19 @@ pub(super) struct Slot {
 pub const MAX_COUNT: u64 = (1 << 53) - 1;
 
 impl Slot {
+    /// An empty slot of `epoch`.
+    pub(super) fn of(epoch: u64) -> Slot {
+        Slot {
+            epoch: u32::try_from(epoch).unwrap_or(u32::MAX),
+            ..Slot::default()
+        }
+    }
+
+    /// The slot's epoch.
+    pub(super) fn epoch(&self) -> u64 {
+        u64::from(self.epoch)
+    }
+
     /// `remote + inflight + pending`, never below 0. Each part is within ±[`MAX_COUNT`]
     /// times a few (counts are capped there, refunds never take a total below 0), far inside
     /// i64: the sum needs no wider type (it runs several times a decision).
@@ -165,12 +187,6 @@ impl Slot {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct WindowState {
     pub(super) slots: [Slot; 2],
-    /// Own hits counted in each slot's epoch (acknowledged or not), less own refunds: the sum
-    /// of every delta this node made to the epoch's counter, so `own − inflight − pending` is
-    /// its acknowledged part (for the share, and restored after Redis restarts empty). Signed:
-    /// a node may refund hits another node counted. Kept apart from `Slot` so the state stays
-    /// small: an i32 would pad a slot to 40 bytes.
-    pub(super) own: [i32; 2],
     /// When the last sync reply arrived (Unix ms); 0 before the first.
     pub(super) synced_at: u64,
     /// Other nodes' hits per second between the last two replies (after one reply: a guess).
@@ -203,7 +219,7 @@ pub(super) fn weigh(prev: u64, left: u64, w: u64) -> u64 {
 impl WindowState {
     pub(super) fn count(&self, epoch: u64) -> u64 {
         let s = &self.slots[(epoch % 2) as usize];
-        if s.epoch == epoch {
+        if s.epoch() == epoch {
             s.total()
         } else {
             0
@@ -211,7 +227,7 @@ impl WindowState {
     }
 
     pub(super) fn newest_epoch(&self) -> u64 {
-        self.slots[0].epoch.max(self.slots[1].epoch)
+        self.slots[0].epoch().max(self.slots[1].epoch())
     }
 
     /// The slot of `epoch`, reset when it still holds an older epoch. A clock that stepped
@@ -219,7 +235,7 @@ impl WindowState {
     pub(super) fn slot_mut(&mut self, epoch: u64) -> &mut Slot {
         let epoch = epoch.max(self.newest_epoch());
         let i = (epoch % 2) as usize;
-        if self.slots[i].epoch < epoch {
+        if self.slots[i].epoch() < epoch {
             self.reset(i, epoch);
         }
         &mut self.slots[i]
@@ -228,11 +244,7 @@ impl WindowState {
     /// Opens slot `i` for `epoch`. Anything still there is two windows old: no estimate
     /// reads it any more.
     pub(super) fn reset(&mut self, i: usize, epoch: u64) {
-        self.slots[i] = Slot {
-            epoch,
-            ..Slot::default()
-        };
-        self.own[i] = 0;
+        self.slots[i] = Slot::of(epoch);
     }
 
     /// The epoch an estimate at `now` reads. A clock that stepped back reads the newest counts
@@ -259,7 +271,7 @@ impl WindowState {
     pub(super) fn pair(&self, epoch: u64, f: impl Fn(usize, &Slot) -> u64) -> (u64, u64) {
         let at = |e: u64| {
             let i = (e % 2) as usize;
-            if self.slots[i].epoch == e {
+            if self.slots[i].epoch() == e {
                 f(i, &self.slots[i])
             } else {
                 0
@@ -287,7 +299,12 @@ impl WindowState {
         hits: u64,
         fleet: &FleetView,
     ) -> Verdict {
-        let epoch = self.epoch_at(limit, now);
+        // The epoch of `now` and its weight need no state: computed before the state is read
+        // (on a busy table, a cache miss), they are ready when it arrives, and the state's
+        // own epoch differs only after a clock step back.
+        let now_epoch = now.0 / limit.window_ms;
+        let now_weight = super::fleet::weight(limit, now, now_epoch);
+        let epoch = now_epoch.max(self.newest_epoch());
         let (prev, curr) = self.pair(epoch, |_, s| s.total());
         let known = Self::window(limit, now, epoch, prev, curr);
         let (count_after, decision) = if self.synced_at == 0 {
@@ -300,7 +317,14 @@ impl WindowState {
             let reserve = if self.young(fleet) {
                 0
             } else {
-                self.reserve(limit, now, epoch, fleet)
+                {
+                    let weight = if epoch == now_epoch {
+                        now_weight
+                    } else {
+                        super::fleet::weight(limit, now, epoch)
+                    };
+                    self.reserve(limit, now, epoch, fleet, (factor, weight))
+                }
             };
             (
                 self.estimate_on(limit, now, epoch, factor, (prev, curr))
@@ -331,8 +355,7 @@ impl WindowState {
         // overflows.
         let add = hits.min(MAX_COUNT.saturating_sub(s.total())) as i64;
         s.pending += add;
-        let i = (s.epoch % 2) as usize;
-        self.own[i] = self.own[i].saturating_add(add.min(i64::from(i32::MAX)) as i32);
+        s.own = s.own.saturating_add(add.min(i64::from(i32::MAX)) as i32);
     }
 
     /// Gives `hits` back to the current window (Envoy's `is_negative_hits`), never taking the
@@ -343,9 +366,10 @@ impl WindowState {
         // (which would add hits). In global mode the negative delta reaches Redis too.
         let back = i64::try_from(hits.min(s.total())).unwrap_or(i64::MAX);
         s.pending = s.pending.saturating_sub(back);
-        let i = (s.epoch % 2) as usize;
         // Not clamped at 0: the counter's part of this node goes down by `back` in Redis too.
-        self.own[i] = self.own[i].saturating_sub(back.clamp(0, i64::from(i32::MAX)) as i32);
+        s.own = s
+            .own
+            .saturating_sub(back.clamp(0, i64::from(i32::MAX)) as i32);
     }
 
     /// Hits counted in the current epoch, as this node sees them (before extrapolation).
@@ -377,9 +401,8 @@ impl WindowState {
         for (e, count) in [(epoch.checked_sub(1), counts[0]), (Some(epoch), counts[1])] {
             if let Some(e) = e.filter(|_| count > 0) {
                 w.slots[(e % 2) as usize] = Slot {
-                    epoch: e,
                     remote: count.min(MAX_COUNT),
-                    ..Slot::default()
+                    ..Slot::of(e)
                 };
             }
         }
@@ -630,7 +653,8 @@ mod tests {
 
     #[test]
     fn the_state_stays_small() {
-        // Memory per entity is a target (ARCHITECTURE.md, "Targets"): the fleet-accuracy fields cost 8 bytes.
-        assert!(std::mem::size_of::<WindowState>() <= 88);
+        // Memory per entity is a target (ARCHITECTURE.md, "Targets"); at 80 bytes a state in
+        // an array of them never spans three cache lines (at 88, a quarter did).
+        assert!(std::mem::size_of::<WindowState>() <= 80);
     }
 }
