@@ -356,6 +356,28 @@ fn env_value<'a>(container: &'a Value, name: &str) -> &'a str {
     str_at(var, "value")
 }
 
+/// The settings sluice resolves from the container's plain `value` variables (those from
+/// Secrets and field refs are the cluster's), with `drop` left out and `extra` added.
+fn resolve_env(
+    container: &Value,
+    drop: impl Fn(&str) -> bool,
+    extra: &[(&str, &str)],
+) -> sluice::settings::Settings {
+    let env: std::collections::HashMap<String, String> = seq_at(container, "env")
+        .iter()
+        .filter_map(|e| {
+            Some((
+                str_at(e, "name").to_string(),
+                opt_at(e, "value")?.as_str()?.to_string(),
+            ))
+        })
+        .filter(|(k, _)| !drop(k))
+        .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect();
+    sluice::settings::Settings::resolve(&sluice::settings::ServeArgs::default(), &env)
+        .unwrap_or_else(|e| panic!("the rendered env does not resolve: {e:?}"))
+}
+
 /// Seconds of a humantime duration as the chart writes it ("20s").
 fn seconds(humantime: &str) -> i64 {
     humantime
@@ -1371,18 +1393,7 @@ fn reference_metrics_values_set_the_variables_ports_and_scrape() {
         assert_eq!(env_value(c, name), value, "env {name}");
     }
     // The plain values sluice reads resolve into settings with both on.
-    let env: std::collections::HashMap<String, String> = seq_at(c, "env")
-        .iter()
-        .filter_map(|e| {
-            Some((
-                str_at(e, "name").to_string(),
-                opt_at(e, "value")?.as_str()?.to_string(),
-            ))
-        })
-        .collect();
-    let settings =
-        sluice::settings::Settings::resolve(&sluice::settings::ServeArgs::default(), &env)
-            .unwrap_or_else(|e| panic!("the rendered env does not resolve: {e:?}"));
+    let settings = resolve_env(c, |_| false, &[]);
     assert_eq!(
         settings.statsd.expect("statsd on").addr,
         "statsd-exporter.monitoring:8125"
@@ -1484,23 +1495,11 @@ fn rules_over_xds_set_the_references_variables_and_mount_the_tls_secrets() {
     validate_builtin_kinds(&m);
     // The plain variables resolve into xDS settings (without the TLS files, which sluice
     // checks at start and which only the pod has).
-    let env: std::collections::HashMap<String, String> = seq_at(c, "env")
-        .iter()
-        .filter_map(|e| {
-            Some((
-                str_at(e, "name").to_string(),
-                opt_at(e, "value")?.as_str()?.to_string(),
-            ))
-        })
-        .filter(|(k, _)| !k.ends_with("_CACERT") && !k.ends_with("_CERT") && !k.ends_with("_KEY"))
-        .chain([(
-            "CONFIG_GRPC_XDS_NODE_ID".to_string(),
-            "sluice-0".to_string(),
-        )])
-        .collect();
-    let settings =
-        sluice::settings::Settings::resolve(&sluice::settings::ServeArgs::default(), &env)
-            .unwrap_or_else(|e| panic!("the rendered env does not resolve: {e:?}"));
+    let settings = resolve_env(
+        c,
+        |k| k.ends_with("_CACERT") || k.ends_with("_CERT") || k.ends_with("_KEY"),
+        &[("CONFIG_GRPC_XDS_NODE_ID", "sluice-0")],
+    );
     assert!(settings.xds.is_some(), "xDS on");
 
     // A server URL is required.
@@ -1539,18 +1538,7 @@ fn sentinel_values_name_the_master_first_and_take_the_sentinels_password_from_a_
         str_at(auth, "valueFrom.secretKeyRef.key"),
         "sentinel-password"
     );
-    let env: std::collections::HashMap<String, String> = seq_at(c, "env")
-        .iter()
-        .filter_map(|e| {
-            Some((
-                str_at(e, "name").to_string(),
-                opt_at(e, "value")?.as_str()?.to_string(),
-            ))
-        })
-        .collect();
-    let settings =
-        sluice::settings::Settings::resolve(&sluice::settings::ServeArgs::default(), &env)
-            .unwrap_or_else(|e| panic!("the rendered env does not resolve: {e:?}"));
+    let settings = resolve_env(c, |_| false, &[]);
     assert!(settings.redis.is_some(), "global mode");
     // The master's name is required.
     let run = helm_template_run(&[

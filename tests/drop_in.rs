@@ -8,48 +8,25 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use common::certs;
 use common::procs::Proc;
 use common::redis::RedisServer;
 use common::xds::{config, AdsServer};
 use common::{desc, free_port, http_async, wait_until_async};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit::Minute;
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::ServerName;
-use tokio::net::TcpStream;
-use tonic::transport::{Endpoint, Uri};
 
 /// One ShouldRateLimit over a new TLS connection that trusts `ca`: the overall code.
 async fn call_tls(addr: SocketAddr, ca: &std::path::Path) -> i32 {
-    let config = certs::client_config(ca, None);
-    let connector = tower::service_fn(move |_: Uri| {
-        let config: Arc<rustls::ClientConfig> = config.clone();
-        async move {
-            let tcp = TcpStream::connect(addr).await?;
-            let name = ServerName::try_from("localhost").unwrap();
-            tokio_rustls::TlsConnector::from(config)
-                .connect(name, tcp)
-                .await
-                .map(TokioIo::new)
-        }
-    });
-    let channel = Endpoint::from_static("http://localhost")
-        .connect_with_connector(connector)
-        .await
-        .expect("a TLS connection to sluice's gRPC port");
-    RateLimitServiceClient::new(channel)
-        .should_rate_limit(RateLimitRequest {
-            domain: "x".into(),
-            descriptors: vec![desc(&[("k", "v")])],
-            hits_addend: 0,
-        })
+    let req = RateLimitRequest {
+        domain: "x".into(),
+        descriptors: vec![desc(&[("k", "v")])],
+        hits_addend: 0,
+    };
+    certs::should_rate_limit_tls(addr, certs::client_config(ca, None), req)
         .await
         .expect("ShouldRateLimit over TLS")
-        .into_inner()
         .overall_code
 }
 

@@ -13,13 +13,11 @@ use common::certs::{self, Pair};
 use common::{desc, wait_until_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::CertificateDer;
 use sluice::server::tls::{GrpcTls, ReloadingCert};
 use sluice::settings::{ServeArgs, Settings};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tonic::transport::{Endpoint, Uri};
 
 const RULES: &str = "domain: test\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
 
@@ -35,30 +33,14 @@ async fn tls(
     addr: SocketAddr,
     config: Arc<rustls::ClientConfig>,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-    let tcp = TcpStream::connect(addr).await?;
-    let name = ServerName::try_from("localhost").unwrap();
-    tokio_rustls::TlsConnector::from(config)
-        .connect(name, tcp)
-        .await
+    certs::tls_connect(addr, config).await
 }
 
 /// One ShouldRateLimit call over a new TLS connection: the overall code, or why it failed.
-/// Under TLS 1.3 the client finishes its handshake before the server checks the client
-/// certificate, so a refusal may surface only at the call.
 async fn call(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<i32, String> {
-    let connector = tower::service_fn(move |_: Uri| {
-        let config = config.clone();
-        async move { tls(addr, config).await.map(TokioIo::new) }
-    });
-    let channel = Endpoint::from_static("http://localhost")
-        .connect_with_connector(connector)
+    certs::should_rate_limit_tls(addr, config, req())
         .await
-        .map_err(|e| format!("connect: {e:?}"))?;
-    let r = RateLimitServiceClient::new(channel)
-        .should_rate_limit(req())
-        .await
-        .map_err(|e| format!("call: {e:?}"))?;
-    Ok(r.get_ref().overall_code)
+        .map(|r| r.overall_code)
 }
 
 /// The server's certificate as a new connection sees it.

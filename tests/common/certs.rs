@@ -161,3 +161,43 @@ pub fn client_config(ca: &Path, identity: Option<&Pair>) -> Arc<rustls::ClientCo
     config.alpn_protocols = vec![b"h2".to_vec()];
     Arc::new(config)
 }
+
+/// A TLS connection to `addr` for the name `localhost`.
+pub async fn tls_connect(
+    addr: std::net::SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+}
+
+/// One ShouldRateLimit call over a new TLS connection: the response, or why it failed.
+/// Under TLS 1.3 the client finishes its handshake before the server checks the client
+/// certificate, so a refusal may surface only at the call.
+pub async fn should_rate_limit_tls(
+    addr: std::net::SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    req: envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
+) -> Result<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse, String> {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let config = config.clone();
+        async move {
+            tls_connect(addr, config)
+                .await
+                .map(hyper_util::rt::TokioIo::new)
+        }
+    });
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(connector)
+        .await
+        .map_err(|e| format!("connect: {e:?}"))?;
+    RateLimitServiceClient::new(channel)
+        .should_rate_limit(req)
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|e| format!("call: {e:?}"))
+}
