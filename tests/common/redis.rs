@@ -835,74 +835,15 @@ fn make_tls_files_for(dir: &Path, san: &str) -> TlsFiles {
     }
 }
 
-/// Runs openssl in `dir`, panicking with its output when it fails.
-fn openssl_in(dir: &Path, args: &[&str]) {
-    let out = Command::new(require("openssl"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run openssl: {e}"));
-    assert!(
-        out.status.success(),
-        "openssl {args:?} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Generates client.crt/client.key (ECDSA P-256, clientAuth) signed by the CA
-/// `make_tls_files` left in `dir`.
+/// A client certificate (clientAuth) signed by the CA `make_tls_files` left in `dir`:
+/// `client.crt` and `client.key`.
 fn make_client_cert(dir: &Path) -> (PathBuf, PathBuf) {
-    openssl_in(
-        dir,
-        &[
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "client.key",
-            "-out",
-            "client.csr",
-            "-subj",
-            "/CN=sluice test client",
-        ],
-    );
-    std::fs::write(
-        dir.join("client.ext"),
-        "basicConstraints=critical,CA:FALSE\n\
-         keyUsage=critical,digitalSignature\n\
-         extendedKeyUsage=clientAuth\n",
-    )
-    .expect("write client.ext");
-    let serial = format!("0x{:x}", RandomState::new().build_hasher().finish() >> 1);
-    openssl_in(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "client.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-set_serial",
-            &serial,
-            "-out",
-            "client.crt",
-            "-days",
-            "7",
-            "-extfile",
-            "client.ext",
-        ],
-    );
-    (dir.join("client.crt"), dir.join("client.key"))
+    let ca = super::certs::Pair {
+        cert: dir.join("ca.crt"),
+        key: dir.join("ca.key"),
+    };
+    let p = super::certs::leaf(dir, "client", &ca, "clientAuth", "DNS:sluice-test-client");
+    (p.cert, p.key)
 }
 
 /// A Redis Cluster of masters only (no replicas), every node on 127.0.0.1.
