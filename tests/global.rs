@@ -791,6 +791,26 @@ fn a_missing_redis_client_certificate_stops_the_start_naming_it() {
     assert!(line.contains(&missing.display().to_string()), "{line}");
 }
 
+/// 4 hits on `value` (a synced rule) reach `server`, an exact rule counts there too, and no
+/// shard is degraded: the mTLS tests' common proof that the certificates got everywhere.
+fn counts_reach(p: &Proc, value: &str, server: &RedisServer) {
+    for _ in 0..4 {
+        assert_eq!(query(p, value)["overallCode"], "OK");
+    }
+    wait_until(30, "the hits to reach Redis over mTLS", || {
+        counters(server).0 == 4
+    });
+    assert_eq!(exact_hits(p), ["OK", "OK", "OVER_LIMIT"]);
+    let exact_keys = server.cli(&["--scan", "--pattern", "*sluice:x:{*"]);
+    assert!(
+        exact_keys.lines().count() >= 1,
+        "the exact rule's counter is in Redis"
+    );
+    let (status, _, body) = http(p.http, "GET", "/readyz", "", &[]).unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("degraded"), "{body}");
+}
+
 /// A Redis Cluster over TLS that requires client certificates: the cluster client gets the
 /// certificate and CA too (for the nodes CLUSTER SLOTS names), in the sync and exact paths.
 #[test]
@@ -813,21 +833,7 @@ fn a_tls_cluster_takes_the_client_certificate_and_ca() {
             ("REDIS_TLS_CACERT", &ca),
         ],
     );
-    for _ in 0..4 {
-        assert_eq!(query(&p, "cluster-mtls")["overallCode"], "OK");
-    }
-    wait_until(30, "the hits to reach the cluster over mTLS", || {
-        counters(&cluster.nodes[0]).0 == 4
-    });
-    assert_eq!(exact_hits(&p), ["OK", "OK", "OVER_LIMIT"]);
-    let exact_keys = cluster.nodes[0].cli(&["--scan", "--pattern", "*sluice:x:{*"]);
-    assert!(
-        exact_keys.lines().count() >= 1,
-        "the exact rule's counter is in Redis"
-    );
-    let (status, _, body) = http(p.http, "GET", "/readyz", "", &[]).unwrap();
-    assert_eq!(status, 200, "{body}");
-    assert!(!body.contains("degraded"), "{body}");
+    counts_reach(&p, "cluster-mtls", &cluster.nodes[0]);
 }
 
 /// Sentinel over TLS, every server requiring client certificates: the sentinels and the
@@ -852,21 +858,7 @@ fn tls_sentinels_and_their_master_take_the_client_certificate_and_ca() {
             ("REDIS_TLS_CACERT", &ca),
         ],
     );
-    for _ in 0..4 {
-        assert_eq!(query(&p, "sentinel-mtls")["overallCode"], "OK");
-    }
-    wait_until(30, "the hits to reach the master over mTLS", || {
-        counters(&master.server).0 == 4
-    });
-    assert_eq!(exact_hits(&p), ["OK", "OK", "OVER_LIMIT"]);
-    let exact_keys = master.cli(&["--scan", "--pattern", "*sluice:x:{*"]);
-    assert!(
-        exact_keys.lines().count() >= 1,
-        "the exact rule's counter is in Redis"
-    );
-    let (status, _, body) = http(p.http, "GET", "/readyz", "", &[]).unwrap();
-    assert_eq!(status, 200, "{body}");
-    assert!(!body.contains("degraded"), "{body}");
+    counts_reach(&p, "sentinel-mtls", &master.server);
 }
 
 /// A Redis whose certificate names another host: refused (degraded, nothing written) until
