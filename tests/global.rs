@@ -615,6 +615,16 @@ fn tls_and_auth_work_and_the_secret_stays_out_of_logs_and_endpoints() {
     assert!(!log.contains(SECRET), "the log shows the Redis password");
 }
 
+/// Waits until the process's `/readyz` names a degraded shard.
+fn wait_degraded(p: &Proc) {
+    wait_until(30, "the shard to be degraded", || {
+        http(p.http, "GET", "/readyz", "", &[])
+            .unwrap()
+            .2
+            .contains("degraded")
+    });
+}
+
 #[test]
 fn a_wrong_password_keeps_the_shard_degraded_but_the_service_answering() {
     let redis = RedisServer::start_with(&["--requirepass", "right"]);
@@ -622,12 +632,7 @@ fn a_wrong_password_keeps_the_shard_degraded_but_the_service_answering() {
     std::fs::write(dir.path().join("r.yaml"), RULES).unwrap();
     let p = spawn_sluice(dir.path(), &redis.url(), &[("REDIS_AUTH", "wrong")]);
     assert_eq!(query(&p, "x")["overallCode"], "OK");
-    wait_until(30, "the shard to be degraded", || {
-        http(p.http, "GET", "/readyz", "", &[])
-            .unwrap()
-            .2
-            .contains("degraded")
-    });
+    wait_degraded(&p);
     let (status, _, body) = http(p.http, "GET", "/readyz", "", &[]).unwrap();
     assert_eq!(status, 200, "{body}");
     assert!(!body.contains("wrong"), "{body}");
@@ -741,12 +746,7 @@ fn without_the_client_certificate_the_shard_is_degraded_and_nothing_is_written()
     for _ in 0..3 {
         assert_eq!(query(&p, "nocert")["overallCode"], "OK");
     }
-    wait_until(30, "the shard to be degraded", || {
-        http(p.http, "GET", "/readyz", "", &[])
-            .unwrap()
-            .2
-            .contains("degraded")
-    });
+    wait_degraded(&p);
     let (status, _, body) = http(p.http, "GET", "/readyz", "", &[]).unwrap();
     assert_eq!(status, 200, "{body}");
     std::thread::sleep(Duration::from_millis(500));
@@ -885,12 +885,7 @@ fn skipping_hostname_verification_still_verifies_the_chain() {
     };
     let degraded = |p: &Proc| {
         assert_eq!(query(p, "named")["overallCode"], "OK");
-        wait_until(30, "the shard to be degraded", || {
-            http(p.http, "GET", "/readyz", "", &[])
-                .unwrap()
-                .2
-                .contains("degraded")
-        });
+        wait_degraded(p);
     };
     // The name is checked by default.
     degraded(&run(&tls.ca_cert, "false"));
