@@ -229,7 +229,8 @@ impl WindowState {
     ) -> f64 {
         // In floats: near the end of a window the weighted counts are small, and rounding
         // them would make the share jump.
-        let acked = |_: usize, s: &Slot| (i64::from(s.own) - s.inflight - s.pending).max(0) as u64;
+        let acked =
+            |i: usize, s: &Slot| (i64::from(self.own[i]) - s.inflight - s.pending).max(0) as u64;
         let (own_prev, own_curr) = self.pair(epoch, acked);
         let read = float(read_prev) * weight + float(read_curr);
         if read <= 0.0 {
@@ -263,7 +264,7 @@ impl WindowState {
         self.slot_mut(epoch);
         if epoch > 0 {
             let i = ((epoch - 1) % 2) as usize;
-            if self.slots[i].epoch() < epoch - 1 {
+            if self.slots[i].epoch < epoch - 1 {
                 self.reset(i, epoch - 1);
             }
         }
@@ -274,10 +275,10 @@ impl WindowState {
         for i in 0..2 {
             let slot = (plan.epochs[i] % 2) as usize;
             let s = &mut self.slots[slot];
-            if s.epoch() == plan.epochs[i] && (i == 0 || epoch > 0) {
+            if s.epoch == plan.epochs[i] && (i == 0 || epoch > 0) {
                 // A sync still in flight (only a final flush starts one beside another) is
                 // left out: what it adds comes on top, so this stays a lower bound.
-                plan.acked[i] = i64::from(s.own) - s.inflight - s.pending;
+                plan.acked[i] = i64::from(self.own[slot]) - s.inflight - s.pending;
                 plan.deltas[i] = s.pending;
                 s.inflight += s.pending;
                 s.pending = 0;
@@ -306,7 +307,7 @@ impl WindowState {
         let mut whole = true;
         for (i, &total) in totals.iter().enumerate().take(epochs) {
             let s = &mut self.slots[(plan.epochs[i] % 2) as usize];
-            if s.epoch() != plan.epochs[i] {
+            if s.epoch != plan.epochs[i] {
                 whole = false; // the window moved on; nothing left to settle
                 continue;
             }
@@ -379,7 +380,7 @@ impl WindowState {
     pub fn fail_sync(&mut self, plan: &SyncPlan) {
         for i in 0..2 {
             let s = &mut self.slots[(plan.epochs[i] % 2) as usize];
-            if s.epoch() == plan.epochs[i] {
+            if s.epoch == plan.epochs[i] {
                 s.inflight -= plan.deltas[i];
                 s.pending += plan.deltas[i];
             }

@@ -238,7 +238,7 @@ impl WindowState {
 
     /// Own hits in the window at `now`, refunds of others' hits left out.
     fn own_in_window(&self, limit: &Limit, now: UnixMillis, epoch: u64) -> u64 {
-        let (prev, curr) = self.pair(epoch, |_, s| u64::try_from(s.own).unwrap_or(0));
+        let (prev, curr) = self.pair(epoch, |i, _| u64::try_from(self.own[i]).unwrap_or(0));
         Self::window(limit, now, epoch, prev, curr)
     }
 
