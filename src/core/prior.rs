@@ -87,7 +87,7 @@ pub(super) const BURST_SPREAD: f64 = 2.0;
 /// The others' hits a reply does not show yet, in gaps between this node's replies at the
 /// others' measured rate: a replica's hits since its last call, half a gap on average when
 /// all the replicas hit by a burst re-read as often.
-pub(super) const BURST_LAG: f64 = 0.5;
+const BURST_LAG: f64 = 0.5;
 
 /// How far above its even share of the limit a young entity's node may go. A burst lands
 /// on the replicas in binomial shares, and a node above `limit / N` denies hits the exact
