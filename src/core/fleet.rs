@@ -85,17 +85,6 @@ pub(super) fn weight(limit: &Limit, now: UnixMillis, epoch: u64) -> f64 {
     }
 }
 
-/// `x` rounded up to a whole number, at least 0 (saturating past u64). `f64::ceil` is a
-/// library call on the baseline x86-64 target (no SSE4.1 `roundsd`); this is two conversions.
-fn ceil_u64(x: f64) -> u64 {
-    let t = x.max(0.0) as u64;
-    if (t as f64) < x {
-        t.saturating_add(1)
-    } else {
-        t
-    }
-}
-
 // === impl WindowState ===
 
 impl WindowState {
@@ -163,8 +152,10 @@ impl WindowState {
         Self::window(limit, now, epoch, prev + others_prev, curr + others_curr)
     }
 
-    /// What this node leaves of the room to the others, as hits to add to the count it knows:
-    /// all of the room but its share (see [`WindowState`]).
+    /// Whether this node's share of the room is spent: whether what it leaves of the room to
+    /// the others, as hits added to the count it knows, is more than `spare` (the limit less
+    /// that count and the hits asked for). All of the room but its share is left to them (see
+    /// [`WindowState`]).
     ///
     /// A share of a small room is rarely a whole number of hits, and rounding it the same way
     /// on every node would make the whole fleet wait (down) or each node take one more (up).
@@ -173,21 +164,46 @@ impl WindowState {
     /// A node that has read a count of 0 has no measured share: it takes its prior one
     /// (`1 / live replicas`), and the others' rate counts only as far as `fleet` says it
     /// still applies.
-    pub(super) fn reserve(
+    ///
+    /// Left to the others, rounded up: `ceil(limit − read − share × room − offset)`, which
+    /// is more than the whole number `spare` exactly when `limit − read − offset − spare >
+    /// share × room`. With the share as the fraction `own / read` that is compared with both
+    /// sides multiplied by `read`: no division and no rounding on a decision's critical path,
+    /// which on a busy table starts when its state arrives from memory.
+    pub(super) fn over_room_share(
         &self,
         limit: &Limit,
         now: UnixMillis,
         epoch: u64,
         fleet: &FleetView,
         (factor, weight): (f64, f64),
-    ) -> u64 {
+        spare: u64,
+    ) -> bool {
         let (read_prev, read_curr) = self.pair(epoch, |_, s| s.remote);
-        let share = self.share_on(epoch, fleet.prior_share(), (read_prev, read_curr), weight);
-        if share >= 1.0 {
-            return 0;
-        }
         let rpu = f64::from(limit.requests_per_unit);
         let read = float(Self::window(limit, now, epoch, read_prev, read_curr));
+        // The others' hits not sent yet when the count was read are spent already.
+        let rate = f64::from(self.others_per_sec) * factor;
+        let unsent = UNSENT_RESERVED * rate * f64::from(self.gap_ms / 2) * 1e-3;
+        // Far from the limit, the usual case, the share needs no computing: this node's hits
+        // since the read fit, with a hit to spare for rounding, in the least share it may have
+        // (the floor, or the prior share if smaller) of the room as it is now (it only grows
+        // until the next reply, as the previous epoch drains out).
+        let least = SHARE_FLOOR.min(fleet.prior_share());
+        if float(u64::from(limit.requests_per_unit) - spare) - read + 1.0
+            <= least * (rpu - read - unsent)
+        {
+            return false;
+        }
+        // The share as `own / of`, clamped as [`WindowState::share`] clamps it.
+        let (own, of) = match self.share_parts(epoch, (read_prev, read_curr), weight) {
+            Some((own, read)) => (own.clamp(SHARE_FLOOR * read, read), read),
+            None => (fleet.prior_share(), 1.0),
+        };
+        if own >= of {
+            // The whole room is this node's: it leaves nothing to the others.
+            return false;
+        }
         // Until its next reply the node learns nothing new, so it may spend its share of the
         // room as it will be then (in a sliding window, more of the previous epoch will have
         // drained out) rather than wait for each hit's worth to drain — which, spread over
@@ -199,13 +215,10 @@ impl WindowState {
                 .min(end),
         );
         let read_next = float(Self::window(limit, next, epoch, read_prev, read_curr));
-        // The others' hits not sent yet when the count was read are spent already.
-        let rate = f64::from(self.others_per_sec) * factor;
-        let unsent = UNSENT_RESERVED * rate * f64::from(self.gap_ms / 2) * 1e-3;
         let room = (rpu - read_next - unsent).max(0.0);
         let offset =
             (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
-        ceil_u64(rpu - read - share * room - offset)
+        (rpu - read - offset - float(spare)) * of > own * room
     }
 
     /// This node's share of the window's count as of the last reply: own acknowledged hits
@@ -215,28 +228,28 @@ impl WindowState {
     /// reply (local mode); `unknown` when the count read is 0.
     pub(super) fn share(&self, limit: &Limit, now: UnixMillis, epoch: u64, unknown: f64) -> f64 {
         let remote = self.pair(epoch, |_, s| s.remote);
-        self.share_on(epoch, unknown, remote, weight(limit, now, epoch))
+        match self.share_parts(epoch, remote, weight(limit, now, epoch)) {
+            Some((own, read)) => (own / read).clamp(SHARE_FLOOR, 1.0),
+            None => unknown,
+        }
     }
 
-    /// [`WindowState::share`] on the counts read of `epoch - 1` and `epoch`, the previous
-    /// one weighing `weight` ([`weight`]).
-    fn share_on(
+    /// The two sides of [`WindowState::share`] on the counts read of `epoch - 1` and `epoch`,
+    /// the previous one weighing `weight` ([`weight`]): own acknowledged hits and the fleet's
+    /// count, weighted; `None` when the count read is 0.
+    fn share_parts(
         &self,
         epoch: u64,
-        unknown: f64,
         (read_prev, read_curr): (u64, u64),
         weight: f64,
-    ) -> f64 {
+    ) -> Option<(f64, f64)> {
         // In floats: near the end of a window the weighted counts are small, and rounding
         // them would make the share jump.
         let acked =
             |i: usize, s: &Slot| (i64::from(self.own[i]) - s.inflight - s.pending).max(0) as u64;
         let (own_prev, own_curr) = self.pair(epoch, acked);
         let read = float(read_prev) * weight + float(read_curr);
-        if read <= 0.0 {
-            return unknown;
-        }
-        ((float(own_prev) * weight + float(own_curr)) / read).clamp(SHARE_FLOOR, 1.0)
+        (read > 0.0).then(|| (float(own_prev) * weight + float(own_curr), read))
     }
 
     /// Whether a sync has ever completed.
@@ -638,5 +651,95 @@ mod tests {
         let later = t2.plus_millis(2_000);
         let weighted = (11 * (MIN - 2_500) / MIN) + 10;
         assert_eq!(s.check(&l, later, 0).count_after, weighted + 40);
+    }
+
+    /// The share decision as it was written before it lost its division: the room this
+    /// node leaves to the others, `ceil(limit − read − share × room − offset)`, added to the
+    /// count it knows. An oracle for [`WindowState::over_room_share`] and its shortcut far
+    /// from the limit.
+    fn over_by_reserve(
+        s: &WindowState,
+        l: &Limit,
+        now: UnixMillis,
+        hits: u64,
+        f: &FleetView,
+    ) -> bool {
+        let epoch = s.epoch_at(l, now);
+        let (prev, curr) = s.pair(epoch, |_, x| x.total());
+        let known = WindowState::window(l, now, epoch, prev, curr);
+        let rpu = u64::from(l.requests_per_unit);
+        let share = s.share(l, now, epoch, f.prior_share());
+        let reserve = if s.young(f) || share >= 1.0 {
+            0
+        } else {
+            let (rp, rc) = s.pair(epoch, |_, x| x.remote);
+            let read = WindowState::window(l, now, epoch, rp, rc) as f64;
+            let end = (epoch + 1) * l.window_ms - 1;
+            let next = UnixMillis(now.0.max(s.synced_at + u64::from(s.gap_ms)).min(end));
+            let read_next = WindowState::window(l, next, epoch, rp, rc) as f64;
+            let rate = f64::from(s.others_per_sec) * f.rate_factor(s.synced_at);
+            let unsent = UNSENT_RESERVED * rate * f64::from(s.gap_ms / 2) / 1000.0;
+            let room = (f64::from(l.requests_per_unit) - read_next - unsent).max(0.0);
+            let offset = (s.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64
+                / (1u64 << 53) as f64;
+            (f64::from(l.requests_per_unit) - read - share * room - offset)
+                .max(0.0)
+                .ceil() as u64
+        };
+        known + reserve + hits > rpu
+    }
+
+    proptest::proptest! {
+        /// A settled node's verdict is the reserve formula's, on counts near the limit (the
+        /// exact comparison) and far from it (the shortcut), sliding and fixed, alone or in
+        /// fleets up to past the share's floor.
+        #[test]
+        fn the_share_decision_is_the_reserve_formula(
+            rpu in 1u32..100_000,
+            sliding_window in proptest::bool::ANY,
+            // The counts, in thousandths of a quarter of the limit each (a tenth for the
+            // pending hits): a window from empty to about full.
+            parts in proptest::array::uniform5(0u64..1_000),
+            hits in 0u64..4,
+            live in 1u32..80,
+            at in 0u64..58_000,
+        ) {
+            let of_limit = |n: u64, d: u64| u64::from(rpu) * n / d;
+            let q = parts.map(|n| of_limit(n, 4_000));
+            let (own, others, more, others_more) = (q[0], q[1], q[2], q[3]);
+            let pending = of_limit(parts[4], 10_000);
+            let l = if sliding_window { sliding(rpu) } else { fixed(rpu) };
+            let f = FleetView { live, tick_ms: 1, ..FleetView::ALONE };
+            let (t1, t2) = (T0.plus_millis(MIN + 500), T0.plus_millis(MIN + 1_500));
+            let mut s = WindowState::default();
+            let mut counted = 0;
+            for (t, mine, theirs) in [(t1, own, others), (t2, more, others_more)] {
+                s.record(&l, t, mine);
+                let plan = s.begin_sync(&l, t);
+                counted += mine + theirs;
+                s.complete_sync(&l, &plan, [counted, 0], t.plus_millis(1));
+            }
+            let now = t2.plus_millis(2 + at);
+            s.record(&l, now, pending);
+            // The reserve formula is monotonic in the hits asked for: the first number of hits
+            // it refuses is the boundary, and both sides of it must agree.
+            let (mut lo, mut hi) = (0, u64::from(rpu) + 1);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                if over_by_reserve(&s, &l, now, mid, &f) {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            for h in [lo.saturating_sub(1), lo, hits] {
+                proptest::prop_assert_eq!(
+                    s.check_with(&l, now, h, &f).over,
+                    over_by_reserve(&s, &l, now, h, &f),
+                    "{} hits",
+                    h
+                );
+            }
+        }
     }
 }

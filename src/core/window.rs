@@ -198,8 +198,6 @@ pub(super) fn weigh(prev: u64, left: u64, w: u64) -> u64 {
 
 // === impl WindowState ===
 
-// === impl WindowState ===
-
 impl WindowState {
     pub(super) fn count(&self, epoch: u64) -> u64 {
         let s = &self.slots[(epoch % 2) as usize];
@@ -295,31 +293,30 @@ impl WindowState {
         let epoch = now_epoch.max(self.newest_epoch());
         let (prev, curr) = self.pair(epoch, |_, s| s.total());
         let known = Self::window(limit, now, epoch, prev, curr);
-        let (count_after, decision) = if self.synced_at == 0 {
-            let count = known.saturating_add(hits);
-            (count, count)
+        let rpu = u64::from(limit.requests_per_unit);
+        let after = known.saturating_add(hits);
+        let (count_after, over_room) = if self.synced_at == 0 {
+            (after, after > rpu)
         } else {
             let factor = fleet.rate_factor(self.synced_at);
             // A young entity keeps to its prior (below) rather than to a share measured on
             // a count that does not show the others' hits yet.
-            let reserve = if self.young(fleet) {
-                0
-            } else {
-                let weight = if epoch == now_epoch {
-                    now_weight
-                } else {
-                    super::fleet::weight(limit, now, epoch)
+            let over_room = after > rpu
+                || !self.young(fleet) && {
+                    let weight = if epoch == now_epoch {
+                        now_weight
+                    } else {
+                        super::fleet::weight(limit, now, epoch)
+                    };
+                    self.over_room_share(limit, now, epoch, fleet, (factor, weight), rpu - after)
                 };
-                self.reserve(limit, now, epoch, fleet, (factor, weight))
-            };
             (
                 self.estimate_on(limit, now, epoch, factor, (prev, curr))
                     .saturating_add(hits),
-                known.saturating_add(reserve).saturating_add(hits),
+                over_room,
             )
         };
-        let rpu = u64::from(limit.requests_per_unit);
-        let over = rpu == 0 || decision > rpu || self.over_prior(limit, now, epoch, hits, fleet);
+        let over = rpu == 0 || over_room || self.over_prior(limit, now, epoch, hits, fleet);
         let reset_ms = left_ms(limit, now, epoch);
         Verdict {
             count_after,
