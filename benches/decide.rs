@@ -54,6 +54,11 @@ fn bench_decide(c: &mut Criterion) {
                 s.complete_sync(&limit, &plan, [total, 0], UnixMillis(t));
             }
         }
+        // The floor: one word of a random state, with nothing waiting on it, so the misses
+        // of successive calls overlap (README, "Performance").
+        c.bench_function(&format!("read: {} states, one word", label(n)), |b| {
+            b.iter(|| global[next(&mut x) % n].ever_synced())
+        });
         c.bench_function(&format!("decide: {} entities, global", label(n)), |b| {
             b.iter(|| decide(&mut global[next(&mut x) % n], &limit, now, 1))
         });
