@@ -153,8 +153,8 @@ impl WindowState {
     }
 
     /// Whether this node's share of the room is spent: whether what it leaves of the room to
-    /// the others, as hits added to the count it knows, is more than `spare` (the limit less
-    /// that count and the hits asked for). All of the room but its share is left to them (see
+    /// the others, added to `after` (the count it knows with the hits asked for, at most the
+    /// limit), goes past the limit. All of the room but its share is left to them (see
     /// [`WindowState`]).
     ///
     /// A share of a small room is rarely a whole number of hits, and rounding it the same way
@@ -166,7 +166,7 @@ impl WindowState {
     /// still applies.
     ///
     /// Left to the others, rounded up: `ceil(limit − read − share × room − offset)`, which
-    /// is more than the whole number `spare` exactly when `limit − read − offset − spare >
+    /// is more than the whole number `limit − after` exactly when `after − read − offset >
     /// share × room`. With the share as the fraction `own / read` that is compared with both
     /// sides multiplied by `read`: no division and no rounding on a decision's critical path,
     /// which on a busy table starts when its state arrives from memory.
@@ -177,7 +177,7 @@ impl WindowState {
         epoch: u64,
         fleet: &FleetView,
         (factor, weight): (f64, f64),
-        spare: u64,
+        after: u64,
     ) -> bool {
         let (read_prev, read_curr) = self.pair(epoch, |_, s| s.remote);
         let rpu = f64::from(limit.requests_per_unit);
@@ -190,9 +190,7 @@ impl WindowState {
         // (the floor, or the prior share if smaller) of the room as it is now (it only grows
         // until the next reply, as the previous epoch drains out).
         let least = SHARE_FLOOR.min(fleet.prior_share());
-        if float(u64::from(limit.requests_per_unit) - spare) - read + 1.0
-            <= least * (rpu - read - unsent)
-        {
+        if float(after) - read + 1.0 <= least * (rpu - read - unsent) {
             return false;
         }
         // The share as `own / of`, clamped as [`WindowState::share`] clamps it.
@@ -218,7 +216,7 @@ impl WindowState {
         let room = (rpu - read_next - unsent).max(0.0);
         let offset =
             (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
-        (rpu - read - offset - float(spare)) * of > own * room
+        (float(after) - read - offset) * of > own * room
     }
 
     /// This node's share of the window's count as of the last reply: own acknowledged hits

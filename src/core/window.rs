@@ -308,7 +308,7 @@ impl WindowState {
                     } else {
                         super::fleet::weight(limit, now, epoch)
                     };
-                    self.over_room_share(limit, now, epoch, fleet, (factor, weight), rpu - after)
+                    self.over_room_share(limit, now, epoch, fleet, (factor, weight), after)
                 };
             (
                 self.estimate_on(limit, now, epoch, factor, (prev, curr))
