@@ -297,6 +297,11 @@ fn request(n: usize, meta: &[(&'static str, &str)]) -> tonic::Request<RateLimitR
     r
 }
 
+/// A call of one descriptor that continues `trace` (W3C `traceparent`), sampled.
+fn sampled(trace: &str) -> tonic::Request<RateLimitRequest> {
+    request(1, &[("traceparent", &format!("00-{trace}-{PARENT}-01"))])
+}
+
 const T1: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const T2: &str = "80f198ee56343ba864fe8b2a57d3eff7";
 const T3: &str = "463ac35c9f6413ad48485a3953bb6124";
@@ -397,10 +402,7 @@ async fn http_protocol_exports_spans_and_metrics_with_the_default_service_name()
     ])
     .await;
     let mut c = s.client().await;
-    let tp = format!("00-{T1}-{PARENT}-01");
-    c.should_rate_limit(request(1, &[("traceparent", &tp)]))
-        .await
-        .unwrap();
+    c.should_rate_limit(sampled(T1)).await.unwrap();
     let span = received.wait_span(T1).await;
     assert_eq!(span.parent_span_id, PARENT);
     assert_eq!(span.attrs["overall_code"], "OK");
@@ -459,10 +461,7 @@ async fn sampling_rate_zero_traces_no_root_call_but_follows_a_sampled_parent() {
         .unwrap();
     // The reference's ParentBased sampler: what Envoy sampled is traced whatever the rate.
     // Exported after every call above, it shows that none of them was.
-    let tp = format!("00-{T1}-{PARENT}-01");
-    c.should_rate_limit(request(1, &[("traceparent", &tp)]))
-        .await
-        .unwrap();
+    c.should_rate_limit(sampled(T1)).await.unwrap();
     received.wait_span(T1).await;
     let spans = received.spans.lock().clone();
     assert_eq!(spans.len(), 1, "{spans:?}");
@@ -484,10 +483,7 @@ async fn spans_still_batched_are_sent_on_sigterm() {
     ])
     .await;
     let mut c = s.client().await;
-    let tp = format!("00-{T1}-{PARENT}-01");
-    c.should_rate_limit(request(1, &[("traceparent", &tp)]))
-        .await
-        .unwrap();
+    c.should_rate_limit(sampled(T1)).await.unwrap();
     drop(c);
     assert!(received.spans.lock().is_empty());
     assert!(s.terminate().await.success());
@@ -508,10 +504,7 @@ async fn an_unreachable_collector_neither_fails_calls_nor_holds_up_the_stop() {
         .await;
         let mut c = s.client().await;
         for _ in 0..5 {
-            let tp = format!("00-{T1}-{PARENT}-01");
-            c.should_rate_limit(request(1, &[("traceparent", &tp)]))
-                .await
-                .unwrap();
+            c.should_rate_limit(sampled(T1)).await.unwrap();
         }
         drop(c);
         assert!(s.terminate().await.success(), "{protocol}");

@@ -851,6 +851,22 @@ pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
+/// A cluster-enabled node in `dir` (`--cluster-enabled yes --cluster-config-file
+/// <dir>/nodes.conf --cluster-node-timeout 2000`, then `more`).
+fn cluster_node(dir: tempfile::TempDir, tls: Option<TlsFiles>, more: &[&str]) -> RedisServer {
+    let conf = dir.path().join("nodes.conf").display().to_string();
+    let args = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        &conf,
+        "--cluster-node-timeout",
+        "2000",
+    ];
+    let args = args.iter().chain(more).map(|s| s.to_string()).collect();
+    RedisServer::start_in(dir, tls, args)
+}
+
 impl RedisCluster {
     /// Starts `masters` nodes (`--cluster-enabled yes --cluster-config-file <tempdir>/nodes.conf
     /// --cluster-node-timeout 2000`), joins them with `redis-cli --cluster create ...
@@ -865,21 +881,7 @@ impl RedisCluster {
                     .prefix("sluice-redis-node-")
                     .tempdir()
                     .expect("create tempdir");
-                let conf = dir
-                    .path()
-                    .join("nodes.conf")
-                    .to_str()
-                    .expect("UTF-8 tempdir")
-                    .to_string();
-                let extra = [
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &conf,
-                    "--cluster-node-timeout",
-                    "2000",
-                ];
-                RedisServer::start_in(dir, None, extra.iter().map(|s| s.to_string()).collect())
+                cluster_node(dir, None, &[])
             })
             .collect();
         let cluster = RedisCluster { nodes };
@@ -904,16 +906,7 @@ impl RedisCluster {
                 );
             }
         } else {
-            let n = masters as u32;
-            for (i, node) in cluster.nodes.iter().enumerate() {
-                let i = i as u32;
-                let (lo, hi) = (CLUSTER_SLOTS * i / n, CLUSTER_SLOTS * (i + 1) / n - 1);
-                node.cli(&["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()]);
-                node.cli(&["CLUSTER", "ADDSLOTSRANGE", &lo.to_string(), &hi.to_string()]);
-            }
-            for node in &cluster.nodes[1..] {
-                cluster.nodes[0].cli(&["CLUSTER", "MEET", "127.0.0.1", &node.port().to_string()]);
-            }
+            cluster.assign_slots_by_hand();
         }
         cluster.wait_ok();
         cluster
@@ -929,32 +922,26 @@ impl RedisCluster {
             .expect("create tempdir");
         let mut files = make_tls_files(dir.path());
         files.client = Some(make_client_cert(dir.path()));
-        let conf = dir.path().join("nodes.conf").display().to_string();
-        let extra = [
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            &conf,
-            "--cluster-node-timeout",
-            "2000",
-            "--tls-cluster",
-            "yes",
-        ];
-        let node = RedisServer::start_in(
-            dir,
-            Some(files),
-            extra.iter().map(|s| s.to_string()).collect(),
-        );
-        node.cli(&["CLUSTER", "SET-CONFIG-EPOCH", "1"]);
-        node.cli(&[
-            "CLUSTER",
-            "ADDSLOTSRANGE",
-            "0",
-            &(CLUSTER_SLOTS - 1).to_string(),
-        ]);
+        let node = cluster_node(dir, Some(files), &["--tls-cluster", "yes"]);
         let cluster = RedisCluster { nodes: vec![node] };
+        cluster.assign_slots_by_hand();
         cluster.wait_ok();
         cluster
+    }
+
+    /// The slots split evenly over the nodes and the nodes joined by hand (SET-CONFIG-EPOCH,
+    /// ADDSLOTSRANGE, MEET): `redis-cli --cluster create` refuses fewer than 3 masters.
+    fn assign_slots_by_hand(&self) {
+        let n = self.nodes.len() as u32;
+        for (i, node) in self.nodes.iter().enumerate() {
+            let i = i as u32;
+            let (lo, hi) = (CLUSTER_SLOTS * i / n, CLUSTER_SLOTS * (i + 1) / n - 1);
+            node.cli(&["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()]);
+            node.cli(&["CLUSTER", "ADDSLOTSRANGE", &lo.to_string(), &hi.to_string()]);
+        }
+        for node in &self.nodes[1..] {
+            self.nodes[0].cli(&["CLUSTER", "MEET", "127.0.0.1", &node.port().to_string()]);
+        }
     }
 
     /// Waits until every node reports cluster_state:ok with all slots assigned and all nodes
