@@ -28,7 +28,7 @@
 
 use super::clock::UnixMillis;
 use super::prior::FleetView;
-use super::window::{Algorithm, Limit, Slot, WindowState, MAX_COUNT};
+use super::window::{float, Limit, Slot, Span, WindowState, MAX_COUNT};
 
 /// What one sync sends and reads for one limit: the deltas of the current and previous epoch,
 /// and what this node's part of each counter held before them.
@@ -67,94 +67,73 @@ const SHARE_FLOOR: f64 = 1.0 / 64.0;
 /// the targets (ARCHITECTURE.md, "Targets").
 const UNSENT_RESERVED: f64 = 0.75;
 
-/// `x` as f64 through i64: one instruction on the baseline x86-64 target, where u64's
-/// conversion takes a dozen. Counts (at most [`MAX_COUNT`]) and times are far below 2^63;
-/// anything past it saturates.
-fn float(x: u64) -> f64 {
-    x.min(i64::MAX as u64) as i64 as f64
-}
-
-/// How much of the previous epoch's count still weighs at `now` in `epoch`: the time left
-/// over the window for a sliding window, 0 for a fixed one.
-pub(super) fn weight(limit: &Limit, now: UnixMillis, epoch: u64) -> f64 {
-    match limit.algorithm {
-        Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => 0.0,
-        Algorithm::SlidingWindow => {
-            float(super::window::left_ms(limit, now, epoch)) / float(limit.window_ms)
-        }
-    }
-}
-
 // === impl WindowState ===
 
 impl WindowState {
-    /// Other nodes' hits expected since the last reply, in the epoch before `epoch` (up to its
-    /// end) and in `epoch` (since its start), each at most the limit.
+    /// Other nodes' hits expected since the last reply, in the epoch before `span`'s (up to
+    /// its end) and in `span`'s (since its start), each at most the limit.
     /// `factor` scales the measured rate (replicas that left since: `prior.rs`).
+    #[inline]
     pub(super) fn extrapolated(
         &self,
         limit: &Limit,
         now: UnixMillis,
-        epoch: u64,
+        span: &Span,
         factor: f64,
     ) -> (u64, u64) {
         if self.synced_at == 0 || self.others_per_sec <= 0.0 || factor <= 0.0 {
             return (0, 0);
         }
-        let start = epoch.saturating_mul(limit.window_ms);
+        let start = span.start_ms;
         let from = self.synced_at;
         let curr_ms = now.0.saturating_sub(from.max(start));
         let prev_ms = start.saturating_sub(from.max(start.saturating_sub(limit.window_ms)));
         // A multiplication, not `/ 1000.0`: an f64 division is some 13 cycles on the
         // decision's critical path.
         let per_ms = f64::from(self.others_per_sec) * factor * 1e-3;
-        let cap = u64::from(limit.requests_per_unit);
-        // Back through i64, not u64: one instruction (the value is at most the limit).
-        let hits = |ms: u64| (per_ms * float(ms)).min(float(cap)) as i64 as u64;
+        let cap = f64::from(limit.requests_per_unit);
+        // Back through i64, not u64: one instruction (the value is at most the limit). No
+        // time, no hits: a reply in the current epoch (the usual case) leaves nothing to
+        // extrapolate in the previous one, and saves the conversions.
+        let hits = |ms: u64| {
+            if ms == 0 {
+                0
+            } else {
+                // A comparison, not `f64::min`, which also handles a NaN there cannot be.
+                let h = per_ms * float(ms);
+                (if h < cap { h } else { cap }) as i64 as u64
+            }
+        };
         (hits(prev_ms), hits(curr_ms))
     }
 
     /// The fleet's count as this node estimates it at `now`, before any new hits: the count
     /// last read, own hits since, and the others' hits since extrapolated at their rate.
     pub(super) fn estimate(&self, limit: &Limit, now: UnixMillis) -> u64 {
-        self.estimate_with(limit, now, self.epoch_at(limit, now), 1.0)
+        let span = Span::new(limit, now, self.epoch_at(limit, now));
+        let totals = self.pair(span.epoch, |_, s| s.total());
+        self.estimate_on(limit, now, &span, 1.0, totals)
     }
 
-    /// [`WindowState::estimate`] with the others' rate scaled by `factor`, `epoch` being
-    /// [`WindowState::epoch_at`] `now`.
-    pub(super) fn estimate_with(
-        &self,
-        limit: &Limit,
-        now: UnixMillis,
-        epoch: u64,
-        factor: f64,
-    ) -> u64 {
-        self.estimate_on(
-            limit,
-            now,
-            epoch,
-            factor,
-            self.pair(epoch, |_, s| s.total()),
-        )
-    }
-
-    /// [`WindowState::estimate_with`] on the totals of `epoch - 1` and `epoch`, which a
-    /// decision has read already.
+    /// [`WindowState::estimate`] on the totals of `epoch - 1` and `epoch`, which a decision
+    /// has read already, with the others' rate scaled by `factor`.
+    #[inline]
     pub(super) fn estimate_on(
         &self,
         limit: &Limit,
         now: UnixMillis,
-        epoch: u64,
+        span: &Span,
         factor: f64,
         (prev, curr): (u64, u64),
     ) -> u64 {
-        let (others_prev, others_curr) = self.extrapolated(limit, now, epoch, factor);
-        Self::window(limit, now, epoch, prev + others_prev, curr + others_curr)
+        let (others_prev, others_curr) = self.extrapolated(limit, now, span, factor);
+        span.count(prev + others_prev, curr + others_curr)
     }
 
     /// Whether this node's share of the room is spent: whether what it leaves of the room to
     /// the others, added to `after` (the count it knows with the hits asked for, at most the
-    /// limit), goes past the limit. All of the room but its share is left to them (see
+    /// limit), goes past the limit, the fleet's counts of `epoch - 1` and `epoch` as last read
+    /// being `read_prev` and `read_curr`. All of the room but its share is left to them (see
     /// [`WindowState`]).
     ///
     /// A share of a small room is rarely a whole number of hits, and rounding it the same way
@@ -170,18 +149,17 @@ impl WindowState {
     /// share × room`. With the share as the fraction `own / read` that is compared with both
     /// sides multiplied by `read`: no division and no rounding on a decision's critical path,
     /// which on a busy table starts when its state arrives from memory.
+    #[inline]
     pub(super) fn over_room_share(
         &self,
-        limit: &Limit,
-        now: UnixMillis,
-        epoch: u64,
-        fleet: &FleetView,
-        (factor, weight): (f64, f64),
+        (limit, now, span, fleet): (&Limit, UnixMillis, &Span, &FleetView),
+        factor: f64,
+        (read_prev, read_curr): (u64, u64),
         after: u64,
     ) -> bool {
-        let (read_prev, read_curr) = self.pair(epoch, |_, s| s.remote);
+        let epoch = span.epoch;
         let rpu = f64::from(limit.requests_per_unit);
-        let read = float(Self::window(limit, now, epoch, read_prev, read_curr));
+        let read = float(span.count(read_prev, read_curr));
         // The others' hits not sent yet when the count was read are spent already.
         let rate = f64::from(self.others_per_sec) * factor;
         let unsent = UNSENT_RESERVED * rate * f64::from(self.gap_ms / 2) * 1e-3;
@@ -194,7 +172,7 @@ impl WindowState {
             return false;
         }
         // The share as `own / of`, clamped as [`WindowState::share`] clamps it.
-        let (own, of) = match self.share_parts(epoch, (read_prev, read_curr), weight) {
+        let (own, of) = match self.share_parts(epoch, (read_prev, read_curr), span.weight()) {
             Some((own, read)) => (own.clamp(SHARE_FLOOR * read, read), read),
             None => (fleet.prior_share(), 1.0),
         };
@@ -226,7 +204,8 @@ impl WindowState {
     /// reply (local mode); `unknown` when the count read is 0.
     pub(super) fn share(&self, limit: &Limit, now: UnixMillis, epoch: u64, unknown: f64) -> f64 {
         let remote = self.pair(epoch, |_, s| s.remote);
-        match self.share_parts(epoch, remote, weight(limit, now, epoch)) {
+        let weight = Span::new(limit, now, epoch).weight();
+        match self.share_parts(epoch, remote, weight) {
             Some((own, read)) => (own / read).clamp(SHARE_FLOOR, 1.0),
             None => unknown,
         }

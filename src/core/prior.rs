@@ -128,12 +128,14 @@ impl FleetView {
     }
 
     /// The share of the room a node takes when it has no measured share: `1 / live`.
+    #[inline]
     pub fn prior_share(&self) -> f64 {
         1.0 / f64::from(self.live.max(1))
     }
 
     /// How much of the others' rate measured at `measured_at` (Unix ms) still applies: less
     /// than 1 when replicas left since.
+    #[inline]
     pub fn rate_factor(&self, measured_at: u64) -> f64 {
         if self.before > self.live && self.before >= 2 && measured_at < self.dropped_at {
             f64::from(self.live.max(1) - 1) / f64::from(self.before - 1)
@@ -148,11 +150,13 @@ impl FleetView {
 impl WindowState {
     /// Whether the first reply is at least `tick_ms` old (capped at 65 s): the count read
     /// shows every replica's hits, and a share measured on it means something.
+    #[inline]
     pub fn settled(&self, tick_ms: u64) -> bool {
         self.synced_at != 0 && u64::from(self.age_ms) >= tick_ms.min(u64::from(u16::MAX))
     }
 
     /// Whether decisions on this limit still keep to the prior (see the module docs).
+    #[inline]
     pub(super) fn young(&self, fleet: &FleetView) -> bool {
         fleet.live > 1 && !self.settled(fleet.tick_ms)
     }
@@ -160,6 +164,7 @@ impl WindowState {
     /// Whether `hits` more would go past what a young entity may admit: its even share of
     /// the room the last reply left and, unless that reply is a fresh burst read, its prior
     /// (see the module docs).
+    #[inline]
     pub(super) fn over_prior(
         &self,
         limit: &Limit,

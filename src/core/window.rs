@@ -75,9 +75,11 @@ pub trait Counter {
 }
 
 impl Counter for WindowState {
+    #[inline]
     fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
         WindowState::check(self, limit, now, hits)
     }
+    #[inline]
     fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
         WindowState::record(self, limit, now, hits);
     }
@@ -119,11 +121,9 @@ impl Slot {
     /// `remote + inflight + pending`, never below 0. Each part is within ±[`MAX_COUNT`]
     /// times a few (counts are capped there, refunds never take a total below 0), far inside
     /// i64: the sum needs no wider type (it runs several times a decision).
+    #[inline]
     pub(super) fn total(&self) -> u64 {
-        (self.remote as i64)
-            .saturating_add(self.inflight)
-            .saturating_add(self.pending)
-            .max(0) as u64
+        (self.remote as i64 + self.inflight + self.pending).max(0) as u64
     }
 }
 
@@ -184,6 +184,7 @@ pub struct WindowState {
 }
 
 /// `floor(prev × left / w)`, in u64 unless that overflows.
+#[inline]
 pub(super) fn weigh(prev: u64, left: u64, w: u64) -> u64 {
     // Most previous epochs of a busy table are empty: no division then (a 64-bit division
     // is a good part of a decision that runs in a couple of hundred nanoseconds).
@@ -193,6 +194,63 @@ pub(super) fn weigh(prev: u64, left: u64, w: u64) -> u64 {
     match prev.checked_mul(left) {
         Some(p) => p / w,
         None => (u128::from(prev) * u128::from(left) / u128::from(w)) as u64,
+    }
+}
+
+/// `x` as f64 through i64: one instruction on the baseline x86-64 target, where u64's
+/// conversion takes a dozen. Counts (at most [`MAX_COUNT`]) and times are far below 2^63;
+/// anything past it saturates.
+#[inline]
+pub(super) fn float(x: u64) -> f64 {
+    x.min(i64::MAX as u64) as i64 as f64
+}
+
+/// What a decision at `now` on the counts of `epoch` (`now`'s, or a later one after a clock
+/// step back) reads besides the state, worked out once per decision.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span {
+    pub(super) epoch: u64,
+    /// When the epoch starts (Unix ms, saturating).
+    pub(super) start_ms: u64,
+    /// The time left in the window ([`left_ms`]).
+    pub(super) left_ms: u64,
+    window_ms: u64,
+    /// Whether the previous epoch's count is in the window (a sliding window past epoch 0).
+    sliding: bool,
+}
+
+impl Span {
+    #[inline]
+    pub(super) fn new(limit: &Limit, now: UnixMillis, epoch: u64) -> Self {
+        Span {
+            epoch,
+            start_ms: epoch.saturating_mul(limit.window_ms),
+            left_ms: left_ms(limit, now, epoch),
+            window_ms: limit.window_ms,
+            sliding: limit.algorithm == Algorithm::SlidingWindow && epoch != 0,
+        }
+    }
+
+    /// The window formula over the counts of `epoch - 1` and `epoch`: `floor(prev × left /
+    /// W) + curr` in a sliding window, `curr` otherwise.
+    #[inline]
+    pub(super) fn count(&self, prev: u64, curr: u64) -> u64 {
+        if self.sliding {
+            weigh(prev, self.left_ms, self.window_ms) + curr
+        } else {
+            curr
+        }
+    }
+
+    /// How much of the previous epoch's count is still in the window (`left / W`; 0 in a
+    /// fixed window, a bucket, or epoch 0, which has none).
+    #[inline]
+    pub(super) fn weight(&self) -> f64 {
+        if self.sliding {
+            float(self.left_ms) / float(self.window_ms)
+        } else {
+            0.0
+        }
     }
 }
 
@@ -208,12 +266,14 @@ impl WindowState {
         }
     }
 
+    #[inline]
     pub(super) fn newest_epoch(&self) -> u64 {
         self.slots[0].epoch.max(self.slots[1].epoch)
     }
 
     /// The slot of `epoch`, reset when it still holds an older epoch. A clock that stepped
     /// back gets the newest slot, so counts are kept rather than forgotten.
+    #[inline]
     pub(super) fn slot_mut(&mut self, epoch: u64) -> &mut Slot {
         let epoch = epoch.max(self.newest_epoch());
         let i = (epoch % 2) as usize;
@@ -225,6 +285,7 @@ impl WindowState {
 
     /// Opens slot `i` for `epoch`. Anything still there is two windows old: no estimate
     /// reads it any more.
+    #[inline]
     pub(super) fn reset(&mut self, i: usize, epoch: u64) {
         self.slots[i] = Slot {
             epoch,
@@ -241,29 +302,27 @@ impl WindowState {
 
     /// The window formula at `now` over the counts of `epoch - 1` and `epoch`.
     pub(super) fn window(limit: &Limit, now: UnixMillis, epoch: u64, prev: u64, curr: u64) -> u64 {
-        match limit.algorithm {
-            Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => curr,
-            Algorithm::SlidingWindow if epoch == 0 => curr,
-            Algorithm::SlidingWindow if prev == 0 => curr,
-            Algorithm::SlidingWindow => {
-                let left = left_ms(limit, now, epoch);
-                weigh(prev, left, limit.window_ms) + curr
-            }
-        }
+        Span::new(limit, now, epoch).count(prev, curr)
     }
 
-    /// Per-epoch values of `epoch - 1` and `epoch` read through `f`, 0 for an epoch no slot
-    /// holds.
-    pub(super) fn pair(&self, epoch: u64, f: impl Fn(usize, &Slot) -> u64) -> (u64, u64) {
+    /// Per-epoch values of `epoch - 1` and `epoch` read through `f`, 0 (the default) for an
+    /// epoch no slot holds.
+    #[inline]
+    pub(super) fn pair<T: Default>(&self, epoch: u64, f: impl Fn(usize, &Slot) -> T) -> (T, T) {
         let at = |e: u64| {
             let i = (e % 2) as usize;
             if self.slots[i].epoch == e {
                 f(i, &self.slots[i])
             } else {
-                0
+                T::default()
             }
         };
-        (if epoch == 0 { 0 } else { at(epoch - 1) }, at(epoch))
+        let prev = if epoch == 0 {
+            T::default()
+        } else {
+            at(epoch - 1)
+        };
+        (prev, at(epoch))
     }
 
     /// Checks `hits` at `now` without counting them.
@@ -271,6 +330,7 @@ impl WindowState {
     /// In local mode (never synced) the count is exact. In global mode `over` says whether
     /// the hits fit in this node's share of the room left, while `count_after` and
     /// `remaining` report the fleet's estimated count (see [`WindowState`]).
+    #[inline]
     pub fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
         self.check_with(limit, now, hits, &FleetView::ALONE)
     }
@@ -278,6 +338,7 @@ impl WindowState {
     /// [`WindowState::check`] in a fleet: `fleet` is what this node knows of the others (the
     /// live replicas, the tick, a recent departure). Until the fleet's count is known the
     /// node keeps to its prior share of the limit (see `prior.rs`).
+    #[inline]
     pub fn check_with(
         &mut self,
         limit: &Limit,
@@ -285,16 +346,19 @@ impl WindowState {
         hits: u64,
         fleet: &FleetView,
     ) -> Verdict {
-        // The epoch of `now` and its weight need no state: computed before the state is read
-        // (on a busy table, a cache miss), they are ready when it arrives, and the state's
-        // own epoch differs only after a clock step back.
+        // `now`'s epoch and what follows from it need no state: computed before the state is
+        // read (on a busy table, a cache miss), they are ready when it arrives. The state's
+        // own epoch is later only after a clock step back.
         let now_epoch = now.0 / limit.window_ms;
-        let now_weight = super::fleet::weight(limit, now, now_epoch);
-        let epoch = now_epoch.max(self.newest_epoch());
-        let (prev, curr) = self.pair(epoch, |_, s| s.total());
-        let known = Self::window(limit, now, epoch, prev, curr);
+        let mut span = Span::new(limit, now, now_epoch);
+        if self.newest_epoch() > now_epoch {
+            span = Span::new(limit, now, self.newest_epoch());
+        }
+        // The counts, and the fleet's as last read, in one pass over the slots.
+        let ((prev, read_prev), (curr, read_curr)) =
+            self.pair(span.epoch, |_, s| (s.total(), s.remote));
         let rpu = u64::from(limit.requests_per_unit);
-        let after = known.saturating_add(hits);
+        let after = span.count(prev, curr).saturating_add(hits);
         let (count_after, over_room) = if self.synced_at == 0 {
             (after, after > rpu)
         } else {
@@ -302,22 +366,20 @@ impl WindowState {
             // A young entity keeps to its prior (below) rather than to a share measured on
             // a count that does not show the others' hits yet.
             let over_room = after > rpu
-                || !self.young(fleet) && {
-                    let weight = if epoch == now_epoch {
-                        now_weight
-                    } else {
-                        super::fleet::weight(limit, now, epoch)
-                    };
-                    self.over_room_share(limit, now, epoch, fleet, (factor, weight), after)
-                };
+                || !self.young(fleet)
+                    && self.over_room_share(
+                        (limit, now, &span, fleet),
+                        factor,
+                        (read_prev, read_curr),
+                        after,
+                    );
             (
-                self.estimate_on(limit, now, epoch, factor, (prev, curr))
+                self.estimate_on(limit, now, &span, factor, (prev, curr))
                     .saturating_add(hits),
                 over_room,
             )
         };
-        let over = rpu == 0 || over_room || self.over_prior(limit, now, epoch, hits, fleet);
-        let reset_ms = left_ms(limit, now, epoch);
+        let over = rpu == 0 || over_room || self.over_prior(limit, now, span.epoch, hits, fleet);
         Verdict {
             count_after,
             over,
@@ -326,12 +388,13 @@ impl WindowState {
             } else {
                 rpu.saturating_sub(count_after) as u32
             },
-            reset_ms,
-            retry_ms: if over { reset_ms } else { 0 },
+            reset_ms: span.left_ms,
+            retry_ms: if over { span.left_ms } else { 0 },
         }
     }
 
     /// Counts `hits` at `now`, up to [`MAX_COUNT`] in the slot.
+    #[inline]
     pub fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
         let s = self.slot_mut(now.0 / limit.window_ms);
         // At most MAX_COUNT < 2^53: the cast is exact and no sum of in-flight and pending hits
@@ -397,6 +460,7 @@ impl WindowState {
 /// The time left in the window of `now` (ms), `epoch` being `now`'s epoch or a later one (a
 /// clock that stepped back): the remainder from the epoch's start, without a division, when
 /// `now` is in it.
+#[inline]
 pub(super) fn left_ms(limit: &Limit, now: UnixMillis, epoch: u64) -> u64 {
     let w = limit.window_ms;
     match now.0.checked_sub(epoch.wrapping_mul(w)) {
