@@ -482,16 +482,13 @@ pub fn verdict_on(limit: &Limit, now: UnixMillis, count: u64, hits: u64) -> Verd
     let count_after = count.saturating_add(hits);
     let rpu = u64::from(limit.requests_per_unit);
     let over = rpu == 0 || count_after > rpu;
+    let reset_ms = limit.window_ms - now.0 % limit.window_ms;
     Verdict {
         count_after,
         over,
         remaining: if over { 0 } else { (rpu - count_after) as u32 },
-        reset_ms: limit.window_ms - now.0 % limit.window_ms,
-        retry_ms: if over {
-            limit.window_ms - now.0 % limit.window_ms
-        } else {
-            0
-        },
+        reset_ms,
+        retry_ms: if over { reset_ms } else { 0 },
     }
 }
 
