@@ -32,6 +32,8 @@ fn item((entity, bucket, delta, at): (u8, bool, i64, u64)) -> SyncItem {
             max_ahead_ns: 6_000_000_000,
             floor_us: 0,
             ttl_ms: 60_000,
+            // Now and then what an earlier call stated, as a late duplicate or a resend.
+            stated: [(delta.max(0) + at as i64 % 50) as u32, (at % 7) as u32],
         }
     } else {
         let epoch = now / 60_000;
@@ -158,6 +160,7 @@ fn a_bucket_lost_by_redis_is_restored_to_what_the_replica_read() {
             max_ahead_ns: 6_000_000_000,
             floor_us,
             ttl_ms: 60_000,
+            stated: [delta as u32, 0],
         },
     };
     let [tat, spent] = rt.block_on(shard.sync(1, &[spend(30, 0)])).unwrap()[0];

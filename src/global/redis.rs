@@ -49,7 +49,12 @@
 //! A bucket (`SyncOp::Bucket`, `core/bucket.rs`) is a hash at
 //! `{prefix}sluice:b1:{<entity>}:<limit>` with two fields: `t`, the fleet's theoretical
 //! arrival time (Unix µs, a decimal: an interval need not be a whole microsecond), and `n`,
-//! the tokens spent so far (for measuring rates). A second script, `BUCKET_SCRIPT`, spends a
+//! the tokens spent so far (for measuring rates); and two per replica that spent in it, its
+//! id and its id followed by `-`: the tokens it spent and gave back, as applied (each modulo
+//! 2^32). A call states the replica's totals of both; the script applies only what they add
+//! to what it holds, so a call that timed out but ran, then sent again, spends nothing twice
+//! (replicas of an older version, which send deltas alone, write neither field and are
+//! applied as before). A second script, `BUCKET_SCRIPT`, spends a
 //! replica's tokens since it last saw the bucket full from the time the first of them was
 //! spent (`t = max(t, since) + spend × T`, at most one capacity below empty; a refund never
 //! takes it below now), adds all its tokens to `n`, and
@@ -119,33 +124,56 @@ return redis.call('ZCARD', KEYS[1])
 "#;
 
 /// Spends tokens of buckets and reads them (`SyncOp::Bucket`). KEYS: one hash per bucket
-/// (`t`: the `tat` in Unix µs, `n`: tokens spent). ARGV: eight per item (delta, now µs,
-/// since µs, interval µs, max ahead µs, floor µs, ttl ms, spend). Returns two integers per
-/// key: `tat`, `n`.
-/// A bucket that is full and was never spent is not written.
+/// (`t`: the `tat` in Unix µs, `n`: tokens spent, and per replica, under its id and its id
+/// followed by `-`, the tokens it spent and gave back as applied, modulo 2^32). ARGV: the
+/// replica's field, then ten per item (delta, now µs, since µs, interval µs, max ahead µs,
+/// floor µs, ttl ms, spend, tokens spent so far, tokens given back so far). In place of the
+/// delta, what the statement adds to what was applied (`memory::fresh`: a call that timed
+/// out but ran, sent again, spends nothing twice), and the spend corrected by as much
+/// (`memory::run_of`). Returns two integers per key: `tat`, `n`. A bucket that is full and
+/// was never spent is not written.
 const BUCKET_SCRIPT: &str = r#"
+local me = ARGV[1]
+local back = me .. '-'
 local out = {}
+local function new(stated, held)
+  local d = (stated - held) % 4294967296
+  if d >= 2147483648 then return 0 end
+  return d
+end
 for i = 1, #KEYS do
   local k = KEYS[i]
-  local b = (i - 1) * 8
+  local b = 1 + (i - 1) * 10
   local delta = tonumber(ARGV[b + 1])
   local spend = tonumber(ARGV[b + 8])
+  local stated = {tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])}
   local now = tonumber(ARGV[b + 2])
-  local v = redis.call('HMGET', k, 't', 'n')
+  local v = redis.call('HMGET', k, 't', 'n', me, back)
   local tat = tonumber(v[1])
   local spent = tonumber(v[2]) or 0
+  local held = stated
+  local added = delta
+  if v[3] then
+    local plus = new(stated[1], tonumber(v[3]))
+    local minus = new(stated[2], tonumber(v[4]) or 0)
+    added = plus - minus
+    held = {(tonumber(v[3]) + plus) % 4294967296, ((tonumber(v[4]) or 0) + minus) % 4294967296}
+    local run = spend + added - delta
+    if spend >= 0 then spend = math.max(run, 0) else spend = math.min(run, 0) end
+  end
   local write = false
   if tat == nil then
     tat = tonumber(ARGV[b + 6])
     write = tat > now
   end
-  if delta ~= 0 or spend ~= 0 then
+  if added ~= 0 or spend ~= 0 then
     if spend ~= 0 then
       local limit = math.max(now + tonumber(ARGV[b + 5]), tat)
       local base = math.max(tat, tonumber(ARGV[b + 3]))
       tat = math.min(math.max(base + spend * tonumber(ARGV[b + 4]), now), limit)
     end
-    spent = math.max(spent + delta, 0)
+    spent = math.max(spent + added, 0)
+    redis.call('HSET', k, me, held[1], back, held[2])
     write = true
   end
   if write then
@@ -302,6 +330,7 @@ fn script_call(
             for it in items {
                 cmd.arg(bucket_key(prefix, it));
             }
+            cmd.arg(field(replica));
             for it in items {
                 if let SyncOp::Bucket {
                     delta,
@@ -312,6 +341,7 @@ fn script_call(
                     max_ahead_ns,
                     floor_us,
                     ttl_ms,
+                    stated,
                 } = it.op
                 {
                     // Microseconds as decimals: an interval need not be whole.
@@ -322,7 +352,9 @@ fn script_call(
                         .arg(format!("{}", max_ahead_ns as f64 / 1000.0))
                         .arg(floor_us)
                         .arg(ttl_ms)
-                        .arg(spend);
+                        .arg(spend)
+                        .arg(stated[0])
+                        .arg(stated[1]);
                 }
             }
         }

@@ -108,6 +108,41 @@ async fn a_call_that_timed_out_but_ran_is_not_counted_again_when_resent() {
 }
 
 #[tokio::test]
+async fn a_bucket_call_that_timed_out_but_ran_spends_nothing_twice() {
+    let (cache, queues, sync, clock) = setup();
+    let l = Limit {
+        requests_per_unit: 10,
+        window_ms: 1000,
+        algorithm: Algorithm::TokenBucket { burst: 100 },
+    };
+    let spend = |n| {
+        cache.with(
+            3,
+            clock.now(),
+            || vec![l],
+            |e| {
+                for _ in 0..n {
+                    crate::core::decide(&mut e.state.states[0], &l, clock.now(), 1);
+                }
+                queues.mark_dirty(3, e.state, false);
+            },
+        )
+    };
+    spend(40);
+    sync.store.late.store(true, Ordering::Relaxed);
+    for _ in 0..3 {
+        assert!(sync.tick(false).await.is_err());
+        spend(5);
+    }
+    sync.store.late.store(false, Ordering::Relaxed);
+    sync.tick(false).await.unwrap();
+    let b = &sync.store.buckets.lock()[&(3, 0)];
+    // 55 tokens spent at one instant: the bucket is 55 tokens (5.5 s at 10/s) below full.
+    assert_eq!(b.spent, 55);
+    assert_eq!(b.tat as u64, clock.now().0 * 1000 + 5_500_000);
+}
+
+#[tokio::test]
 async fn flush_sends_what_is_pending_even_when_not_due() {
     let (cache, queues, sync, clock) = setup();
     // Two syncs make the entity warm (its fleet rate known)...

@@ -47,7 +47,9 @@ pub enum SyncOp {
         /// Expiry of a counter the call creates: two windows.
         ttl_ms: u64,
     },
-    /// A token bucket (`core/bucket.rs`): spend `spend` tokens from `since_us` —
+    /// A token bucket (`core/bucket.rs`): in place of `delta`, what `stated` holds that the
+    /// store has not applied for this replica yet (`memory::fresh`); spend `spend` tokens
+    /// (corrected by as much) from `since_us` —
     /// `tat = max(tat, since) + spend × interval`, at most `max_ahead` past now (a refund,
     /// negative, never takes it below now) — add `delta` to the running count of tokens
     /// spent, and return `[tat (Unix µs), spent]`. A bucket the store does not hold starts
@@ -71,6 +73,9 @@ pub enum SyncOp {
         floor_us: u64,
         /// The bucket is kept this long after it is full again (ms).
         ttl_ms: u64,
+        /// Tokens this replica spent and gave back so far, each modulo 2^32
+        /// (`BucketPlan::stated`): the store applies what it has not applied yet.
+        stated: [u32; 2],
     },
 }
 
@@ -96,6 +101,7 @@ impl SyncItem {
                     // Its running count of spends outlives a full bucket by a minute, so
                     // rates measured across a quiet spell stay whole.
                     ttl_ms: 60_000,
+                    stated: p.stated,
                 }
             }
         };
