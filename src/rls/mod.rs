@@ -22,6 +22,8 @@
 mod evaluate;
 mod exact;
 mod gate;
+#[cfg(test)]
+mod metrics_tests;
 mod resolve;
 mod respond;
 mod validate;
