@@ -4,6 +4,14 @@
 //! Hot-path counters are plain atomics resolved ahead of time (a rule's [`RuleStats`] handle is
 //! looked up when rules are compiled, not per request); OpenTelemetry reads them through
 //! observable instruments at scrape time, so a request never hashes metric attributes.
+//!
+//! Per-rule series are bounded (README, "Limits and hostile input"): the operator's (one per
+//! rule in force, dropped when a reload removes the rule) are kept apart from those made from
+//! client input (limit overrides, `detailed_metric`/`value_to_metric` values), whose keys are
+//! cut to `METRICS_MAX_KEY_BYTES` and whose number stops at `METRICS_MAX_CLIENT_SERIES`;
+//! past it their hits go to the rule's own series, so no hit is lost. `/metrics` writes the
+//! per-rule counters itself, every series exactly, rather than through the SDK, whose
+//! cardinality limit folds extra series into one that reads a single value.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -440,7 +448,7 @@ impl Telemetry {
         // Present from the start, so alerts on errors see a zero before the first failure.
         config_loads.add(0, &[KeyValue::new("result", "success")]);
         config_loads.add(0, &[KeyValue::new("result", "error")]);
-        Ok(Telemetry {
+        let t = Telemetry {
             registry,
             provider,
             meter,
@@ -448,7 +456,20 @@ impl Telemetry {
             service,
             config_loads,
             otlp_rule_counters: std::sync::Once::new(),
-        })
+        };
+        let rules = t.rules.clone();
+        t.labelled_gauge(
+            "sluice_metric_series",
+            "Per-rule metric series, by kind: operator (one per rule in force) and client (made from client input, at most METRICS_MAX_CLIENT_SERIES)",
+            Arc::new(move || {
+                let (operator, client) = rules.len();
+                [("operator", operator), ("client", client)]
+                    .into_iter()
+                    .map(|(kind, n)| (n as u64, vec![KeyValue::new("kind", kind)]))
+                    .collect()
+            }),
+        );
+        Ok(t)
     }
 
     /// Registers the per-rule counters as OpenTelemetry instruments, for the OTLP reader:
@@ -691,6 +712,11 @@ mod tests {
         );
         assert!(
             text.contains(r#"sluice_config_load_total{result="success"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"sluice_metric_series{kind="operator"} 1"#)
+                && text.contains(r#"sluice_metric_series{kind="client"} 0"#),
             "{text}"
         );
     }

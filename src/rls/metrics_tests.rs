@@ -218,3 +218,41 @@ fn metric_counters_saturate_instead_of_wrapping() {
     );
     assert_eq!(within, 5.0);
 }
+
+#[test]
+fn past_the_client_series_bound_hits_go_to_the_rules_own_series() {
+    let opts = Options {
+        metric_series: crate::telemetry::SeriesBounds {
+            max_key_bytes: 512,
+            max_client_series: 100,
+        },
+        ..Options::default()
+    };
+    let l = limiter(DOMAIN, opts);
+    for i in 0..300 {
+        l.should_rate_limit(&request("d", overriding(&[("e", &i.to_string())])))
+            .unwrap();
+        l.should_rate_limit(&request("d", descriptor(&[("u", &i.to_string())])))
+            .unwrap();
+    }
+    // The operator's rule is counted in its own series, whatever the flood.
+    l.should_rate_limit(&request("d", descriptor(&[("k", "v")])))
+        .unwrap();
+    let rows = hits(&l.telemetry().render());
+    let read = |rule: &str| {
+        rows.iter()
+            .find(|(k, _)| *k == format!("domain=\"d\",rule=\"{rule}\""))
+            .map(|(_, v)| *v)
+    };
+    assert_eq!(read("d.k"), Some(1.0));
+    let client = rows
+        .iter()
+        .filter(|(k, _)| k.contains("rule=\"d.e_") || k.contains("rule=\"d.u_"))
+        .count();
+    assert_eq!(client, 100, "client-made series");
+    // 600 client-made hits: 100 in series of their own, 500 in the fallbacks.
+    let fallbacks = read("d.override").unwrap() + read("d.u").unwrap();
+    assert_eq!(fallbacks, 500.0, "{rows:?}");
+    let total: f64 = rows.iter().map(|(_, v)| v).sum();
+    assert_eq!(total, 601.0);
+}
