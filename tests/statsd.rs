@@ -188,7 +188,7 @@ async fn an_oversized_line_neither_repeats_nor_blocks_the_others() {
         c.should_rate_limit(k.clone()).await.unwrap();
     }
     let (mut requests, mut hits) = (0, 0);
-    let mut count = |line: &str, requests: &mut u64, hits: &mut u64| {
+    let count = |line: &str, requests: &mut u64, hits: &mut u64| {
         let (name, rest) = line.split_once(':').unwrap();
         let n: u64 = rest.strip_suffix("|c").map_or(0, |n| n.parse().unwrap());
         match name {

@@ -332,7 +332,7 @@ mod tests {
         use std::time::Duration;
         let t = ResponseTimes::default();
         let mut sent = HashMap::new();
-        let mut flush = |sent: &mut HashMap<String, u64>| {
+        let flush = |sent: &mut HashMap<String, u64>| {
             let mut next = HashMap::new();
             let lines = response_times(&t, sent, &mut next);
             *sent = next;
