@@ -359,7 +359,8 @@ impl Compiler<'_> {
             steps.push(Step::KeyItself(k.to_string()));
             steps
         };
-        let Some(unit) = Unit::parse(&l.unit) else {
+        let unit = Unit::parse(&l.unit);
+        if unit.is_none() {
             self.error_at(
                 &key("unit"),
                 format!(
@@ -368,12 +369,11 @@ impl Compiler<'_> {
                     Unit::VALID.join(", ")
                 ),
             );
-            return None;
-        };
+        }
         // The reference reads a missing count as 0, a limit that denies every request: a
         // slip (a key one level too far out, a typo), never what was meant. An explicit 0
         // still says "deny everything".
-        let Some(requests_per_unit) = l.requests_per_unit else {
+        if l.requests_per_unit.is_none() {
             let (block, whole) = match at {
                 [Step::Key("rate_limit")] => {
                     ("rate_limit", vec![Step::KeyItself("rate_limit".into())])
@@ -386,6 +386,8 @@ impl Compiler<'_> {
                     "{block} of '{composite}' has no requests_per_unit (say `unlimited: true` for no limit, or `requests_per_unit: 0` to deny every request)"
                 ),
             );
+        }
+        let (Some(unit), Some(requests_per_unit)) = (unit, l.requests_per_unit) else {
             return None;
         };
         let multiplier = l.unit_multiplier.unwrap_or(1);
@@ -482,6 +484,122 @@ mod tests {
                 "e.yaml: descriptor has empty key (domain 'd', descriptor path '_x')",
                 "e.yaml: should not specify rate limit unit when unlimited (domain 'd', descriptor path 'b')",
             ]
+        );
+    }
+
+    /// Every error of compiling `yaml` as `edge.yaml`, as printed.
+    fn errors(yaml: &str) -> Vec<String> {
+        compile_sources(&[("edge.yaml".into(), yaml.into())], false)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn requests_per_unit_one_level_too_far_out_is_caught_with_its_line() {
+        // Issue 19, item 10: this passed `check` and became a limit of 0 (every request
+        // denied): the count sat beside `rate_limit:`, where the reference ignores it.
+        let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    descriptors:\n      - key: path\n        value: /api\n        rate_limit:\n          unit: minute\n        requests_per_unit: 100\n";
+        assert_eq!(
+            errors(yaml),
+            [
+                "edge.yaml: config error, misplaced key 'requests_per_unit': it belongs inside 'rate_limit', one level further in (line 9, column 9; domain 'edge', descriptor path 'remote_address' > 'path_/api')",
+                "edge.yaml: rate_limit of 'edge.remote_address.path_/api' has no requests_per_unit (say `unlimited: true` for no limit, or `requests_per_unit: 0` to deny every request) (line 7, column 9; domain 'edge', descriptor path 'remote_address' > 'path_/api')",
+            ]
+        );
+        // `unit` out too: both named, each on its own line.
+        let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n    unit: minute\n    requests_per_unit: 100\n";
+        let errs = errors(yaml);
+        assert!(
+            errs[0].starts_with(
+                "edge.yaml: config error, misplaced key 'unit': it belongs inside 'rate_limit'"
+            ) && errs[0]
+                .contains("(line 5, column 5; domain 'edge', descriptor path 'remote_address')"),
+            "{errs:#?}"
+        );
+        assert!(
+            errs[1].contains("misplaced key 'requests_per_unit'")
+                && errs[1].contains("(line 6, column 5;"),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn algorithm_beside_key_is_named_not_burst() {
+        // Issue 19, item 10: the misplaced `algorithm` was ignored and `check` blamed `burst`.
+        let yaml = "domain: edge\ndescriptors:\n  - key: user\n    algorithm: token_bucket\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n      burst: 30\n";
+        let errs = errors(yaml);
+        assert_eq!(
+            errs[0],
+            "edge.yaml: config error, misplaced key 'algorithm': it belongs inside 'rate_limit', one level further in (line 4, column 5; domain 'edge', descriptor path 'user')"
+        );
+        // The consequence is still reported, after the cause and at its own line.
+        assert_eq!(
+            errs[1..],
+            ["edge.yaml: edge.user: burst needs algorithm: token_bucket (line 8, column 7; domain 'edge', descriptor path 'user')"]
+        );
+    }
+
+    #[test]
+    fn a_rate_limit_needs_requests_per_unit_unless_unlimited() {
+        let yaml = "domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 5}\n    additional_limits:\n      - {unit: day}\n";
+        assert_eq!(
+            errors(yaml),
+            [
+                "edge.yaml: rate_limit of 'edge.a' has no requests_per_unit (say `unlimited: true` for no limit, or `requests_per_unit: 0` to deny every request) (line 4, column 5; domain 'edge', descriptor path 'a')",
+                "edge.yaml: additional_limits entry of 'edge.b' has no requests_per_unit (say `unlimited: true` for no limit, or `requests_per_unit: 0` to deny every request) (line 9, column 9; domain 'edge', descriptor path 'b')",
+            ]
+        );
+        // Unlimited needs none; an explicit 0 is accepted (it denies every request), as the
+        // reference accepts it.
+        let s = set("domain: d\ndescriptors:\n  - key: u\n    rate_limit: {unlimited: true}\n  - key: z\n    rate_limit: {unit: second, requests_per_unit: 0}\n");
+        assert!(s.rules()[0].unlimited);
+        assert_eq!(s.rules()[1].limits[0].limit.requests_per_unit, 0);
+    }
+
+    #[test]
+    fn a_bad_unit_lists_the_valid_ones_at_its_line() {
+        let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    descriptors:\n      - key: path\n        value: /api\n        rate_limit:\n          unit: minutes\n          requests_per_unit: 100\n";
+        assert_eq!(
+            errors(yaml),
+            ["edge.yaml: invalid rate limit unit 'minutes' (valid: second, minute, hour, day, week, month, year) (line 8, column 11; domain 'edge', descriptor path 'remote_address' > 'path_/api')"]
+        );
+    }
+
+    #[test]
+    fn descriptor_keys_inside_rate_limit_and_rule_keys_in_additional_limits_are_misplaced() {
+        let yaml = "domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      shadow_mode: true\n    additional_limits:\n      - {unit: day, requests_per_unit: 9, exact: true}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x, unit: day}]}\nunit: second\n";
+        assert_eq!(
+            errors(yaml),
+            [
+                "edge.yaml: config error, misplaced key 'shadow_mode': it belongs in the descriptor, beside 'rate_limit', one level further out (line 7, column 7; domain 'edge', descriptor path 'a')",
+                "edge.yaml: config error, misplaced key 'exact': it applies to the whole rule: it belongs inside 'rate_limit' (line 9, column 43; domain 'edge', descriptor path 'a')",
+                "edge.yaml: config error, misplaced key 'unit': a 'replaces' entry holds only 'name' (line 11, column 75; domain 'edge', descriptor path 'b')",
+                "edge.yaml: config error, misplaced key 'unit': it belongs inside a descriptor's 'rate_limit' (line 12, column 1; domain 'edge')",
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_without_a_text_keep_their_place() {
+        // Rules that come without a text (xDS) have no lines, but still name the rule.
+        let f = RulesFile {
+            domain: "d".into(),
+            descriptors: vec![DescriptorConfig {
+                key: "k".into(),
+                rate_limit: Some(model::RateLimitConfig {
+                    unit: "fortnight".into(),
+                    requests_per_unit: Some(1),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+        };
+        let errs = RuleSet::compile(&[("xds:n".into(), f)], false).unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "xds:n: invalid rate limit unit 'fortnight' (valid: second, minute, hour, day, week, month, year) (domain 'd', descriptor path 'k')"
         );
     }
 

@@ -562,7 +562,10 @@ mod tests {
         .unwrap();
         assert_eq!(f.domain, "d");
         let rl = f.descriptors[0].rate_limit.as_ref().unwrap();
-        assert_eq!((rl.unit.as_str(), rl.requests_per_unit), ("second", Some(5)));
+        assert_eq!(
+            (rl.unit.as_str(), rl.requests_per_unit),
+            ("second", Some(5))
+        );
         assert_eq!(rl.replaces[0].name, "m");
     }
 
@@ -648,7 +651,10 @@ mod tests {
         )
         .unwrap();
         let rl = f.descriptors[0].rate_limit.as_ref().unwrap();
-        assert_eq!((rl.requests_per_unit, rl.unit_multiplier), (Some(u32::MAX), None));
+        assert_eq!(
+            (rl.requests_per_unit, rl.unit_multiplier),
+            (Some(u32::MAX), None)
+        );
     }
 
     #[test]
