@@ -1,9 +1,13 @@
 //! The rules file: envoyproxy/ratelimit's YAML format (plus sluice's extensions) as a serde
-//! model, parsed and key-checked. Semantic checks and compilation live in `rules.rs`.
+//! model, parsed and key-checked. Semantic checks and compilation live in `compile.rs`.
 //!
-//! Keys are checked the way the reference checks them: any key in [`VALID_KEYS`] is accepted at
-//! any level, any other key is an error. Every problem in a file is reported, not just the
-//! first, each prefixed with the file's name (`"<file>: <message>"`, the reference's wording).
+//! Keys are checked as the reference checks them (a key not in [`VALID_KEYS`] is an error,
+//! `config error, unknown key 'foo'`) and, unlike the reference, in their place: a known key
+//! where it does not belong (`requests_per_unit` beside `key:`, `shadow_mode` inside
+//! `rate_limit`) is an error naming where it belongs, since the reference silently ignores
+//! it and the rule then does something else than it says. Every problem in a file is
+//! reported, not just the first, each as `"<file>: <message> (line L, column C; domain 'd',
+//! descriptor path 'k' > 'k2_v')"`: the reference's wording first, then where (`locate.rs`).
 
 use std::fmt;
 
@@ -536,8 +540,14 @@ impl KeyCheck<'_> {
         if place != Place::Descriptor {
             return self.mapping(map, place);
         }
-        let text = |k: &str| map.get(k).and_then(Value::as_str).unwrap_or_default();
-        self.path.push(final_key(text("key"), text("value")));
+        // As the decoder reads them: a plain `429` or `true` is its text.
+        let text = |k: &str| match map.get(k) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            Some(Value::Bool(b)) => b.to_string(),
+            _ => String::new(),
+        };
+        self.path.push(final_key(&text("key"), &text("value")));
         self.mapping(map, place);
         self.path.pop();
     }
