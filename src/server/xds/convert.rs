@@ -264,12 +264,13 @@ mod tests {
                     .starts_with("xds:resources[3]: resource type 'type.googleapis.com/other'")),
             "{msgs:?}"
         );
+        // No text, so no line: the domain and descriptor path say where.
         assert!(
-            msgs.contains(&"xds:a: invalid rate limit unit 'unknown'".to_string()),
+            msgs.contains(&"xds:a: invalid rate limit unit 'unknown' (valid: second, minute, hour, day, week, month, year) (domain 'd', descriptor path 'k')".to_string()),
             "{msgs:?}"
         );
         assert!(
-            msgs.contains(&"xds:b: duplicate domain 'd' in config file".to_string()),
+            msgs.contains(&"xds:b: duplicate domain 'd' in config file (domain 'd')".to_string()),
             "{msgs:?}"
         );
         // Merged, the duplicate domain is fine.
