@@ -7,13 +7,15 @@ mod common;
 use common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use sluice::core::fleet::Part;
 use sluice::global::memory::MemoryStore;
 use sluice::global::redis::{RedisClusterStore, RedisOptions, RedisShard};
 use sluice::global::{ShardStore, SyncItem, SyncOp};
 
 const NOW_MS: u64 = 1_700_000_040_000;
 
-/// One call: a replica, then items `(entity, is_bucket, delta, ms after NOW)`.
+/// One call: a replica, then items `(entity, is_bucket, delta, ms after NOW)`; a window's
+/// delta is its stated part (hits, or refunds when negative).
 type Call = (u64, Vec<(u8, bool, i64, u64)>);
 
 fn item((entity, bucket, delta, at): (u8, bool, i64, u64)) -> SyncItem {
@@ -35,8 +37,15 @@ fn item((entity, bucket, delta, at): (u8, bool, i64, u64)) -> SyncItem {
         let epoch = now / 60_000;
         SyncOp::Window {
             epochs: [epoch, epoch - 1],
-            deltas: [delta.max(0), 0],
-            acked: [0, 0],
+            // Stated parts, not in order: a replica's later statement may hold less than an
+            // earlier one (a late duplicate), and the store keeps the larger.
+            parts: [
+                Part {
+                    hits: delta.max(0) as u64,
+                    refunds: (-delta).max(0) as u64,
+                },
+                Part::default(),
+            ],
             ttl_ms: 120_000,
         }
     };

@@ -11,17 +11,26 @@ use parking_lot::Mutex;
 
 use super::exact::{apply, ExactCounters, ExactFuture, ExactItem, ExactStore};
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
+use crate::core::fleet::Part;
 
-/// A counter: each replica's part.
-pub type Parts = HashMap<u64, i64>;
+/// A counter: each replica's part (its hits and refunds so far).
+pub type Parts = HashMap<u64, Part>;
+
+/// The net count of a counter's parts.
+fn net(p: &Parts) -> i64 {
+    p.values().map(|p| p.hits as i64 - p.refunds as i64).sum()
+}
 
 /// An in-memory store of counters keyed by (entity, limit, epoch); `down` makes every call
-/// fail.
+/// fail, `late` every sync call time out after it was applied.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     pub counters: Mutex<HashMap<(u128, u8, u64), Parts>>,
     pub calls: AtomicU64,
     pub down: AtomicBool,
+    /// Every sync call is applied, then fails with a timeout: a Redis slower than the
+    /// client's timeout, which still runs what it was sent.
+    pub late: AtomicBool,
     /// Exact rules' counters, keyed by (entity, limit, epoch): apart from the sync's, as in
     /// Redis.
     pub exact: Mutex<HashMap<(u128, u8, u64), u64>>,
@@ -91,7 +100,7 @@ impl MemoryStore {
         self.counters
             .lock()
             .get(&(entity, limit, epoch))
-            .map_or(0, |p| p.values().sum())
+            .map_or(0, net)
     }
 
     /// Forgets every counter, as a Redis without persistence does when it restarts.
@@ -101,30 +110,29 @@ impl MemoryStore {
     }
 }
 
-/// A window item: the replica's parts raised and added to, as the script does; the sums.
+/// A window item: the larger of the replica's part and what the item states, hits and
+/// refunds apart, as the script keeps it; the sums.
 fn window(
     c: &mut HashMap<(u128, u8, u64), Parts>,
     replica: u64,
     it: &SyncItem,
     epochs: [u64; 2],
-    deltas: [i64; 2],
-    acked: [i64; 2],
+    parts: [Part; 2],
 ) -> [u64; 2] {
-    // Epoch 0 has no previous epoch: the item names it twice, with no delta.
+    // Epoch 0 has no previous epoch: the item names it twice, with the same part.
     let n = if epochs[0] == epochs[1] { 1 } else { 2 };
     for i in 0..n {
-        let want = acked[i] + deltas[i];
-        // As the script: a read creates nothing.
-        if deltas[i] != 0 || want > 0 {
+        // As the script: a read (nothing counted) creates nothing.
+        if parts[i] != Part::default() {
             let key = (it.entity, it.limit, epochs[i]);
             let mine = c.entry(key).or_default().entry(replica).or_default();
-            *mine = (*mine + deltas[i]).max(want);
+            mine.hits = mine.hits.max(parts[i].hits);
+            mine.refunds = mine.refunds.max(parts[i].refunds);
         }
     }
     std::array::from_fn(|i| {
         let key = (it.entity, it.limit, epochs[i]);
-        let sum: i64 = c.get(&key).map_or(0, |p| p.values().sum());
-        sum.max(0) as u64
+        c.get(&key).map_or(0, net).max(0) as u64
     })
 }
 
@@ -139,15 +147,10 @@ impl ShardStore for MemoryStore {
         }
         let mut c = self.counters.lock();
         let mut b = self.buckets.lock();
-        Ok(items
+        let totals = items
             .iter()
             .map(|it| match it.op {
-                SyncOp::Window {
-                    epochs,
-                    deltas,
-                    acked,
-                    ..
-                } => window(&mut c, replica, it, epochs, deltas, acked),
+                SyncOp::Window { epochs, parts, .. } => window(&mut c, replica, it, epochs, parts),
                 SyncOp::Bucket {
                     delta,
                     spend,
@@ -177,7 +180,11 @@ impl ShardStore for MemoryStore {
                     [tat as u64, spent]
                 }
             })
-            .collect())
+            .collect();
+        if self.late.load(Ordering::Relaxed) {
+            return Err(StoreError::Timeout(std::time::Duration::from_millis(100)));
+        }
+        Ok(totals)
     }
     async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
         if self.down.load(Ordering::Relaxed) {

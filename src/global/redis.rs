@@ -1,21 +1,30 @@
 //! The Redis [`ShardStore`]s of global mode: standalone shards (one deadpool pool each) and
-//! Redis Cluster. One Lua script adds the deltas of a whole tick and returns the counters.
+//! Redis Cluster. One Lua script states the replica's parts of a whole tick's counters and
+//! returns the counters.
 //!
 //! # Data model (key version 2)
 //! A counter of (entity, limit, epoch) is a hash at
 //! `{prefix}sluice:v2:{<entity>}:<limit>:<epoch>` (the hash tag keeps an entity's keys in one
-//! cluster slot) with one field per replica: its id as 16 hex digits, holding that
-//! replica's hits. For each key the script `HINCRBY`s the replica's field by its delta;
-//! raises the field to `acked + delta` with `HSET` when it holds less (the replica knows it
-//! wrote that much: Redis restarted empty, or lost the key); sets the expiry (two windows)
-//! when a write finds the key without one, i.e. when the script created it; and returns the
-//! sum of the fields. A read (no delta, nothing acknowledged) writes nothing.
+//! cluster slot) with one part per replica: the field named by its id (16 hex digits) holds
+//! its hits, and, once it refunded any, the field `<id>-` holds its refunds as a negative
+//! number; the count is the sum of every field. A call states the replica's part whole (its
+//! hits and refunds in the epoch so far, `Part`), and the script keeps the larger of what a
+//! field holds and what the call says (the smaller, for the negative refunds field); sets the
+//! expiry (two windows) when a write finds the key without one, i.e. when the script created
+//! it; and returns the sum of the fields. A read (nothing counted) writes nothing.
 //!
-//! Why a hash: a single `INCRBY` counter cannot be rebuilt from what each replica knows. With
-//! A at 100 and B at 120, each topping the counter up to its own count gives 120, not 220;
-//! one part per replica makes the raise idempotent and the sum right. Only a replica's own
-//! process writes its field, and it never lowers it, so a raise cannot undo another call's
-//! hits; a late duplicate of a timed-out call is counted twice, as with `INCRBY` before.
+//! Why stated parts and not `HINCRBY`: a call that timed out may still run in Redis, and its
+//! hits go again with the next call; an increment would count them twice (with Redis slower
+//! than the timeout for a few seconds, 70 hits became 150–170, and the fleet then denied
+//! every request for the rest of the window). A statement is idempotent: a resend, a late
+//! duplicate or two calls applied out of order leave the part at what the replica counted.
+//! Hits and refunds are kept apart because each only grows, so "keep the larger" holds for
+//! both; a net count goes down on a refund, and a stale statement could not be told from one.
+//!
+//! Why a hash: a single counter cannot be rebuilt from what each replica knows. With A at
+//! 100 and B at 120, each topping the counter up to its own count gives 120, not 220; one
+//! part per replica makes the statement idempotent and the sum right, and a Redis that
+//! restarted empty gets every live replica's part back with its next sync of the entity.
 //!
 //! Costs. The sum is an `HVALS` over the fields: O(replicas that counted the entity in that
 //! epoch), at most the fleet (≤ 50 by the targets), so a chunk of 500 items reads at most
@@ -23,8 +32,14 @@
 //! it is a second write per key that must stay in step with the parts, and a script aborted
 //! between the two (Redis does not roll scripts back) would leave them apart for the key's
 //! life; the sum cannot drift. Memory: each replica writing an entity adds a field (16-byte
-//! name and an integer, listpack-encoded up to 128 fields) to that key, where it used to add
-//! nothing; an entity hit on one replica costs about what the string did.
+//! name and an integer, listpack-encoded up to 128 fields) to that key; an entity hit on one
+//! replica costs about what a string would.
+//!
+//! Mixed versions. Replicas that add deltas (`HINCRBY` on their own field, raised to what
+//! they acknowledged) and replicas that state their parts share these keys during a rolling
+//! upgrade: each writes only its own fields, every version sums all of them, so the fleet
+//! keeps one count; the older replicas keep their own double counting under timeouts until
+//! they are replaced.
 //!
 //! Upgrading from key version 1 (plain strings at `{prefix}sluice:{<entity>}:…`) starts every
 //! counter afresh once: a version-2 replica never reads or writes a version-1 key, so a
@@ -60,28 +75,29 @@ use deadpool_redis::redis::{self, Value};
 use crate::global::store::Heartbeat;
 use crate::global::{ShardStore, StoreError, SyncItem, SyncOp};
 
-/// Adds deltas and reads counters (see the module docs). KEYS: two per item (current,
-/// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current delta,
-/// previous delta, current acked, previous acked). Returns one integer per key: the sum.
+/// States parts and reads counters (see the module docs). KEYS: two per item (current,
+/// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current hits,
+/// previous hits, current refunds, previous refunds). Returns one integer per key: the sum.
 const SYNC_SCRIPT: &str = r#"
 local me = ARGV[1]
+local back = me .. '-'
 local out = {}
 for i = 1, #KEYS do
   local k = KEYS[i]
   local base = 1 + math.floor((i - 1) / 2) * 5
   local e = (i - 1) % 2
-  local delta = tonumber(ARGV[base + 2 + e])
-  local want = tonumber(ARGV[base + 4 + e]) + delta
-  local mine = nil
-  if delta ~= 0 then
-    mine = redis.call('HINCRBY', k, me, delta)
-  elseif want > 0 then
-    mine = tonumber(redis.call('HGET', k, me) or '0')
+  local hits = tonumber(ARGV[base + 2 + e])
+  local refunds = tonumber(ARGV[base + 4 + e])
+  local wrote = false
+  if hits > 0 and tonumber(redis.call('HGET', k, me) or '0') < hits then
+    redis.call('HSET', k, me, hits)
+    wrote = true
   end
-  if mine ~= nil then
-    if mine < want then redis.call('HSET', k, me, want) end
-    if redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ARGV[base + 1]) end
+  if refunds > 0 and tonumber(redis.call('HGET', k, back) or '0') > -refunds then
+    redis.call('HSET', k, back, -refunds)
+    wrote = true
   end
+  if wrote and redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ARGV[base + 1]) end
   local sum = 0
   for _, v in ipairs(redis.call('HVALS', k)) do sum = sum + tonumber(v) end
   out[i] = sum
@@ -272,18 +288,12 @@ fn script_call(
             }
             cmd.arg(field(replica));
             for it in items {
-                if let SyncOp::Window {
-                    epochs: _,
-                    deltas,
-                    acked,
-                    ttl_ms,
-                } = it.op
-                {
+                if let SyncOp::Window { parts, ttl_ms, .. } = it.op {
                     cmd.arg(ttl_ms)
-                        .arg(deltas[0])
-                        .arg(deltas[1])
-                        .arg(acked[0])
-                        .arg(acked[1]);
+                        .arg(parts[0].hits)
+                        .arg(parts[1].hits)
+                        .arg(parts[0].refunds)
+                        .arg(parts[1].refunds);
                 }
             }
         }
@@ -604,7 +614,7 @@ impl ShardStore for RedisClusterStore {
             return Ok((Vec::new(), Some(self.heartbeat(beat).await?)));
         }
         // The item calls and the heartbeat in flight at once: one round trip. A failed
-        // heartbeat leaves the sync's result alone (its deltas were added).
+        // heartbeat leaves the sync's result alone (its parts were stated).
         let (totals, live) =
             futures_util::future::join(self.sync(replica, items), self.heartbeat(beat)).await;
         if let Err(e) = &live {
@@ -716,8 +726,7 @@ mod tests {
             limit,
             op: SyncOp::Window {
                 epochs,
-                deltas: [1, 0],
-                acked: [0, 0],
+                parts: Default::default(),
                 ttl_ms: 1,
             },
         }
