@@ -36,7 +36,7 @@ const HERE: &str = "sluice-locate-here";
 /// The 1-based line and column of the node at `path` in `content`. A path that runs past the
 /// document (a key that is absent, an index past the end) stops at the deepest node it
 /// reached, so an error about a missing key points at the mapping that lacks it.
-pub fn locate(content: &str, path: &[Step]) -> Option<(usize, usize)> {
+pub fn locate(content: &str, path: &[Step]) -> Option<(u32, u32)> {
     let err = Seek { rest: path }
         .deserialize(serde_yaml::Deserializer::from_str(content))
         .err()?;
@@ -45,7 +45,10 @@ pub fn locate(content: &str, path: &[Step]) -> Option<(usize, usize)> {
         return None;
     }
     let at = err.location()?;
-    Some((at.line(), at.column()))
+    Some((
+        u32::try_from(at.line()).ok()?,
+        u32::try_from(at.column()).ok()?,
+    ))
 }
 
 /// Gives a line and column to every error of `file` that names a node and has none yet,

@@ -52,10 +52,11 @@ pub struct ConfigError {
     pub file: String,
     /// What is wrong, in envoyproxy/ratelimit's wording where it has one.
     pub message: String,
-    /// The 1-based line of the error's subject in the file, when known.
-    pub line: Option<usize>,
+    /// The 1-based line of the error's subject in the file, when known (u32: a rules file
+    /// is at most 4 MiB, and the error stays small).
+    pub line: Option<u32>,
     /// The 1-based column of the error's subject, with `line`.
-    pub column: Option<usize>,
+    pub column: Option<u32>,
     /// The domain and descriptor path the error is in (`domain 'edge', descriptor path
     /// 'remote_address' > 'path_/api'`), when it is in one.
     pub place: Option<String>,
