@@ -120,6 +120,19 @@ fn check(s: &Scenario) -> Result<(), String> {
             // (the plain design: 1.75–2.07×; before the prior, 1.68–1.81×).
             over(&r, 0, 1.10)?;
         }
+        "edge surge, 2 nodes" | "edge surge, 2 nodes, strict" => {
+            // the targets: a cold surge within 1.10×, here on two replicas at 1,000 requests a
+            // second alternating, a rule of 600 an hour (issue 19, item 11). Each replica
+            // keeps to its prior (315) and sends it as soon as it is spent, so the other
+            // settles on a read that holds it (`core/prior.rs`, `wants_prior_sync`).
+            // Measured 1.050 on the six seeds, strict or not; before that send, a replica
+            // whose tick came early in the surge settled on a read missing part of the
+            // other's prior and took a share of room already spent: up to 1.31× (40 seeds).
+            over(&r, 0, 1.10)?;
+            if r.sluice_admitted(0) < 0.95 {
+                return fail(format!("admitted only {:.3}×", r.sluice_admitted(0)));
+            }
+        }
         "burst 2x, 2 nodes"
         | "burst 2x, 4 nodes"
         | "burst 10x, 20 nodes"

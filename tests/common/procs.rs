@@ -11,6 +11,8 @@ use super::{free_port, http, wait_until};
 pub struct Proc {
     pub child: Child,
     pub http: SocketAddr,
+    /// Its gRPC port (`ShouldRateLimit`).
+    pub grpc: SocketAddr,
     pub log: tempfile::NamedTempFile,
 }
 
@@ -56,6 +58,7 @@ pub fn spawn_sluice(
     Proc {
         child,
         http: addr,
+        grpc: format!("127.0.0.1:{grpc}").parse().unwrap(),
         log,
     }
 }
