@@ -187,6 +187,9 @@ impl Service {
             .otlp
             .metrics_reader(&resource, SdkMeterProvider::builder())?;
         let telemetry = Arc::new(Telemetry::with_builder(meters)?);
+        if settings.otlp.metrics {
+            telemetry.export_rule_counters();
+        }
         let tracer = if settings.otlp.tracing {
             match otel::Tracer::new(&settings.otlp, resource) {
                 Ok(t) => Some(Arc::new(t)),

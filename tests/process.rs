@@ -46,10 +46,35 @@ fn check_lists_every_error_of_every_file_and_exits_1() {
         format!("{}: invalid rate limit unit 'fortnight'", a.display()),
         format!("{}: duplicate descriptor composite key 'd.k'", a.display()),
         format!(
-            "{}: config error, unknown key 'bogus' (line 4)",
+            "{}: config error, unknown key 'bogus' (line 4, column 5; domain 'd', descriptor path 'x')",
             b.display()
         ),
         format!("{}: duplicate domain 'd' in config file", b.display()),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+}
+
+#[test]
+fn check_catches_rules_that_look_right_and_deny_everything() {
+    // Issue 19, item 10: a count one level too far out passed `check` ("OK") and became a
+    // limit of 0; a misplaced `algorithm` was ignored and `burst` blamed instead.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("edge.yaml");
+    std::fs::write(
+        &f,
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    descriptors:\n      - key: path\n        value: /api\n        rate_limit:\n          unit: minute\n        requests_per_unit: 100\n  - key: user\n    algorithm: token_bucket\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n      burst: 30\n  - key: tenant\n    rate_limit:\n      unit: minutes\n      requests_per_unit: 5\n",
+    )
+    .unwrap();
+    let out = sluice().arg("check").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let f = f.display();
+    for want in [
+        format!("{f}: config error, misplaced key 'requests_per_unit': it belongs inside 'rate_limit', one level further in (line 9, column 9; domain 'edge', descriptor path 'remote_address' > 'path_/api')"),
+        format!("{f}: rate_limit of 'edge.remote_address.path_/api' has no requests_per_unit"),
+        format!("{f}: config error, misplaced key 'algorithm': it belongs inside 'rate_limit', one level further in (line 11, column 5; domain 'edge', descriptor path 'user')"),
+        format!("{f}: invalid rate limit unit 'minutes' (valid: second, minute, hour, day, week, month, year) (line 18, column 7; domain 'edge', descriptor path 'tenant')"),
     ] {
         assert!(text.contains(&want), "missing {want:?} in\n{text}");
     }

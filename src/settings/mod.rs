@@ -21,6 +21,7 @@ use crate::server::prometheus_ref::PrometheusSettings;
 use crate::server::statsd::StatsdSettings;
 use crate::server::tls::{self, GrpcTls};
 use crate::server::xds::{connect, XdsSettings, XdsTls};
+use crate::telemetry::{SeriesBounds, MIN_KEY_BYTES};
 
 mod cli;
 pub mod reference;
@@ -609,6 +610,18 @@ fn options(v: &mut Values<'_>) -> Options {
             idle_timeout: v.or("CACHE_IDLE_TIMEOUT", Duration::ZERO, duration),
             ttl: v.parse("CACHE_TTL", duration),
         },
+        metric_series: SeriesBounds {
+            max_key_bytes: v.or("METRICS_MAX_KEY_BYTES", MIN_KEY_BYTES, at_least_key_bytes),
+            max_client_series: v.or("METRICS_MAX_CLIENT_SERIES", 0, number),
+        },
+    }
+}
+
+/// `METRICS_MAX_KEY_BYTES`: room for a key's start and the hash that keeps it distinct.
+fn at_least_key_bytes(s: &str) -> Result<usize, String> {
+    match number::<usize>(s)? {
+        n if n < MIN_KEY_BYTES => Err(format!("is not at least {MIN_KEY_BYTES}")),
+        n => Ok(n),
     }
 }
 
