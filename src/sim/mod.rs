@@ -369,7 +369,9 @@ fn edge_surges(base: &Scenario) -> Vec<Scenario> {
         limit,
         loads: vec![even(0, 6_000, 1000.0 * 3_600.0 / 600.0)],
         windows: 1,
-        seed: 0x5eed_000c,
+        // Tick phases where, before replicas denying a young entity sent their hits at once,
+        // the race was open: 1.355× (`strict: false`) and 1.098× (`strict`) on this seed.
+        seed: 0x5eed_0019,
         alternate: true,
         ..base.clone()
     };
