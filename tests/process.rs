@@ -345,7 +345,7 @@ impl Drop for Limited {
     }
 }
 
-fn serve_with_ulimit(limits: &str) -> Limited {
+fn serve_with_ulimit(limits: &str, args: &[&str]) -> Limited {
     let rules = tempfile::tempdir().unwrap();
     std::fs::write(
         rules.path().join("r.yaml"),
@@ -365,6 +365,7 @@ fn serve_with_ulimit(limits: &str) -> Limited {
         .arg(rules.path())
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
         .args(["--http-addr", &format!("127.0.0.1:{port}")])
+        .args(args)
         .stderr(Stdio::from(log.reopen().unwrap()))
         .spawn()
         .unwrap();
@@ -395,7 +396,7 @@ fn open_files_limits(pid: u32) -> (String, String) {
 
 #[test]
 fn serve_raises_the_open_files_soft_limit_to_the_hard_limit() {
-    let p = serve_with_ulimit("-S -n 256");
+    let p = serve_with_ulimit("-S -n 256", &[]);
     let (soft, hard) = open_files_limits(p.child.id());
     assert_eq!(soft, hard, "soft open-files limit not raised");
     let log = std::fs::read_to_string(p.log.path()).unwrap();
@@ -433,7 +434,7 @@ fn idle_admin_connections_cannot_starve_grpc() {
     // use up every descriptor and new gRPC connections could not be accepted. With the cap
     // (256), sluice holds 256 of them and the rest wait in the listen backlog (128 here),
     // which costs sluice no descriptor.
-    let p = serve_with_ulimit("-n 320");
+    let p = serve_with_ulimit("-n 320", &[]);
     let base = open_fds(p.child.id());
     let idle: Vec<std::net::TcpStream> = (0..380)
         .map(|_| std::net::TcpStream::connect(p.http).unwrap())
@@ -463,4 +464,42 @@ fn idle_admin_connections_cannot_starve_grpc() {
     wait_until(30, "the admin port to answer", || {
         matches!(http(p.http, "GET", "/readyz", "", &[]), Ok((200, ..)))
     });
+}
+
+#[test]
+fn idle_grpc_connections_cannot_exhaust_descriptors() {
+    // Open-files limit 1024: the gRPC cap is lowered to 1024 less room for the admin port and
+    // the rest (512). 700 silent clients: sluice holds at most 512, the rest wait in the
+    // listen backlog; each is closed at the handshake timeout (1 s here), so honest clients
+    // get slots again, and the admin port answers throughout.
+    let p = serve_with_ulimit("-n 1024", &["--grpc-handshake-timeout", "1s"]);
+    let base = open_fds(p.child.id());
+    let grpc: SocketAddr = format!("127.0.0.1:{}", p.grpc).parse().unwrap();
+    let idle: Vec<std::net::TcpStream> = (0..700)
+        .map(|_| std::net::TcpStream::connect(grpc).unwrap())
+        .collect();
+    assert!(
+        matches!(http(p.http, "GET", "/readyz", "", &[]), Ok((200, ..))),
+        "the admin port answers"
+    );
+    let fds = open_fds(p.child.id());
+    assert!(
+        fds <= base + 512 + 8,
+        "sluice holds {fds} descriptors ({base} at start)"
+    );
+    let addr = format!("http://127.0.0.1:{}", p.grpc);
+    let mut query = sluice();
+    query.args(["query", "--addr", &addr, "--domain", "load", "user=q"]);
+    let out = output_within(query, 60);
+    assert!(
+        out.status.success(),
+        "gRPC did not answer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(p.log.path()).unwrap();
+    assert!(
+        log.contains("gRPC connection cap lowered") && log.contains("cap=512"),
+        "{log}"
+    );
+    drop(idle);
 }

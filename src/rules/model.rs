@@ -400,6 +400,41 @@ const LIMIT_KEYS: &[&str] = &[
     "strict",
 ];
 
+/// envoyproxy/ratelimit's own keys: out of place they are ignored, as the reference does;
+/// sluice's keys out of place are errors (an ignored `algorithm` or `strict` would change
+/// what is counted).
+const REFERENCE_KEYS: &[&str] = &[
+    "domain",
+    "descriptors",
+    "key",
+    "value",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "name",
+    "replaces",
+    "shadow_mode",
+    "quota_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+];
+
+/// Whether `key`, beside a descriptor's `rate_limit` that lacks it, is a limit's key one
+/// level too far out: the limit it belongs to would be 0 per unit, or have no unit, and
+/// deny every request (that `rate_limit` is reported as incomplete too).
+fn slipped_out(map: &serde_yaml::Mapping, here: Place, key: &str) -> bool {
+    here == Place::Descriptor
+        && matches!(key, "requests_per_unit" | "unit")
+        && map.get("rate_limit").is_some_and(|limit| {
+            limit
+                .as_mapping()
+                .is_none_or(|limit| !limit.contains_key(key))
+        })
+}
+
 /// `rate_limit`'s keys besides [`LIMIT_KEYS`]: they apply to the whole rule.
 const RULE_KEYS: &[&str] = &["unlimited", "name", "replaces", "exact"];
 
@@ -490,6 +525,11 @@ impl KeyCheck<'_> {
                 continue;
             };
             if !here.allows(key) {
+                if REFERENCE_KEYS.contains(&key) && !slipped_out(map, here, key) {
+                    // The reference accepts its own keys anywhere and ignores them out of
+                    // place; a file it loads loads here too.
+                    continue;
+                }
                 self.error(
                     format!("config error, misplaced key '{key}': {}", here.belongs(key)),
                     at_key,

@@ -17,6 +17,7 @@ use crate::global::redis::{normalize_url, RedisOptions, RedisTls, SentinelMaster
 use crate::global::SyncSettings;
 use crate::otel::{Endpoints, OtlpSettings, Protocol};
 use crate::rls::{HeaderNames, Options};
+use crate::server::grpc_conn::GrpcLimits;
 use crate::server::prometheus_ref::PrometheusSettings;
 use crate::server::statsd::StatsdSettings;
 use crate::server::tls::{self, GrpcTls};
@@ -48,6 +49,8 @@ pub struct Settings {
     pub grpc_addr: SocketAddr,
     /// TLS on the gRPC listener, when on (the HTTP admin port stays plain).
     pub grpc_tls: Option<GrpcTls>,
+    /// Bounds on the gRPC port: connections, streams, requests in flight, time.
+    pub grpc_limits: GrpcLimits,
     /// HTTP listen address.
     pub http_addr: SocketAddr,
     /// Time an HTTP client has to send a request's headers.
@@ -148,6 +151,7 @@ fn flag_hint(setting: &str) -> String {
 /// The listeners and the HTTP server's bounds.
 struct Listeners {
     grpc: Option<SocketAddr>,
+    grpc_limits: GrpcLimits,
     http: Option<SocketAddr>,
     header_read_timeout: Duration,
     idle_timeout: Duration,
@@ -194,6 +198,7 @@ impl Settings {
             xds,
             grpc_addr,
             grpc_tls,
+            grpc_limits: listeners.grpc_limits,
             http_addr,
             http_header_read_timeout: listeners.header_read_timeout,
             http_idle_timeout: listeners.idle_timeout,
@@ -242,8 +247,17 @@ fn listeners(v: &mut Values<'_>) -> Listeners {
         "GRPC_HOST/GRPC_PORT",
     );
     let http = address(v, "HTTP_ADDR", "HOST", "PORT", "HOST/PORT");
+    let grpc_limits = GrpcLimits {
+        max_connections: v.or("GRPC_MAX_CONNECTIONS", 1, at_least_one),
+        max_concurrent_streams: v.or("GRPC_MAX_CONCURRENT_STREAMS", 1, at_least_one),
+        max_concurrent_requests: v.or("GRPC_MAX_CONCURRENT_REQUESTS", 1, at_least_one),
+        request_timeout: v.or("GRPC_REQUEST_TIMEOUT", Duration::ZERO, positive_duration),
+        handshake_timeout: v.or("GRPC_HANDSHAKE_TIMEOUT", Duration::ZERO, positive_duration),
+        idle_timeout: v.or("GRPC_IDLE_TIMEOUT", Duration::ZERO, positive_duration),
+    };
     Listeners {
         grpc,
+        grpc_limits,
         http,
         header_read_timeout: v.or(
             "HTTP_HEADER_READ_TIMEOUT",
