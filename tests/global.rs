@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::procs::{query, spawn_sluice, wait_live, Proc};
+use common::procs::{grpc_addr, query, spawn_sluice, wait_live, Proc};
 use common::redis::{global_mode, RedisCluster, RedisServer, RedisTls};
 use common::{
     desc, free_port, http, http_async, wait_for_body, wait_until, wait_until_async, Server,
@@ -994,7 +994,7 @@ async fn surge_at_the_edge(
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
     let mut clients = Vec::new();
     for p in fleet {
-        let c = RateLimitServiceClient::connect(format!("http://{}", p.grpc));
+        let c = RateLimitServiceClient::connect(format!("http://{}", grpc_addr(p)));
         clients.push(c.await.unwrap());
     }
     let request = RateLimitRequest {

@@ -11,8 +11,6 @@ use super::{free_port, http, wait_until};
 pub struct Proc {
     pub child: Child,
     pub http: SocketAddr,
-    /// Its gRPC port (`ShouldRateLimit`).
-    pub grpc: SocketAddr,
     pub log: tempfile::NamedTempFile,
 }
 
@@ -58,7 +56,6 @@ pub fn spawn_sluice(
     Proc {
         child,
         http: addr,
-        grpc: format!("127.0.0.1:{grpc}").parse().unwrap(),
         log,
     }
 }
@@ -78,4 +75,14 @@ pub fn wait_live(p: &Proc, n: u32) {
     wait_until(20, "the heartbeats to count the fleet", || {
         http(p.http, "GET", "/metrics", "", &[]).is_ok_and(|(_, _, body)| body.contains(&want))
     });
+}
+
+/// Where `p` serves gRPC (`ShouldRateLimit`), as its log says once it serves.
+pub fn grpc_addr(p: &Proc) -> SocketAddr {
+    let log = std::fs::read_to_string(p.log.path()).unwrap();
+    log.split("serving grpc=Some(")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("no gRPC address in the log:\n{log}"))
 }
