@@ -13,7 +13,9 @@
 //! (an early round trip), when the others' hits are still mostly pending on their nodes; a
 //! read a tick later holds every replica's hits up to at least that first reply, so the share
 //! measured from it (own hits over the fleet's count, `fleet.rs`) means something. The
-//! measured shares take over then.
+//! measured shares take over then. That read holds the others' hits only up to their last
+//! sync, so a node denying a young entity sends what it admitted at once
+//! ([`WindowState::wants_sync_when_denied`]) rather than at its next tick.
 //!
 //! The price: in a burst that reaches the limit within the young period, a node whose share
 //! of the burst is above `1 / N` denies hits while another, below it, still has room. The
