@@ -346,10 +346,12 @@ impl RateLimiter {
     }
 
     /// Puts `rules` in force in one atomic step. Counters of unchanged rules carry over,
-    /// since counters are keyed by rule identity, not by rule set.
-    pub fn swap_rules(&self, rules: RuleSet, files: Vec<String>) {
+    /// since counters are keyed by rule identity, not by rule set. Returns the rules that
+    /// were in force, for the caller to drop where it costs no request anything
+    /// (`server/reload.rs`).
+    pub fn swap_rules(&self, rules: RuleSet, files: Vec<String>) -> Arc<Compiled> {
         let compiled = Self::compile_stats(&self.telemetry, rules, files, self.clock.now());
-        self.rules.store(Arc::new(compiled));
+        self.rules.swap(Arc::new(compiled))
     }
 
     /// The rules in force.

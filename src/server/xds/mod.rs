@@ -3,8 +3,8 @@
 //! `ratelimit.config.ratelimit.v3.RateLimitConfig` (as envoyproxy/ratelimit's
 //! `xds_grpc_sotw_provider.go` is). Each response is the whole rule set, one resource a domain:
 //! it is converted to the files' model (`convert.rs`), then validated, compiled and swapped in
-//! exactly as a file reload is (`reload.rs`), and ACKed; a set that fails is NACKed with every
-//! error and the rules in force stay. A broken stream is retried with backoff, forever, until
+//! exactly as a file reload is (`reload.rs`, off the serving threads), and ACKed; a set that
+//! fails is NACKed with every error and the rules in force stay. A broken stream is retried with backoff, forever, until
 //! the service stops; nothing here panics or ends the process.
 //!
 //! Readiness is not decided here: the client publishes how many domains the set in force has
@@ -26,7 +26,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::rls::RateLimiter;
-use crate::server::reload::ReloadStatus;
+use crate::server::reload::{self, ReloadStatus};
 use crate::telemetry::ConfigLoad;
 
 pub mod connect;
@@ -192,7 +192,7 @@ impl XdsClient {
         let mut responses = client.stream_aggregated_resources(call).await?.into_inner();
         while let Some(response) = responses.message().await? {
             *progress = true;
-            let reply = self.apply(&response, node, accepted, loaded);
+            let reply = self.apply(response, node, accepted, loaded).await;
             if tx.send(reply).await.is_err() {
                 break;
             }
@@ -200,17 +200,23 @@ impl XdsClient {
         Err(StreamError::Closed)
     }
 
-    /// Applies one response and returns its ACK (or NACK).
-    fn apply(
+    /// Applies one response and returns its ACK (or NACK). The conversion and compile run
+    /// off the serving threads, as a file reload's do ([`reload::load_and_swap`]).
+    async fn apply(
         &self,
-        response: &DiscoveryResponse,
+        mut response: DiscoveryResponse,
         node: &Node,
         accepted: &mut String,
         loaded: &watch::Sender<Option<usize>>,
     ) -> DiscoveryRequest {
         let result = if response.type_url == TYPE_URL {
-            convert::compile_resources(&response.resources, self.merge_domains)
-                .map_err(|errors| errors.iter().map(ToString::to_string).collect())
+            let resources = std::mem::take(&mut response.resources);
+            let merge_domains = self.merge_domains;
+            reload::load_and_swap(&self.limiter, move || {
+                convert::compile_resources(&resources, merge_domains)
+            })
+            .await
+            .map_err(|errors| errors.iter().map(ToString::to_string).collect())
         } else {
             Err(vec![format!(
                 "the response's type '{}' is not {TYPE_URL}",
@@ -218,19 +224,17 @@ impl XdsClient {
             )])
         };
         match result {
-            Ok((set, names)) => {
-                let domains = set.domain_count();
+            Ok(set) => {
                 tracing::info!(
                     version = %response.version_info,
-                    rules = set.rules().len(),
-                    domains,
+                    rules = set.rules,
+                    domains = set.domains,
                     "rules loaded over xDS"
                 );
-                self.limiter.swap_rules(set, names);
                 self.limiter.telemetry().config_load(ConfigLoad::Success);
                 self.status.succeeded();
                 accepted.clone_from(&response.version_info);
-                loaded.send_replace(Some(domains));
+                loaded.send_replace(Some(set.domains));
                 request(node, accepted, &response.nonce, None)
             }
             Err(errors) => {
