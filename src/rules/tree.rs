@@ -60,10 +60,9 @@ const NONE: u32 = u32::MAX;
 /// walk stops where nothing below can come earlier in the file than what was found.
 #[derive(Debug, Default)]
 struct WildcardIndex {
-    /// Prefixes of `a*` and `a*b` patterns.
+    /// Prefixes of `a*` and `a*b` patterns; a node's `group` is the root in `suffixes` of
+    /// the `a*b` patterns with that prefix.
     prefixes: Trie,
-    /// Per node of `prefixes`, the root in `suffixes` of its `a*b` group, or `NONE`.
-    groups: Vec<u32>,
     /// Reversed suffixes: root 0 holds the `*a` patterns, every other root an `a*b` group.
     suffixes: Trie,
     /// The middles of `*a*` patterns.
@@ -108,17 +107,16 @@ impl WildcardIndex {
                 _ => globs.push((i, glob)),
             }
         }
-        let prefixes = prefixes.freeze();
-        let mut groups = vec![NONE; prefixes.nodes.len()];
+        let mut prefixes = prefixes.freeze();
         for (node, root) in group_of {
-            groups[node as usize] = root;
+            prefixes.nodes[node as usize].group = root;
         }
         // The most `a*b` groups one walk of the prefix trie can reach: each is one pass.
         // Children always come after their parent (the builder appends), so one forward
         // sweep sees every parent first.
         let mut nested = vec![0usize; prefixes.nodes.len()];
         for node in 0..prefixes.nodes.len() {
-            nested[node] += usize::from(groups[node] != NONE);
+            nested[node] += usize::from(prefixes.nodes[node].group != NONE);
             let (from, to) = prefixes.children(node as u32);
             for &child in &prefixes.targets[from..to] {
                 nested[child as usize] = nested[node];
@@ -127,7 +125,6 @@ impl WildcardIndex {
         let checks = globs.len() + nested.into_iter().max().unwrap_or(0);
         WildcardIndex {
             prefixes,
-            groups,
             suffixes: suffixes.freeze(),
             middles: Automaton::new(middles.freeze()),
             globs,
@@ -150,7 +147,7 @@ impl WildcardIndex {
             let Some(next) = t.child(node, c) else { break };
             node = next;
             best = best.min(t.nodes[node as usize].here);
-            let root = self.groups[node as usize];
+            let root = t.nodes[node as usize].group;
             if root != NONE {
                 // The suffix must not overlap the prefix.
                 best = self.suffixes.walk_back(root, &value[i + 1..], best);
@@ -189,6 +186,8 @@ struct TrieNode {
     /// The first pattern at this node or below it (for `a*b` groups, including patterns
     /// whose suffixes hang elsewhere): a walk stops once it cannot beat what it has.
     below: u32,
+    /// In the prefix trie, the root of this prefix's `a*b` group in the suffix trie.
+    group: u32,
 }
 
 impl Trie {
@@ -197,17 +196,37 @@ impl Trie {
         (n.start as usize, (n.start + n.len) as usize)
     }
 
-    #[inline]
+    /// The child of `node` by byte `c`. The labels are read sixteen at a time as one
+    /// `u128` and searched without branches: a trie node's children are a handful of digits
+    /// or letters, where a binary search mispredicts at every step.
+    #[inline(always)]
     fn child(&self, node: u32, c: u8) -> Option<u32> {
-        let (from, to) = self.children(node);
-        let labels = &self.labels[from..to];
-        // Most nodes have a child or two; a sorted run is binary searched past a few.
-        let at = if labels.len() <= 8 {
-            labels.iter().position(|&l| l == c)
-        } else {
-            labels.binary_search(&c).ok()
-        };
-        at.map(|k| self.targets[from + k])
+        const ONES: u128 = u128::from_le_bytes([0x01; 16]);
+        const HIGHS: u128 = u128::from_le_bytes([0x80; 16]);
+        let n = &self.nodes[node as usize];
+        let (start, len) = (n.start as usize, n.len as usize);
+        let mut chunk = 0;
+        while chunk < len {
+            // `labels` has 16 bytes of padding at its end, so a chunk is always whole.
+            let bytes: [u8; 16] = self.labels[start + chunk..start + chunk + 16]
+                .try_into()
+                .unwrap_or([0; 16]);
+            // A zero byte of `x` is a label equal to `c`; the lowest flagged byte is always
+            // a true zero (a false flag needs a borrow from a zero below it), and bytes past
+            // this node's labels are masked off.
+            let x = u128::from_le_bytes(bytes) ^ (ONES * u128::from(c));
+            let mut flags = x.wrapping_sub(ONES) & !x & HIGHS;
+            let valid = len - chunk;
+            if valid < 16 {
+                flags &= (1u128 << (8 * valid)) - 1;
+            }
+            if flags != 0 {
+                let k = chunk + (flags.trailing_zeros() / 8) as usize;
+                return Some(self.targets[start + k]);
+            }
+            chunk += 16;
+        }
+        None
     }
 
     /// Walks `value` from its end down from `root`: the first pattern whose (reversed)
@@ -303,12 +322,15 @@ impl TrieBuilder {
                 len: children.len() as u32,
                 here: self.here[node],
                 below: below[node],
+                group: NONE,
             });
             for (l, target) in children {
                 t.labels.push(l);
                 t.targets.push(target);
             }
         }
+        // The padding `Trie::child` reads past the last node's labels.
+        t.labels.extend([0; 16]);
         t
     }
 }
@@ -671,6 +693,26 @@ mod tests {
         // Nested prefixes: one walk reaches all three.
         assert_eq!(count(&["a*x", "ab*x", "abc*y", "abc*z"]), 3);
         assert_eq!(count(&["a*b*c", "*a*b*", "a*b*", "**", "a**b"]), 3 + 1);
+    }
+
+    #[test]
+    fn a_node_finds_each_of_up_to_256_children() {
+        // Fan-outs across the 16-byte chunks of `Trie::child`, in a scrambled order.
+        for fanout in [1, 2, 15, 16, 17, 31, 32, 33, 255, 256] {
+            let mut b = TrieBuilder::new();
+            let bytes: Vec<u8> = (0..fanout).map(|k| (k * 97 % 256) as u8).collect();
+            let nodes: Vec<u32> = bytes
+                .iter()
+                .map(|&c| b.insert(0, [c].into_iter()))
+                .collect();
+            let t = b.freeze();
+            for c in 0..=255u8 {
+                let want = bytes.iter().position(|&l| l == c).map(|k| nodes[k]);
+                assert_eq!(t.child(0, c), want, "fan-out {fanout}, byte {c}");
+            }
+            // The leaves have no children, whatever bytes follow their (empty) runs.
+            assert_eq!(t.child(nodes[0], bytes[0]), None);
+        }
     }
 
     #[test]
