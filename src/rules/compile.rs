@@ -153,7 +153,7 @@ impl Compiler<'_> {
             let key_level = level.entry(d.key.clone()).or_default();
             let duplicate = match kind {
                 Kind::AnyValue => key_level.any_value.is_some(),
-                Kind::Wildcard => key_level.wildcards.iter().any(|(p, _)| *p == d.value),
+                Kind::Wildcard => key_level.has_wildcard(&d.value),
                 Kind::Exact => key_level.exact.contains_key(&d.value),
             };
             if duplicate {
@@ -190,7 +190,7 @@ impl Compiler<'_> {
             let key_level = level.entry(d.key.clone()).or_default();
             match kind {
                 Kind::AnyValue => key_level.any_value = Some(Box::new(node)),
-                Kind::Wildcard => key_level.wildcards.push((d.value.clone(), node)),
+                Kind::Wildcard => key_level.push_wildcard(d.value.clone(), node),
                 Kind::Exact => {
                     key_level.exact.insert(d.value.clone(), node);
                 }
@@ -643,5 +643,11 @@ mod tests {
         assert!(values(MAX_WILDCARD_CHECKS, nested).is_ok());
         assert!(values(MAX_WILDCARD_CHECKS + 1, nested).is_err());
         assert!(values(5000, |i| format!("/{i}/*.json")).is_ok());
+        // Duplicates among thousands are still found (by hash, then compared).
+        let errs = values(5000, |i| format!("/{}/*.json", i % 4999)).unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "c.yaml: duplicate descriptor composite key 'd.path_/0/*.json'"
+        );
     }
 }
