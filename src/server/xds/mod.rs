@@ -293,3 +293,112 @@ fn node(settings: &XdsSettings) -> Node {
         ..Node::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use envoy_types::pb::google::protobuf::Any;
+    use envoy_types::pb::ratelimit::config::ratelimit::v3 as pb;
+    use prost::Message as _;
+
+    use super::*;
+
+    fn settings() -> XdsSettings {
+        XdsSettings {
+            server_url: "127.0.0.1:1".into(),
+            node_id: "n".into(),
+            node_metadata: Vec::new(),
+            headers: Vec::new(),
+            retry_interval: Duration::from_secs(1),
+            retry_max: Duration::from_secs(1),
+            max_message_bytes: None,
+            tls: None,
+            force_start: false,
+            need_a_domain: false,
+        }
+    }
+
+    /// One domain of `n` rules, exact and wildcard values.
+    fn large_set(n: usize) -> DiscoveryResponse {
+        let descriptors = (0..n)
+            .map(|i| pb::RateLimitDescriptor {
+                key: "host".into(),
+                value: if i % 2 == 0 {
+                    format!("h{i}")
+                } else {
+                    format!("*.h{i}.example.com")
+                },
+                rate_limit: Some(pb::RateLimitPolicy {
+                    unit: pb::RateLimitUnit::Minute as i32,
+                    requests_per_unit: 100,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let config = pb::RateLimitConfig {
+            name: "big".into(),
+            domain: "big".into(),
+            descriptors,
+        };
+        DiscoveryResponse {
+            version_info: "1".into(),
+            type_url: TYPE_URL.into(),
+            nonce: "a".into(),
+            resources: vec![Any {
+                type_url: TYPE_URL.into(),
+                value: config.encode_to_vec(),
+            }],
+            ..DiscoveryResponse::default()
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn other_tasks_run_while_a_large_set_compiles() {
+        let clock = Arc::new(crate::core::clock::ManualClock::new(
+            crate::core::clock::UnixMillis(0),
+        ));
+        let limiter = RateLimiter::local(
+            "domain: d\ndescriptors: []\n",
+            clock,
+            crate::rls::Options::default(),
+        )
+        .unwrap();
+        let client = XdsClient {
+            settings: settings(),
+            merge_domains: false,
+            limiter: limiter.clone(),
+            status: Arc::new(ReloadStatus::default()),
+        };
+        let (loaded, _) = watch::channel(None);
+        let mut accepted = String::new();
+        let response = large_set(20_000);
+        // One runtime thread: a counter task runs during the apply only if the apply gives
+        // the thread back while the set converts and compiles.
+        let applying = Arc::new(AtomicBool::new(true));
+        let ticks = Arc::new(AtomicU64::new(0));
+        let ticker = tokio::spawn({
+            let (applying, ticks) = (applying.clone(), ticks.clone());
+            async move {
+                while applying.load(Ordering::Relaxed) {
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let ack = client
+            .apply(response, &node(&client.settings), &mut accepted, &loaded)
+            .await;
+        let during = ticks.load(Ordering::Relaxed);
+        applying.store(false, Ordering::Relaxed);
+        ticker.await.unwrap();
+        assert!(ack.error_detail.is_none(), "{:?}", ack.error_detail);
+        assert_eq!(accepted, "1");
+        assert_eq!(limiter.rules().rules.rules().len(), 20_000);
+        assert!(
+            during > 0,
+            "the runtime's only thread was held for the whole apply"
+        );
+    }
+}
