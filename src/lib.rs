@@ -236,8 +236,18 @@ impl Service {
                 (rules::RuleSet::default(), Vec::new())
             }
             None => {
+                // On a blocking thread, as every later reload: other tasks (exporters, a
+                // caller's own) share this runtime.
+                let (path, merge) = (settings.config_path.clone(), settings.merge_domains);
                 let (rules, files) =
-                    reload::load_path(&settings.config_path, settings.merge_domains)
+                    tokio::task::spawn_blocking(move || reload::load_path(&path, merge))
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(vec![ConfigError::new(
+                                "rules",
+                                format!("the load did not finish: {e}"),
+                            )])
+                        })
                         .map_err(RunError::Rules)?;
                 tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
                 telemetry.config_load(telemetry::ConfigLoad::Success);

@@ -354,8 +354,9 @@ impl RateLimiter {
     /// Puts `rules` in force in one atomic step. Counters of unchanged rules carry over,
     /// since counters are keyed by rule identity, not by rule set; the series of rules no
     /// longer in force are dropped (with their client-made series), so that ConfigMap or
-    /// xDS churn cannot grow the metrics without bound.
-    pub fn swap_rules(&self, rules: RuleSet, files: Vec<String>) {
+    /// xDS churn cannot grow the metrics without bound. Returns the rules that were in force,
+    /// for the caller to drop where it costs no request anything (`server/reload.rs`).
+    pub fn swap_rules(&self, rules: RuleSet, files: Vec<String>) -> Arc<Compiled> {
         let compiled = Arc::new(Self::compile_stats(
             &self.telemetry,
             rules,
@@ -363,7 +364,7 @@ impl RateLimiter {
             self.clock.now(),
         ));
         // Swapped first, so that requests from now on make no series for removed rules.
-        self.rules.store(compiled.clone());
+        let old = self.rules.swap(compiled.clone());
         let keep: std::collections::HashSet<(&str, &str)> = compiled
             .rules
             .rules()
@@ -375,6 +376,7 @@ impl RateLimiter {
                 || (compiled.rules.has_domain(domain)
                     && key.strip_prefix(domain) == Some(".override"))
         });
+        old
     }
 
     /// The rules in force.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::identity::rule_id;
 use super::locate::{self, Step};
 use super::model::{self, ConfigError, DescriptorConfig, LimitConfig, RulesFile};
-use super::tree::{KeyLevel, Kind, Node};
+use super::tree::{KeyLevel, Kind, Node, MAX_WILDCARD_CHECKS};
 use super::{LimitSpec, Rule, RuleSet, Unit};
 use crate::core::{Algorithm, Limit};
 
@@ -173,8 +173,25 @@ impl Compiler<'_> {
             self.path.pop();
             self.node.pop();
         }
-        for key_level in level.values_mut() {
-            key_level.index_wildcards();
+        // Only the levels that got patterns from this batch: a level merged from an earlier
+        // file is indexed (and its bound reported) once per file that adds to it.
+        let mut with_wildcards: Vec<&str> = descriptors
+            .iter()
+            .filter(|d| d.value.contains('*'))
+            .map(|d| d.key.as_str())
+            .collect();
+        with_wildcards.sort_unstable();
+        with_wildcards.dedup();
+        for key in with_wildcards {
+            let Some(key_level) = level.get_mut(key) else {
+                continue;
+            };
+            let checks = key_level.index_wildcards();
+            if checks > MAX_WILDCARD_CHECKS {
+                self.error(format!(
+                    "{parent_key}{key}: the wildcard values of key '{key}' need {checks} passes over a request value, at most {MAX_WILDCARD_CHECKS} are allowed (each value with a literal between two '*' other than '*text*' takes one, and so does each nested prefix of 'prefix*suffix' values)"
+                ));
+            }
         }
     }
 
@@ -203,7 +220,7 @@ impl Compiler<'_> {
         let key_level = level.entry(d.key.clone()).or_default();
         let duplicate = match kind {
             Kind::AnyValue => key_level.any_value.is_some(),
-            Kind::Wildcard => key_level.wildcards.iter().any(|(p, _)| *p == d.value),
+            Kind::Wildcard => key_level.has_wildcard(&d.value),
             Kind::Exact => key_level.exact.contains_key(&d.value),
         };
         if duplicate {
@@ -237,7 +254,7 @@ impl Compiler<'_> {
         let key_level = level.entry(d.key.clone()).or_default();
         match kind {
             Kind::AnyValue => key_level.any_value = Some(Box::new(node)),
-            Kind::Wildcard => key_level.wildcards.push((d.value.clone(), node)),
+            Kind::Wildcard => key_level.push_wildcard(d.value.clone(), node),
             Kind::Exact => {
                 key_level.exact.insert(d.value.clone(), node);
             }
@@ -811,5 +828,56 @@ mod tests {
         )
         .unwrap_err();
         assert!(errs[0].message.contains("rate_limit.burst"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn wildcards_checked_one_by_one_are_bounded_per_level() {
+        let limit = "rate_limit: {unit: second, requests_per_unit: 1}";
+        let file = |n: usize| {
+            let mut y = String::from(
+                "domain: d\ndescriptors:\n  - key: k\n    value: v\n    descriptors:\n",
+            );
+            // Any number of the indexed shapes, then `n` patterns of the other kind.
+            for i in 0..1000 {
+                y += &format!("      - {{key: path, value: \"/p{i}/*\", {limit}}}\n");
+                y += &format!("      - {{key: path, value: \"*bot{i}*\", {limit}}}\n");
+            }
+            for i in 0..n {
+                y += &format!("      - {{key: path, value: \"/api/*/u{i}/*\", {limit}}}\n");
+            }
+            parse("w.yaml", &y).unwrap()
+        };
+        let s = RuleSet::compile(&[("w.yaml".into(), file(MAX_WILDCARD_CHECKS))], false).unwrap();
+        let hit = s
+            .find("d", &[("k", "v"), ("path", "/api/x/u63/y")])
+            .unwrap();
+        assert_eq!(hit.rule.full_key, "d.k_v.path_/api/*/u63/*");
+        let errs = RuleSet::compile(&[("w.yaml".into(), file(MAX_WILDCARD_CHECKS + 1))], false)
+            .unwrap_err();
+        let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "w.yaml: d.k_v.path: the wildcard values of key 'path' need 65 passes over a request value, at most 64 are allowed (each value with a literal between two '*' other than '*text*' takes one, and so does each nested prefix of 'prefix*suffix' values) (domain 'd', descriptor path 'k_v')"
+            ]
+        );
+        // Nested prefixes of `prefix*suffix` values count one each, side by side ones do not.
+        let values = |n: usize, value: fn(usize) -> String| {
+            let mut y = String::from("domain: d\ndescriptors:\n");
+            for i in 0..n {
+                y += &format!("  - {{key: path, value: \"{}\", {limit}}}\n", value(i));
+            }
+            RuleSet::compile(&[("c.yaml".into(), parse("c.yaml", &y).unwrap())], false)
+        };
+        let nested = |i| format!("/{}*.json", "a".repeat(i));
+        assert!(values(MAX_WILDCARD_CHECKS, nested).is_ok());
+        assert!(values(MAX_WILDCARD_CHECKS + 1, nested).is_err());
+        assert!(values(5000, |i| format!("/{i}/*.json")).is_ok());
+        // Duplicates among thousands are still found (by hash, then compared).
+        let errs = values(5000, |i| format!("/{}/*.json", i % 4999)).unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "c.yaml: duplicate descriptor composite key 'd.path_/0/*.json' (domain 'd', descriptor path 'path_/0/*.json')"
+        );
     }
 }

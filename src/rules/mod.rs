@@ -28,6 +28,7 @@ pub mod prescan;
 mod tree;
 
 pub use compile::{compile_sources, with_prior_errors};
+pub use tree::MAX_WILDCARD_CHECKS;
 
 use crate::core::{Algorithm, Limit};
 use identity::EntityKey;
@@ -380,6 +381,52 @@ mod tests {
         assert_eq!(key("v1000"), Some("d.user_*"));
         assert_eq!(key("w1000"), Some("d.user_w100*"));
         assert_eq!(key(""), Some("d.user_*"));
+    }
+
+    #[test]
+    fn ten_thousand_host_wildcards_cost_a_few_passes_over_each_value() {
+        // The shape: 10,000 host-style patterns, a request of 64 descriptors with
+        // 4 KB values. Every pattern has the same (empty) literal prefix, so a prefix index
+        // cannot tell them apart.
+        let mut y = String::from("domain: d\ndescriptors:\n");
+        for i in 0..10_000 {
+            y += &format!(
+                "  - key: host\n    value: \"*.t{i}.example.com\"\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+            );
+        }
+        let s = set(&y);
+        let value = |i: usize, tail: &str| {
+            let mut v = format!("{i}-").repeat(4096);
+            v.truncate(4096 - tail.len());
+            v + tail
+        };
+        tree::work::take();
+        for i in 0..64 {
+            // Values that match the last pattern, a middle one, or none at all.
+            let (v, want) = match i % 3 {
+                0 => (
+                    value(i, ".t9999.example.com"),
+                    Some("d.host_*.t9999.example.com"),
+                ),
+                1 => (value(i, &format!(".t{}.example.com", i * 100)), None),
+                _ => (value(i, ".t10000.example.org"), None),
+            };
+            assert_eq!(v.len(), 4096);
+            let got = s
+                .find("d", &[("host", v.as_str())])
+                .map(|m| m.rule.full_key.clone());
+            match want {
+                Some(w) => assert_eq!(got.as_deref(), Some(w)),
+                None if i % 3 == 1 => {
+                    assert_eq!(got, Some(format!("d.host_*.t{}.example.com", i * 100)))
+                }
+                None => assert_eq!(got, None),
+            }
+            // A few passes over the value, whatever the number of patterns (today: one
+            // pass per pattern, 10,000 of them).
+            let work = tree::work::take();
+            assert!(work <= 4 * 4096, "descriptor {i}: {work} bytes examined");
+        }
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! Only events that can change content start a reload ([`is_content_change`]): a read of the
 //! directory, including the reload's own, never does.
 //!
-//! A load that fails leaves the rules in force untouched and reports every error.
+//! A load that fails leaves the rules in force untouched and reports every error. Loads run
+//! on blocking threads ([`load_and_swap`], for files and xDS alike): a large file takes
+//! most of a second to parse and compile, time no request on a runtime worker should wait.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -138,22 +140,87 @@ impl ReloadStatus {
     }
 }
 
-/// Loads `path` and swaps the result into `limiter`; on failure keeps the rules in force.
-/// Returns whether the new rules were applied.
-pub fn reload(
+/// What a load put in force.
+#[derive(Debug, Clone, Copy)]
+pub struct Loaded {
+    /// Rules compiled.
+    pub rules: usize,
+    /// Domains with rules.
+    pub domains: usize,
+    /// Files (or xDS resources) they came from.
+    pub files: usize,
+}
+
+/// Runs `load` (read, parse, validate, compile) and puts its rules in force, on a blocking
+/// thread: a 4 MiB file of 40k rules takes most of a second, which on a runtime worker is a
+/// second in which no request on that worker is answered. The swap is the same one atomic
+/// store. The set it replaces is dropped on a blocking thread too, once no request holds it.
+///
+/// # Errors
+/// The load's errors; the rules in force stay.
+pub async fn load_and_swap<F>(
+    limiter: &Arc<RateLimiter>,
+    load: F,
+) -> Result<Loaded, Vec<ConfigError>>
+where
+    F: FnOnce() -> Result<(RuleSet, Vec<String>), Vec<ConfigError>> + Send + 'static,
+{
+    let limiter = limiter.clone();
+    let task = tokio::task::spawn_blocking(move || {
+        let (set, files) = load()?;
+        let loaded = Loaded {
+            rules: set.rules().len(),
+            domains: set.domain_count(),
+            files: files.len(),
+        };
+        let old = limiter.swap_rules(set, files);
+        // Not waited for: an ACK to the management server or the next reload need not wait
+        // for the old set to go.
+        tokio::task::spawn_blocking(move || retire(old));
+        Ok(loaded)
+    });
+    task.await.unwrap_or_else(|e| {
+        // Compiling never panics (the fuzz targets hold it to that); a runtime shutting
+        // down cancels the task before it starts.
+        Err(vec![ConfigError::new(
+            "rules",
+            format!("the load did not finish: {e}"),
+        )])
+    })
+}
+
+/// How long a replaced rule set waits for the requests that still read it before it is
+/// dropped here anyway (then by the last of them): a request reads it for microseconds, or
+/// for a Redis round trip on the exact path.
+const RETIRE_WAIT: Duration = Duration::from_secs(5);
+
+/// Drops a replaced rule set once this is its last reference, so that freeing tens of
+/// thousands of rules happens on this (blocking) thread, not on a request's.
+fn retire<T>(old: Arc<T>) {
+    let step = Duration::from_millis(5);
+    let mut waited = Duration::ZERO;
+    // The swap made every reader's hold a real reference (arc-swap pays its readers' debts
+    // on a swap), so the count is exact.
+    while Arc::strong_count(&old) > 1 && waited < RETIRE_WAIT {
+        std::thread::sleep(step);
+        waited += step;
+    }
+    drop(old);
+}
+
+/// Loads `path` and swaps the result into `limiter` off the serving threads
+/// ([`load_and_swap`]); on failure keeps the rules in force. Returns whether the new rules
+/// were applied.
+pub async fn reload(
     path: &Path,
     merge_domains: bool,
-    limiter: &RateLimiter,
+    limiter: &Arc<RateLimiter>,
     status: &ReloadStatus,
 ) -> bool {
-    match load_path(path, merge_domains) {
-        Ok((set, files)) => {
-            tracing::info!(
-                rules = set.rules().len(),
-                files = files.len(),
-                "rules loaded"
-            );
-            limiter.swap_rules(set, files);
+    let path_owned = path.to_path_buf();
+    match load_and_swap(limiter, move || load_path(&path_owned, merge_domains)).await {
+        Ok(loaded) => {
+            tracing::info!(rules = loaded.rules, files = loaded.files, "rules loaded");
             limiter.telemetry().config_load(ConfigLoad::Success);
             status.succeeded();
             true
@@ -253,7 +320,7 @@ pub fn spawn_watcher(
                     got = rx.recv() => if got.is_none() { return },
                 }
             }
-            reload(&path, merge_domains, &limiter, &status);
+            reload(&path, merge_domains, &limiter, &status).await;
         }
     }))
 }
@@ -286,6 +353,80 @@ mod tests {
             "{}",
             errs[0]
         );
+    }
+
+    /// A rules file of `n` rules over a few shapes (exact, wildcard, key-only, nested): a
+    /// large file of the issue's kind, ~80 bytes a rule.
+    fn large_rules(n: usize) -> String {
+        let limit = "rate_limit: {unit: minute, requests_per_unit: 100}";
+        let mut y = String::from("domain: big\ndescriptors:\n");
+        for i in 0..n {
+            y += &match i % 4 {
+                0 => format!("  - {{key: user, value: u{i}, {limit}}}\n"),
+                1 => format!("  - {{key: host, value: \"*.h{i}.example.com\", {limit}}}\n"),
+                2 => format!("  - {{key: k{i}, {limit}}}\n"),
+                _ => format!("  - key: t{i}\n    descriptors:\n      - {{key: path, value: \"/p{i}/*\", {limit}}}\n"),
+            };
+        }
+        y
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn other_tasks_run_while_a_large_reload_compiles() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.yaml");
+        std::fs::write(&path, large_rules(20_000)).unwrap();
+        let clock = Arc::new(crate::core::clock::ManualClock::new(UnixMillis(0)));
+        let limiter = RateLimiter::local(
+            "domain: d\ndescriptors: []\n",
+            clock,
+            crate::rls::Options::default(),
+        )
+        .unwrap();
+        let status = ReloadStatus::default();
+        // One runtime thread: another task (an honest call's, here a counter) runs during
+        // the reload only if the reload gives the thread back while it parses and compiles.
+        let reloading = Arc::new(AtomicBool::new(true));
+        let ticks = Arc::new(AtomicU64::new(0));
+        let ticker = tokio::spawn({
+            let (reloading, ticks) = (reloading.clone(), ticks.clone());
+            async move {
+                while reloading.load(Ordering::Relaxed) {
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        assert!(reload(&path, false, &limiter, &status).await);
+        let during = ticks.load(Ordering::Relaxed);
+        reloading.store(false, Ordering::Relaxed);
+        ticker.await.unwrap();
+        assert_eq!(limiter.rules().rules.rules().len(), 20_000);
+        assert!(
+            during > 0,
+            "the runtime's only thread was held for the whole reload"
+        );
+    }
+
+    #[test]
+    fn a_replaced_set_is_dropped_by_the_retiring_thread_not_its_last_reader() {
+        struct Recorded(Arc<Mutex<Option<std::thread::ThreadId>>>);
+        impl Drop for Recorded {
+            fn drop(&mut self) {
+                *self.0.lock() = Some(std::thread::current().id());
+            }
+        }
+        let dropped_on = Arc::new(Mutex::new(None));
+        let old = Arc::new(Recorded(dropped_on.clone()));
+        let reader = old.clone();
+        let retiring = std::thread::spawn(move || retire(old));
+        // The reader lets go while the retiring thread waits, or before it looks: either
+        // way the last reference, and the drop, are the retiring thread's.
+        drop(reader);
+        let retiring_id = retiring.thread().id();
+        retiring.join().unwrap();
+        assert_eq!(*dropped_on.lock(), Some(retiring_id));
     }
 
     #[tokio::test]

@@ -3,8 +3,8 @@
 //! `ratelimit.config.ratelimit.v3.RateLimitConfig` (as envoyproxy/ratelimit's
 //! `xds_grpc_sotw_provider.go` is). Each response is the whole rule set, one resource a domain:
 //! it is converted to the files' model (`convert.rs`), then validated, compiled and swapped in
-//! exactly as a file reload is (`reload.rs`), and ACKed; a set that fails is NACKed with every
-//! error and the rules in force stay. A broken stream is retried with backoff, forever, until
+//! exactly as a file reload is (`reload.rs`, off the serving threads), and ACKed; a set that
+//! fails is NACKed with every error and the rules in force stay. A broken stream is retried with backoff, forever, until
 //! the service stops; nothing here panics or ends the process.
 //!
 //! Readiness is not decided here: the client publishes how many domains the set in force has
@@ -26,7 +26,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::rls::RateLimiter;
-use crate::server::reload::ReloadStatus;
+use crate::server::reload::{self, ReloadStatus};
 use crate::telemetry::ConfigLoad;
 
 pub mod connect;
@@ -192,7 +192,7 @@ impl XdsClient {
         let mut responses = client.stream_aggregated_resources(call).await?.into_inner();
         while let Some(response) = responses.message().await? {
             *progress = true;
-            let reply = self.apply(&response, node, accepted, loaded);
+            let reply = self.apply(response, node, accepted, loaded).await;
             if tx.send(reply).await.is_err() {
                 break;
             }
@@ -200,17 +200,23 @@ impl XdsClient {
         Err(StreamError::Closed)
     }
 
-    /// Applies one response and returns its ACK (or NACK).
-    fn apply(
+    /// Applies one response and returns its ACK (or NACK). The conversion and compile run
+    /// off the serving threads, as a file reload's do ([`reload::load_and_swap`]).
+    async fn apply(
         &self,
-        response: &DiscoveryResponse,
+        mut response: DiscoveryResponse,
         node: &Node,
         accepted: &mut String,
         loaded: &watch::Sender<Option<usize>>,
     ) -> DiscoveryRequest {
         let result = if response.type_url == TYPE_URL {
-            convert::compile_resources(&response.resources, self.merge_domains)
-                .map_err(|errors| errors.iter().map(ToString::to_string).collect())
+            let resources = std::mem::take(&mut response.resources);
+            let merge_domains = self.merge_domains;
+            reload::load_and_swap(&self.limiter, move || {
+                convert::compile_resources(&resources, merge_domains)
+            })
+            .await
+            .map_err(|errors| errors.iter().map(ToString::to_string).collect())
         } else {
             Err(vec![format!(
                 "the response's type '{}' is not {TYPE_URL}",
@@ -218,19 +224,17 @@ impl XdsClient {
             )])
         };
         match result {
-            Ok((set, names)) => {
-                let domains = set.domain_count();
+            Ok(set) => {
                 tracing::info!(
                     version = %response.version_info,
-                    rules = set.rules().len(),
-                    domains,
+                    rules = set.rules,
+                    domains = set.domains,
                     "rules loaded over xDS"
                 );
-                self.limiter.swap_rules(set, names);
                 self.limiter.telemetry().config_load(ConfigLoad::Success);
                 self.status.succeeded();
                 accepted.clone_from(&response.version_info);
-                loaded.send_replace(Some(domains));
+                loaded.send_replace(Some(set.domains));
                 request(node, accepted, &response.nonce, None)
             }
             Err(errors) => {
@@ -287,5 +291,114 @@ fn node(settings: &XdsSettings) -> Node {
             env!("CARGO_PKG_VERSION").to_string(),
         )),
         ..Node::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use envoy_types::pb::google::protobuf::Any;
+    use envoy_types::pb::ratelimit::config::ratelimit::v3 as pb;
+    use prost::Message as _;
+
+    use super::*;
+
+    fn settings() -> XdsSettings {
+        XdsSettings {
+            server_url: "127.0.0.1:1".into(),
+            node_id: "n".into(),
+            node_metadata: Vec::new(),
+            headers: Vec::new(),
+            retry_interval: Duration::from_secs(1),
+            retry_max: Duration::from_secs(1),
+            max_message_bytes: None,
+            tls: None,
+            force_start: false,
+            need_a_domain: false,
+        }
+    }
+
+    /// One domain of `n` rules, exact and wildcard values.
+    fn large_set(n: usize) -> DiscoveryResponse {
+        let descriptors = (0..n)
+            .map(|i| pb::RateLimitDescriptor {
+                key: "host".into(),
+                value: if i % 2 == 0 {
+                    format!("h{i}")
+                } else {
+                    format!("*.h{i}.example.com")
+                },
+                rate_limit: Some(pb::RateLimitPolicy {
+                    unit: pb::RateLimitUnit::Minute as i32,
+                    requests_per_unit: 100,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let config = pb::RateLimitConfig {
+            name: "big".into(),
+            domain: "big".into(),
+            descriptors,
+        };
+        DiscoveryResponse {
+            version_info: "1".into(),
+            type_url: TYPE_URL.into(),
+            nonce: "a".into(),
+            resources: vec![Any {
+                type_url: TYPE_URL.into(),
+                value: config.encode_to_vec(),
+            }],
+            ..DiscoveryResponse::default()
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn other_tasks_run_while_a_large_set_compiles() {
+        let clock = Arc::new(crate::core::clock::ManualClock::new(
+            crate::core::clock::UnixMillis(0),
+        ));
+        let limiter = RateLimiter::local(
+            "domain: d\ndescriptors: []\n",
+            clock,
+            crate::rls::Options::default(),
+        )
+        .unwrap();
+        let client = XdsClient {
+            settings: settings(),
+            merge_domains: false,
+            limiter: limiter.clone(),
+            status: Arc::new(ReloadStatus::default()),
+        };
+        let (loaded, _) = watch::channel(None);
+        let mut accepted = String::new();
+        let response = large_set(20_000);
+        // One runtime thread: a counter task runs during the apply only if the apply gives
+        // the thread back while the set converts and compiles.
+        let applying = Arc::new(AtomicBool::new(true));
+        let ticks = Arc::new(AtomicU64::new(0));
+        let ticker = tokio::spawn({
+            let (applying, ticks) = (applying.clone(), ticks.clone());
+            async move {
+                while applying.load(Ordering::Relaxed) {
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let ack = client
+            .apply(response, &node(&client.settings), &mut accepted, &loaded)
+            .await;
+        let during = ticks.load(Ordering::Relaxed);
+        applying.store(false, Ordering::Relaxed);
+        ticker.await.unwrap();
+        assert!(ack.error_detail.is_none(), "{:?}", ack.error_detail);
+        assert_eq!(accepted, "1");
+        assert_eq!(limiter.rules().rules.rules().len(), 20_000);
+        assert!(
+            during > 0,
+            "the runtime's only thread was held for the whole apply"
+        );
     }
 }
