@@ -281,6 +281,11 @@ impl Service {
             limiter.set_exact(exact);
         }
         let reload_status = Arc::new(ReloadStatus::default());
+        if settings.xds.is_none() {
+            // The rules loaded above are the first load: `/rlconfig/status` counts it, as
+            // `sluice_config_load_total` does. Over xDS the first set counts when it comes.
+            reload_status.succeeded();
+        }
         let background = CancellationToken::new();
         let (loaded_tx, loaded) = watch::channel(None);
         let rules_source = match &settings.xds {
@@ -323,8 +328,10 @@ impl Service {
         }
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, settings.xds.is_none()).await;
-        let grpc_addr = listeners.grpc.local_addr().ok();
-        let http_addr = listeners.http.local_addr().ok();
+        // Logged as `0.0.0.0:8081`; a listener that cannot say its address (it always can once
+        // bound) shows what it was asked to bind.
+        let grpc_addr = listeners.grpc.local_addr().unwrap_or(settings.grpc_addr);
+        let http_addr = listeners.http.local_addr().unwrap_or(settings.http_addr);
         let grpc_limits = GrpcLimits {
             // Room for the admin port's connections, Redis, the rules' files and the rest.
             max_connections: server::nofile::fit_connections(
@@ -364,7 +371,7 @@ impl Service {
                 None
             }
         };
-        tracing::info!(grpc = ?grpc_addr, http = ?http_addr, "serving");
+        tracing::info!(grpc = %grpc_addr, http = %http_addr, "serving");
         Ok(Service {
             limiter,
             telemetry,

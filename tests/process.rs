@@ -254,9 +254,10 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
     );
 
     let addr = format!("http://127.0.0.1:{grpc}");
-    let query = || {
+    let query_with = |flags: &[&str]| {
         let out = sluice()
             .args(["query", "--addr", &addr, "--domain", "load", "user=q"])
+            .args(flags)
             .output()
             .unwrap();
         assert!(
@@ -266,6 +267,12 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
         );
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
+    let query = || query_with(&[]);
+    // `--hits 0` is the descriptor's own hits_addend: a check that counts nothing (the
+    // request-level 0 would count 1), so both hits of the limit are still there after it.
+    let check = query_with(&["--hits", "0"]);
+    assert_eq!(check["overallCode"], "OK");
+    assert_eq!(check["statuses"][0]["limitRemaining"], 2, "{check}");
     assert_eq!(query()["overallCode"], "OK");
     assert_eq!(query()["responseHeadersToAdd"][1]["value"], "0");
     let over = query();
@@ -321,11 +328,34 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
     let mut log = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
     assert!(log.contains("SIGTERM") && log.contains("stopped"), "{log}");
+    // The listen addresses as a user writes them, not `Some(127.0.0.1:…)`.
+    assert!(
+        log.contains(&format!("grpc=127.0.0.1:{grpc} http=127.0.0.1:{port}")),
+        "{log}"
+    );
     assert!(
         log.contains("LOCAL_CACHE_SIZE_IN_BYTES is set but has no effect in sluice"),
         "{log}"
     );
     assert!(!log.contains("USE_STATSD"), "{log}");
+}
+
+#[test]
+fn query_with_no_server_says_that_none_is_listening() {
+    // A port nothing listens on: what a user meets who ran `query` before `serve` was up.
+    let addr = format!("http://127.0.0.1:{}", free_port());
+    let out = sluice()
+        .args(["query", "--addr", &addr, "--domain", "d", "k=v"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("no server is listening at {addr}"))
+            && err.contains("Is `sluice serve` running?")
+            && err.contains("onnection refused"),
+        "{err}"
+    );
 }
 
 /// A `sluice serve` started through `sh` after `ulimit <limits>` (so the test controls the

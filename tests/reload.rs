@@ -140,6 +140,13 @@ async fn loads(s: &Server) -> u64 {
 }
 
 #[tokio::test]
+async fn the_rules_loaded_at_start_count_as_a_load() {
+    let s = Server::start(V1, |_| {}).await;
+    assert_eq!(loads(&s).await, 1, "the initial load is a load");
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn reading_the_rules_never_reloads_them() {
     let s = Server::start(V1, |_| {}).await;
     let start = loads(&s).await;

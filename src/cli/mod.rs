@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::google::protobuf::UInt64Value;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::settings::{CheckArgs, QueryArgs};
@@ -75,15 +76,48 @@ async fn connect(addr: &str) -> Result<Channel, String> {
         .connect_timeout(Duration::from_secs(5))
         .connect()
         .await
-        .map_err(|e| format!("cannot connect to {addr}: {e}"))
+        .map_err(|e| connect_error(addr, &e))
+}
+
+/// Says what a failed connection means. Tonic's own text is only "transport error", and the
+/// usual cause, a server not started yet, deserves to be named with what to do about it.
+fn connect_error(addr: &str, e: &(dyn std::error::Error + 'static)) -> String {
+    let mut causes = Vec::new();
+    let mut refused = false;
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        causes.push(err.to_string());
+        next = err.source();
+    }
+    causes.dedup();
+    let causes = causes.join(": ");
+    if refused {
+        format!(
+            "no server is listening at {addr} ({causes}). Is `sluice serve` running? \
+             Start it, or name its gRPC address with --addr"
+        )
+    } else {
+        format!("cannot connect to {addr}: {causes}")
+    }
 }
 
 /// `sluice query`: sends one request and prints the response as proto3 JSON.
 pub async fn query(args: QueryArgs) -> ExitCode {
+    // `--hits` is each descriptor's own hits_addend (0 included: a check that counts
+    // nothing, as Envoy's token-budget check sends it).
+    let hits = args.hits.map(|value| UInt64Value { value });
     let descriptors = match args
         .descriptors
         .iter()
-        .map(|d| parse_descriptor(d))
+        .map(|d| {
+            parse_descriptor(d).map(|d| RateLimitDescriptor {
+                hits_addend: hits,
+                ..d
+            })
+        })
         .collect::<Result<Vec<_>, _>>()
     {
         Ok(d) => d,

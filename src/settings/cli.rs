@@ -339,6 +339,10 @@ pub struct QueryArgs {
     /// Request-level hits_addend (0 means 1, as Envoy sends it).
     #[arg(long, default_value_t = 0)]
     pub hits_addend: u32,
+    /// Each descriptor's own hits_addend, which wins over the request's; 0 checks without
+    /// counting (a token budget's check).
+    #[arg(long, value_name = "N")]
+    pub hits: Option<u64>,
 }
 
 /// Flags of `sluice load`.
