@@ -8,7 +8,7 @@
 # MODE=instructions counts the server's instructions per request under valgrind's callgrind
 # instead of its CPU time: the same for the same binary and load whatever else the machine
 # does, where CPU time moves by 10-20 % between runs on a 2-core VM. It misses what cache
-# misses cost (1,000 rules' data cold in cache), so both are reported in the README.
+# misses cost (1,000 rules' data cold in cache), so both are reported in docs/performance.md.
 #
 # Builds once (release), then per case and run: starts the server pinned to core 1, warms it
 # up, drives it with `sluice load` pinned to core 0 (open loop at RATE requests a second, one

@@ -55,7 +55,7 @@ fn bench_decide(c: &mut Criterion) {
             }
         }
         // The floor: one word of a random state, with nothing waiting on it, so the misses
-        // of successive calls overlap (README, "Performance").
+        // of successive calls overlap (docs/performance.md).
         c.bench_function(&format!("read: {} states, one word", label(n)), |b| {
             b.iter(|| global[next(&mut x) % n].ever_synced())
         });

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Prints the README's table of envoyproxy/ratelimit variables from src/settings/reference.rs
-(run it after changing that table; settings::tests checks the README against the code)."""
+"""Prints docs/settings.md's table of envoyproxy/ratelimit variables from src/settings/reference.rs
+(run it after changing that table; settings::tests checks docs/settings.md against the code)."""
 import re
 import sys
 

@@ -1,7 +1,7 @@
 //! Every environment variable envoyproxy/ratelimit reads, and what sluice does with each:
-//! the table behind the README's "Environment variables of envoyproxy/ratelimit", and the
+//! the table behind docs/settings.md's "Environment variables of envoyproxy/ratelimit", and the
 //! start-up check that warns about the ones sluice ignores and refuses the values it cannot
-//! honour. A test walks the README's table against this one, so neither can rot.
+//! honour. A test walks that table against this one, so neither can rot.
 
 use super::source::SettingsSource;
 use super::SettingsError;

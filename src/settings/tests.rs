@@ -400,14 +400,13 @@ fn every_setting_has_a_distinct_variable_and_flag() {
 }
 
 #[test]
-fn the_readme_documents_every_setting() {
-    // Read at compile time: the README's settings table must name every visible variable.
-    let readme = include_str!("../../README.md");
-    // Only the settings section before the reference's table: a variable named only there
-    // is not documented as a setting.
-    let start = readme.find("## Settings").unwrap();
-    let end = start + readme[start..].find("<!-- reference-env -->").unwrap();
-    let table = &readme[start..end];
+fn the_docs_settings_table_names_every_setting() {
+    // Read at compile time: docs/settings.md's settings table must name every visible variable.
+    let doc = include_str!("../../docs/settings.md");
+    // Only the part before the reference's table: a variable named only there is not
+    // documented as a setting.
+    let end = doc.find("<!-- reference-env -->").unwrap();
+    let table = &doc[..end];
     let mut missing = Vec::new();
     for s in SERVE.iter().filter(|s| s.shape != Shape::Hidden) {
         // GRPC_ADDR and HTTP_ADDR appear as their flags, which override GRPC_HOST/PORT, HOST/PORT.
@@ -419,21 +418,21 @@ fn the_readme_documents_every_setting() {
     }
     assert!(
         missing.is_empty(),
-        "not in the README's settings table: {missing:?}"
+        "not in docs/settings.md's settings table: {missing:?}"
     );
 }
 
 #[test]
-fn the_readme_lists_every_reference_variable_as_the_code_treats_it() {
+fn the_docs_list_every_reference_variable_as_the_code_treats_it() {
     use super::reference::{Treatment, REFERENCE_ENV};
-    let readme = include_str!("../../README.md");
-    let start = readme
+    let doc = include_str!("../../docs/settings.md");
+    let start = doc
         .find("<!-- reference-env -->")
         .expect("the table's start marker");
-    let end = readme
+    let end = doc
         .find("<!-- /reference-env -->")
         .expect("the table's end marker");
-    let rows: Vec<(String, String)> = readme[start..end]
+    let rows: Vec<(String, String)> = doc[start..end]
         .lines()
         .filter_map(|l| l.strip_prefix("| `"))
         .map(|l| {
