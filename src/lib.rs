@@ -230,7 +230,7 @@ impl Service {
     ) -> Result<Service, RunError> {
         let (rules, files) = match &settings.xds {
             // No rules until the management server sends a set: every request is allowed
-            // meanwhile, and the service is not ready (README, "Rules over xDS").
+            // meanwhile, and the service is not ready (docs/operations.md, "Rules over xDS").
             Some(xds) => {
                 tracing::info!(url = %xds.server_url, node = %xds.node_id, "rules come over xDS");
                 (rules::RuleSet::default(), Vec::new())

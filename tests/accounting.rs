@@ -1,4 +1,4 @@
-//! Hit accounting over gRPC (README, "Decisions"): every hit is counted, admitted or not, as
+//! Hit accounting over gRPC (docs/rules.md, "Decisions"): every hit is counted, admitted or not, as
 //! the reference's `INCRBY` (so usage reports that overshoot a budget are charged), unless a
 //! limit says `strict: false`; descriptors held back by `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
 //! report their count as it stands; counts saturate and refunds stop at zero.

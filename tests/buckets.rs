@@ -1,4 +1,4 @@
-//! Token buckets end to end, short of Envoy (README, "Buckets"): over gRPC on the in-process
+//! Token buckets end to end, short of Envoy (docs/rules.md, "Buckets"): over gRPC on the in-process
 //! server with its manual clock (burst, refill, whole-or-nothing, refunds, a bucket beside a
 //! window, strict debt, response headers), and in global mode on a real redis-server (one
 //! replica exact, the fleet's bucket shared by three processes, a Redis that restarts empty).
@@ -18,7 +18,7 @@ use sluice::rls::HeaderNames;
 const RULES: &str = r#"
 domain: b
 descriptors:
-  # 10 a second, bursts of 30: the README's example.
+  # 10 a second, bursts of 30: docs/rules.md's example.
   - key: client
     rate_limit: {unit: second, requests_per_unit: 10, burst: 30, algorithm: token_bucket}
   # A token every 30 s, two at most: Retry-After in whole seconds worth reading.
@@ -480,8 +480,8 @@ fn redis_holds(redis: &RedisServer, value: &str, admitted: usize) {
 /// at most `max`. Without sync, each of the 3 processes would admit its own 100: 300. The
 /// target is 1.10× the exact bucket (ARCHITECTURE.md, "Targets"), which the simulator's
 /// bucket scenarios meet; three real processes flooded at the same moment over HTTP take
-/// several hits each per burst read's round trip and measure above it (README, "Buckets",
-/// known limits), so each test holds what it measured with a margin.
+/// several hits each per burst read's round trip and measure above it (docs/accuracy.md,
+/// "Token buckets", known limits), so each test holds what it measured with a margin.
 fn assert_fleet_bound(admitted: usize, what: &str, max: usize) {
     assert!(
         (90..=max).contains(&admitted),

@@ -1,4 +1,4 @@
-//! The entity table as a user meets it over gRPC (README, "Decisions"): with
+//! The entity table as a user meets it over gRPC (docs/rules.md, "Decisions"): with
 //! `CACHE_MAX_ENTRIES=1000`, a value over its limit stays over after 5,000 other values pass
 //! through (before, it was admitted again: an attacker flooding distinct values reset a
 //! victim's limit), values never seen are still admitted, and the metrics say what was evicted.

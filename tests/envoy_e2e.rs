@@ -200,7 +200,7 @@ fn envoy_rate_limits_through_sluice_and_fails_open_without_it() {
     }
 }
 
-/// The `transport_socket` README.md's "TLS" shows: Envoy presents `client` to sluice and
+/// The `transport_socket` docs/operations.md's "TLS" shows: Envoy presents `client` to sluice and
 /// checks sluice's certificate against `ca` and the name `localhost`.
 fn upstream_tls(ca: &Path, client: &common::certs::Pair) -> String {
     format!(

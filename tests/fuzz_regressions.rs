@@ -4,7 +4,7 @@
 //! with random bytes spliced in, and inputs built from the target's own vocabulary.
 //!
 //! The targets are `fuzz/src/lib.rs`, included here as a module, so the fuzzer and this test
-//! run the same code. `scripts/fuzz.sh` runs the real fuzzer; see the README's "Fuzzing".
+//! run the same code. `scripts/fuzz.sh` runs the real fuzzer; see docs/development.md, "Fuzzing".
 
 #[path = "../fuzz/src/lib.rs"]
 mod targets;

@@ -1,5 +1,5 @@
 //! The real server on loopback (in process, manual clock) driven by a gRPC client: every RLS
-//! semantic of the README's "Wire semantics", health, reflection and the HTTP endpoints.
+//! semantic of docs/wire.md, health, reflection and the HTTP endpoints.
 
 mod common;
 

@@ -2,7 +2,7 @@
 //!
 //! The simulator runs the production request path and sync task on paused tokio time with
 //! seeded traffic, so it is deterministic and each bound is checked against the same numbers
-//! the README's table shows. The target bounds (ARCHITECTURE.md, "Targets") (20 nodes: a cold entity at 10× its limit
+//! docs/accuracy.md's table shows. The target bounds (ARCHITECTURE.md, "Targets") (20 nodes: a cold entity at 10× its limit
 //! admits at most 1.10× the limit in its first window; steady 2× at most 1.05× per window;
 //! false denials at most 2 % of the limit) apply to sluice; the plain design runs beside it to
 //! show that the mechanism is what meets them. The bounds of the other scenarios are what
@@ -337,11 +337,11 @@ fn bursts_on_limits_of_400_per_extra_replica_keep_false_denials_within_2_percent
 
 /// The bucket scenarios over the six seeds the bounds are checked on (the named seed and
 /// the five of [`the_bounds_hold_on_other_seeds`]), or over `SEEDS` seeds when set: the worst
-/// period of each run, as the README's bucket table shows them, and how many runs went past
+/// period of each run, as docs/accuracy.md's bucket table shows them, and how many runs went past
 /// 1.10× the exact bucket or 2 % false denials. Run with
 /// `cargo test --test simulate -- --ignored --nocapture bucket_ranges`.
 #[test]
-#[ignore = "prints the README's bucket ranges; the bounds are checked by the other tests"]
+#[ignore = "prints docs/accuracy.md's bucket ranges; the bounds are checked by the other tests"]
 fn bucket_ranges() {
     let seeds: u64 = std::env::var("SEEDS").map_or(6, |v| v.parse().expect("SEEDS: a number"));
     println!("| bucket scenario | sluice/exact | false denials | runs past 1.10× / 2 % |");

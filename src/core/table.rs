@@ -5,7 +5,7 @@
 //!
 //! Why not moka: its per-entry bookkeeping (a node, a timer wheel entry, an `Arc` per
 //! value, a per-entity `Vec` of states) cost ~640 bytes an entity; here a record is the key,
-//! its state inline and a few stamps (~140 bytes, README "Performance"). Each shard is one
+//! its state inline and a few stamps (~140 bytes, docs/performance.md). Each shard is one
 //! mutex, held for a decision's few nanoseconds and never across an `.await`: requests for
 //! one entity are exact under concurrency, and requests for different shards never contend.
 //!

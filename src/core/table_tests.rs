@@ -200,7 +200,7 @@ fn the_bound_is_the_setting_and_a_record_stays_small() {
     assert!(hit(&t, key(1), &l, T0, 1));
     assert!(hit(&t, key(2), &l, T0, 1));
     assert_eq!(t.len(), 1);
-    // The README's memory figure rests on this (records are most of an entity's bytes).
+    // docs/performance.md's memory figure rests on this (records are most of an entity's bytes).
     assert!(
         std::mem::size_of::<Record>() <= 144,
         "{}",

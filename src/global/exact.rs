@@ -1,4 +1,4 @@
-//! Exact rules' store calls (README, "Exact rules"): the narrow [`ExactStore`] trait (one
+//! Exact rules' store calls (docs/global.md, "Exact rules"): the narrow [`ExactStore`] trait (one
 //! atomic check-and-count call for a group of keys), and [`ExactClient`], which splits a
 //! request's exact items into one call per shard (per entity on a Redis Cluster), runs them
 //! at once under the Redis timeout, and keeps all-or-nothing across the calls by giving back

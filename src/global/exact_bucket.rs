@@ -1,4 +1,4 @@
-//! Exact rules' token buckets (README, "Exact rules"): the store-independent steps of one
+//! Exact rules' token buckets (docs/global.md, "Exact rules"): the store-independent steps of one
 //! bucket item, which the in-memory store runs (`exact::apply`) and the Lua script mirrors
 //! (`exact_redis.rs`).
 //!

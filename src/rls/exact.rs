@@ -1,4 +1,4 @@
-//! Exact rules in global mode (README, "Exact rules"): a request's exact descriptors become
+//! Exact rules in global mode (docs/global.md, "Exact rules"): a request's exact descriptors become
 //! [`ExactItem`]s (one per limit: windows and token buckets alike), decided by one atomic
 //! store call per shard, all or none counted; keys known to be over are answered from memory
 //! until their window moves (a bucket: until the `tat` read says the request fits); and when

@@ -5,7 +5,7 @@
 //! refuses requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
 //! mode against the store ([`RateLimiter::should_rate_limit_async`]).
 //!
-//! These semantics follow envoyproxy/ratelimit (README, "Wire semantics"):
+//! These semantics follow envoyproxy/ratelimit (docs/wire.md):
 //! - `hits_addend`: a descriptor's own value wins, 0 included (check without counting);
 //!   otherwise `max(1, request.hits_addend)`, since Envoy sends 0.
 //! - No rule (unknown domain, whitelisted node, depth mismatch, replaced): `OK`, no limit,
@@ -423,7 +423,7 @@ impl RateLimiter {
     }
 
     /// Like [`RateLimiter::should_rate_limit`], but in global mode a request with exact
-    /// descriptors awaits one atomic store call per shard for them (README, "Exact rules");
+    /// descriptors awaits one atomic store call per shard for them (docs/global.md, "Exact rules");
     /// any other request is answered at once, without an await.
     ///
     /// The gate is left during the store call (shutdown does not wait for Redis) and entered

@@ -6,7 +6,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use super::{Options, RequestError};
 
-/// Checks `req` against the wire rules (README, "Wire semantics") and the bounds in `o`.
+/// Checks `req` against the wire rules (docs/wire.md) and the bounds in `o`.
 ///
 /// # Errors
 /// The first problem found.

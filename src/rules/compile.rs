@@ -324,7 +324,7 @@ impl Compiler<'_> {
                 }
             }
         }
-        // Exact rules count a request all or nothing, admitted hits only (README, "Exact
+        // Exact rules count a request all or nothing, admitted hits only (docs/global.md, "Exact
         // rules"); a `strict: true` there would promise what they do not do.
         let strict_said = std::iter::once(rl.strict)
             .chain(d.additional_limits.iter().map(|l| l.strict))

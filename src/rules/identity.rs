@@ -115,7 +115,7 @@ mod tests {
     };
 
     // These constants are the contract: if one changes, every deployed counter resets on
-    // upgrade. Change them only with a new encoding version and a note in the README. They
+    // upgrade. Change them only with a new encoding version and a note in docs/global.md. They
     // were computed from the documented encoding by an independent implementation (Python's
     // `xxhash` package), not by this code.
     #[test]

@@ -129,7 +129,7 @@ pub struct Rule {
     pub unlimited: bool,
     /// Over-limit statuses are reported as OK.
     pub shadow_mode: bool,
-    /// The descriptor is a quota: see README, "Wire semantics", on the overall code.
+    /// The descriptor is a quota: see docs/wire.md, on the overall code.
     pub quota_mode: bool,
     /// Metrics keyed by the request's actual values.
     pub detailed_metric: bool,
@@ -137,8 +137,8 @@ pub struct Rule {
     pub value_to_metric: bool,
     /// Names of limits dropped when this rule matches in the same request.
     pub replaces: Vec<String>,
-    /// `exact: true`: in global mode every hit is decided against Redis, atomically (README,
-    /// "Exact rules"); in local mode it changes nothing.
+    /// `exact: true`: in global mode every hit is decided against Redis, atomically
+    /// (docs/global.md, "Exact rules"); in local mode it changes nothing.
     pub exact: bool,
     /// The descriptor's free-form `metadata`, for `RESPONSE_DYNAMIC_METADATA`.
     pub metadata: Option<std::sync::Arc<serde_yaml::Value>>,

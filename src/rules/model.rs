@@ -206,7 +206,7 @@ pub struct RateLimitConfig {
     /// Whether denied hits are counted (sluice extension; default true, false for buckets).
     #[serde(default)]
     pub strict: Option<bool>,
-    /// Global mode: decide every hit against Redis, atomically (sluice extension; README,
+    /// Global mode: decide every hit against Redis, atomically (sluice extension; docs/global.md,
     /// "Exact rules"). Applies to every limit of the descriptor.
     #[serde(default)]
     pub exact: bool,
