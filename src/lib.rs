@@ -43,7 +43,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
@@ -51,6 +50,7 @@ use crate::global::Global;
 use crate::rls::RateLimiter;
 use crate::rules::model::ConfigError;
 use crate::server::grpc::{self, RlsService};
+use crate::server::grpc_conn::GrpcLimits;
 use crate::server::reload::ReloadStatus;
 use crate::server::shutdown::Readiness;
 use crate::server::xds::{XdsClient, XdsSettings};
@@ -187,6 +187,9 @@ impl Service {
             .otlp
             .metrics_reader(&resource, SdkMeterProvider::builder())?;
         let telemetry = Arc::new(Telemetry::with_builder(meters)?);
+        if settings.otlp.metrics {
+            telemetry.export_rule_counters();
+        }
         let tracer = if settings.otlp.tracing {
             match otel::Tracer::new(&settings.otlp, resource) {
                 Ok(t) => Some(Arc::new(t)),
@@ -322,9 +325,18 @@ impl Service {
         set_health(&health, settings.xds.is_none()).await;
         let grpc_addr = listeners.grpc.local_addr().ok();
         let http_addr = listeners.http.local_addr().ok();
+        let grpc_limits = GrpcLimits {
+            // Room for the admin port's connections, Redis, the rules' files and the rest.
+            max_connections: server::nofile::fit_connections(
+                settings.grpc_limits.max_connections,
+                settings.http_max_connections + 256,
+            ),
+            ..settings.grpc_limits
+        };
         let grpc = serve_grpc(
             listeners.grpc,
             settings.grpc_tls.as_ref(),
+            grpc_limits,
             health_service,
             RlsService::new(limiter.clone()).with_tracer(tracer.clone()),
         )?;
@@ -537,6 +549,7 @@ fn spawn_sweeper(limiter: Arc<RateLimiter>, stop: CancellationToken) {
 fn serve_grpc(
     listener: TcpListener,
     tls: Option<&server::tls::GrpcTls>,
+    limits: GrpcLimits,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
@@ -548,6 +561,11 @@ fn serve_grpc(
     };
     let stop = CancellationToken::new();
     let router = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(limits.max_concurrent_streams))
+        .timeout(limits.request_timeout)
+        .layer(server::grpc_conn::InflightLimit::new(
+            limits.max_concurrent_requests,
+        ))
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
@@ -555,12 +573,15 @@ fn serve_grpc(
     let signal = stop.clone().cancelled_owned();
     let task = match tls {
         Some(tls) => {
-            let incoming = server::tls::incoming(listener, server::tls::server_config(tls)?);
+            let handshake = server::tls::handshake(server::tls::server_config(tls)?);
+            let incoming = server::grpc_conn::incoming(listener, limits, handshake);
             tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
         }
-        None => tokio::spawn(
-            router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal),
-        ),
+        None => {
+            let incoming =
+                server::grpc_conn::incoming(listener, limits, |tcp| std::future::ready(Ok(tcp)));
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
+        }
     };
     Ok(ServerTask { stop, task })
 }

@@ -4,6 +4,14 @@
 //! Hot-path counters are plain atomics resolved ahead of time (a rule's [`RuleStats`] handle is
 //! looked up when rules are compiled, not per request); OpenTelemetry reads them through
 //! observable instruments at scrape time, so a request never hashes metric attributes.
+//!
+//! Per-rule series are bounded (README, "Limits and hostile input"): the operator's (one per
+//! rule in force, dropped when a reload removes the rule) are kept apart from those made from
+//! client input (limit overrides, `detailed_metric`/`value_to_metric` values), whose keys are
+//! cut to `METRICS_MAX_KEY_BYTES` and whose number stops at `METRICS_MAX_CLIENT_SERIES`;
+//! past it their hits go to the rule's own series, so no hit is lost. `/metrics` writes the
+//! per-rule counters itself, every series exactly, rather than through the SDK, whose
+//! cardinality limit folds extra series into one that reads a single value.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,9 +22,45 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use parking_lot::RwLock;
 
-/// Most distinct `detailed_metric`/`value_to_metric` keys tracked; past it, hits are reported
-/// under the rule's own key so a flood of distinct values cannot exhaust memory.
-pub const MAX_DETAILED_KEYS: usize = 10_000;
+/// Bounds of the series made from client input: request limit overrides (any client may
+/// send one for a known domain) and `detailed_metric`/`value_to_metric` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeriesBounds {
+    /// `METRICS_MAX_KEY_BYTES`: the longest client-made key, domain included, in bytes.
+    /// A longer one keeps its first bytes and a hash of the whole ([`bounded_key`]).
+    pub max_key_bytes: usize,
+    /// `METRICS_MAX_CLIENT_SERIES`: most client-made series. Past it, hits are reported under
+    /// the rule's own series (or the domain's `<domain>.override`), never lost.
+    pub max_client_series: usize,
+}
+
+impl Default for SeriesBounds {
+    fn default() -> Self {
+        SeriesBounds {
+            max_key_bytes: 512,
+            max_client_series: 10_000,
+        }
+    }
+}
+
+/// The fewest bytes `METRICS_MAX_KEY_BYTES` may be: room for a prefix and the hash suffix.
+pub const MIN_KEY_BYTES: usize = 64;
+
+/// `key` cut to at most `max` bytes: the first bytes (on a character boundary), then `~`
+/// and 16 hex digits of XXH3-64 of the whole key, so that distinct long keys stay distinct
+/// series, and the same key gets the same name on every replica and after a restart.
+pub fn bounded_key(key: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    const SUFFIX: usize = 17;
+    if key.len() <= max {
+        return key.into();
+    }
+    let mut cut = max.saturating_sub(SUFFIX);
+    while !key.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
+    format!("{}~{hash:016x}", &key[..cut]).into()
+}
 
 /// Counters of one rule (or one detailed key), with the reference's meaning.
 #[derive(Debug, Default)]
@@ -34,10 +78,20 @@ pub struct RuleStats {
 }
 
 impl RuleStats {
-    /// Adds `n` to one of the counters.
+    /// Adds `n` to one of the counters, saturating at `u64::MAX` as the decisions' own counts
+    /// do: a client's `hits_addend` of 2^64−1 must not wrap a counter below where it was
+    /// (Prometheus would read a reset).
     #[inline]
     pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+        // The common case is one relaxed addition: a counter below 2^63 plus at most 2^32
+        // cannot wrap, short of 2^31 additions landing between the load and the add.
+        if n <= u64::from(u32::MAX) && counter.load(Ordering::Relaxed) < 1 << 63 {
+            counter.fetch_add(n, Ordering::Relaxed);
+        } else {
+            let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(n))
+            });
+        }
     }
 }
 
@@ -69,46 +123,136 @@ pub const RULE_COUNTERS: [(&str, &str, ReadCounter); 5] = [
     ),
 ];
 
-/// Every rule's stats, keyed by (domain, stats key). Entries outlive reloads so counters stay
-/// monotonic, as Prometheus expects.
+/// A (domain, key) series name.
+type SeriesKey = (String, String);
+
+/// A client-made series and the operator series it belongs to (the rule's own key, or
+/// `<domain>.override`): it goes when that one goes.
+#[derive(Debug)]
+struct ClientSeries {
+    owner: String,
+    stats: Arc<RuleStats>,
+}
+
+#[derive(Debug, Default)]
+struct Series {
+    /// The operator's: one per rule in force (registered when the rules are compiled, so
+    /// present from the start), and each domain's `<domain>.override` once used.
+    rules: HashMap<SeriesKey, Arc<RuleStats>>,
+    /// Made from client input, at most `max_client_series` of them.
+    client: HashMap<SeriesKey, ClientSeries>,
+}
+
+/// Every rule's stats, keyed by (domain, stats key). The operator's series and the
+/// client-made ones are kept apart, so a flood of client-made keys can never push out (or
+/// stand in for) the operator's; a series lives as long as its rule is in force, so counters
+/// of unchanged rules stay monotonic across reloads, as Prometheus expects, and removed
+/// rules' series go ([`RuleStatsRegistry::retain_rules`]).
 #[derive(Debug, Default)]
 pub struct RuleStatsRegistry {
-    map: RwLock<HashMap<(String, String), Arc<RuleStats>>>,
+    series: RwLock<Series>,
+    bounds: RwLock<SeriesBounds>,
 }
 
 impl RuleStatsRegistry {
-    /// The stats handle of a rule key, created on first use.
+    /// Sets the bounds of client-made series (from the settings); series already made stay.
+    pub fn set_bounds(&self, bounds: SeriesBounds) {
+        *self.bounds.write() = bounds;
+    }
+
+    /// The bounds of client-made series.
+    pub fn bounds(&self) -> SeriesBounds {
+        *self.bounds.read()
+    }
+
+    /// The stats of an operator series (a rule's own key), created on first use. A
+    /// client-made series of the same name becomes the operator's, counts and all.
     pub fn get(&self, domain: &str, key: &str) -> Arc<RuleStats> {
-        if let Some(s) = self.map.read().get(&(domain.to_string(), key.to_string())) {
+        let name = (domain.to_string(), key.to_string());
+        if let Some(s) = self.series.read().rules.get(&name) {
             return s.clone();
         }
-        self.map
-            .write()
-            .entry((domain.to_string(), key.to_string()))
-            .or_default()
+        let mut series = self.series.write();
+        let promoted = series.client.remove(&name).map(|c| c.stats);
+        series
+            .rules
+            .entry(name)
+            .or_insert_with(|| promoted.unwrap_or_default())
             .clone()
     }
 
-    /// The stats of a detailed key, or `None` when [`MAX_DETAILED_KEYS`] are already tracked.
-    pub fn get_detailed(&self, domain: &str, key: &str) -> Option<Arc<RuleStats>> {
-        if self.map.read().len() >= MAX_DETAILED_KEYS
-            && !self
-                .map
-                .read()
-                .contains_key(&(domain.to_string(), key.to_string()))
+    /// The stats of a client-made key (cut to `max_key_bytes`), belonging to the operator
+    /// series `owner`; `None` when `max_client_series` are already tracked and this key is
+    /// not one of them: the caller then counts under `owner`.
+    pub fn get_client(&self, domain: &str, key: &str, owner: &str) -> Option<Arc<RuleStats>> {
+        let bounds = self.bounds();
+        let name = (
+            domain.to_string(),
+            bounded_key(key, bounds.max_key_bytes).into_owned(),
+        );
         {
-            return None;
+            let series = self.series.read();
+            if let Some(s) = series.rules.get(&name) {
+                return Some(s.clone());
+            }
+            if let Some(c) = series.client.get(&name) {
+                return Some(c.stats.clone());
+            }
+            if series.client.len() >= bounds.max_client_series {
+                return None;
+            }
         }
-        Some(self.get(domain, key))
+        let mut series = self.series.write();
+        if let Some(s) = series.rules.get(&name) {
+            return Some(s.clone());
+        }
+        let full = series.client.len() >= bounds.max_client_series;
+        match series.client.entry(name) {
+            std::collections::hash_map::Entry::Occupied(c) => Some(c.get().stats.clone()),
+            std::collections::hash_map::Entry::Vacant(_) if full => None,
+            std::collections::hash_map::Entry::Vacant(v) => Some(
+                v.insert(ClientSeries {
+                    owner: owner.to_string(),
+                    stats: Arc::default(),
+                })
+                .stats
+                .clone(),
+            ),
+        }
     }
 
-    /// Every tracked key's stats.
-    pub fn snapshot(&self) -> Vec<((String, String), Arc<RuleStats>)> {
-        self.map
-            .read()
+    /// Keeps the operator series for which `keep(domain, key)` holds, and the client-made
+    /// series whose owner is kept; drops the rest (the series of rules a reload removed).
+    pub fn retain_rules(&self, keep: impl Fn(&str, &str) -> bool) {
+        let mut series = self.series.write();
+        series.rules.retain(|(d, k), _| keep(d, k));
+        series.client.retain(|(d, _), c| keep(d, &c.owner));
+    }
+
+    /// How many series there are: (operator, client-made).
+    pub fn len(&self) -> (usize, usize) {
+        let series = self.series.read();
+        (series.rules.len(), series.client.len())
+    }
+
+    /// Every series' stats, the operator's first, each part sorted by name.
+    pub fn snapshot(&self) -> Vec<(SeriesKey, Arc<RuleStats>)> {
+        let series = self.series.read();
+        let mut rules: Vec<_> = series
+            .rules
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+            .collect();
+        let mut client: Vec<_> = series
+            .client
+            .iter()
+            .map(|(k, c)| (k.clone(), c.stats.clone()))
+            .collect();
+        drop(series);
+        rules.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        client.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        rules.extend(client);
+        rules
     }
 }
 
@@ -230,7 +374,12 @@ pub struct Telemetry {
     /// Service counters.
     pub service: Arc<ServiceStats>,
     config_loads: Counter<u64>,
+    otlp_rule_counters: std::sync::Once,
 }
+
+/// Most series per rule counter exported over OTLP (the SDK keeps a map this large per
+/// counter): every rule in force and `METRICS_MAX_CLIENT_SERIES` at its default, with room.
+pub const OTLP_MAX_RULE_SERIES: usize = 100_000;
 
 impl std::fmt::Debug for Telemetry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -274,12 +423,23 @@ impl Telemetry {
             .scope_info_enabled(false)
             .without_counter_suffixes()
             .build()?;
-        let provider = builder.with_reader(exporter).build();
+        let provider = builder
+            .with_reader(exporter)
+            .with_view(|i: &opentelemetry_sdk::metrics::Instrument| {
+                // Room for every series the rule counters' callbacks observe, so the SDK never
+                // folds some into its overflow series (which reads one value, not a sum).
+                i.name().starts_with("ratelimit_").then(|| {
+                    opentelemetry_sdk::metrics::Stream::builder()
+                        .with_cardinality_limit(OTLP_MAX_RULE_SERIES)
+                        .build()
+                        .ok()
+                })?
+            })
+            .build();
         let meter = provider.meter("sluice");
         let rules = Arc::new(RuleStatsRegistry::default());
         let service = Arc::new(ServiceStats::default());
 
-        register_rule_counters(&meter, &rules);
         register_service_counters(&meter, &service);
         let config_loads = meter
             .u64_counter("sluice_config_load_total")
@@ -288,14 +448,37 @@ impl Telemetry {
         // Present from the start, so alerts on errors see a zero before the first failure.
         config_loads.add(0, &[KeyValue::new("result", "success")]);
         config_loads.add(0, &[KeyValue::new("result", "error")]);
-        Ok(Telemetry {
+        let t = Telemetry {
             registry,
             provider,
             meter,
             rules,
             service,
             config_loads,
-        })
+            otlp_rule_counters: std::sync::Once::new(),
+        };
+        let rules = t.rules.clone();
+        t.labelled_gauge(
+            "sluice_metric_series",
+            "Per-rule metric series, by kind: operator (one per rule in force) and client (made from client input, at most METRICS_MAX_CLIENT_SERIES)",
+            Arc::new(move || {
+                let (operator, client) = rules.len();
+                [("operator", operator), ("client", client)]
+                    .into_iter()
+                    .map(|(kind, n)| (n as u64, vec![KeyValue::new("kind", kind)]))
+                    .collect()
+            }),
+        );
+        Ok(t)
+    }
+
+    /// Registers the per-rule counters as OpenTelemetry instruments, for the OTLP reader:
+    /// `/metrics` renders them itself ([`Telemetry::render`]), exactly and whatever their
+    /// number. At most [`OTLP_MAX_RULE_SERIES`] series per counter go over OTLP, the
+    /// operator's first. Once; later calls do nothing.
+    pub fn export_rule_counters(&self) {
+        self.otlp_rule_counters
+            .call_once(|| register_rule_counters(&self.meter, &self.rules));
     }
 
     /// Counts a rules load.
@@ -352,8 +535,17 @@ impl Telemetry {
     pub fn render(&self) -> String {
         use prometheus::Encoder as _;
         let mut out = Vec::new();
-        let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        // The per-rule counters are written below, from the registry itself: the SDK's
+        // instruments (there for OTLP) would cut them at their cardinality limit.
+        let families: Vec<_> = self
+            .registry
+            .gather()
+            .into_iter()
+            .filter(|f| !f.name().starts_with("ratelimit_"))
+            .collect();
+        let _ = prometheus::TextEncoder::new().encode(&families, &mut out);
         let mut text = String::from_utf8(out).unwrap_or_default();
+        write_rule_counters(&mut text, &self.rules);
         // A histogram of our own atomics, not an OpenTelemetry one: recording it must not
         // look up attributes on every request.
         self.service.response_time.write_prometheus(
@@ -387,7 +579,40 @@ pub fn init_logging(level: &str, format: &str) {
     };
 }
 
-/// The reference's per-rule counters, labelled by domain and rule path.
+/// The per-rule counters in the Prometheus text format, every series (the operator's and
+/// the client-made ones, each bounded), labelled by domain and rule path.
+fn write_rule_counters(out: &mut String, rules: &RuleStatsRegistry) {
+    use std::fmt::Write as _;
+    let series = rules.snapshot();
+    for (suffix, help, read) in RULE_COUNTERS {
+        let name = format!("ratelimit_{suffix}_total");
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for ((domain, key), s) in &series {
+            let _ = writeln!(
+                out,
+                "{name}{{domain=\"{}\",rule=\"{}\"}} {}",
+                label_value(domain),
+                label_value(key),
+                read(s)
+            );
+        }
+    }
+}
+
+/// A label value as the Prometheus text format wants it.
+pub fn label_value(v: &str) -> std::borrow::Cow<'_, str> {
+    if !v.contains(['\\', '"', '\n']) {
+        return v.into();
+    }
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+        .into()
+}
+
+/// The reference's per-rule counters as OpenTelemetry instruments (for OTLP), labelled by
+/// domain and rule path: at most [`OTLP_MAX_RULE_SERIES`] series each.
 fn register_rule_counters(meter: &Meter, rules: &Arc<RuleStatsRegistry>) {
     for (suffix, help, read) in RULE_COUNTERS {
         let rules = rules.clone();
@@ -395,7 +620,8 @@ fn register_rule_counters(meter: &Meter, rules: &Arc<RuleStatsRegistry>) {
             .u64_observable_counter(format!("ratelimit_{suffix}_total"))
             .with_description(help)
             .with_callback(move |obs| {
-                for ((domain, key), s) in rules.snapshot() {
+                let series = rules.snapshot();
+                for ((domain, key), s) in series.into_iter().take(OTLP_MAX_RULE_SERIES) {
                     obs.observe(
                         read(&s),
                         &[KeyValue::new("domain", domain), KeyValue::new("rule", key)],
@@ -488,18 +714,63 @@ mod tests {
             text.contains(r#"sluice_config_load_total{result="success"} 1"#),
             "{text}"
         );
+        assert!(
+            text.contains(r#"sluice_metric_series{kind="operator"} 1"#)
+                && text.contains(r#"sluice_metric_series{kind="client"} 0"#),
+            "{text}"
+        );
     }
 
     #[test]
-    fn detailed_keys_are_bounded() {
+    fn client_made_series_are_bounded_apart_from_the_operators() {
         let r = RuleStatsRegistry::default();
-        for i in 0..MAX_DETAILED_KEYS {
-            assert!(r.get_detailed("d", &i.to_string()).is_some());
+        r.set_bounds(SeriesBounds {
+            max_key_bytes: 64,
+            max_client_series: 3,
+        });
+        let own = r.get("d", "d.k");
+        for i in 0..3 {
+            assert!(r.get_client("d", &format!("d.k_{i}"), "d.k").is_some());
         }
-        assert!(r.get_detailed("d", "one-too-many").is_none());
+        assert!(r.get_client("d", "d.k_one-too-many", "d.k").is_none());
         assert!(
-            r.get_detailed("d", "7").is_some(),
+            r.get_client("d", "d.k_1", "d.k").is_some(),
             "known keys stay available"
         );
+        // Operator series are never refused, and a client key naming one shares it.
+        let other = r.get("d", "d.other");
+        assert!(Arc::ptr_eq(
+            &r.get_client("d", "d.other", "d.k").unwrap(),
+            &other
+        ));
+        assert!(!Arc::ptr_eq(&own, &other));
+        assert_eq!(r.len(), (2, 3));
+        // A reload that removes d.k drops its client-made series with it.
+        r.retain_rules(|_, k| k == "d.other");
+        assert_eq!(r.len(), (1, 0));
+    }
+
+    #[test]
+    fn long_keys_are_cut_with_a_stable_hash() {
+        let a = format!("d.k_{}", "é".repeat(100));
+        let b = format!("{a}x");
+        let (ka, kb) = (bounded_key(&a, 64), bounded_key(&b, 64));
+        assert!(ka.len() <= 64 && kb.len() <= 64, "{ka} {kb}");
+        assert_ne!(ka, kb);
+        assert_eq!(ka, bounded_key(&a, 64), "the same key, the same name");
+        assert!(ka.starts_with("d.k_é"));
+        assert_eq!(bounded_key("d.k_v", 64), "d.k_v");
+    }
+
+    #[test]
+    fn counters_saturate() {
+        let c = AtomicU64::new(5);
+        RuleStats::add(&c, u64::MAX);
+        assert_eq!(c.load(Ordering::Relaxed), u64::MAX);
+        RuleStats::add(&c, 1);
+        assert_eq!(c.load(Ordering::Relaxed), u64::MAX);
+        let c = AtomicU64::new(u64::MAX - 1);
+        RuleStats::add(&c, 7);
+        assert_eq!(c.load(Ordering::Relaxed), u64::MAX);
     }
 }

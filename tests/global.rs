@@ -76,6 +76,48 @@ async fn one_replica_is_exact_under_concurrency_and_redis_holds_every_hit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_slower_than_the_timeout_counts_every_hit_once() {
+    // Every sync call times out (100 ms) while Redis holds its replies 300 ms, and runs in
+    // Redis all the same; its hits go again with the next call. Stated parts count them once.
+    let redis = RedisServer::start();
+    let s = Server::start(RULES, |st| {
+        global_mode(vec![redis.url()], false, 2)(st);
+        st.sync.timeout = Duration::from_millis(100);
+    })
+    .await;
+    let pauses: Vec<Command> = (0..8)
+        .map(|_| {
+            let mut c = redis.cli_command();
+            c.args(["CLIENT", "PAUSE", "300", "ALL"]);
+            c
+        })
+        .collect();
+    let pauser = std::thread::spawn(move || {
+        for mut pause in pauses {
+            pause.output().unwrap();
+            std::thread::sleep(Duration::from_millis(330));
+        }
+    });
+    for _ in 0..70 {
+        ask(&s, "k", "slow").await;
+        tokio::time::sleep(Duration::from_millis(35)).await;
+    }
+    pauser.join().unwrap();
+    // Redis answers in time again: the count settles at what was counted, once.
+    wait_until_async(10, "Redis to hold the 70 hits", || async {
+        counters(&redis).0 == 70
+    })
+    .await;
+    let mut admitted = 0;
+    for _ in 0..40 {
+        admitted += usize::from(ask(&s, "k", "slow").await.overall_code == 1);
+    }
+    assert_eq!(admitted, 30, "the rest of the limit, no more, no less");
+    s.stop().await.unwrap();
+    assert_eq!(counters(&redis).0, 110);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_shards_each_hold_the_entities_routed_to_them() {
     let shards = [
         RedisServer::start(),

@@ -1,7 +1,8 @@
-//! The admin port's connection bounds, on an in-process server with small limits: a header
-//! that never completes, a body that stalls, connections past the cap waiting for a slot, and
-//! shutdown with connections open. (The real process under a flood of idle connections is
-//! in `process.rs`.)
+//! The admin and gRPC ports' connection bounds, on in-process servers with small limits: a
+//! header that never completes, a body that stalls, connections past the cap waiting for a
+//! slot, shutdown with connections open; on gRPC, streams opened and never finished, requests
+//! in flight past the process's bound, silent and idle connections. (The real process under
+//! a flood of idle connections is in `process.rs`.)
 
 mod common;
 
@@ -163,5 +164,146 @@ async fn the_settings_reach_the_admin_port() {
         .unwrap();
     let got = blocking(move || read_until_closed(silent)).await;
     assert!(got.is_empty() || got.contains("408"), "{got:?}");
+    s.stop().await.unwrap();
+}
+
+// === the gRPC port ===
+
+const RULES: &str =
+    "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n";
+
+/// An HTTP/2 connection to the gRPC port, its driver polled by a task of its own.
+async fn h2_client(addr: SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// A ShouldRateLimit stream of headers only: the body never comes.
+fn held_stream(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    addr: SocketAddr,
+) -> h2::client::ResponseFuture {
+    let req = http::Request::post(format!(
+        "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (resp, _body) = client.send_request(req, false).unwrap();
+    resp
+}
+
+fn grpc_status(resp: &http::Response<h2::RecvStream>) -> Option<String> {
+    resp.headers()
+        .get("grpc-status")
+        .map(|v| v.to_str().unwrap().to_string())
+}
+
+async fn ask(s: &common::Server) -> Result<(), tonic::Status> {
+    let req = envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+        domain: "d".into(),
+        descriptors: vec![common::desc(&[("k", "v")])],
+        hits_addend: 0,
+    };
+    s.client().await.should_rate_limit(req).await.map(|_| ())
+}
+
+#[tokio::test]
+async fn grpc_streams_per_connection_are_bounded_and_announced() {
+    let s = common::Server::start(RULES, |s| s.grpc_limits.max_concurrent_streams = 2).await;
+    let tcp = tokio::net::TcpStream::connect(s.grpc).await.unwrap();
+    let (_client, conn) = h2::client::handshake(tcp).await.unwrap();
+    let mut conn = Box::pin(conn);
+    let mut ping = conn.ping_pong().unwrap();
+    // A ping's answer comes after the server's SETTINGS.
+    tokio::select! {
+        r = conn.as_mut() => panic!("connection closed: {r:?}"),
+        p = ping.ping(h2::Ping::opaque()) => { p.unwrap(); }
+    }
+    assert_eq!(conn.max_concurrent_send_streams(), 2);
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_stream_that_never_finishes_is_answered_at_the_request_timeout() {
+    let s = common::Server::start(RULES, |s| {
+        s.grpc_limits.request_timeout = Duration::from_millis(300)
+    })
+    .await;
+    let mut client = h2_client(s.grpc).await;
+    let resp = tokio::time::timeout(PATIENCE, held_stream(&mut client, s.grpc))
+        .await
+        .expect("an answer at the request timeout")
+        .unwrap();
+    // CANCELLED: tonic's answer to a request past its timeout.
+    assert_eq!(grpc_status(&resp).as_deref(), Some("1"));
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn requests_in_flight_past_the_bound_are_refused_and_freed_when_their_connection_goes() {
+    let s = common::Server::start(RULES, |s| {
+        s.grpc_limits.max_concurrent_requests = 3;
+        s.grpc_limits.request_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let mut client = h2_client(s.grpc).await;
+    let held: Vec<_> = (0..3).map(|_| held_stream(&mut client, s.grpc)).collect();
+    common::wait_until_async(15, "an honest call to be refused", || async {
+        matches!(ask(&s).await, Err(st) if st.code() == tonic::Code::ResourceExhausted)
+    })
+    .await;
+    // The client goes: its requests no longer count.
+    drop((held, client));
+    common::wait_until_async(15, "an honest call to be answered", || async {
+        ask(&s).await.is_ok()
+    })
+    .await;
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_silent_grpc_connection_is_closed_at_the_handshake_timeout_and_an_idle_one_later() {
+    let s = common::Server::start(RULES, |s| {
+        s.grpc_limits.handshake_timeout = Duration::from_millis(300);
+        s.grpc_limits.idle_timeout = Duration::from_millis(600);
+    })
+    .await;
+    let silent = connect(s.grpc);
+    blocking(move || read_until_closed(silent)).await;
+    // Past its preface, a connection whose client then sends nothing is closed at the idle
+    // timeout (its driver ends).
+    let tcp = tokio::net::TcpStream::connect(s.grpc).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    // The driver ends with the server's close (an error: no GOAWAY for an idle client).
+    let _ = tokio::time::timeout(PATIENCE, conn)
+        .await
+        .expect("the idle connection is closed");
+    drop(client);
+    // The service still answers.
+    ask(&s).await.unwrap();
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn grpc_connections_past_the_cap_wait_for_a_slot() {
+    let s = common::Server::start(RULES, |s| {
+        s.grpc_limits.max_connections = 2;
+        s.grpc_limits.handshake_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let (a, b) = (connect(s.grpc), connect(s.grpc));
+    // Two silent connections hold both slots: a client waits in the accept queue.
+    let waiting = tokio::time::timeout(Duration::from_millis(500), ask(&s)).await;
+    assert!(waiting.is_err(), "answered past the cap: {waiting:?}");
+    drop(a);
+    tokio::time::timeout(PATIENCE, ask(&s))
+        .await
+        .expect("a slot freed")
+        .unwrap();
+    drop(b);
     s.stop().await.unwrap();
 }

@@ -46,10 +46,35 @@ fn check_lists_every_error_of_every_file_and_exits_1() {
         format!("{}: invalid rate limit unit 'fortnight'", a.display()),
         format!("{}: duplicate descriptor composite key 'd.k'", a.display()),
         format!(
-            "{}: config error, unknown key 'bogus' (line 4)",
+            "{}: config error, unknown key 'bogus' (line 4, column 5; domain 'd', descriptor path 'x')",
             b.display()
         ),
         format!("{}: duplicate domain 'd' in config file", b.display()),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+}
+
+#[test]
+fn check_catches_rules_that_look_right_and_deny_everything() {
+    // Issue 19, item 10: a count one level too far out passed `check` ("OK") and became a
+    // limit of 0; a misplaced `algorithm` was ignored and `burst` blamed instead.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("edge.yaml");
+    std::fs::write(
+        &f,
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    descriptors:\n      - key: path\n        value: /api\n        rate_limit:\n          unit: minute\n        requests_per_unit: 100\n  - key: user\n    algorithm: token_bucket\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n      burst: 30\n  - key: tenant\n    rate_limit:\n      unit: minutes\n      requests_per_unit: 5\n",
+    )
+    .unwrap();
+    let out = sluice().arg("check").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let f = f.display();
+    for want in [
+        format!("{f}: config error, misplaced key 'requests_per_unit': it belongs inside 'rate_limit', one level further in (line 9, column 9; domain 'edge', descriptor path 'remote_address' > 'path_/api')"),
+        format!("{f}: rate_limit of 'edge.remote_address.path_/api' has no requests_per_unit"),
+        format!("{f}: config error, misplaced key 'algorithm': it belongs inside 'rate_limit', one level further in (line 11, column 5; domain 'edge', descriptor path 'user')"),
+        format!("{f}: invalid rate limit unit 'minutes' (valid: second, minute, hour, day, week, month, year) (line 18, column 7; domain 'edge', descriptor path 'tenant')"),
     ] {
         assert!(text.contains(&want), "missing {want:?} in\n{text}");
     }
@@ -320,7 +345,7 @@ impl Drop for Limited {
     }
 }
 
-fn serve_with_ulimit(limits: &str) -> Limited {
+fn serve_with_ulimit(limits: &str, args: &[&str]) -> Limited {
     let rules = tempfile::tempdir().unwrap();
     std::fs::write(
         rules.path().join("r.yaml"),
@@ -340,6 +365,7 @@ fn serve_with_ulimit(limits: &str) -> Limited {
         .arg(rules.path())
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
         .args(["--http-addr", &format!("127.0.0.1:{port}")])
+        .args(args)
         .stderr(Stdio::from(log.reopen().unwrap()))
         .spawn()
         .unwrap();
@@ -370,7 +396,7 @@ fn open_files_limits(pid: u32) -> (String, String) {
 
 #[test]
 fn serve_raises_the_open_files_soft_limit_to_the_hard_limit() {
-    let p = serve_with_ulimit("-S -n 256");
+    let p = serve_with_ulimit("-S -n 256", &[]);
     let (soft, hard) = open_files_limits(p.child.id());
     assert_eq!(soft, hard, "soft open-files limit not raised");
     let log = std::fs::read_to_string(p.log.path()).unwrap();
@@ -408,7 +434,7 @@ fn idle_admin_connections_cannot_starve_grpc() {
     // use up every descriptor and new gRPC connections could not be accepted. With the cap
     // (256), sluice holds 256 of them and the rest wait in the listen backlog (128 here),
     // which costs sluice no descriptor.
-    let p = serve_with_ulimit("-n 320");
+    let p = serve_with_ulimit("-n 320", &[]);
     let base = open_fds(p.child.id());
     let idle: Vec<std::net::TcpStream> = (0..380)
         .map(|_| std::net::TcpStream::connect(p.http).unwrap())
@@ -438,4 +464,42 @@ fn idle_admin_connections_cannot_starve_grpc() {
     wait_until(30, "the admin port to answer", || {
         matches!(http(p.http, "GET", "/readyz", "", &[]), Ok((200, ..)))
     });
+}
+
+#[test]
+fn idle_grpc_connections_cannot_exhaust_descriptors() {
+    // Open-files limit 1024: the gRPC cap is lowered to 1024 less room for the admin port and
+    // the rest (512). 700 silent clients: sluice holds at most 512, the rest wait in the
+    // listen backlog; each is closed at the handshake timeout (1 s here), so honest clients
+    // get slots again, and the admin port answers throughout.
+    let p = serve_with_ulimit("-n 1024", &["--grpc-handshake-timeout", "1s"]);
+    let base = open_fds(p.child.id());
+    let grpc: SocketAddr = format!("127.0.0.1:{}", p.grpc).parse().unwrap();
+    let idle: Vec<std::net::TcpStream> = (0..700)
+        .map(|_| std::net::TcpStream::connect(grpc).unwrap())
+        .collect();
+    assert!(
+        matches!(http(p.http, "GET", "/readyz", "", &[]), Ok((200, ..))),
+        "the admin port answers"
+    );
+    let fds = open_fds(p.child.id());
+    assert!(
+        fds <= base + 512 + 8,
+        "sluice holds {fds} descriptors ({base} at start)"
+    );
+    let addr = format!("http://127.0.0.1:{}", p.grpc);
+    let mut query = sluice();
+    query.args(["query", "--addr", &addr, "--domain", "load", "user=q"]);
+    let out = output_within(query, 60);
+    assert!(
+        out.status.success(),
+        "gRPC did not answer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(p.log.path()).unwrap();
+    assert!(
+        log.contains("gRPC connection cap lowered") && log.contains("cap=512"),
+        "{log}"
+    );
+    drop(idle);
 }

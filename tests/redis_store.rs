@@ -7,13 +7,15 @@ mod common;
 use common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use sluice::core::fleet::Part;
 use sluice::global::memory::MemoryStore;
 use sluice::global::redis::{RedisClusterStore, RedisOptions, RedisShard};
 use sluice::global::{ShardStore, SyncItem, SyncOp};
 
 const NOW_MS: u64 = 1_700_000_040_000;
 
-/// One call: a replica, then items `(entity, is_bucket, delta, ms after NOW)`.
+/// One call: a replica, then items `(entity, is_bucket, delta, ms after NOW)`; a window's
+/// delta is its stated part (hits, or refunds when negative).
 type Call = (u64, Vec<(u8, bool, i64, u64)>);
 
 fn item((entity, bucket, delta, at): (u8, bool, i64, u64)) -> SyncItem {
@@ -30,13 +32,22 @@ fn item((entity, bucket, delta, at): (u8, bool, i64, u64)) -> SyncItem {
             max_ahead_ns: 6_000_000_000,
             floor_us: 0,
             ttl_ms: 60_000,
+            // Now and then what an earlier call stated, as a late duplicate or a resend.
+            stated: [(delta.max(0) + at as i64 % 50) as u32, (at % 7) as u32],
         }
     } else {
         let epoch = now / 60_000;
         SyncOp::Window {
             epochs: [epoch, epoch - 1],
-            deltas: [delta.max(0), 0],
-            acked: [0, 0],
+            // Stated parts, not in order: a replica's later statement may hold less than an
+            // earlier one (a late duplicate), and the store keeps the larger.
+            parts: [
+                Part {
+                    hits: delta.max(0) as u64,
+                    refunds: (-delta).max(0) as u64,
+                },
+                Part::default(),
+            ],
             ttl_ms: 120_000,
         }
     };
@@ -149,6 +160,7 @@ fn a_bucket_lost_by_redis_is_restored_to_what_the_replica_read() {
             max_ahead_ns: 6_000_000_000,
             floor_us,
             ttl_ms: 60_000,
+            stated: [delta as u32, 0],
         },
     };
     let [tat, spent] = rt.block_on(shard.sync(1, &[spend(30, 0)])).unwrap()[0];

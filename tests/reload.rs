@@ -103,6 +103,38 @@ async fn a_bad_file_keeps_the_rules_in_force_until_fixed() {
     s.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_rule_that_would_deny_everything_is_refused_on_reload_with_its_line() {
+    // Issue 19, item 10: a count one level too far out loaded as a limit of 0.
+    let s = Server::start(V1, |_| {}).await;
+    assert_eq!(remaining(&s, "k").await, (1, 2));
+    let bad = s.dir.path().join("zz-slip.yaml");
+    std::fs::write(&bad, "domain: r2\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n    requests_per_unit: 100\n").unwrap();
+    wait_for_body(
+        s.http,
+        "/metrics",
+        r#"sluice_config_load_total{result="error"} 1"#,
+    )
+    .await;
+    // The rules in force still decide, counters intact.
+    assert_eq!(remaining(&s, "k").await, (1, 1));
+    let (_, _, status) = http_async(s.http, "GET", "/rlconfig/status", "")
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let errors: Vec<&str> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        errors.iter().any(|e| e.contains("zz-slip.yaml: config error, misplaced key 'requests_per_unit': it belongs inside 'rate_limit', one level further in (line 6, column 5; domain 'r2', descriptor path 'k')")),
+        "{status}"
+    );
+    s.stop().await.unwrap();
+}
+
 /// Successful loads so far, from `/rlconfig/status`.
 async fn loads(s: &Server) -> u64 {
     let (_, _, status) = http_async(s.http, "GET", "/rlconfig/status", "")

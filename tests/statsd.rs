@@ -81,3 +81,143 @@ async fn the_references_counters_reach_statsd_as_deltas() {
     }
     s.stop().await.unwrap();
 }
+
+/// Reads statsd lines from `sink` and hands each to `each` until it returns true (10 s at
+/// most: a flush every 50 ms).
+async fn read_until(sink: &tokio::net::UdpSocket, mut each: impl FnMut(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let n = tokio::time::timeout(left, sink.recv(&mut buf))
+            .await
+            .expect("the awaited statsd lines within 10 s")
+            .unwrap();
+        for line in std::str::from_utf8(&buf[..n]).unwrap().lines() {
+            if each(line) {
+                return;
+            }
+        }
+    }
+}
+
+/// A limit override: any client may send one for a known domain, with values of its choice.
+fn overriding(
+    entries: &[(&str, &str)],
+) -> envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+    let mut d = desc(entries);
+    d.limit = Some(
+        envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride {
+            requests_per_unit: 100,
+            unit: 2, // MINUTE
+        },
+    );
+    d
+}
+
+async fn statsd_server() -> (tokio::net::UdpSocket, Server) {
+    let sink = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = sink.local_addr().unwrap().to_string();
+    let rules = "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n";
+    let s = Server::start(rules, |st| {
+        st.statsd = Some(StatsdSettings {
+            addr,
+            flush: Duration::from_millis(50),
+        })
+    })
+    .await;
+    (sink, s)
+}
+
+#[tokio::test]
+async fn a_descriptor_value_cannot_forge_statsd_lines() {
+    let (sink, s) = statsd_server().await;
+    let mut c = s.client().await;
+    let forged = "v:1|c\nratelimit.service.rate_limit.s.k.over_limit:1000000|c";
+    c.should_rate_limit(RateLimitRequest {
+        domain: "s".into(),
+        descriptors: vec![overriding(&[("k", forged)])],
+        hits_addend: 0,
+    })
+    .await
+    .unwrap();
+    read_until(&sink, |line| {
+        // Every line is one `name:value|type[|@rate]`: the name holds no ':' or '|'.
+        let (name, rest) = line.split_once(':').expect("name:value");
+        assert!(
+            !rest.contains(':') && rest.matches('|').count() <= 2,
+            "a forged line: {line:?}"
+        );
+        assert_ne!(
+            name, "ratelimit.service.rate_limit.s.k.over_limit",
+            "{line:?}"
+        );
+        // The override's own counter, its name sanitized as the reference does.
+        name.starts_with("ratelimit.service.rate_limit.s.k_v_1_c_")
+            && name.ends_with(".total_hits")
+            && rest == "1|c"
+    })
+    .await;
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_oversized_line_neither_repeats_nor_blocks_the_others() {
+    let (sink, s) = statsd_server().await;
+    let mut c = s.client().await;
+    // A key of ~128 KB: past any datagram.
+    let long = "x".repeat(4_000);
+    let values: Vec<(String, String)> = (0..32).map(|j| (format!("e{j}"), long.clone())).collect();
+    let entries: Vec<(&str, &str)> = values
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    c.should_rate_limit(RateLimitRequest {
+        domain: "s".into(),
+        descriptors: vec![overriding(&entries)],
+        hits_addend: 0,
+    })
+    .await
+    .unwrap();
+    let k = RateLimitRequest {
+        domain: "s".into(),
+        descriptors: vec![desc(&[("k", "v")])],
+        hits_addend: 0,
+    };
+    for _ in 0..3 {
+        c.should_rate_limit(k.clone()).await.unwrap();
+    }
+    let (mut requests, mut hits) = (0, 0);
+    let count = |line: &str, requests: &mut u64, hits: &mut u64| {
+        let (name, rest) = line.split_once(':').unwrap();
+        let n: u64 = rest.strip_suffix("|c").map_or(0, |n| n.parse().unwrap());
+        match name {
+            "ratelimit_server.ShouldRateLimit.total_requests" => *requests += n,
+            "ratelimit.service.rate_limit.s.k.total_hits" => *hits += n,
+            _ => {}
+        }
+    };
+    read_until(&sink, |line| {
+        count(line, &mut requests, &mut hits);
+        requests >= 4 && hits >= 3
+    })
+    .await;
+    assert_eq!(
+        (requests, hits),
+        (4, 3),
+        "(total_requests, total_hits) sent"
+    );
+    // One more request: once its hit arrives, every request was sent exactly once.
+    c.should_rate_limit(k.clone()).await.unwrap();
+    read_until(&sink, |line| {
+        count(line, &mut requests, &mut hits);
+        assert!(
+            requests <= 5,
+            "total_requests sent again: {requests} for 5 requests"
+        );
+        hits == 4
+    })
+    .await;
+    assert_eq!(requests, 5);
+    s.stop().await.unwrap();
+}

@@ -247,3 +247,29 @@ async fn tls_conn(
 ) -> tokio_rustls::client::TlsStream<TcpStream> {
     tls(addr, config).await.unwrap()
 }
+
+/// A client that completes the TLS handshake and then sends nothing is closed at the
+/// handshake timeout (no HTTP/2 preface came), not held.
+#[tokio::test]
+async fn a_tls_client_that_idles_after_its_handshake_is_closed() {
+    let p = pki();
+    let tls = grpc_tls(&p, None, None);
+    let server = Server::start(RULES, |s| {
+        s.grpc_tls = Some(tls);
+        s.grpc_limits.handshake_timeout = std::time::Duration::from_millis(500);
+    })
+    .await;
+    let mut s = tls_conn(server.grpc, certs::client_config(&p.ca.cert, None)).await;
+    // The server's own HTTP/2 SETTINGS come first, then the close.
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(15), s.read_to_end(&mut got))
+        .await
+        .expect("the server closes the connection");
+    assert!(got.len() < 100, "{read:?}: read {got:?}");
+    // Honest clients are still served.
+    assert_eq!(
+        call(server.grpc, certs::client_config(&p.ca.cert, None)).await,
+        Ok(1)
+    );
+    server.stop().await.unwrap();
+}

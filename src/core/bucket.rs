@@ -201,6 +201,12 @@ pub struct BucketPlan {
     /// The fleet's `tat` as this node last read it (Unix µs, 0: never): a store that lost
     /// the bucket (Redis restarted empty) restores it to at least this.
     pub floor_us: u64,
+    /// Every token this node has spent in the bucket so far and every token it gave back,
+    /// sent or not, each modulo 2^32. Both only grow: the store keeps per replica the larger
+    /// of what it applied and what a call states, and applies the difference in place of
+    /// `delta`, so a call that timed out but ran and is then sent again, a late duplicate or
+    /// two calls applied out of order spend nothing twice.
+    pub stated: [u32; 2],
     /// A burst read (`prior.rs`): its reply measures rates however soon it comes.
     pub burst: bool,
 }
@@ -226,6 +232,8 @@ pub struct BucketState {
     pending_spend: i64,
     /// When the first of the run's pending tokens was spent (Unix ms; 0: none pending).
     pending_since: u64,
+    /// Tokens spent and given back so far, wrapping ([`BucketPlan::stated`]).
+    counted: [u32; 2],
     /// When the last reply arrived (Unix ms; 0 before the first).
     synced_at: u64,
     /// The other nodes' spends per second, averaged over [`RATE_TAU_MS`].
@@ -309,6 +317,8 @@ impl BucketState {
         }
         self.pending = self.pending.saturating_add(hits);
         self.pending_spend = self.pending_spend.saturating_add(hits);
+        // Wrapping, as the store compares them: only differences within 2^31 matter.
+        self.counted[0] = self.counted[0].wrapping_add(hits as u32);
     }
 
     /// Whether the fleet's bucket is full at `now` as far as this node can tell: its view
@@ -350,6 +360,7 @@ impl BucketState {
             }
             self.pending = self.pending.saturating_sub(back as i64);
             self.pending_spend = self.pending_spend.saturating_sub(back as i64);
+            self.counted[1] = self.counted[1].wrapping_add(back as u32);
         }
     }
 
@@ -427,6 +438,7 @@ impl BucketState {
             spend: self.pending_spend,
             since_ms: self.pending_since,
             floor_us: self.remote / 1000,
+            stated: self.counted,
             burst: false,
         };
         self.inflight = self.inflight.saturating_add(self.pending);

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::clock::UnixMillis;
-use super::fleet::SyncPlan;
+use super::fleet::{Part, SyncPlan};
 use super::window::{decide_lenient, Algorithm, Limit, WindowState};
 
 pub const MIN: u64 = 60_000;
@@ -36,41 +36,39 @@ pub fn apply(store: &mut HashMap<u64, u64>, plan: &SyncPlan) -> [u64; 2] {
 }
 
 /// A fake fleet counter per epoch with a part per node (`(epoch, node)`), as Redis holds it:
-/// the node's part gets the delta, and is raised to what the node says it acknowledged plus
-/// the delta when it holds less (a store that restarted empty). Returns the sums.
-pub fn apply_as(store: &mut HashMap<(u64, u64), i64>, node: u64, plan: &SyncPlan) -> [u64; 2] {
+/// the node's part keeps the larger of what it holds and what the node states, hits and
+/// refunds apart. Returns the sums.
+pub fn apply_as(store: &mut PartStore, node: u64, plan: &SyncPlan) -> [u64; 2] {
     let epochs = if plan.epochs[0] == plan.epochs[1] {
         1
     } else {
         2
     };
     for i in 0..epochs {
-        let want = plan.acked[i] + plan.deltas[i];
-        if plan.deltas[i] != 0 || want > 0 {
+        let said = plan.parts[i];
+        if said != Part::default() {
             let mine = store.entry((plan.epochs[i], node)).or_default();
-            *mine = (*mine + plan.deltas[i]).max(want);
+            mine.hits = mine.hits.max(said.hits);
+            mine.refunds = mine.refunds.max(said.refunds);
         }
     }
     std::array::from_fn(|i| part(store, plan.epochs[i]).max(0) as u64)
 }
 
+/// Each node's part of each epoch's counter, keyed by `(epoch, node)`.
+pub type PartStore = HashMap<(u64, u64), Part>;
+
 /// The sum of every node's part of `epoch`'s counter in an [`apply_as`] store.
-pub fn part(store: &HashMap<(u64, u64), i64>, epoch: u64) -> i64 {
+pub fn part(store: &PartStore, epoch: u64) -> i64 {
     store
         .iter()
         .filter(|((e, _), _)| *e == epoch)
-        .map(|(_, v)| *v)
+        .map(|(_, p)| p.hits as i64 - p.refunds as i64)
         .sum()
 }
 
 /// Syncs `s` as node `node` with an [`apply_as`] store at `t` (the reply lands at once).
-pub fn sync_as(
-    s: &mut WindowState,
-    node: u64,
-    l: &Limit,
-    store: &mut HashMap<(u64, u64), i64>,
-    t: UnixMillis,
-) {
+pub fn sync_as(s: &mut WindowState, node: u64, l: &Limit, store: &mut PartStore, t: UnixMillis) {
     let plan = s.begin_sync(l, t);
     let totals = apply_as(store, node, &plan);
     s.complete_sync(l, &plan, totals, t);

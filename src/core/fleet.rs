@@ -16,11 +16,13 @@
 //!   tick, cold ones at once and on the next tick again (to measure the rate), and an entity
 //!   whose own traffic says it will be Hot before its next sync is Hot now.
 //!
-//! - **a store that restarts empty is rebuilt**: each node's part of a counter is its own
-//!   (Redis keeps one per replica), and every sync states what this node's part held when
-//!   last acknowledged ([`SyncPlan::acked`], from `own` less what is in flight or pending);
-//!   the store raises a part found short to that, so after a restart the count comes back
-//!   to the sum of what the live nodes counted as each syncs the entity again.
+//! - **a sync is idempotent, and a store that restarts empty is rebuilt**: each node's part
+//!   of a counter is its own (Redis keeps one per replica), and every sync states that part
+//!   whole — the node's hits and refunds in the epoch so far ([`SyncPlan::parts`]), never a
+//!   delta. Both only grow, so the store keeps the larger of what it holds and what a call
+//!   says: a call that timed out but ran and was then sent again, a late duplicate or calls
+//!   applied out of order count each hit once, and after a restart the count comes back to
+//!   the sum of what the live nodes counted as each syncs the entity again.
 //!
 //! The price is a few false denials in the last moments before a limit is reached (a node
 //! whose share is spent while another's is not), and at most one tick of traffic decided on
@@ -30,21 +32,32 @@ use super::clock::UnixMillis;
 use super::prior::FleetView;
 use super::window::{float, Limit, Slot, Span, WindowState, MAX_COUNT};
 
-/// What one sync sends and reads for one limit: the deltas of the current and previous epoch,
-/// and what this node's part of each counter held before them.
+/// What one sync sends and reads for one limit: this node's part of the current and previous
+/// epoch's counters, stated whole, and the hits it adds to each (to settle them on the reply).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SyncPlan {
     /// The current and the previous epoch.
     pub epochs: [u64; 2],
-    /// Own hits to add to each epoch's counter (0: read only).
+    /// Own hits this sync moves from pending to in flight, per epoch (0: nothing new).
     pub deltas: [i64; 2],
-    /// Own hits the store acknowledged before this sync, per epoch: this node's part of the
-    /// counter holds at least that much, plus the delta, once the sync is applied. A store
-    /// whose part holds less (Redis restarted empty) raises it to that; never lowers it.
-    pub acked: [i64; 2],
+    /// This node's part of each epoch's counter: every hit and every refund it has counted
+    /// there so far, sent or not. Both only ever grow, so the store keeps the larger of what
+    /// it holds and what a call states, never adds: a call that timed out and ran all the
+    /// same, then was sent again, a late duplicate, calls applied out of order, and a store
+    /// that restarted empty all leave the part at exactly what this node counted.
+    pub parts: [Part; 2],
     /// A burst read (`prior.rs`): a reply this soon after the last one measures the others'
     /// rate all the same.
     pub burst: bool,
+}
+
+/// One node's part of one counter, as a sync states it: its hits and its refunds so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Part {
+    /// Hits counted (admitted or not, as the limit counts them).
+    pub hits: u64,
+    /// Hits given back (Envoy's `is_negative_hits`).
+    pub refunds: u64,
 }
 
 /// Replies closer together than this give no rate sample: a handful of hits over a few
@@ -245,9 +258,8 @@ impl WindowState {
     }
 
     /// Starts a sync at `now`: the pending hits of the current and previous epoch become
-    /// in-flight, to be added to the fleet's counters by the store, with the own hits it
-    /// acknowledged before ([`SyncPlan::acked`]) so that a store that lost them (Redis
-    /// restarted empty) gets this node's part back in the same call.
+    /// in-flight, and the plan states this node's whole part of both counters
+    /// ([`SyncPlan::parts`]), which the store keeps if it holds less.
     pub fn begin_sync(&mut self, limit: &Limit, now: UnixMillis) -> SyncPlan {
         let epoch = now.0 / limit.window_ms;
         // A read of an entity this node has not counted yet still needs a slot to land in.
@@ -266,9 +278,13 @@ impl WindowState {
             let slot = (plan.epochs[i] % 2) as usize;
             let s = &mut self.slots[slot];
             if s.epoch == plan.epochs[i] && (i == 0 || epoch > 0) {
-                // A sync still in flight (only a final flush starts one beside another) is
-                // left out: what it adds comes on top, so this stays a lower bound.
-                plan.acked[i] = i64::from(self.own[slot]) - s.inflight - s.pending;
+                // Whole, a sync still in flight included: a part stated whole covers every
+                // earlier statement, whichever of them the store applies last.
+                let refunds = self.refunded[slot];
+                plan.parts[i] = Part {
+                    hits: (i64::from(self.own[slot]) + i64::from(refunds)).max(0) as u64,
+                    refunds: u64::from(refunds),
+                };
                 plan.deltas[i] = s.pending;
                 s.inflight += s.pending;
                 s.pending = 0;
@@ -447,6 +463,37 @@ mod tests {
     }
 
     #[test]
+    fn a_sync_that_ran_but_timed_out_is_never_counted_twice() {
+        // Redis slower than the timeout: the call is given up (fail_sync) but runs all the
+        // same, and its hits go again with the next call; a later call's statement reaches the
+        // store before an older one's; a refund in between.
+        let l = fixed(1_000);
+        let mut store = PartStore::new();
+        let mut a = WindowState::default();
+        let t = T0.plus_millis(1_000);
+        a.record(&l, t, 70);
+        let first = a.begin_sync(&l, t);
+        apply_as(&mut store, 1, &first); // it ran...
+        a.fail_sync(&first); // ...but no reply came in time
+        a.record(&l, t, 5);
+        a.refund(&l, t, 2);
+        let second = a.begin_sync(&l, t);
+        assert_eq!(second.deltas[0], 73);
+        let totals = apply_as(&mut store, 1, &second);
+        apply_as(&mut store, 1, &first); // a duplicate of the first, late
+        a.complete_sync(&l, &second, totals, t);
+        assert_eq!((totals[0], part(&store, T0.0 / MIN)), (73, 73));
+        assert_eq!(a.check(&l, t, 0).count_after, 73);
+        // Another replica's part is its own.
+        let mut b = WindowState::default();
+        b.record(&l, t, 10);
+        let plan = b.begin_sync(&l, t);
+        apply_as(&mut store, 2, &plan);
+        apply_as(&mut store, 2, &plan);
+        assert_eq!(part(&store, T0.0 / MIN), 83);
+    }
+
+    #[test]
     fn a_store_that_restarts_empty_gets_each_nodes_acknowledged_part_back() {
         let l = sliding(300);
         let mut store = std::collections::HashMap::new();
@@ -465,7 +512,8 @@ mod tests {
         let next = T0.plus_millis(MIN + 1_000);
         a.record(&l, next, 1);
         let plan = a.begin_sync(&l, next);
-        assert_eq!((plan.deltas, plan.acked), ([1, 0], [0, 100]));
+        let said = |hits| Part { hits, refunds: 0 };
+        assert_eq!((plan.deltas, plan.parts), ([1, 0], [said(1), said(100)]));
         let totals = apply_as(&mut store, 1, &plan);
         a.complete_sync(&l, &plan, totals, next);
         // A's part of the previous epoch is back at once; B's with B's next sync, a read.
@@ -485,7 +533,7 @@ mod tests {
     }
 
     #[test]
-    fn a_part_is_raised_only_when_short_never_lowered() {
+    fn a_part_is_kept_at_the_larger_of_held_and_stated() {
         let l = fixed(100);
         let mut store = std::collections::HashMap::new();
         let (mut a, mut b) = (WindowState::default(), WindowState::default());
@@ -499,12 +547,15 @@ mod tests {
         for t in [T0, T0.plus_millis(1_000), T0.plus_millis(2_000)] {
             sync_as(&mut b, 2, &l, &mut store, t);
         }
-        assert_eq!((store[&(T0.0 / MIN, 2)], part(&store, T0.0 / MIN)), (-5, 5));
-        // A part holding more than the node knows of (a call that timed out but was applied)
-        // is left as it is.
-        *store.get_mut(&(T0.0 / MIN, 1)).unwrap() += 3;
+        let b_part = store[&(T0.0 / MIN, 2)];
+        assert_eq!(
+            (b_part.hits, b_part.refunds, part(&store, T0.0 / MIN)),
+            (5, 10, 5)
+        );
+        // A part holding more than the node states is left as it is.
+        store.get_mut(&(T0.0 / MIN, 1)).unwrap().hits += 3;
         sync_as(&mut a, 1, &l, &mut store, T0.plus_millis(3_000));
-        assert_eq!(store[&(T0.0 / MIN, 1)], 13);
+        assert_eq!(store[&(T0.0 / MIN, 1)].hits, 13);
     }
 
     #[test]

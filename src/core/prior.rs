@@ -384,7 +384,7 @@ mod tests {
                 ..s.begin_sync(&l, t(4))
             };
             hits(&mut s, 3, t(4));
-            assert_eq!((a.deltas[0], b.deltas[0], b.acked[0]), (10, 5, 100));
+            assert_eq!((a.deltas[0], b.deltas[0], b.parts[0].hits), (10, 5, 115));
             assert_eq!(s.count(epoch), 118);
             // The others add 20 before either lands.
             *store.entry(epoch).or_default() += 20;

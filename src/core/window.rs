@@ -171,6 +171,10 @@ pub struct WindowState {
     /// a node may refund hits another node counted. Kept apart from `Slot` so the state stays
     /// small: an i32 would pad a slot to 40 bytes.
     pub(super) own: [i32; 2],
+    /// Own refunds in each slot's epoch (saturating): with `own` they give what a sync states
+    /// to the store, this node's hits and refunds so far, both only ever growing
+    /// ([`SyncPlan::parts`](super::fleet::SyncPlan::parts)).
+    pub(super) refunded: [u32; 2],
     /// When the last sync reply arrived (Unix ms); 0 before the first.
     pub(super) synced_at: u64,
     /// Other nodes' hits per second between the last two replies (after one reply: a guess).
@@ -292,6 +296,7 @@ impl WindowState {
             ..Slot::default()
         };
         self.own[i] = 0;
+        self.refunded[i] = 0;
     }
 
     /// The epoch an estimate at `now` reads. A clock that stepped back reads the newest counts
@@ -415,7 +420,9 @@ impl WindowState {
         s.pending = s.pending.saturating_sub(back);
         let i = (s.epoch % 2) as usize;
         // Not clamped at 0: the counter's part of this node goes down by `back` in Redis too.
-        self.own[i] = self.own[i].saturating_sub(back.clamp(0, i64::from(i32::MAX)) as i32);
+        let back = back.clamp(0, i64::from(i32::MAX)) as i32;
+        self.own[i] = self.own[i].saturating_sub(back);
+        self.refunded[i] = self.refunded[i].saturating_add(back as u32);
     }
 
     /// Hits counted in the current epoch, as this node sees them (before extrapolation).
@@ -698,7 +705,8 @@ mod tests {
 
     #[test]
     fn the_state_stays_small() {
-        // Memory per entity is a target (ARCHITECTURE.md, "Targets"): the fleet-accuracy fields cost 8 bytes.
-        assert!(std::mem::size_of::<WindowState>() <= 88);
+        // Memory per entity is a target (ARCHITECTURE.md, "Targets"): the fleet-accuracy fields
+        // cost 8 bytes, the refunds that make a sync idempotent 8 more.
+        assert!(std::mem::size_of::<WindowState>() <= 96);
     }
 }

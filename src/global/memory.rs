@@ -11,17 +11,70 @@ use parking_lot::Mutex;
 
 use super::exact::{apply, ExactCounters, ExactFuture, ExactItem, ExactStore};
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
+use crate::core::fleet::Part;
 
-/// A counter: each replica's part.
-pub type Parts = HashMap<u64, i64>;
+/// A counter: each replica's part (its hits and refunds so far).
+pub type Parts = HashMap<u64, Part>;
+
+/// The net count of a counter's parts.
+fn net(p: &Parts) -> i64 {
+    p.values().map(|p| p.hits as i64 - p.refunds as i64).sum()
+}
+
+/// A token bucket as the script keeps it.
+#[derive(Debug, Default)]
+pub struct Bucket {
+    /// The `tat` (Unix µs).
+    pub tat: f64,
+    /// The running count of tokens spent.
+    pub spent: u64,
+    /// Per replica, the tokens spent and given back it stated, as applied.
+    pub stated: HashMap<u64, [u32; 2]>,
+}
+
+/// What a bucket call adds that the store has not applied, as the script works it out: the
+/// replica `stated` the tokens it spent and gave back so far (each modulo 2^32, only ever
+/// growing) and the store applied `held` of them; each difference counts when positive
+/// (taken between -2^31 and 2^31: a stale statement reads below what is held). A replica the
+/// store holds nothing of (a new bucket, or one Redis lost) gets the call's `delta`. Returns
+/// the tokens to add (negative: to give back) and what is held after.
+pub fn fresh(held: Option<[u32; 2]>, stated: [u32; 2], delta: i64) -> (i64, [u32; 2]) {
+    let Some(held) = held else {
+        return (delta, stated);
+    };
+    let new = |i: usize| i64::from(stated[i].wrapping_sub(held[i]) as i32).max(0);
+    let (spent, back) = (new(0), new(1));
+    (
+        spent - back,
+        [
+            held[0].wrapping_add(spent as u32),
+            held[1].wrapping_add(back as u32),
+        ],
+    )
+}
+
+/// The run's tokens to spend when a call adds `added` where it meant `delta`: as many more
+/// or fewer, never past zero (a resent call's tokens were spent when it first ran; a call
+/// that stated another's tokens still in flight spends them).
+pub fn run_of(spend: i64, delta: i64, added: i64) -> i64 {
+    let run = spend + (added - delta);
+    if spend >= 0 {
+        run.max(0)
+    } else {
+        run.min(0)
+    }
+}
 
 /// An in-memory store of counters keyed by (entity, limit, epoch); `down` makes every call
-/// fail.
+/// fail, `late` every sync call time out after it was applied.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     pub counters: Mutex<HashMap<(u128, u8, u64), Parts>>,
     pub calls: AtomicU64,
     pub down: AtomicBool,
+    /// Every sync call is applied, then fails with a timeout: a Redis slower than the
+    /// client's timeout, which still runs what it was sent.
+    pub late: AtomicBool,
     /// Exact rules' counters, keyed by (entity, limit, epoch): apart from the sync's, as in
     /// Redis.
     pub exact: Mutex<HashMap<(u128, u8, u64), u64>>,
@@ -30,8 +83,8 @@ pub struct MemoryStore {
     pub exact_buckets: Mutex<HashMap<(u128, u8), u64>>,
     /// Exact calls received (failed ones included).
     pub exact_calls: AtomicU64,
-    /// Token buckets, keyed by (entity, limit): the `tat` (Unix µs) and the tokens spent.
-    pub buckets: Mutex<HashMap<(u128, u8), (f64, u64)>>,
+    /// Token buckets, keyed by (entity, limit).
+    pub buckets: Mutex<HashMap<(u128, u8), Bucket>>,
     /// Live replicas: id → last seen (Unix ms).
     pub replicas: Mutex<HashMap<u64, u64>>,
 }
@@ -91,7 +144,7 @@ impl MemoryStore {
         self.counters
             .lock()
             .get(&(entity, limit, epoch))
-            .map_or(0, |p| p.values().sum())
+            .map_or(0, net)
     }
 
     /// Forgets every counter, as a Redis without persistence does when it restarts.
@@ -101,30 +154,29 @@ impl MemoryStore {
     }
 }
 
-/// A window item: the replica's parts raised and added to, as the script does; the sums.
+/// A window item: the larger of the replica's part and what the item states, hits and
+/// refunds apart, as the script keeps it; the sums.
 fn window(
     c: &mut HashMap<(u128, u8, u64), Parts>,
     replica: u64,
     it: &SyncItem,
     epochs: [u64; 2],
-    deltas: [i64; 2],
-    acked: [i64; 2],
+    parts: [Part; 2],
 ) -> [u64; 2] {
-    // Epoch 0 has no previous epoch: the item names it twice, with no delta.
+    // Epoch 0 has no previous epoch: the item names it twice, with the same part.
     let n = if epochs[0] == epochs[1] { 1 } else { 2 };
     for i in 0..n {
-        let want = acked[i] + deltas[i];
-        // As the script: a read creates nothing.
-        if deltas[i] != 0 || want > 0 {
+        // As the script: a read (nothing counted) creates nothing.
+        if parts[i] != Part::default() {
             let key = (it.entity, it.limit, epochs[i]);
             let mine = c.entry(key).or_default().entry(replica).or_default();
-            *mine = (*mine + deltas[i]).max(want);
+            mine.hits = mine.hits.max(parts[i].hits);
+            mine.refunds = mine.refunds.max(parts[i].refunds);
         }
     }
     std::array::from_fn(|i| {
         let key = (it.entity, it.limit, epochs[i]);
-        let sum: i64 = c.get(&key).map_or(0, |p| p.values().sum());
-        sum.max(0) as u64
+        c.get(&key).map_or(0, net).max(0) as u64
     })
 }
 
@@ -139,15 +191,10 @@ impl ShardStore for MemoryStore {
         }
         let mut c = self.counters.lock();
         let mut b = self.buckets.lock();
-        Ok(items
+        let totals = items
             .iter()
             .map(|it| match it.op {
-                SyncOp::Window {
-                    epochs,
-                    deltas,
-                    acked,
-                    ..
-                } => window(&mut c, replica, it, epochs, deltas, acked),
+                SyncOp::Window { epochs, parts, .. } => window(&mut c, replica, it, epochs, parts),
                 SyncOp::Bucket {
                     delta,
                     spend,
@@ -156,12 +203,21 @@ impl ShardStore for MemoryStore {
                     interval_ns,
                     max_ahead_ns,
                     floor_us,
+                    stated,
                     ..
                 } => {
                     let key = (it.entity, it.limit);
                     let now = now_us as f64;
-                    let (mut tat, mut spent) = b.get(&key).copied().unwrap_or((floor_us as f64, 0));
-                    if delta != 0 || spend != 0 {
+                    let held = b.get(&key);
+                    let (mut tat, mut spent) =
+                        held.map_or((floor_us as f64, 0), |h| (h.tat, h.spent));
+                    let (delta_in, now_held) = fresh(
+                        held.and_then(|h| h.stated.get(&replica).copied()),
+                        stated,
+                        delta,
+                    );
+                    let spend = run_of(spend, delta, delta_in);
+                    if delta_in != 0 || spend != 0 {
                         // As the script: in floating point microseconds.
                         if spend != 0 {
                             let t = interval_ns as f64 / 1000.0;
@@ -169,15 +225,28 @@ impl ShardStore for MemoryStore {
                             let base = tat.max(since_us as f64);
                             tat = (base + spend as f64 * t).max(now).min(limit.max(tat));
                         }
-                        spent = (spent as i64).saturating_add(delta).max(0) as u64;
-                        b.insert(key, (tat, spent));
-                    } else if !b.contains_key(&key) && tat > now {
-                        b.insert(key, (tat, spent));
+                        spent = (spent as i64).saturating_add(delta_in).max(0) as u64;
+                        let e = b.entry(key).or_default();
+                        (e.tat, e.spent) = (tat, spent);
+                        e.stated.insert(replica, now_held);
+                    } else if held.is_none() && tat > now {
+                        b.insert(
+                            key,
+                            Bucket {
+                                tat,
+                                spent,
+                                ..Bucket::default()
+                            },
+                        );
                     }
                     [tat as u64, spent]
                 }
             })
-            .collect())
+            .collect();
+        if self.late.load(Ordering::Relaxed) {
+            return Err(StoreError::Timeout(std::time::Duration::from_millis(100)));
+        }
+        Ok(totals)
     }
     async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
         if self.down.load(Ordering::Relaxed) {

@@ -1,21 +1,30 @@
 //! The Redis [`ShardStore`]s of global mode: standalone shards (one deadpool pool each) and
-//! Redis Cluster. One Lua script adds the deltas of a whole tick and returns the counters.
+//! Redis Cluster. One Lua script states the replica's parts of a whole tick's counters and
+//! returns the counters.
 //!
 //! # Data model (key version 2)
 //! A counter of (entity, limit, epoch) is a hash at
 //! `{prefix}sluice:v2:{<entity>}:<limit>:<epoch>` (the hash tag keeps an entity's keys in one
-//! cluster slot) with one field per replica: its id as 16 hex digits, holding that
-//! replica's hits. For each key the script `HINCRBY`s the replica's field by its delta;
-//! raises the field to `acked + delta` with `HSET` when it holds less (the replica knows it
-//! wrote that much: Redis restarted empty, or lost the key); sets the expiry (two windows)
-//! when a write finds the key without one, i.e. when the script created it; and returns the
-//! sum of the fields. A read (no delta, nothing acknowledged) writes nothing.
+//! cluster slot) with one part per replica: the field named by its id (16 hex digits) holds
+//! its hits, and, once it refunded any, the field `<id>-` holds its refunds as a negative
+//! number; the count is the sum of every field. A call states the replica's part whole (its
+//! hits and refunds in the epoch so far, `Part`), and the script keeps the larger of what a
+//! field holds and what the call says (the smaller, for the negative refunds field); sets the
+//! expiry (two windows) when a write finds the key without one, i.e. when the script created
+//! it; and returns the sum of the fields. A read (nothing counted) writes nothing.
 //!
-//! Why a hash: a single `INCRBY` counter cannot be rebuilt from what each replica knows. With
-//! A at 100 and B at 120, each topping the counter up to its own count gives 120, not 220;
-//! one part per replica makes the raise idempotent and the sum right. Only a replica's own
-//! process writes its field, and it never lowers it, so a raise cannot undo another call's
-//! hits; a late duplicate of a timed-out call is counted twice, as with `INCRBY` before.
+//! Why stated parts and not `HINCRBY`: a call that timed out may still run in Redis, and its
+//! hits go again with the next call; an increment would count them twice (with Redis slower
+//! than the timeout for a few seconds, 70 hits became 150–170, and the fleet then denied
+//! every request for the rest of the window). A statement is idempotent: a resend, a late
+//! duplicate or two calls applied out of order leave the part at what the replica counted.
+//! Hits and refunds are kept apart because each only grows, so "keep the larger" holds for
+//! both; a net count goes down on a refund, and a stale statement could not be told from one.
+//!
+//! Why a hash: a single counter cannot be rebuilt from what each replica knows. With A at
+//! 100 and B at 120, each topping the counter up to its own count gives 120, not 220; one
+//! part per replica makes the statement idempotent and the sum right, and a Redis that
+//! restarted empty gets every live replica's part back with its next sync of the entity.
 //!
 //! Costs. The sum is an `HVALS` over the fields: O(replicas that counted the entity in that
 //! epoch), at most the fleet (≤ 50 by the targets), so a chunk of 500 items reads at most
@@ -23,8 +32,14 @@
 //! it is a second write per key that must stay in step with the parts, and a script aborted
 //! between the two (Redis does not roll scripts back) would leave them apart for the key's
 //! life; the sum cannot drift. Memory: each replica writing an entity adds a field (16-byte
-//! name and an integer, listpack-encoded up to 128 fields) to that key, where it used to add
-//! nothing; an entity hit on one replica costs about what the string did.
+//! name and an integer, listpack-encoded up to 128 fields) to that key; an entity hit on one
+//! replica costs about what a string would.
+//!
+//! Mixed versions. Replicas that add deltas (`HINCRBY` on their own field, raised to what
+//! they acknowledged) and replicas that state their parts share these keys during a rolling
+//! upgrade: each writes only its own fields, every version sums all of them, so the fleet
+//! keeps one count; the older replicas keep their own double counting under timeouts until
+//! they are replaced.
 //!
 //! Upgrading from key version 1 (plain strings at `{prefix}sluice:{<entity>}:…`) starts every
 //! counter afresh once: a version-2 replica never reads or writes a version-1 key, so a
@@ -34,7 +49,12 @@
 //! A bucket (`SyncOp::Bucket`, `core/bucket.rs`) is a hash at
 //! `{prefix}sluice:b1:{<entity>}:<limit>` with two fields: `t`, the fleet's theoretical
 //! arrival time (Unix µs, a decimal: an interval need not be a whole microsecond), and `n`,
-//! the tokens spent so far (for measuring rates). A second script, `BUCKET_SCRIPT`, spends a
+//! the tokens spent so far (for measuring rates); and two per replica that spent in it, its
+//! id and its id followed by `-`: the tokens it spent and gave back, as applied (each modulo
+//! 2^32). A call states the replica's totals of both; the script applies only what they add
+//! to what it holds, so a call that timed out but ran, then sent again, spends nothing twice
+//! (replicas of an older version, which send deltas alone, write neither field and are
+//! applied as before). A second script, `BUCKET_SCRIPT`, spends a
 //! replica's tokens since it last saw the bucket full from the time the first of them was
 //! spent (`t = max(t, since) + spend × T`, at most one capacity below empty; a refund never
 //! takes it below now), adds all its tokens to `n`, and
@@ -60,28 +80,29 @@ use deadpool_redis::redis::{self, Value};
 use crate::global::store::Heartbeat;
 use crate::global::{ShardStore, StoreError, SyncItem, SyncOp};
 
-/// Adds deltas and reads counters (see the module docs). KEYS: two per item (current,
-/// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current delta,
-/// previous delta, current acked, previous acked). Returns one integer per key: the sum.
+/// States parts and reads counters (see the module docs). KEYS: two per item (current,
+/// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current hits,
+/// previous hits, current refunds, previous refunds). Returns one integer per key: the sum.
 const SYNC_SCRIPT: &str = r#"
 local me = ARGV[1]
+local back = me .. '-'
 local out = {}
 for i = 1, #KEYS do
   local k = KEYS[i]
   local base = 1 + math.floor((i - 1) / 2) * 5
   local e = (i - 1) % 2
-  local delta = tonumber(ARGV[base + 2 + e])
-  local want = tonumber(ARGV[base + 4 + e]) + delta
-  local mine = nil
-  if delta ~= 0 then
-    mine = redis.call('HINCRBY', k, me, delta)
-  elseif want > 0 then
-    mine = tonumber(redis.call('HGET', k, me) or '0')
+  local hits = tonumber(ARGV[base + 2 + e])
+  local refunds = tonumber(ARGV[base + 4 + e])
+  local wrote = false
+  if hits > 0 and tonumber(redis.call('HGET', k, me) or '0') < hits then
+    redis.call('HSET', k, me, hits)
+    wrote = true
   end
-  if mine ~= nil then
-    if mine < want then redis.call('HSET', k, me, want) end
-    if redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ARGV[base + 1]) end
+  if refunds > 0 and tonumber(redis.call('HGET', k, back) or '0') > -refunds then
+    redis.call('HSET', k, back, -refunds)
+    wrote = true
   end
+  if wrote and redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ARGV[base + 1]) end
   local sum = 0
   for _, v in ipairs(redis.call('HVALS', k)) do sum = sum + tonumber(v) end
   out[i] = sum
@@ -103,33 +124,56 @@ return redis.call('ZCARD', KEYS[1])
 "#;
 
 /// Spends tokens of buckets and reads them (`SyncOp::Bucket`). KEYS: one hash per bucket
-/// (`t`: the `tat` in Unix µs, `n`: tokens spent). ARGV: eight per item (delta, now µs,
-/// since µs, interval µs, max ahead µs, floor µs, ttl ms, spend). Returns two integers per
-/// key: `tat`, `n`.
-/// A bucket that is full and was never spent is not written.
+/// (`t`: the `tat` in Unix µs, `n`: tokens spent, and per replica, under its id and its id
+/// followed by `-`, the tokens it spent and gave back as applied, modulo 2^32). ARGV: the
+/// replica's field, then ten per item (delta, now µs, since µs, interval µs, max ahead µs,
+/// floor µs, ttl ms, spend, tokens spent so far, tokens given back so far). In place of the
+/// delta, what the statement adds to what was applied (`memory::fresh`: a call that timed
+/// out but ran, sent again, spends nothing twice), and the spend corrected by as much
+/// (`memory::run_of`). Returns two integers per key: `tat`, `n`. A bucket that is full and
+/// was never spent is not written.
 const BUCKET_SCRIPT: &str = r#"
+local me = ARGV[1]
+local back = me .. '-'
 local out = {}
+local function new(stated, held)
+  local d = (stated - held) % 4294967296
+  if d >= 2147483648 then return 0 end
+  return d
+end
 for i = 1, #KEYS do
   local k = KEYS[i]
-  local b = (i - 1) * 8
+  local b = 1 + (i - 1) * 10
   local delta = tonumber(ARGV[b + 1])
   local spend = tonumber(ARGV[b + 8])
+  local stated = {tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])}
   local now = tonumber(ARGV[b + 2])
-  local v = redis.call('HMGET', k, 't', 'n')
+  local v = redis.call('HMGET', k, 't', 'n', me, back)
   local tat = tonumber(v[1])
   local spent = tonumber(v[2]) or 0
+  local held = stated
+  local added = delta
+  if v[3] then
+    local plus = new(stated[1], tonumber(v[3]))
+    local minus = new(stated[2], tonumber(v[4]) or 0)
+    added = plus - minus
+    held = {(tonumber(v[3]) + plus) % 4294967296, ((tonumber(v[4]) or 0) + minus) % 4294967296}
+    local run = spend + added - delta
+    if spend >= 0 then spend = math.max(run, 0) else spend = math.min(run, 0) end
+  end
   local write = false
   if tat == nil then
     tat = tonumber(ARGV[b + 6])
     write = tat > now
   end
-  if delta ~= 0 or spend ~= 0 then
+  if added ~= 0 or spend ~= 0 then
     if spend ~= 0 then
       local limit = math.max(now + tonumber(ARGV[b + 5]), tat)
       local base = math.max(tat, tonumber(ARGV[b + 3]))
       tat = math.min(math.max(base + spend * tonumber(ARGV[b + 4]), now), limit)
     end
-    spent = math.max(spent + delta, 0)
+    spent = math.max(spent + added, 0)
+    redis.call('HSET', k, me, held[1], back, held[2])
     write = true
   end
   if write then
@@ -272,18 +316,12 @@ fn script_call(
             }
             cmd.arg(field(replica));
             for it in items {
-                if let SyncOp::Window {
-                    epochs: _,
-                    deltas,
-                    acked,
-                    ttl_ms,
-                } = it.op
-                {
+                if let SyncOp::Window { parts, ttl_ms, .. } = it.op {
                     cmd.arg(ttl_ms)
-                        .arg(deltas[0])
-                        .arg(deltas[1])
-                        .arg(acked[0])
-                        .arg(acked[1]);
+                        .arg(parts[0].hits)
+                        .arg(parts[1].hits)
+                        .arg(parts[0].refunds)
+                        .arg(parts[1].refunds);
                 }
             }
         }
@@ -292,6 +330,7 @@ fn script_call(
             for it in items {
                 cmd.arg(bucket_key(prefix, it));
             }
+            cmd.arg(field(replica));
             for it in items {
                 if let SyncOp::Bucket {
                     delta,
@@ -302,6 +341,7 @@ fn script_call(
                     max_ahead_ns,
                     floor_us,
                     ttl_ms,
+                    stated,
                 } = it.op
                 {
                     // Microseconds as decimals: an interval need not be whole.
@@ -312,7 +352,9 @@ fn script_call(
                         .arg(format!("{}", max_ahead_ns as f64 / 1000.0))
                         .arg(floor_us)
                         .arg(ttl_ms)
-                        .arg(spend);
+                        .arg(spend)
+                        .arg(stated[0])
+                        .arg(stated[1]);
                 }
             }
         }
@@ -604,7 +646,7 @@ impl ShardStore for RedisClusterStore {
             return Ok((Vec::new(), Some(self.heartbeat(beat).await?)));
         }
         // The item calls and the heartbeat in flight at once: one round trip. A failed
-        // heartbeat leaves the sync's result alone (its deltas were added).
+        // heartbeat leaves the sync's result alone (its parts were stated).
         let (totals, live) =
             futures_util::future::join(self.sync(replica, items), self.heartbeat(beat)).await;
         if let Err(e) = &live {
@@ -716,8 +758,7 @@ mod tests {
             limit,
             op: SyncOp::Window {
                 epochs,
-                deltas: [1, 0],
-                acked: [0, 0],
+                parts: Default::default(),
                 ttl_ms: 1,
             },
         }

@@ -5,11 +5,11 @@
 //! has news, queues it on its shard ([`SyncQueues::mark_dirty`], under its table shard's lock).
 //! Each tick a shard task takes the entities that are due by [`SyncPolicy`] (cold ones at
 //! once, hot ones every tick), turns their pending hits into in-flight deltas
-//! ([`WindowState::begin_sync`]), and makes **one** call to its [`ShardStore`], which adds
-//! the deltas and returns both epochs' totals. The replies settle the deltas
-//! (`complete_sync`), so a node's own hits are counted exactly once. Each call also states
-//! what this node's part of each counter held when last acknowledged, so a store that
-//! restarted empty gets it back (`store.rs`). A failed call puts the
+//! ([`WindowState::begin_sync`]), and makes **one** call to its [`ShardStore`], which keeps
+//! this node's part of each counter as the call states it (whole, so a call resent after a
+//! timeout that ran all the same counts nothing twice, and a store that restarted empty gets
+//! it back: `store.rs`) and returns both epochs' totals. The replies settle the deltas
+//! (`complete_sync`), so a node's own hits are counted exactly once. A failed call puts the
 //! deltas back (`fail_sync`), marks the shard degraded and backs off; the hot path keeps
 //! deciding from memory meanwhile.
 //!

@@ -88,6 +88,61 @@ async fn a_failed_call_keeps_the_deltas_and_the_next_one_sends_them() {
 }
 
 #[tokio::test]
+async fn a_call_that_timed_out_but_ran_is_not_counted_again_when_resent() {
+    // Redis slower than the timeout: every call runs there, and every reply comes too late.
+    let (cache, queues, sync, clock) = setup();
+    hit(&cache, &queues, 1, &clock, 70);
+    sync.store.late.store(true, Ordering::Relaxed);
+    for _ in 0..3 {
+        assert!(sync.tick(false).await.is_err());
+        hit(&cache, &queues, 1, &clock, 10);
+    }
+    sync.store.late.store(false, Ordering::Relaxed);
+    sync.tick(false).await.unwrap();
+    assert_eq!(sync.store.total(1, 0, T0 / 60_000), 100);
+    // And the replica sees its own hits once: 100 of 100 used.
+    let count = on(&cache, 1, clock.now(), |st| {
+        crate::core::decide(&mut st.states[0], &limit(), clock.now(), 0).count_after
+    });
+    assert_eq!(count, 100);
+}
+
+#[tokio::test]
+async fn a_bucket_call_that_timed_out_but_ran_spends_nothing_twice() {
+    let (cache, queues, sync, clock) = setup();
+    let l = Limit {
+        requests_per_unit: 10,
+        window_ms: 1000,
+        algorithm: Algorithm::TokenBucket { burst: 100 },
+    };
+    let spend = |n| {
+        cache.with(
+            3,
+            clock.now(),
+            || vec![l],
+            |e| {
+                for _ in 0..n {
+                    crate::core::decide(&mut e.state.states[0], &l, clock.now(), 1);
+                }
+                queues.mark_dirty(3, e.state, false);
+            },
+        )
+    };
+    spend(40);
+    sync.store.late.store(true, Ordering::Relaxed);
+    for _ in 0..3 {
+        assert!(sync.tick(false).await.is_err());
+        spend(5);
+    }
+    sync.store.late.store(false, Ordering::Relaxed);
+    sync.tick(false).await.unwrap();
+    let b = &sync.store.buckets.lock()[&(3, 0)];
+    // 55 tokens spent at one instant: the bucket is 55 tokens (5.5 s at 10/s) below full.
+    assert_eq!(b.spent, 55);
+    assert_eq!(b.tat as u64, clock.now().0 * 1000 + 5_500_000);
+}
+
+#[tokio::test]
 async fn flush_sends_what_is_pending_even_when_not_due() {
     let (cache, queues, sync, clock) = setup();
     // Two syncs make the entity warm (its fleet rate known)...
@@ -117,14 +172,20 @@ async fn a_store_that_restarts_empty_gets_this_nodes_hits_back_with_the_next_hit
         .lock()
         .get_mut(&(5, 0, e))
         .unwrap()
-        .insert(2, 40);
+        .insert(
+            2,
+            crate::core::fleet::Part {
+                hits: 40,
+                refunds: 0,
+            },
+        );
     sync.store.flush_all();
     clock.advance_ms(1000);
     hit(&cache, &queues, 5, &clock, 1);
     sync.tick(false).await.unwrap();
     // This node's 30 are back beside the new hit; the other's come with its next sync.
     assert_eq!(sync.store.total(5, 0, e), 31);
-    assert_eq!(sync.store.counters.lock()[&(5, 0, e)][&1], 31);
+    assert_eq!(sync.store.counters.lock()[&(5, 0, e)][&1].hits, 31);
 }
 
 #[tokio::test(start_paused = true)]

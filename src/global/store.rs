@@ -1,13 +1,16 @@
-//! The narrow interface to the shared store ([`ShardStore`]): one call per shard per tick adds
-//! the deltas and returns the totals. Redis implements it (`redis.rs`), and so does the
-//! in-memory store (`memory.rs`) that tests and the simulator use.
+//! The narrow interface to the shared store ([`ShardStore`]): one call per shard per tick
+//! states this replica's parts of the counters and returns the totals. Redis implements it
+//! (`redis.rs`), and so does the in-memory store (`memory.rs`) that tests and the simulator
+//! use.
 //!
-//! A counter of (entity, limit, epoch) has one part per replica, and its total is their sum:
-//! a replica adds its deltas to its own part, and raises that part to what it knows was
-//! acknowledged ([`SyncItem::acked`]) when the store holds less — a store that restarted
-//! empty gets back what the live replicas counted. Replicas are told apart by a random id per
-//! process start ([`new_replica_id`]): a restarted replica is a new one, and the part of the
-//! old one stays as it was.
+//! A counter of (entity, limit, epoch) has one part per replica, and its total is their sum.
+//! A call states a replica's part whole — its hits and its refunds so far ([`Part`]), both
+//! only ever growing — and the store keeps, of each, the larger of what it holds and what the
+//! call says. So a call is idempotent: one that timed out but ran and is then sent again, a
+//! late duplicate, or two applied out of order count each hit once; and a store that
+//! restarted empty gets back what the live replicas counted. Replicas are told apart by a
+//! random id per process start ([`new_replica_id`]): a restarted replica is a new one, and
+//! the part of the old one stays as it was.
 //!
 //! The tick's call also refreshes this replica's heartbeat, which returns how many replicas
 //! are live.
@@ -17,6 +20,7 @@ use std::time::Duration;
 
 use crate::core::bucket::Geometry;
 use crate::core::clock::UnixMillis;
+use crate::core::fleet::Part;
 use crate::core::{Limit, Plan};
 
 /// One limit of one entity in a sync call.
@@ -33,20 +37,19 @@ pub struct SyncItem {
 /// What a sync does to one limit's counters in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncOp {
-    /// A window: add `deltas` to the counters of `epochs` (current, previous) and return both
-    /// totals.
+    /// A window: keep the larger of this replica's part of the counters of `epochs`
+    /// (current, previous) and `parts`, hits and refunds apart, and return both totals.
     Window {
         /// The current and previous epoch.
         epochs: [u64; 2],
-        /// Hits to add to each.
-        deltas: [i64; 2],
-        /// This replica's part of each before the deltas, as last acknowledged: after the
-        /// call the part holds at least `acked + deltas` (raised if less, never lowered).
-        acked: [i64; 2],
+        /// This replica's part of each: every hit and refund it counted there so far.
+        parts: [Part; 2],
         /// Expiry of a counter the call creates: two windows.
         ttl_ms: u64,
     },
-    /// A token bucket (`core/bucket.rs`): spend `spend` tokens from `since_us` —
+    /// A token bucket (`core/bucket.rs`): in place of `delta`, what `stated` holds that the
+    /// store has not applied for this replica yet (`memory::fresh`); spend `spend` tokens
+    /// (corrected by as much) from `since_us` —
     /// `tat = max(tat, since) + spend × interval`, at most `max_ahead` past now (a refund,
     /// negative, never takes it below now) — add `delta` to the running count of tokens
     /// spent, and return `[tat (Unix µs), spent]`. A bucket the store does not hold starts
@@ -70,6 +73,9 @@ pub enum SyncOp {
         floor_us: u64,
         /// The bucket is kept this long after it is full again (ms).
         ttl_ms: u64,
+        /// Tokens this replica spent and gave back so far, each modulo 2^32
+        /// (`BucketPlan::stated`): the store applies what it has not applied yet.
+        stated: [u32; 2],
     },
 }
 
@@ -79,8 +85,7 @@ impl SyncItem {
         let op = match plan {
             Plan::Window(p) => SyncOp::Window {
                 epochs: p.epochs,
-                deltas: p.deltas,
-                acked: p.acked,
+                parts: p.parts,
                 ttl_ms: 2 * limit.window_ms,
             },
             Plan::Bucket(p) => {
@@ -96,6 +101,7 @@ impl SyncItem {
                     // Its running count of spends outlives a full bucket by a minute, so
                     // rates measured across a quiet spell stay whole.
                     ttl_ms: 60_000,
+                    stated: p.stated,
                 }
             }
         };
@@ -136,8 +142,8 @@ pub enum StoreError {
 pub trait ShardStore: Send + Sync + 'static {
     /// A name for logs and readiness (no secrets).
     fn name(&self) -> &str;
-    /// Adds every item's deltas to the part of `replica` (raising it to `acked + deltas` when
-    /// short) and returns each item's totals, in order, in one round trip.
+    /// Keeps in the part of `replica` the larger of what it holds and what each item states,
+    /// and returns each item's totals, in order, in one round trip.
     fn sync(
         &self,
         replica: u64,
@@ -148,7 +154,7 @@ pub trait ShardStore: Send + Sync + 'static {
     fn heartbeat(&self, beat: &Heartbeat) -> impl Future<Output = Result<u32, StoreError>> + Send;
     /// [`ShardStore::sync`] and [`ShardStore::heartbeat`] in one round trip (this default
     /// makes two; stores override it). The live count is `None` when only the heartbeat
-    /// failed: the sync's deltas were added all the same, and must not be sent again. With
+    /// failed: the sync's parts were stated all the same. With
     /// no items, a failed heartbeat fails the call.
     fn sync_and_beat(
         &self,

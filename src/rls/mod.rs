@@ -22,6 +22,8 @@
 mod evaluate;
 mod exact;
 mod gate;
+#[cfg(test)]
+mod metrics_tests;
 mod resolve;
 mod respond;
 mod validate;
@@ -38,7 +40,7 @@ use crate::core::table::{CacheSettings, EntityTable};
 use crate::global::{ExactClient, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
-use crate::telemetry::{RuleStats, Telemetry};
+use crate::telemetry::{RuleStats, SeriesBounds, Telemetry};
 use evaluate::Count;
 use exact::{ExactAnswer, OverCache};
 use gate::Gate;
@@ -98,6 +100,8 @@ pub struct Options {
     pub max_value_bytes: usize,
     /// Limits of the entity table.
     pub cache: CacheSettings,
+    /// Bounds of the metric series made from client input.
+    pub metric_series: SeriesBounds,
 }
 
 impl Default for Options {
@@ -113,6 +117,7 @@ impl Default for Options {
             max_entries: 32,
             max_value_bytes: 4096,
             cache: CacheSettings::default(),
+            metric_series: SeriesBounds::default(),
         }
     }
 }
@@ -232,6 +237,7 @@ impl RateLimiter {
         sync: Option<Arc<SyncQueues>>,
     ) -> Arc<Self> {
         let entities = EntityTable::new(opts.cache);
+        telemetry.rules.set_bounds(opts.metric_series);
         if let Some(q) = &sync {
             q.attach(entities.clone());
         }
@@ -346,12 +352,32 @@ impl RateLimiter {
     }
 
     /// Puts `rules` in force in one atomic step. Counters of unchanged rules carry over,
-    /// since counters are keyed by rule identity, not by rule set. Returns the rules that
-    /// were in force, for the caller to drop where it costs no request anything
+    /// since counters are keyed by rule identity, not by rule set; the series of rules no
+    /// longer in force are dropped (with their client-made series), so that ConfigMap or
+    /// xDS churn cannot grow the metrics without bound. Returns the rules that were in
+    /// force, for the caller to drop where it costs no request anything
     /// (`server/reload.rs`).
     pub fn swap_rules(&self, rules: RuleSet, files: Vec<String>) -> Arc<Compiled> {
-        let compiled = Self::compile_stats(&self.telemetry, rules, files, self.clock.now());
-        self.rules.swap(Arc::new(compiled))
+        let compiled = Arc::new(Self::compile_stats(
+            &self.telemetry,
+            rules,
+            files,
+            self.clock.now(),
+        ));
+        // Swapped first, so that requests from now on make no series for removed rules.
+        let old = self.rules.swap(compiled.clone());
+        let keep: std::collections::HashSet<(&str, &str)> = compiled
+            .rules
+            .rules()
+            .iter()
+            .map(|r| (r.domain.as_str(), r.full_key.as_str()))
+            .collect();
+        self.telemetry.rules.retain_rules(|domain, key| {
+            keep.contains(&(domain, key))
+                || (compiled.rules.has_domain(domain)
+                    && key.strip_prefix(domain) == Some(".override"))
+        });
+        old
     }
 
     /// The rules in force.

@@ -98,15 +98,14 @@ impl RateLimiter {
                 window_ms: unit.seconds() * 1000,
                 algorithm: Algorithm::SlidingWindow,
             };
+            // A series of its own while there is room (its name cut to METRICS_MAX_KEY_BYTES),
+            // else the domain's `override` series: every hit is counted somewhere.
+            let owner = format!("{domain}.override");
             let stats = self
                 .telemetry
                 .rules
-                .get_detailed(domain, &key)
-                .unwrap_or_else(|| {
-                    self.telemetry
-                        .rules
-                        .get(domain, &format!("{domain}.override"))
-                });
+                .get_client(domain, &key, &owner)
+                .unwrap_or_else(|| self.telemetry.rules.get(domain, &owner));
             let rule = Rule {
                 id: 0,
                 domain: domain.to_string(),
@@ -133,9 +132,15 @@ impl RateLimiter {
         match rules.find(domain, &d.entries) {
             None => Target::NoRule,
             Some(m) => {
+                // detailed_metric/value_to_metric: a client-made series while there is
+                // room, else the rule's own.
                 let stats = rules
                     .metric_key(&m, &d.entries)
-                    .and_then(|k| self.telemetry.rules.get_detailed(domain, &k))
+                    .and_then(|k| {
+                        self.telemetry
+                            .rules
+                            .get_client(domain, &k, &m.rule.full_key)
+                    })
                     .unwrap_or_else(|| compiled.stats[m.index].clone());
                 Target::Rule(m.rule, m.entity, stats)
             }

@@ -12,15 +12,17 @@
 //! position in the file, so a reload keeps the counters of every unchanged rule. Both are
 //! explicit byte encodings, pinned by tests: see `identity.rs`.
 //!
-//! Files: `model.rs` (the YAML model), `prescan.rs` (size and nesting bounds checked before
-//! parsing), `compile.rs` (validation, compilation), `tree.rs` (the descriptor tree and
-//! wildcard matching), `identity.rs` (rule ids and entity keys).
+//! Files: `model.rs` (the YAML model and its key check), `prescan.rs` (size and nesting bounds
+//! checked before parsing), `locate.rs` (the line and column of an error's subject),
+//! `compile.rs` (validation, compilation), `tree.rs` (the descriptor tree and wildcard
+//! matching), `identity.rs` (rule ids and entity keys).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 mod compile;
 pub mod identity;
+pub mod locate;
 pub mod model;
 pub mod prescan;
 mod tree;
@@ -52,6 +54,10 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// The unit names a rules file may use, shortest window first.
+    pub const VALID: [&'static str; 7] =
+        ["second", "minute", "hour", "day", "week", "month", "year"];
+
     /// Parses a unit name, case-insensitively.
     pub fn parse(s: &str) -> Option<Unit> {
         Some(match s.to_ascii_lowercase().as_str() {

@@ -1,15 +1,21 @@
 //! The rules file: envoyproxy/ratelimit's YAML format (plus sluice's extensions) as a serde
-//! model, parsed and key-checked. Semantic checks and compilation live in `rules.rs`.
+//! model, parsed and key-checked. Semantic checks and compilation live in `compile.rs`.
 //!
-//! Keys are checked the way the reference checks them: any key in [`VALID_KEYS`] is accepted at
-//! any level, any other key is an error. Every problem in a file is reported, not just the
-//! first, each prefixed with the file's name (`"<file>: <message>"`, the reference's wording).
+//! Keys are checked as the reference checks them (a key not in [`VALID_KEYS`] is an error,
+//! `config error, unknown key 'foo'`) and, unlike the reference, in their place: a known key
+//! where it does not belong (`requests_per_unit` beside `key:`, `shadow_mode` inside
+//! `rate_limit`) is an error naming where it belongs, since the reference silently ignores
+//! it and the rule then does something else than it says. Every problem in a file is
+//! reported, not just the first, each as `"<file>: <message> (line L, column C; domain 'd',
+//! descriptor path 'k' > 'k2_v')"`: the reference's wording first, then where (`locate.rs`).
 
 use std::fmt;
 
 use serde::de::{self, Deserializer, Unexpected, Visitor};
 use serde::Deserialize;
 use serde_yaml::Value;
+
+use super::locate::{self, Step};
 
 /// Every key the rules format knows: the reference's, then sluice's extensions.
 pub const VALID_KEYS: &[&str] = &[
@@ -40,12 +46,22 @@ pub const VALID_KEYS: &[&str] = &[
 
 /// One error in one rules file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}: {message}")]
+#[error("{file}: {message}{}", self.whereabouts())]
 pub struct ConfigError {
     /// The file the error is in, as it was named to the loader.
     pub file: String,
     /// What is wrong, in envoyproxy/ratelimit's wording where it has one.
     pub message: String,
+    /// The 1-based line of the error's subject in the file, when known (u32: a rules file
+    /// is at most 4 MiB, and the error stays small).
+    pub line: Option<u32>,
+    /// The 1-based column of the error's subject, with `line`.
+    pub column: Option<u32>,
+    /// The domain and descriptor path the error is in (`domain 'edge', descriptor path
+    /// 'remote_address' > 'path_/api'`), when it is in one.
+    pub place: Option<String>,
+    /// The node the error is about, still to be given a line (see `locate.rs`).
+    pub(crate) node: Option<Vec<Step>>,
 }
 
 impl ConfigError {
@@ -54,7 +70,58 @@ impl ConfigError {
         ConfigError {
             file: file.to_string(),
             message: message.into(),
+            line: None,
+            column: None,
+            place: None,
+            node: None,
         }
+    }
+
+    /// The error, about the node at `node` (located later, from the text) in `place`.
+    pub(crate) fn at(mut self, node: Vec<Step>, place: Option<String>) -> Self {
+        self.node = Some(node);
+        self.place = place;
+        self
+    }
+
+    /// ` (line 5, column 7; domain 'edge', descriptor path 'a' > 'b')`, or what of it is known.
+    fn whereabouts(&self) -> String {
+        let line = match (self.line, self.column) {
+            (Some(l), Some(c)) => Some(format!("line {l}, column {c}")),
+            (Some(l), None) => Some(format!("line {l}")),
+            _ => None,
+        };
+        match (line, &self.place) {
+            (Some(l), Some(p)) => format!(" ({l}; {p})"),
+            (Some(l), None) => format!(" ({l})"),
+            (None, Some(p)) => format!(" ({p})"),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+/// The words that place an error in a domain's tree: `domain 'edge', descriptor path
+/// 'remote_address' > 'path_/api'`, each step a descriptor's `key` or `key_value`.
+pub(crate) fn place(domain: &str, path: &[String]) -> Option<String> {
+    let steps = path
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(" > ");
+    match (domain.is_empty(), path.is_empty()) {
+        (true, true) => None,
+        (false, true) => Some(format!("domain '{domain}'")),
+        (true, false) => Some(format!("descriptor path {steps}")),
+        (false, false) => Some(format!("domain '{domain}', descriptor path {steps}")),
+    }
+}
+
+/// A descriptor's step in a path: its `key`, or `key_value` (the reference's composite key).
+pub(crate) fn final_key(key: &str, value: &str) -> String {
+    if value.is_empty() {
+        key.to_string()
+    } else {
+        format!("{key}_{value}")
     }
 }
 
@@ -105,10 +172,6 @@ pub struct DescriptorConfig {
     /// Free-form annotations, ignored by the limiter.
     #[serde(default)]
     pub metadata: Option<Value>,
-    /// `strict` misplaced at the descriptor level (it belongs to a limit): kept only to be
-    /// reported, since a silently ignored `strict: false` would change what is counted.
-    #[serde(default)]
-    pub strict: Option<Value>,
 }
 
 /// The `rate_limit` block.
@@ -117,9 +180,11 @@ pub struct RateLimitConfig {
     /// The window unit: second, minute, hour, day, week, month or year.
     #[serde(default)]
     pub unit: String,
-    /// Hits allowed per window.
-    #[serde(default, deserialize_with = "whole_u32")]
-    pub requests_per_unit: u32,
+    /// Hits allowed per window. Required unless `unlimited` (the reference reads a missing
+    /// one as 0, which denies every request: a slip, never what was meant); `0` said
+    /// explicitly is accepted and denies everything, as there.
+    #[serde(default, deserialize_with = "optional_whole_u32")]
+    pub requests_per_unit: Option<u32>,
     /// No limit: matching requests are never counted or denied.
     #[serde(default)]
     pub unlimited: bool,
@@ -153,9 +218,11 @@ pub struct LimitConfig {
     /// The window unit.
     #[serde(default)]
     pub unit: String,
-    /// Hits allowed per window.
-    #[serde(default, deserialize_with = "whole_u32")]
-    pub requests_per_unit: u32,
+    /// Hits allowed per window. Required unless `unlimited` (the reference reads a missing
+    /// one as 0, which denies every request: a slip, never what was meant); `0` said
+    /// explicitly is accepted and denies everything, as there.
+    #[serde(default, deserialize_with = "optional_whole_u32")]
+    pub requests_per_unit: Option<u32>,
     /// Window length in units (default 1).
     #[serde(default, deserialize_with = "optional_whole_u32")]
     pub unit_multiplier: Option<u32>,
@@ -217,18 +284,23 @@ impl<'de> Deserialize<'de> for Whole {
 /// Parses one rules file, reporting every key and syntax problem in it.
 ///
 /// # Errors
-/// Every problem found, each naming `file`; unknown keys also carry the line they are on.
+/// Every problem found, each naming `file`, and the line, column and descriptor path of
+/// what it is about where that is known.
 pub fn parse(file: &str, content: &str) -> Result<RulesFile, Vec<ConfigError>> {
     match parse_lenient(file, content) {
         (Some(rf), errors) if errors.is_empty() => Ok(rf),
-        (_, errors) => Err(errors),
+        (_, mut errors) => {
+            locate::resolve(&mut errors, file, content);
+            Err(errors)
+        }
     }
 }
 
 /// Parses one rules file, returning what could be decoded alongside every key and syntax
-/// problem. Unknown keys do not stop decoding (the rest of the file is still checked), so a
-/// caller can report the file's semantic errors in the same pass. A file past the size or
-/// nesting bounds of `prescan.rs` is refused unparsed.
+/// problem. Unknown and misplaced keys do not stop decoding (the rest of the file is still
+/// checked), so a caller can report the file's semantic errors in the same pass. A file past
+/// the size or nesting bounds of `prescan.rs` is refused unparsed. The errors name the node
+/// they are about; `locate::resolve` gives them lines.
 pub fn parse_lenient(file: &str, content: &str) -> (Option<RulesFile>, Vec<ConfigError>) {
     // Before the parser: pathological nesting costs it quadratic time (see `prescan.rs`).
     if let Err(e) = super::prescan::check(content) {
@@ -246,7 +318,20 @@ pub fn parse_lenient(file: &str, content: &str) -> (Option<RulesFile>, Vec<Confi
     match &value {
         // An empty file decodes to the default: the missing domain is reported by compile.
         Value::Null => return (Some(RulesFile::default()), errors),
-        Value::Mapping(map) => check_keys(file, content, map, &mut errors),
+        Value::Mapping(map) => {
+            let domain = map
+                .get("domain")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let mut check = KeyCheck {
+                file,
+                domain,
+                errors: &mut errors,
+                node: Vec::new(),
+                path: Vec::new(),
+            };
+            check.mapping(map, Place::Root);
+        }
         _ => {
             let err = ConfigError::new(
                 file,
@@ -269,65 +354,244 @@ pub fn parse_lenient(file: &str, content: &str) -> (Option<RulesFile>, Vec<Confi
     }
 }
 
-fn check_keys(file: &str, content: &str, map: &serde_yaml::Mapping, errors: &mut Vec<ConfigError>) {
-    for (k, v) in map {
-        let Some(key) = k.as_str() else {
-            errors.push(ConfigError::new(
-                file,
-                format!("config error, key is not of type string: {}", render(k)),
-            ));
-            continue;
-        };
-        if !VALID_KEYS.contains(&key) {
-            let at = line_of_key(content, key)
-                .map(|l| format!(" (line {l})"))
-                .unwrap_or_default();
-            errors.push(ConfigError::new(
-                file,
-                format!("config error, unknown key '{key}'{at}"),
-            ));
-            continue;
+/// Where a mapping sits in a rules file, which decides the keys it may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The file's top level.
+    Root,
+    /// An entry of `descriptors`.
+    Descriptor,
+    /// A descriptor's `rate_limit`.
+    RateLimit,
+    /// An entry of `additional_limits`.
+    AdditionalLimit,
+    /// An entry of `replaces`.
+    Replaces,
+    /// Inside a value no mapping belongs in (the decoder reports its type): only the
+    /// reference's check applies, that every key is one the format knows.
+    Other,
+}
+
+/// The top level's own keys.
+const ROOT_KEYS: &[&str] = &["domain", "descriptors"];
+
+/// A descriptor's own keys.
+const DESCRIPTOR_KEYS: &[&str] = &[
+    "key",
+    "value",
+    "rate_limit",
+    "descriptors",
+    "shadow_mode",
+    "quota_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+    "additional_limits",
+];
+
+/// The keys of one limit: an `additional_limits` entry holds these.
+const LIMIT_KEYS: &[&str] = &[
+    "unit",
+    "requests_per_unit",
+    "unit_multiplier",
+    "algorithm",
+    "burst",
+    "strict",
+];
+
+/// envoyproxy/ratelimit's own keys: out of place they are ignored, as the reference does;
+/// sluice's keys out of place are errors (an ignored `algorithm` or `strict` would change
+/// what is counted).
+const REFERENCE_KEYS: &[&str] = &[
+    "domain",
+    "descriptors",
+    "key",
+    "value",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "name",
+    "replaces",
+    "shadow_mode",
+    "quota_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+];
+
+/// Whether `key`, beside a descriptor's `rate_limit` that lacks it, is a limit's key one
+/// level too far out: the limit it belongs to would be 0 per unit, or have no unit, and
+/// deny every request (that `rate_limit` is reported as incomplete too).
+fn slipped_out(map: &serde_yaml::Mapping, here: Place, key: &str) -> bool {
+    here == Place::Descriptor
+        && matches!(key, "requests_per_unit" | "unit")
+        && map.get("rate_limit").is_some_and(|limit| {
+            limit
+                .as_mapping()
+                .is_none_or(|limit| !limit.contains_key(key))
+        })
+}
+
+/// `rate_limit`'s keys besides [`LIMIT_KEYS`]: they apply to the whole rule.
+const RULE_KEYS: &[&str] = &["unlimited", "name", "replaces", "exact"];
+
+impl Place {
+    fn allows(self, key: &str) -> bool {
+        match self {
+            Place::Root => ROOT_KEYS.contains(&key),
+            Place::Descriptor => DESCRIPTOR_KEYS.contains(&key),
+            Place::RateLimit => LIMIT_KEYS.contains(&key) || RULE_KEYS.contains(&key),
+            Place::AdditionalLimit => LIMIT_KEYS.contains(&key),
+            Place::Replaces => key == "name",
+            Place::Other => true,
         }
-        if key == "metadata" {
-            continue; // free-form by design
-        }
-        match v {
-            Value::Sequence(items) => {
-                for item in items {
-                    match item {
-                        Value::Mapping(m) => check_keys(file, content, m, errors),
-                        other => errors.push(ConfigError::new(
-                            file,
-                            format!(
-                                "config error, yaml file contains list of type other than map: {}",
-                                render(other)
-                            ),
-                        )),
-                    }
-                }
+    }
+
+    /// Where `key`, known but not allowed here, belongs: the likely slip, in words.
+    fn belongs(self, key: &str) -> &'static str {
+        let in_limit = LIMIT_KEYS.contains(&key) || RULE_KEYS.contains(&key);
+        let in_descriptor = DESCRIPTOR_KEYS.contains(&key);
+        match self {
+            _ if key == "domain" => "it belongs at the top of the file",
+            Place::Replaces => "a 'replaces' entry holds only 'name'",
+            Place::Root if in_descriptor => {
+                "it belongs in a descriptor (an entry of 'descriptors')"
             }
-            Value::Mapping(m) => check_keys(file, content, m, errors),
-            // The reference accepts only strings, integers and booleans as leaves.
-            Value::Number(n) if n.is_f64() => errors.push(ConfigError::new(
-                file,
-                format!("error checking config: '{key}' has the non-integer value {n}"),
-            )),
-            _ => {}
+            Place::Root if in_limit => {
+                "it belongs inside a descriptor's 'rate_limit'"
+            }
+            Place::Descriptor if key == "strict" => {
+                "it belongs inside 'rate_limit' or an 'additional_limits' entry, one level further in"
+            }
+            Place::Descriptor => "it belongs inside 'rate_limit', one level further in",
+            Place::RateLimit => "it belongs in the descriptor, beside 'rate_limit', one level further out",
+            Place::AdditionalLimit if in_limit => {
+                "it applies to the whole rule: it belongs inside 'rate_limit'"
+            }
+            Place::AdditionalLimit => "it belongs in the descriptor, beside 'additional_limits'",
+            Place::Root | Place::Other => "it does not belong here",
+        }
+    }
+
+    /// The place of a mapping found under `key` here.
+    fn child(self, key: &str) -> Place {
+        match (self, key) {
+            (Place::Root | Place::Descriptor, "descriptors") => Place::Descriptor,
+            (Place::Descriptor, "rate_limit") => Place::RateLimit,
+            (Place::Descriptor, "additional_limits") => Place::AdditionalLimit,
+            (Place::RateLimit, "replaces") => Place::Replaces,
+            _ => Place::Other,
         }
     }
 }
 
-/// The 1-based line where `key:` first appears as a mapping key. serde_yaml's `Value` keeps no
-/// positions, so this is a textual search; it is a hint for the reader, not a guarantee.
-fn line_of_key(content: &str, key: &str) -> Option<usize> {
-    content
-        .lines()
-        .position(|line| {
-            let t = line.trim_start().trim_start_matches("- ").trim_start();
-            t.strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with(':'))
-        })
-        .map(|i| i + 1)
+/// The key check: every key known (the reference's check) and in its place (sluice's: a
+/// rate limit key beside `key:`, or a descriptor key inside `rate_limit`, is an indentation
+/// slip that would otherwise be ignored, or read as a limit of 0).
+struct KeyCheck<'a> {
+    file: &'a str,
+    domain: &'a str,
+    errors: &'a mut Vec<ConfigError>,
+    /// The steps from the top to the mapping being checked.
+    node: Vec<Step>,
+    /// The descriptors' `key`/`key_value` from the top to the mapping being checked.
+    path: Vec<String>,
+}
+
+impl KeyCheck<'_> {
+    fn error(&mut self, message: String, node: Vec<Step>) {
+        let place = place(self.domain, &self.path);
+        self.errors
+            .push(ConfigError::new(self.file, message).at(node, place));
+    }
+
+    fn mapping(&mut self, map: &serde_yaml::Mapping, here: Place) {
+        for (k, v) in map {
+            let Some(key) = k.as_str() else {
+                let node = self.node.clone();
+                self.error(
+                    format!("config error, key is not of type string: {}", render(k)),
+                    node,
+                );
+                continue;
+            };
+            let mut at_key = self.node.clone();
+            at_key.push(Step::KeyItself(key.to_string()));
+            let Some(known) = VALID_KEYS.iter().find(|k| **k == key) else {
+                self.error(format!("config error, unknown key '{key}'"), at_key);
+                continue;
+            };
+            if !here.allows(key) {
+                if REFERENCE_KEYS.contains(&key) && !slipped_out(map, here, key) {
+                    // The reference accepts its own keys anywhere and ignores them out of
+                    // place; a file it loads loads here too.
+                    continue;
+                }
+                self.error(
+                    format!("config error, misplaced key '{key}': {}", here.belongs(key)),
+                    at_key,
+                );
+                continue;
+            }
+            if *known == "metadata" {
+                continue; // free-form by design
+            }
+            let child = here.child(key);
+            self.node.push(Step::Key(known));
+            match v {
+                Value::Sequence(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        self.node.push(Step::Index(i));
+                        match item {
+                            Value::Mapping(m) => self.entry(m, child),
+                            other => {
+                                let node = self.node.clone();
+                                self.error(
+                                    format!(
+                                        "config error, yaml file contains list of type other than map: {}",
+                                        render(other)
+                                    ),
+                                    node,
+                                );
+                            }
+                        }
+                        self.node.pop();
+                    }
+                }
+                Value::Mapping(m) => self.entry(m, child),
+                // The reference accepts only strings, integers and booleans as leaves.
+                Value::Number(n) if n.is_f64() => {
+                    let node = self.node.clone();
+                    self.error(
+                        format!("error checking config: '{key}' has the non-integer value {n}"),
+                        node,
+                    );
+                }
+                _ => {}
+            }
+            self.node.pop();
+        }
+    }
+
+    /// A mapping at `place`; a descriptor adds its step to the path for what is inside.
+    fn entry(&mut self, map: &serde_yaml::Mapping, place: Place) {
+        if place != Place::Descriptor {
+            return self.mapping(map, place);
+        }
+        // As the decoder reads them: a plain `429` or `true` is its text.
+        let text = |k: &str| match map.get(k) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            Some(Value::Bool(b)) => b.to_string(),
+            _ => String::new(),
+        };
+        self.path.push(final_key(&text("key"), &text("value")));
+        self.mapping(map, place);
+        self.path.pop();
+    }
 }
 
 fn render(v: &Value) -> String {
@@ -349,7 +613,10 @@ mod tests {
         .unwrap();
         assert_eq!(f.domain, "d");
         let rl = f.descriptors[0].rate_limit.as_ref().unwrap();
-        assert_eq!((rl.unit.as_str(), rl.requests_per_unit), ("second", 5));
+        assert_eq!(
+            (rl.unit.as_str(), rl.requests_per_unit),
+            ("second", Some(5))
+        );
         assert_eq!(rl.replaces[0].name, "m");
     }
 
@@ -364,8 +631,8 @@ mod tests {
         assert_eq!(
             msgs,
             vec![
-                "bad.yaml: config error, unknown key 'foo' (line 2)",
-                "bad.yaml: config error, unknown key 'bar' (line 5)"
+                "bad.yaml: config error, unknown key 'foo' (line 2, column 1; domain 'd')",
+                "bad.yaml: config error, unknown key 'bar' (line 5, column 5; domain 'd', descriptor path 'k')"
             ]
         );
     }
@@ -375,7 +642,7 @@ mod tests {
         let errs = parse("l.yaml", "domain: d\ndescriptors:\n  - a\n").unwrap_err();
         assert_eq!(
             errs[0].to_string(),
-            "l.yaml: config error, yaml file contains list of type other than map: a"
+            "l.yaml: config error, yaml file contains list of type other than map: a (line 3, column 5; domain 'd')"
         );
     }
 
@@ -435,7 +702,10 @@ mod tests {
         )
         .unwrap();
         let rl = f.descriptors[0].rate_limit.as_ref().unwrap();
-        assert_eq!((rl.requests_per_unit, rl.unit_multiplier), (u32::MAX, None));
+        assert_eq!(
+            (rl.requests_per_unit, rl.unit_multiplier),
+            (Some(u32::MAX), None)
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! and from the `rls` semantics; none decides anything itself.
 
 pub mod grpc;
+pub mod grpc_conn;
 pub mod http;
 pub mod http_conn;
 pub mod json;

@@ -36,3 +36,25 @@ pub fn raise_open_files_limit() {
         ),
     }
 }
+
+/// `wanted` connections, or fewer if the open-files soft limit leaves less than `reserve`
+/// descriptors beside them: at the limit a new connection, a rules file read or a Redis
+/// reconnection would fail, so the cap must bind first. Logs a warning when it lowers it.
+pub fn fit_connections(wanted: usize, reserve: usize) -> usize {
+    let Ok((soft, _)) = rlimit::getrlimit(rlimit::Resource::NOFILE) else {
+        return wanted;
+    };
+    let room = usize::try_from(soft)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(reserve)
+        .max(1);
+    if room < wanted {
+        tracing::warn!(
+            wanted,
+            open_files_limit = soft,
+            cap = room,
+            "gRPC connection cap lowered to fit the open-files limit"
+        );
+    }
+    wanted.min(room)
+}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::routing::get;
 use axum::Router;
 
-use crate::telemetry::{Telemetry, RULE_COUNTERS};
+use crate::telemetry::{label_value as escape, Telemetry, RULE_COUNTERS};
 
 /// Where the reference's metrics are served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,8 +36,7 @@ pub fn router(path: &str, telemetry: Arc<Telemetry>) -> Router {
 
 /// The exposition text: the per-rule counters and the request count.
 pub fn render(telemetry: &Telemetry) -> String {
-    let mut rules = telemetry.rules.snapshot();
-    rules.sort_by(|a, b| a.0.cmp(&b.0));
+    let rules = telemetry.rules.snapshot();
     let mut out = String::new();
     for (counter, _, pick) in RULE_COUNTERS {
         let name = format!("ratelimit_service_rate_limit_{counter}");
@@ -98,13 +97,6 @@ pub fn render(telemetry: &Telemetry) -> String {
         "grpc_method=\"ShouldRateLimit\"",
     );
     out
-}
-
-/// A label value as the text format wants it.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! The handshake happens here, before tonic sees the connection ([`incoming`]): tonic's own TLS
 //! takes a fixed identity, and a certificate that changes needs rustls' resolver hook.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,11 +24,10 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 // tokio's, as clippy.toml asks of intervals that are not rate-limit time.
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// The gRPC listener's TLS settings, checked at start (`Settings::resolve` loads every file
@@ -357,45 +357,17 @@ impl AsyncWrite for TlsConn {
     }
 }
 
-/// Time a client has to finish the handshake: a stalled one must not hold a task forever.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The listener's connections after their handshakes, for `serve_with_incoming`. Each
-/// handshake runs in its own task so one slow client delays no other; a failed one is logged
-/// (debug: scanners and health probes fail it routinely) and never reaches tonic. Accepting
-/// stops when the stream is dropped.
-pub fn incoming(
-    listener: TcpListener,
+/// The TLS handshake of an accepted gRPC connection, for `grpc_conn::incoming` (which bounds
+/// its time and the connections' number).
+pub fn handshake(
     config: Arc<rustls::ServerConfig>,
-) -> ReceiverStream<Result<TlsConn, std::io::Error>> {
+) -> impl Fn(TcpStream) -> Pin<Box<dyn Future<Output = std::io::Result<TlsConn>> + Send>>
+       + Send
+       + Sync
+       + 'static {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = tokio::select! {
-                _ = tx.closed() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Out of descriptors and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "gRPC accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
-            let _ = tcp.set_nodelay(true);
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = tx.send(Ok(TlsConn(tls))).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "gRPC TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "gRPC TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    ReceiverStream::new(rx)
+    move |tcp| {
+        let accept = acceptor.accept(tcp);
+        Box::pin(async move { accept.await.map(TlsConn) })
+    }
 }

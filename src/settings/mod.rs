@@ -17,10 +17,12 @@ use crate::global::redis::{normalize_url, RedisOptions, RedisTls, SentinelMaster
 use crate::global::SyncSettings;
 use crate::otel::{Endpoints, OtlpSettings, Protocol};
 use crate::rls::{HeaderNames, Options};
+use crate::server::grpc_conn::GrpcLimits;
 use crate::server::prometheus_ref::PrometheusSettings;
 use crate::server::statsd::StatsdSettings;
 use crate::server::tls::{self, GrpcTls};
 use crate::server::xds::{connect, XdsSettings, XdsTls};
+use crate::telemetry::{SeriesBounds, MIN_KEY_BYTES};
 
 mod cli;
 pub mod reference;
@@ -47,6 +49,8 @@ pub struct Settings {
     pub grpc_addr: SocketAddr,
     /// TLS on the gRPC listener, when on (the HTTP admin port stays plain).
     pub grpc_tls: Option<GrpcTls>,
+    /// Bounds on the gRPC port: connections, streams, requests in flight, time.
+    pub grpc_limits: GrpcLimits,
     /// HTTP listen address.
     pub http_addr: SocketAddr,
     /// Time an HTTP client has to send a request's headers.
@@ -147,6 +151,7 @@ fn flag_hint(setting: &str) -> String {
 /// The listeners and the HTTP server's bounds.
 struct Listeners {
     grpc: Option<SocketAddr>,
+    grpc_limits: GrpcLimits,
     http: Option<SocketAddr>,
     header_read_timeout: Duration,
     idle_timeout: Duration,
@@ -193,6 +198,7 @@ impl Settings {
             xds,
             grpc_addr,
             grpc_tls,
+            grpc_limits: listeners.grpc_limits,
             http_addr,
             http_header_read_timeout: listeners.header_read_timeout,
             http_idle_timeout: listeners.idle_timeout,
@@ -241,8 +247,17 @@ fn listeners(v: &mut Values<'_>) -> Listeners {
         "GRPC_HOST/GRPC_PORT",
     );
     let http = address(v, "HTTP_ADDR", "HOST", "PORT", "HOST/PORT");
+    let grpc_limits = GrpcLimits {
+        max_connections: v.or("GRPC_MAX_CONNECTIONS", 1, at_least_one),
+        max_concurrent_streams: v.or("GRPC_MAX_CONCURRENT_STREAMS", 1, at_least_one),
+        max_concurrent_requests: v.or("GRPC_MAX_CONCURRENT_REQUESTS", 1, at_least_one),
+        request_timeout: v.or("GRPC_REQUEST_TIMEOUT", Duration::ZERO, positive_duration),
+        handshake_timeout: v.or("GRPC_HANDSHAKE_TIMEOUT", Duration::ZERO, positive_duration),
+        idle_timeout: v.or("GRPC_IDLE_TIMEOUT", Duration::ZERO, positive_duration),
+    };
     Listeners {
         grpc,
+        grpc_limits,
         http,
         header_read_timeout: v.or(
             "HTTP_HEADER_READ_TIMEOUT",
@@ -609,6 +624,18 @@ fn options(v: &mut Values<'_>) -> Options {
             idle_timeout: v.or("CACHE_IDLE_TIMEOUT", Duration::ZERO, duration),
             ttl: v.parse("CACHE_TTL", duration),
         },
+        metric_series: SeriesBounds {
+            max_key_bytes: v.or("METRICS_MAX_KEY_BYTES", MIN_KEY_BYTES, at_least_key_bytes),
+            max_client_series: v.or("METRICS_MAX_CLIENT_SERIES", 0, number),
+        },
+    }
+}
+
+/// `METRICS_MAX_KEY_BYTES`: room for a key's start and the hash that keeps it distinct.
+fn at_least_key_bytes(s: &str) -> Result<usize, String> {
+    match number::<usize>(s)? {
+        n if n < MIN_KEY_BYTES => Err(format!("is not at least {MIN_KEY_BYTES}")),
+        n => Ok(n),
     }
 }
 

@@ -36,6 +36,13 @@ fn defaults_are_the_references() {
     assert_eq!(s.http_idle_timeout, Duration::from_secs(60));
     assert_eq!(s.http_max_connections, 256);
     assert_eq!(
+        (
+            s.options.metric_series.max_key_bytes,
+            s.options.metric_series.max_client_series
+        ),
+        (512, 10_000)
+    );
+    assert_eq!(
         (s.log_level.as_str(), s.log_format.as_str()),
         ("info", "text")
     );
@@ -301,6 +308,32 @@ fn bounds_are_checked() {
         (Duration::from_secs(2), Duration::from_secs(60), 3)
     );
     assert_eq!(s.options.cache.max_entries, 1);
+}
+
+#[test]
+fn metric_series_bounds_are_checked() {
+    let errs = resolve(
+        &["--metrics-max-key-bytes", "63"],
+        &[("METRICS_MAX_CLIENT_SERIES", "many")],
+    )
+    .unwrap_err();
+    assert_eq!(
+        names(&errs),
+        vec!["METRICS_MAX_KEY_BYTES", "METRICS_MAX_CLIENT_SERIES"]
+    );
+    assert_eq!(errs[0].message, "'63' is not at least 64");
+    let s = resolve(
+        &["--metrics-max-client-series", "0"],
+        &[("METRICS_MAX_KEY_BYTES", "64")],
+    )
+    .unwrap();
+    assert_eq!(
+        s.options.metric_series,
+        crate::telemetry::SeriesBounds {
+            max_key_bytes: 64,
+            max_client_series: 0
+        }
+    );
 }
 
 #[test]

@@ -18,6 +18,7 @@ use super::exact::exact_estimate;
 use super::fleet::SimClock;
 use super::store::SimStore;
 use crate::core::clock::{Clock, UnixMillis};
+use crate::core::fleet::Part;
 use crate::core::{Algorithm, Limit, Tier};
 use crate::global::{ShardStore, SyncItem, SyncOp};
 
@@ -115,9 +116,12 @@ impl PlainNode {
             limit: 0,
             op: SyncOp::Window {
                 epochs: [epoch, epoch.saturating_sub(1)],
-                deltas,
-                // INCRBY semantics: every plain node adds to one part and never restores it.
-                acked: [0; 2],
+                // INCRBY semantics: each call's deltas land as a part of their own
+                // (`sync_task` names each call anew), added once and never restored.
+                parts: deltas.map(|d| Part {
+                    hits: d.max(0) as u64,
+                    refunds: 0,
+                }),
                 ttl_ms: 2 * limit.window_ms,
             },
         };
@@ -199,6 +203,9 @@ impl PlainFleet {
     }
 }
 
+/// Names every plain call's part apart (`sync_task`).
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// One plain replica's tick loop: flush (and read when due) every tick, one call at a time.
 async fn sync_task(
     node: Arc<Mutex<PlainNode>>,
@@ -213,7 +220,9 @@ async fn sync_task(
         sleep_until(next).await;
         let item = node.lock().tick(&limit, clock.now());
         if let Some(item) = item {
-            let result = store.sync(0, &[item]).await;
+            // A part per call: what `INCRBY` does with each call's deltas.
+            let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let result = store.sync(call, &[item]).await;
             let now = clock.now();
             let applied_at = now.0 - store.return_trip().as_millis() as u64;
             let totals = result.ok().and_then(|t| t.first().copied());

@@ -85,7 +85,11 @@ impl AdsServer {
             let _ = match tls {
                 Some(tls) => {
                     let config = sluice::server::tls::server_config(&tls).unwrap();
-                    let incoming = sluice::server::tls::incoming(listener, config);
+                    let incoming = sluice::server::grpc_conn::incoming(
+                        listener,
+                        Default::default(),
+                        sluice::server::tls::handshake(config),
+                    );
                     router
                         .serve_with_incoming_shutdown(incoming, kill.cancelled_owned())
                         .await

@@ -89,7 +89,8 @@ fn policy(p: &pb::RateLimitPolicy) -> model::RateLimitConfig {
     };
     model::RateLimitConfig {
         unit,
-        requests_per_unit: p.requests_per_unit,
+        // proto3 cannot tell a missing count from 0: the policy says what it says.
+        requests_per_unit: Some(p.requests_per_unit),
         unlimited: p.unlimited,
         name: p.name.clone(),
         replaces: p
@@ -211,7 +212,7 @@ mod tests {
         assert_eq!((d.key.as_str(), d.value.as_str()), ("k", "v"));
         assert!(d.shadow_mode && d.detailed_metric && d.quota_mode);
         let rl = d.rate_limit.as_ref().unwrap();
-        assert_eq!((rl.unit.as_str(), rl.requests_per_unit), ("week", 7));
+        assert_eq!((rl.unit.as_str(), rl.requests_per_unit), ("week", Some(7)));
         assert_eq!(
             (rl.name.as_str(), rl.replaces[0].name.as_str()),
             ("weekly", "other")
@@ -263,12 +264,13 @@ mod tests {
                     .starts_with("xds:resources[3]: resource type 'type.googleapis.com/other'")),
             "{msgs:?}"
         );
+        // No text, so no line: the domain and descriptor path say where.
         assert!(
-            msgs.contains(&"xds:a: invalid rate limit unit 'unknown'".to_string()),
+            msgs.contains(&"xds:a: invalid rate limit unit 'unknown' (valid: second, minute, hour, day, week, month, year) (domain 'd', descriptor path 'k')".to_string()),
             "{msgs:?}"
         );
         assert!(
-            msgs.contains(&"xds:b: duplicate domain 'd' in config file".to_string()),
+            msgs.contains(&"xds:b: duplicate domain 'd' in config file (domain 'd')".to_string()),
             "{msgs:?}"
         );
         // Merged, the duplicate domain is fine.
