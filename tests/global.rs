@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::procs::{query, spawn_sluice, wait_live, Proc};
+use common::procs::{grpc_addr, query, spawn_sluice, wait_live, Proc};
 use common::redis::{global_mode, RedisCluster, RedisServer, RedisTls};
 use common::{
     desc, free_port, http, http_async, wait_for_body, wait_until, wait_until_async, Server,
@@ -295,6 +295,9 @@ fn a_redis_that_restarts_empty_gets_the_fleets_count_back() {
         departure: None,
         windows: 1,
         seed: 12,
+        alternate: false,
+        phases: None,
+        strict: false,
     };
     let predicted = sim::run(&scenario).sluice[0].admitted as usize;
     assert!(
@@ -352,6 +355,9 @@ fn processes(nodes: usize, rpu: u32, tick_ms: u64, load: (u64, f64), seed: u64) 
         departure: None,
         windows: 1,
         seed,
+        alternate: false,
+        phases: None,
+        strict: false,
     }
 }
 
@@ -750,9 +756,13 @@ fn a_client_certificate_and_a_ca_of_its_own_reach_a_redis_that_requires_them() {
         counters(&tls.server).0 == 4
     });
     wait_live(&p, 1);
-    let (status, _, body) = http(p.http, "GET", "/readyz", "", &[]).unwrap();
-    assert_eq!(status, 200, "{body}");
-    assert!(!body.contains("degraded"), "both shards are up: {body}");
+    // Both shards up: a first call may time out on a busy machine (a TLS handshake in a
+    // debug build), and the shard answers at its next probe.
+    wait_until(
+        30,
+        "both shards to be up",
+        || matches!(http(p.http, "GET", "/readyz", "", &[]), Ok((200, _, body)) if !body.contains("degraded")),
+    );
     // The exact path: its own pool, the same certificates; its count is in Redis.
     assert_eq!(exact_hits(&p), ["OK", "OK", "OVER_LIMIT"]);
     assert!(
@@ -942,4 +952,144 @@ fn skipping_hostname_verification_still_verifies_the_chain() {
     wait_until(30, "the hits to reach Redis despite the name", || {
         counters(&tls.server).0 >= 3
     });
+}
+
+/// The rules of the surge at the edge: 600 an hour on `k`, `strict` by default, and on `l`
+/// with `strict: false`.
+const EDGE_RULES: &str = "domain: g\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 600}\n  - key: l\n    rate_limit: {unit: hour, requests_per_unit: 600, strict: false}\n";
+
+/// Each replica's tick phase (ms within the 1 s tick, in Redis time): the score of its last
+/// heartbeat, whose member is the replica id its log names.
+fn tick_phases(fleet: &[Proc], redis: &RedisServer) -> Vec<u64> {
+    let beats = redis.cli(&["ZRANGE", "sluice:replicas", "0", "-1", "WITHSCORES"]);
+    let beats: Vec<&str> = beats.lines().map(str::trim).collect();
+    fleet
+        .iter()
+        .map(|p| {
+            let log = std::fs::read_to_string(p.log.path()).unwrap();
+            let id = log
+                .split("replica id replica=\"")
+                .nth(1)
+                .and_then(|rest| rest.get(..16))
+                .unwrap_or_else(|| panic!("no replica id in the log:\n{log}"));
+            let at = beats.iter().position(|m| *m == id).expect("its heartbeat");
+            beats[at + 1].parse::<u64>().unwrap() % 1_000
+        })
+        .collect()
+}
+
+/// Redis `TIME`, in ms.
+fn redis_now_ms(redis: &RedisServer) -> u64 {
+    let t = redis.cli(&["TIME"]);
+    let mut parts = t.lines().map(|l| l.trim().parse::<u64>().unwrap());
+    let (s, us) = (parts.next().unwrap(), parts.next().unwrap());
+    s * 1_000 + us / 1_000
+}
+
+/// A surge's traffic at the edge: `count` hits of `key=value`, one a millisecond of real
+/// time from `start`, in turn to each replica of `fleet` (gRPC, each request on a task of
+/// its own, so a slow answer never delays the next). Returns the hits admitted.
+async fn surge_at_the_edge(
+    fleet: &[Proc],
+    start: Instant,
+    (key, value): (&str, &str),
+    count: usize,
+) -> usize {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    let mut clients = Vec::new();
+    for p in fleet {
+        let c = RateLimitServiceClient::connect(format!("http://{}", grpc_addr(p)));
+        clients.push(c.await.unwrap());
+    }
+    let request = RateLimitRequest {
+        domain: "g".into(),
+        descriptors: vec![desc(&[(key, value)])],
+        hits_addend: 0,
+    };
+    let mut tasks = Vec::with_capacity(count);
+    for i in 0..count {
+        tokio::time::sleep_until(start + Duration::from_millis(i as u64)).await;
+        let (mut c, r) = (clients[i % fleet.len()].clone(), request.clone());
+        tasks.push(tokio::spawn(async move {
+            c.should_rate_limit(r)
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code
+                == 1
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap());
+    }
+    admitted
+}
+
+/// How far the real fleet's admitted hits may be from the simulator's prediction for the
+/// same scenario and tick phases: 20 hits, 3.3 % of the limit. The prediction's own spread
+/// over tick phases and seeds is 605–630 (a replica's share of a burst read binding a few
+/// hits below its prior, `core/prior.rs`), and real processes add what the simulator does
+/// not model (requests a millisecond late or early, gRPC and Redis latency); the race this
+/// test guards against admitted 140–165 more than its prediction.
+const EDGE_TOLERANCE: usize = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_surge_at_the_edge_on_two_processes_admits_what_the_simulator_predicts() {
+    // Issue 19, item 11: two replicas, a value nobody has seen on a rule of 600 an hour, ten
+    // times that over 6 s: 1,000 requests a second alternating between the replicas, with
+    // the production tick (1 s), `strict` by default (`k`) and `strict: false` (`l`). Each
+    // replica keeps to its prior, 315, until its first reply is a tick old. The race: the
+    // replica whose tick comes first in the surge settled on a read that missed the other's
+    // hits since the other's last sync, and took its share of room already spent — the
+    // fleet admitted 774 and 776 (1.29×) with `strict: false` when the other ticked 20 ms
+    // after it. So the surge starts 20 ms before one replica's tick, the other's following
+    // within half a tick, where the race was widest; the simulator runs with the same phases.
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), EDGE_RULES).unwrap();
+    let env = [("SYNC_TICK", "1s"), ("SYNC_INTERVAL", "2s")];
+    let fleet = tokio::task::block_in_place(|| fleet_of(2, dir.path(), &redis, &env));
+    let mut failures = Vec::new();
+    for (key, name) in [
+        ("k", "edge surge, 2 nodes, strict"),
+        ("l", "edge surge, 2 nodes"),
+    ] {
+        let phases = tokio::task::block_in_place(|| tick_phases(&fleet, &redis));
+        let follows = (phases[1] + 1_000 - phases[0]) % 1_000;
+        let (leader, lag) = if follows <= 500 {
+            (0, follows)
+        } else {
+            (1, 1_000 - follows)
+        };
+        let mut sim_phases = vec![20 + lag; 2];
+        sim_phases[leader] = 20;
+        let scenario = Scenario {
+            phases: Some(sim_phases),
+            ..sim::scenarios()
+                .into_iter()
+                .find(|s| s.name == name)
+                .unwrap()
+        };
+        // On a thread of its own: the simulator runs its own runtime.
+        let predicted = std::thread::spawn(move || sim::run(&scenario).sluice[0].admitted);
+        let predicted = predicted.join().unwrap() as usize;
+        // The surge's start, in Redis time (which the replicas' clocks follow): 20 ms before a
+        // tick of the leader's, at least 300 ms from now.
+        let now = tokio::task::block_in_place(|| redis_now_ms(&redis));
+        let read_at = Instant::now();
+        let mut start = now - now % 1_000 + phases[leader] + 1_000 - 20;
+        while start < now + 300 {
+            start += 1_000;
+        }
+        let begin = read_at + Duration::from_millis(start - now);
+        let admitted = surge_at_the_edge(&fleet, begin, (key, "surge"), 6_000).await;
+        if admitted > 660 || admitted.abs_diff(predicted) > EDGE_TOLERANCE {
+            failures.push(format!(
+                "{name}: admitted {admitted} of 600 (phases {phases:?}, lag {lag} ms), the \
+                 simulator predicts {predicted}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -120,6 +120,19 @@ fn check(s: &Scenario) -> Result<(), String> {
             // (the plain design: 1.75–2.07×; before the prior, 1.68–1.81×).
             over(&r, 0, 1.10)?;
         }
+        "edge surge, 2 nodes" | "edge surge, 2 nodes, strict" => {
+            // the targets: a cold surge within 1.10×, here on two replicas at 1,000 requests a
+            // second alternating, a rule of 600 an hour (issue 19, item 11). Each replica
+            // keeps to its prior (315) and sends it as soon as it is spent, so the other
+            // settles on a read that holds it (`core/prior.rs`, `wants_prior_sync`).
+            // Measured 1.050 on the six seeds, strict or not; before that send, a replica
+            // whose tick came early in the surge settled on a read missing part of the
+            // other's prior and took a share of room already spent: up to 1.31× (40 seeds).
+            over(&r, 0, 1.10)?;
+            if r.sluice_admitted(0) < 0.95 {
+                return fail(format!("admitted only {:.3}×", r.sluice_admitted(0)));
+            }
+        }
         "burst 2x, 2 nodes"
         | "burst 2x, 4 nodes"
         | "burst 10x, 20 nodes"
@@ -149,24 +162,19 @@ fn check(s: &Scenario) -> Result<(), String> {
         }
         "bucket warm flood, 20 nodes" | "bucket warm flood, 4 nodes" => {
             // A fleet settled on a full bucket (half the rate), then 5× the burst within
-            // 100 ms everywhere. Each node re-reads the bucket once it spent a quarter of its
+            // 100 ms everywhere. Each node re-reads the bucket once it spent an eighth of its
             // allowance or of its even share (settled burst reads, `core/bucket_burst.rs`),
             // so the spreads are taken on what the reads show, not all at once; others spending
             // far above the refill shrink the spread (`FLOOD_PACE`, `core/bucket.rs`). A
             // node's pending spends from before it last saw the bucket full are counted, not
-            // spent again (`BucketPlan::spend`). Measured over the six seeds in the flood's
-            // period: 1.086–1.124 at 20 nodes (false denials 0–1.4 %), 1.014–1.043 at 4 (0–1.0
-            // %). Before runs: 1.057–1.105 and 1.000–1.048, with 4.8 % false denials at 4 (the
+            // spent again (`BucketPlan::spend`). Measured over the six seeds in the flood's period:
+            // 1.067–1.091 at 20 nodes (false denials 0.5–1.9 %), 1.014–1.033 at 4 (0–1.4 %).
+            // Re-reading at a quarter: 1.086–1.124 at 20 (held to 1.13 then), 1.014–1.043 at 4.
+            // Before runs: 1.057–1.105 and 1.000–1.048, with 4.8 % false denials at 4 (the
             // stale spends stacked on the flood's read as debt, which at 20 also hid part of
             // the overspend); with runs and no shrinking spread, 1.158–1.187 and 1.062–1.081.
-            // The 1.10 target holds at 4 nodes; at 20, held to 1.13 (one seed at 1.124, up
-            // from 1.105 before runs): open.
-            let bound = if s.name.ends_with("20 nodes") {
-                1.13
-            } else {
-                1.10
-            };
-            over(&r, 0, bound)?;
+            // The target, with no exception.
+            over(&r, 0, 1.10)?;
             if r.sluice_admitted(1) < 0.95 {
                 return fail(format!("admitted only {:.3}×", r.sluice_admitted(1)));
             }
@@ -230,6 +238,58 @@ fn the_bounds_hold_on_other_seeds() {
             s.windows = s.windows.min(3);
             if let Err(e) = check(&s) {
                 failures.push(format!("seed {:#x}: {e}", s.seed));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A rule's default configuration: every sliding-window scenario again with `strict` on
+/// (denied hits count too), on the named seed and five others, over its first two windows
+/// (the cold start, and the window of an outage, a restart or a departure). Under their
+/// sustained overload a strict window admits nothing past the first, for the exact limiter
+/// too (the reference counts denied hits as sluice does, `sim/exact.rs`), so what is held
+/// here is the targets' over-admission (1.10×) and false denials (2 %) in every window, and
+/// a first window that admits the limit (at least 0.95× of what was offered, up to the
+/// limit). Measured on the named seeds: 0.996–1.091× in the first windows (the 2-replica
+/// surges 1.050), false denials at most 1.6 % (the burst at 50 replicas).
+#[test]
+fn every_sliding_scenario_stays_within_the_targets_with_strict_on() {
+    use sluice::core::Algorithm;
+    let mut failures = Vec::new();
+    for s in scenarios() {
+        if s.limit.algorithm != Algorithm::SlidingWindow || s.strict {
+            continue;
+        }
+        for k in 0..6u64 {
+            let seed = match k {
+                0 => s.seed,
+                k => s.seed.wrapping_mul(0x9e37_79b9).wrapping_add(k),
+            };
+            let mut s = Scenario {
+                strict: true,
+                ..s.reseeded(seed)
+            };
+            s.windows = s.windows.min(2);
+            let r = run(&s);
+            let table = render_table(std::slice::from_ref(&r));
+            for i in 0..r.sluice.len() {
+                let (admitted, denied) = (r.sluice_admitted(i), r.sluice_false_denials(i));
+                if admitted > 1.10 || denied > MAX_FALSE_DENIALS {
+                    failures.push(format!(
+                        "{} (seed {seed:#x}), window {}:\n{table}",
+                        s.name,
+                        i + 1
+                    ));
+                }
+            }
+            let w = &r.sluice[0];
+            let least = 0.95 * w.offered.min(u64::from(r.limit)) as f64;
+            if (w.admitted as f64) < least {
+                failures.push(format!(
+                    "{} (seed {seed:#x}) admitted too little:\n{table}",
+                    s.name
+                ));
             }
         }
     }

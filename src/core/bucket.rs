@@ -37,7 +37,7 @@
 //!   running count (averaged over at most 10 s), at least its even share `1 / live`. A
 //!   bucket spent a bucketful per sync interval syncs every tick (`pressure_ahead`), however
 //!   full it stays.
-//!   Once it spent a quarter of that (or of its even share of the room, if less), or when it
+//!   Once it spent an eighth of that (or of its even share of the room, if less), or when it
 //!   would deny a hit while the bucket refilled since its read, it asks for a *settled burst
 //!   read* (`bucket_burst.rs`): a fleet flooded everywhere at once re-splits the room a round
 //!   trip later instead of each node spending its spread before the next tick shows the

@@ -13,7 +13,9 @@
 //! (an early round trip), when the others' hits are still mostly pending on their nodes; a
 //! read a tick later holds every replica's hits up to at least that first reply, so the share
 //! measured from it (own hits over the fleet's count, `fleet.rs`) means something. The
-//! measured shares take over then.
+//! measured shares take over then. That read holds the others' hits only up to their last
+//! sync, so a node denying a young entity sends what it admitted at once
+//! ([`WindowState::wants_sync_when_denied`]) rather than at its next tick.
 //!
 //! The price: in a burst that reaches the limit within the young period, a node whose share
 //! of the burst is above `1 / N` denies hits while another, below it, still has room. The
@@ -205,6 +207,20 @@ impl WindowState {
             && self.room_read(limit, now, epoch, fleet) >= 1.0
     }
 
+    /// Whether this young entity has own hits the store has not seen: once its node denies
+    /// it (its prior, or its share of what a burst read left, spent), they should go at once
+    /// (an early round trip, `global/shard.rs`) rather than at its next tick. The other
+    /// replicas settle a tick after their own first reply and then share the room their read
+    /// leaves; a read that misses the hits this node admitted while young leaves them room
+    /// that is spent already. On two replicas (a limit of 600 an hour, 1,000 requests a
+    /// second alternating, `tests/global.rs`) a node whose tick came early in the surge
+    /// settled on a read holding its own 315 and part of the other's, and the fleet admitted
+    /// up to 1.31× the limit (the simulator, 40 seeds); sent when the node starts denying,
+    /// its hits are in the store a round trip later, before the other settles.
+    pub fn wants_sync_when_denied(&self, fleet: &FleetView) -> bool {
+        self.young(fleet) && self.pending() > 0
+    }
+
     /// Whether the last reply was a burst read: the gap between replies is a round trip's.
     pub(super) fn burst_read(&self) -> bool {
         self.gap_ms != 0 && u64::from(self.gap_ms) < MIN_SAMPLE_MS
@@ -317,6 +333,27 @@ mod tests {
         sync(&mut s, &l, &mut store, T0.plus_millis(1_002));
         assert!(!s.young(&f));
         assert_eq!(admit(&mut s, &l, T0.plus_millis(1_003), &f), 74);
+    }
+
+    #[test]
+    fn a_young_entity_denied_with_hits_unsent_wants_them_sent_at_once() {
+        let l = sliding(100);
+        let f = fleet(2);
+        let mut store = HashMap::new();
+        let mut s = WindowState::default();
+        // Its prior spent before any reply: 52 hits the others cannot see yet.
+        assert_eq!(admit(&mut s, &l, T0, &f), 52);
+        assert!(s.wants_sync_when_denied(&f));
+        // Sent: nothing left to hurry, until a strict denial counts one more.
+        sync(&mut s, &l, &mut store, T0.plus_millis(2));
+        assert!(!s.wants_sync_when_denied(&f));
+        s.record(&l, T0.plus_millis(3), 1);
+        assert!(s.wants_sync_when_denied(&f));
+        // Alone there is no prior; settled, the share decides and the tier's cadence sends.
+        assert!(!s.wants_sync_when_denied(&fleet(1)));
+        sync(&mut s, &l, &mut store, T0.plus_millis(1_002));
+        s.record(&l, T0.plus_millis(1_003), 1);
+        assert!(!s.young(&f) && !s.wants_sync_when_denied(&f));
     }
 
     /// A burst read at `t`: a sync whose reply measures the others however soon it comes.

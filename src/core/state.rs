@@ -196,6 +196,15 @@ impl LimitState {
         }
     }
 
+    /// Whether this young entity has own hits not sent, which should go at once when its
+    /// node denies it (`prior.rs`).
+    pub fn wants_sync_when_denied(&self, fleet: &FleetView) -> bool {
+        match self {
+            LimitState::Window(w) => w.wants_sync_when_denied(fleet),
+            LimitState::Bucket(_) => false,
+        }
+    }
+
     /// Whether this young entity should be re-read before the next tick (`prior.rs`).
     pub fn wants_burst_read(&self, limit: &Limit, now: UnixMillis, fleet: &FleetView) -> bool {
         match self {

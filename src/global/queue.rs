@@ -197,6 +197,13 @@ impl SyncQueues {
         self.burst[shard].notified().await;
     }
 
+    /// A young entity (queued: it stays so until settled) has hits to send before the next
+    /// tick, its replica denying it (`core/prior.rs`): wakes its shard's task for an early
+    /// round trip, which shares the one early trip a shard makes between two ticks.
+    pub fn want_early_trip(&self, key: u128, per_second: bool) {
+        self.wake[self.router.shard_of(key, per_second)].notify_one();
+    }
+
     /// A young entity (queued: it stays so until settled) wants its count re-read before
     /// the next tick: wakes its shard's task for a burst read.
     pub fn want_burst_read(&self, key: u128, per_second: bool) {

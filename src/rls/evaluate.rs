@@ -119,6 +119,17 @@ impl RateLimiter {
             if young_and_full {
                 q.want_burst_read(key, rule.per_second());
             }
+            // A young entity denied here: what its replica admitted while young goes to the
+            // store now, before the other replicas settle on a read without it
+            // (`core/prior.rs`). Admitted requests skip the check.
+            let spent = outcome.over
+                && state
+                    .states
+                    .iter()
+                    .any(|w| w.wants_sync_when_denied(&fleet));
+            if spent {
+                q.want_early_trip(key, rule.per_second());
+            }
         }
         Some(outcome)
     }

@@ -354,9 +354,8 @@ impl RateLimiter {
     /// Puts `rules` in force in one atomic step. Counters of unchanged rules carry over,
     /// since counters are keyed by rule identity, not by rule set; the series of rules no
     /// longer in force are dropped (with their client-made series), so that ConfigMap or
-    /// xDS churn cannot grow the metrics without bound. Returns the rules that were in
-    /// force, for the caller to drop where it costs no request anything
-    /// (`server/reload.rs`).
+    /// xDS churn cannot grow the metrics without bound. Returns the rules that were in force,
+    /// for the caller to drop where it costs no request anything (`server/reload.rs`).
     pub fn swap_rules(&self, rules: RuleSet, files: Vec<String>) -> Arc<Compiled> {
         let compiled = Arc::new(Self::compile_stats(
             &self.telemetry,

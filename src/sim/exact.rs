@@ -18,6 +18,8 @@ use crate::core::{Algorithm, Limit};
 /// The exact reference of one run, window or bucket, and the stats it keeps per period.
 pub struct Exact {
     limit: Limit,
+    /// Whether denied hits count too: a fixed window's, or a `strict` sliding window's.
+    counts_denied: bool,
     period_ms: u64,
     kind: Kind,
     /// The stats, period by period.
@@ -55,6 +57,7 @@ impl Exact {
         };
         Exact {
             limit: s.limit,
+            counts_denied: s.strict || s.limit.algorithm == Algorithm::FixedWindow,
             period_ms: period_ms(s),
             kind,
             stats: vec![WindowStats::default(); s.windows as usize],
@@ -63,7 +66,7 @@ impl Exact {
 
     /// A hit at `t` (ms from the start), admitted or not by the fleet.
     pub fn record(&mut self, t: u64, admitted: bool) {
-        let limit = self.limit;
+        let (limit, counts_denied) = (self.limit, self.counts_denied);
         let stats = &mut self.stats[(t / self.period_ms) as usize];
         stats.offered += 1;
         if admitted {
@@ -71,7 +74,7 @@ impl Exact {
         }
         match &mut self.kind {
             Kind::Window { truth, oracle } => {
-                window_record(&limit, truth, oracle, stats, t, admitted);
+                window_record(&limit, counts_denied, (truth, oracle), stats, (t, admitted));
             }
             Kind::Bucket {
                 truth,
@@ -101,14 +104,16 @@ impl Exact {
     }
 }
 
-/// The window reference's step: the sliding (or fixed) window count per epoch.
+/// The window reference's step: the sliding (or fixed) window count per epoch. When
+/// `counts_denied` (a fixed window, or a `strict` sliding one) every hit counts, denied or
+/// not, in the reference as in sluice; otherwise only admitted hits, and a false denial
+/// enters the oracle as if admitted.
 fn window_record(
     limit: &Limit,
-    truth: &mut [u64],
-    oracle: &mut [u64],
+    counts_denied: bool,
+    (truth, oracle): (&mut [u64], &mut [u64]),
     stats: &mut WindowStats,
-    t: u64,
-    admitted: bool,
+    (t, admitted): (u64, bool),
 ) {
     let now = T0 + t;
     let w = limit.window_ms;
@@ -118,7 +123,7 @@ fn window_record(
     let true_count = exact_estimate(limit, now, truth[e], prev(truth));
     let oracle_count = exact_estimate(limit, now, oracle[e], prev(oracle));
     let rpu = u64::from(limit.requests_per_unit);
-    if admitted || limit.algorithm == Algorithm::FixedWindow {
+    if admitted || counts_denied {
         truth[e] += 1;
         oracle[e] += 1;
     }
@@ -128,7 +133,7 @@ fn window_record(
         }
         if oracle_count < rpu {
             stats.false_denials += 1;
-            if limit.algorithm == Algorithm::SlidingWindow {
+            if !counts_denied {
                 oracle[e] += 1;
             }
         }

@@ -42,14 +42,15 @@ impl Clock for SimClock {
 }
 
 /// The rules file every replica loads: domain `sim`, key `k`, the scenario's limit; a sliding
-/// window with `strict: false` (denied hits cost nothing), as the exact model (`mod.rs`)
-/// counts. A strict sliding window (the default) under the scenarios' sustained overload
-/// admits nothing after the first window — the denied hits keep the count over, for the exact
-/// limiter too — so the fleet's sharing of the room would go unmeasured past a cold start.
+/// window `strict` (a rule's default: denied hits count too) or `strict: false` (denied hits
+/// cost nothing), as the exact model (`exact.rs`) counts the scenario. Most scenarios run
+/// `strict: false`: a strict sliding window under their sustained overload admits nothing
+/// after the first window — the denied hits keep the count over, for the exact limiter too —
+/// so the fleet's sharing of the room would go unmeasured past a cold start.
 ///
 /// # Panics
 /// When the limit's window is not a whole number of seconds (no rules file can say it).
-pub fn rules_yaml(limit: &Limit) -> String {
+pub fn rules_yaml(limit: &Limit, strict: bool) -> String {
     assert!(
         limit.window_ms >= 1000 && limit.window_ms.is_multiple_of(1000),
         "a rules file cannot express a window of {} ms",
@@ -61,6 +62,7 @@ pub fn rules_yaml(limit: &Limit) -> String {
         .find(|&(_, s)| secs.is_multiple_of(s))
         .map_or(("second", secs), |(u, s)| (u, secs / s));
     let algorithm = match limit.algorithm {
+        Algorithm::SlidingWindow if strict => "sliding_window".to_string(),
         Algorithm::SlidingWindow => "sliding_window, strict: false".to_string(),
         Algorithm::FixedWindow => "fixed_window".to_string(),
         Algorithm::TokenBucket { burst } => format!("token_bucket, burst: {burst}"),
@@ -104,12 +106,13 @@ impl Fleet {
     /// When the limit makes no valid rules file (see [`rules_yaml`]).
     pub fn start(
         limit: &Limit,
+        strict: bool,
         tick_ms: u64,
         clock: SimClock,
         store: &Arc<SimStore>,
         phases: &[u64],
     ) -> Fleet {
-        let yaml = rules_yaml(limit);
+        let yaml = rules_yaml(limit, strict);
         // Cancelled only for a replica that leaves: a run ends by dropping its runtime, and a
         // final flush after the last window would measure nothing.
         let stops: Vec<CancellationToken> =

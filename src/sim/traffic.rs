@@ -42,6 +42,7 @@ pub fn arrivals(s: &Scenario) -> Vec<(u64, usize)> {
         for k in 0..count {
             let t = load.from_ms + (k as f64 / per_ms) as u64;
             let node = match load.hot_share {
+                _ if s.alternate => (k % s.nodes as u64) as usize,
                 Some(share) if s.nodes > 1 => {
                     if rng.unit() < share {
                         0
@@ -68,6 +69,9 @@ pub fn arrivals(s: &Scenario) -> Vec<(u64, usize)> {
 /// Each node's tick phase in [0, tick): real replicas start at unrelated moments, so their
 /// sync ticks fall at unrelated points of the traffic.
 pub fn phases(s: &Scenario) -> Vec<u64> {
+    if let Some(p) = &s.phases {
+        return p.iter().map(|&p| p % s.tick_ms.max(1)).collect();
+    }
     let mut rng = SplitMix64(s.seed ^ 0x7469_636b);
     (0..s.nodes)
         .map(|_| rng.next() % s.tick_ms.max(1))
