@@ -133,6 +133,19 @@ fn check(s: &Scenario) -> Result<(), String> {
                 return fail(format!("admitted only {:.3}×", r.sluice_admitted(0)));
             }
         }
+        "slow surge, 2 nodes" | "slow surge, 4 nodes" => {
+            // the targets: a cold surge within 1.10×, here reaching the limit one to two
+            // seconds in, after the replicas settled (issue 19, item 11). A young replica
+            // sends its hits once they are a quarter of its prior, a settled one re-reads the
+            // count as it spends its share of the room while the others add a good part of
+            // the limit in a tick, and the others' rate over less than a second is blended
+            // with the rate before (`core/fleet.rs`, `core/prior.rs`). Measured TODO.
+            // Before: up to 1.25× (2 replicas) and 1.21× (4) over 30 seeds.
+            over(&r, 0, 1.10)?;
+            if r.sluice_admitted(0) < 0.95 {
+                return fail(format!("admitted only {:.3}×", r.sluice_admitted(0)));
+            }
+        }
         "burst 2x, 2 nodes"
         | "burst 2x, 4 nodes"
         | "burst 10x, 20 nodes"
