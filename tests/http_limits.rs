@@ -307,3 +307,41 @@ async fn grpc_connections_past_the_cap_wait_for_a_slot() {
     drop(b);
     s.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_rapid_reset_flood_leaves_honest_calls_answered() {
+    // HTTP/2 "rapid reset": streams opened and reset at once. Each costs the server a bounded
+    // amount of work (h2 ends the connection with GOAWAY when resets pile up before they
+    // are accepted), and a call on another connection is answered meanwhile.
+    let s = common::Server::start(RULES, |_| {}).await;
+    let tcp = tokio::net::TcpStream::connect(s.grpc).await.unwrap();
+    let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let addr = s.grpc;
+    let flood = tokio::spawn(async move {
+        for _ in 0..50_000 {
+            let Ok(ready) = client.ready().await else {
+                return; // GOAWAY
+            };
+            client = ready;
+            let req = http::Request::post(format!(
+                "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+            ))
+            .body(())
+            .unwrap();
+            match client.send_request(req, false) {
+                Ok((_, mut body)) => body.send_reset(h2::Reason::CANCEL),
+                Err(_) => return,
+            }
+        }
+    });
+    for _ in 0..20 {
+        ask(&s).await.unwrap();
+    }
+    tokio::time::timeout(PATIENCE, flood)
+        .await
+        .unwrap()
+        .unwrap();
+    ask(&s).await.unwrap();
+    s.stop().await.unwrap();
+}

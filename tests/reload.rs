@@ -70,20 +70,8 @@ async fn configmap_symlink_swap_reloads_and_keeps_unchanged_counters() {
 async fn a_bad_file_keeps_the_rules_in_force_until_fixed() {
     let s = Server::start(V1, |_| {}).await;
     assert_eq!(remaining(&s, "k").await, (1, 2));
-    let bad = s.dir.path().join("zz-bad.yaml");
-    std::fs::write(&bad, "domain: r2\ndescriptors:\n  - key: x\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n").unwrap();
-    wait_for_body(
-        s.http,
-        "/metrics",
-        r#"sluice_config_load_total{result="error"} 1"#,
-    )
-    .await;
-    // The old rules still decide, counters intact.
-    assert_eq!(remaining(&s, "k").await, (1, 1));
-    let (_, _, status) = http_async(s.http, "GET", "/rlconfig/status", "")
-        .await
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let (bad, v) = refused(&s, "zz-bad.yaml", "domain: r2\ndescriptors:\n  - key: x\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n").await;
+    let status = v.to_string();
     let err = v["errors"][0].as_str().unwrap();
     assert!(
         err.contains("zz-bad.yaml: invalid rate limit unit 'fortnight'"),
@@ -108,20 +96,8 @@ async fn a_rule_that_would_deny_everything_is_refused_on_reload_with_its_line() 
     // Issue 19, item 10: a count one level too far out loaded as a limit of 0.
     let s = Server::start(V1, |_| {}).await;
     assert_eq!(remaining(&s, "k").await, (1, 2));
-    let bad = s.dir.path().join("zz-slip.yaml");
-    std::fs::write(&bad, "domain: r2\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n    requests_per_unit: 100\n").unwrap();
-    wait_for_body(
-        s.http,
-        "/metrics",
-        r#"sluice_config_load_total{result="error"} 1"#,
-    )
-    .await;
-    // The rules in force still decide, counters intact.
-    assert_eq!(remaining(&s, "k").await, (1, 1));
-    let (_, _, status) = http_async(s.http, "GET", "/rlconfig/status", "")
-        .await
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let (_, v) = refused(&s, "zz-slip.yaml", "domain: r2\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n    requests_per_unit: 100\n").await;
+    let status = v.to_string();
     let errors: Vec<&str> = v["errors"]
         .as_array()
         .unwrap()
@@ -133,6 +109,25 @@ async fn a_rule_that_would_deny_everything_is_refused_on_reload_with_its_line() 
         "{status}"
     );
     s.stop().await.unwrap();
+}
+
+/// Writes the bad rules file `name` beside V1's and waits for the reload to be refused;
+/// checks that V1's rules still decide (their counter intact: one more hit of `k` leaves 1);
+/// returns the file's path and `/rlconfig/status`.
+async fn refused(s: &Server, name: &str, content: &str) -> (std::path::PathBuf, serde_json::Value) {
+    let bad = s.dir.path().join(name);
+    std::fs::write(&bad, content).unwrap();
+    wait_for_body(
+        s.http,
+        "/metrics",
+        r#"sluice_config_load_total{result="error"} 1"#,
+    )
+    .await;
+    assert_eq!(remaining(s, "k").await, (1, 1));
+    let (_, _, status) = http_async(s.http, "GET", "/rlconfig/status", "")
+        .await
+        .unwrap();
+    (bad, serde_json::from_str(&status).unwrap())
 }
 
 /// Successful loads so far, from `/rlconfig/status`.

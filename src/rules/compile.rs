@@ -174,23 +174,31 @@ impl Compiler<'_> {
             self.node.pop();
         }
         // Only the levels that got patterns from this batch: a level merged from an earlier
-        // file is indexed (and its bound reported) once per file that adds to it.
-        let mut with_wildcards: Vec<&str> = descriptors
-            .iter()
-            .filter(|d| d.value.contains('*'))
-            .map(|d| d.key.as_str())
-            .collect();
-        with_wildcards.sort_unstable();
-        with_wildcards.dedup();
-        for key in with_wildcards {
+        // file is indexed (and its bound reported) once per file that adds to it. The error
+        // points at the level's last pattern in this batch.
+        let mut last_wildcard: HashMap<&str, usize> = HashMap::new();
+        for (i, d) in descriptors.iter().enumerate() {
+            if d.value.contains('*') {
+                last_wildcard.insert(d.key.as_str(), i);
+            }
+        }
+        let mut last_wildcard: Vec<(usize, &str)> =
+            last_wildcard.into_iter().map(|(k, i)| (i, k)).collect();
+        last_wildcard.sort_unstable();
+        for (i, key) in last_wildcard {
             let Some(key_level) = level.get_mut(key) else {
                 continue;
             };
             let checks = key_level.index_wildcards();
             if checks > MAX_WILDCARD_CHECKS {
-                self.error(format!(
-                    "{parent_key}{key}: the wildcard values of key '{key}' need {checks} passes over a request value, at most {MAX_WILDCARD_CHECKS} are allowed (each value with a literal between two '*' other than '*text*' takes one, and so does each nested prefix of 'prefix*suffix' values)"
+                let d = &descriptors[i];
+                self.node.push(Step::Index(i));
+                self.path.push(model::final_key(&d.key, &d.value));
+                self.error_key("value", format!(
+                    "the wildcard values of key '{key}' need {checks} passes over a request value, at most {MAX_WILDCARD_CHECKS} are allowed (each value with a literal between two '*' other than '*text*' takes one, and so does each nested prefix of 'prefix*suffix' values)"
                 ));
+                self.path.pop();
+                self.node.pop();
             }
         }
     }
@@ -833,7 +841,7 @@ mod tests {
     #[test]
     fn wildcards_checked_one_by_one_are_bounded_per_level() {
         let limit = "rate_limit: {unit: second, requests_per_unit: 1}";
-        let file = |n: usize| {
+        let text = |n: usize| {
             let mut y = String::from(
                 "domain: d\ndescriptors:\n  - key: k\n    value: v\n    descriptors:\n",
             );
@@ -845,20 +853,20 @@ mod tests {
             for i in 0..n {
                 y += &format!("      - {{key: path, value: \"/api/*/u{i}/*\", {limit}}}\n");
             }
-            parse("w.yaml", &y).unwrap()
+            vec![("w.yaml".to_string(), y)]
         };
-        let s = RuleSet::compile(&[("w.yaml".into(), file(MAX_WILDCARD_CHECKS))], false).unwrap();
+        let s = compile_sources(&text(MAX_WILDCARD_CHECKS), false).unwrap();
         let hit = s
             .find("d", &[("k", "v"), ("path", "/api/x/u63/y")])
             .unwrap();
         assert_eq!(hit.rule.full_key, "d.k_v.path_/api/*/u63/*");
-        let errs = RuleSet::compile(&[("w.yaml".into(), file(MAX_WILDCARD_CHECKS + 1))], false)
-            .unwrap_err();
+        let errs = compile_sources(&text(MAX_WILDCARD_CHECKS + 1), false).unwrap_err();
         let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        // At the level's last pattern: the 65th of its kind, line 5 + 2,000 + 65.
         assert_eq!(
             msgs,
             vec![
-                "w.yaml: d.k_v.path: the wildcard values of key 'path' need 65 passes over a request value, at most 64 are allowed (each value with a literal between two '*' other than '*text*' takes one, and so does each nested prefix of 'prefix*suffix' values) (domain 'd', descriptor path 'k_v')"
+                "w.yaml: the wildcard values of key 'path' need 65 passes over a request value, at most 64 are allowed (each value with a literal between two '*' other than '*text*' takes one, and so does each nested prefix of 'prefix*suffix' values) (line 2070, column 21; domain 'd', descriptor path 'k_v' > 'path_/api/*/u64/*')"
             ]
         );
         // Nested prefixes of `prefix*suffix` values count one each, side by side ones do not.

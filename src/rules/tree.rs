@@ -1,5 +1,7 @@
 //! The descriptor tree of a compiled domain: per level, exact values, wildcard patterns in file
-//! order and the key-only node, and the lookup that picks one of them for a request value.
+//! order and the key-only node, and the lookup that picks one of them for a request value. The
+//! wildcards of a level are indexed by shape ([`WildcardIndex`]), so a lookup costs a few passes
+//! over the value however many patterns there are (at most [`MAX_WILDCARD_CHECKS`] more).
 
 use std::collections::{HashMap, HashSet};
 
@@ -710,6 +712,58 @@ mod tests {
         // Nested prefixes: one walk reaches all three.
         assert_eq!(count(&["a*x", "ab*x", "abc*y", "abc*z"]), 3);
         assert_eq!(count(&["a*b*c", "*a*b*", "a*b*", "**", "a**b"]), 3 + 1);
+    }
+
+    #[test]
+    fn a_lookup_makes_at_most_four_passes_plus_one_per_check() {
+        // Every shape at once, 1,000 of each indexed one, and patterns that must be checked
+        // one by one; values built to go deep into every trie and to match late or never.
+        let mut patterns = Vec::new();
+        for i in 0..1000 {
+            patterns.push(format!("{}{i}*", "a".repeat(40)));
+            patterns.push(format!("*{i}{}", "a".repeat(40)));
+            patterns.push(format!("*a{i}a*"));
+            patterns.push(format!("{}*x{i}", "a".repeat(1 + i % 50)));
+        }
+        for i in 0..40 {
+            patterns.push(format!("*a*{i}*aa*b"));
+        }
+        let mut l = KeyLevel {
+            wildcards: patterns.iter().map(|p| (p.clone(), node())).collect(),
+            ..KeyLevel::default()
+        };
+        let checks = l.index_wildcards() as u64;
+        assert_eq!(
+            checks,
+            40 + 50,
+            "40 patterns, and 'a'..'aaaa…' nested 50 deep"
+        );
+        let longest = patterns.iter().map(String::len).max().unwrap() as u64;
+        for value in [
+            "a".repeat(4096),
+            "a".repeat(2048) + &"9".repeat(2048),
+            "a0".repeat(2048),
+            format!("{}{}", "a".repeat(4000), "x1"),
+            "b".repeat(4096),
+        ] {
+            work::take();
+            let got = l.first_wildcard(value.as_bytes());
+            let work = work::take();
+            let bound = (4 + checks) * (value.len() as u64 + longest);
+            assert!(
+                work <= bound,
+                "{work} > {bound} for a value like {}",
+                &value[..8]
+            );
+            assert_eq!(got, scan_quick(&patterns, &value));
+        }
+    }
+
+    /// The first match by the glob itself (the naive definition is exponential on 4 KB).
+    fn scan_quick(patterns: &[String], value: &str) -> Option<usize> {
+        patterns
+            .iter()
+            .position(|p| Glob::new(p.as_bytes()).matches(value.as_bytes()))
     }
 
     #[test]
