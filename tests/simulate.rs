@@ -51,7 +51,9 @@ fn check(s: &Scenario) -> Result<(), String> {
     match s.name {
         "cold surge 10x" => {
             // the targets (ARCHITECTURE.md, "Targets"): the first window of a cold entity at 10× stays within 1.10×.
-            // Measured: 1.024–1.038 over the six seeds (the plain design: 9.8–10.0×).
+            // Measured: 1.001–1.007 over the six seeds, false denials 0.4–0.9 % (1.024–1.038
+            // and 0.1 % before settled replicas re-read the count as they spend their share
+            // in a surge, `core/fleet.rs`; the plain design: 9.8–10.0×).
             over(&r, 0, 1.10)?;
             // Then the steady state at 10×, held to the steady target. Measured ≤ 1.006.
             over(&r, 1, 1.05)?;
@@ -115,9 +117,10 @@ fn check(s: &Scenario) -> Result<(), String> {
         "2-replica surge" => {
             // the targets (ARCHITECTURE.md, "Targets") hold 2 nodes hit within one tick to
             // 1.10×. Each node keeps to its prior (half the limit) until its first reply is a
-            // tick old, by which time the count shows the other's hits. Measured 1.050 on
-            // each of the six seeds: both reach their prior, 315 of 600, and then the count
-            // (the plain design: 1.75–2.07×; before the prior, 1.68–1.81×).
+            // tick old, by which time the count shows the other's hits. Measured 1.015–1.047
+            // on the six seeds (1.050 on each before young replicas sent their hits at a
+            // quarter of their prior: both reached their prior, 315 of 600; the plain design:
+            // 1.75–2.07×; before the prior, 1.68–1.81×).
             over(&r, 0, 1.10)?;
         }
         "edge surge, 2 nodes" | "edge surge, 2 nodes, strict" => {
@@ -125,9 +128,25 @@ fn check(s: &Scenario) -> Result<(), String> {
             // second alternating, a rule of 600 an hour (issue 19, item 11). Each replica
             // keeps to its prior (315) and sends it as soon as it is spent, so the other
             // settles on a read that holds it (`core/prior.rs`, `wants_prior_sync`).
-            // Measured 1.050 on the six seeds, strict or not; before that send, a replica
+            // Measured 1.018–1.048 on the six seeds, strict or not (1.050 before young
+            // replicas also sent at a quarter of their prior); before that send, a replica
             // whose tick came early in the surge settled on a read missing part of the
             // other's prior and took a share of room already spent: up to 1.31× (40 seeds).
+            over(&r, 0, 1.10)?;
+            if r.sluice_admitted(0) < 0.95 {
+                return fail(format!("admitted only {:.3}×", r.sluice_admitted(0)));
+            }
+        }
+        "slow surge, 2 nodes" | "slow surge, 4 nodes" => {
+            // the targets: a cold surge within 1.10×, here reaching the limit one to two
+            // seconds in, after the replicas settled (issue 19, item 11). A young replica
+            // sends its hits once they are a quarter of its prior, a settled one re-reads the
+            // count as it spends its share of the room while the others add a good part of
+            // the limit in a tick, and the others' rate over less than a second is blended
+            // with the rate before (`core/fleet.rs`, `core/prior.rs`). Measured 1.000 (2
+            // replicas) and 1.000–1.002 (4) on the six seeds, 1.000–1.003 over 30, strict or
+            // not, false denials at most 0.5 %. Before: 1.052–1.247 and 1.145–1.223 over 30
+            // seeds (1.195 and 1.148 on the named ones).
             over(&r, 0, 1.10)?;
             if r.sluice_admitted(0) < 0.95 {
                 return fail(format!("admitted only {:.3}×", r.sluice_admitted(0)));
@@ -251,8 +270,9 @@ fn the_bounds_hold_on_other_seeds() {
 /// too (the reference counts denied hits as sluice does, `sim/exact.rs`), so what is held
 /// here is the targets' over-admission (1.10×) and false denials (2 %) in every window, and
 /// a first window that admits the limit (at least 0.95× of what was offered, up to the
-/// limit). Measured on the named seeds: 0.996–1.091× in the first windows (the 2-replica
-/// surges 1.050), false denials at most 1.6 % (the burst at 50 replicas).
+/// limit). Measured on the six seeds: at most 1.091× (the bursts at 20 and 50 replicas;
+/// the 2-replica surges 1.015–1.047, the slow surges 1.000–1.002), false denials at most
+/// 1.8 % (the burst at 50 replicas).
 #[test]
 fn every_sliding_scenario_stays_within_the_targets_with_strict_on() {
     use sluice::core::Algorithm;

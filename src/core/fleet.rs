@@ -65,6 +65,27 @@ pub struct Part {
 /// young entity's count re-read while its fleet runs into the limit within a tick.
 pub(super) const MIN_SAMPLE_MS: u64 = 100;
 
+/// How much of the limit the others must add in a tick for a settled node to re-read the
+/// count as it spends its share of the room ([`WindowState::read_due`]). The others' hits
+/// a read misses are up to a tick of their traffic; where that is a good part of the limit
+/// (a surge on a small limit: two replicas at 400 a second on 600 an hour), a share of the
+/// room taken on such a read gives out room the others have spent already. In a steady
+/// state at the limit the others add the window's drain, 1.7 % of a limit a minute in a
+/// tick, and reads would cost round trips for nothing.
+const SETTLED_FAST: f64 = 0.05;
+
+/// How much of its share of the room a settled node in a surge spends before it re-reads
+/// the count (a bucket's `SETTLED_READ_AT`, `bucket_burst.rs`): each read sends its hits
+/// too, so the others' reads miss at most this much of each node's share.
+const SETTLED_READ_AT: f64 = 0.125;
+
+/// The shortest span a rate sample stands for alone; a shorter one is blended with the rate
+/// before (weighing what it covers of this span). The others sync once a tick, so a read a
+/// few hundred milliseconds after the last one holds a whole sync of theirs or none: a
+/// young replica's sends measured 633 or 34 a second of a steady 200, and the reserve for
+/// their unsent hits followed.
+const RATE_SPAN_MS: u64 = 1000;
+
 /// The smallest share of the room a node keeps. With a sliding window only admitted hits
 /// count, so a node whose share fell to nothing (it had no traffic for a while) would never
 /// admit again and its share would never grow back.
@@ -208,6 +229,43 @@ impl WindowState {
         let offset =
             (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
         (float(after) - read - offset) * of > own * room
+    }
+
+    /// Whether a settled node should re-read this entity before its next tick, in a burst
+    /// read (`global/shard.rs`; due in `tier.rs`): the others add [`SETTLED_FAST`] of the
+    /// limit or more in a tick, the last reply left room, and this node's hits since are
+    /// [`SETTLED_READ_AT`] of its share of that room or more (none in flight). Each node of
+    /// a fleet running into its limit that way sends its hits and re-reads the count as it
+    /// spends, so a share is taken on a read that misses little of the others' hits, rather
+    /// than up to a tick of them. Two replicas at 400 a second on a limit of 600 an hour
+    /// admitted up to 1.25× without (30 seeds): one settled on a read that held a second-old
+    /// part of the other's.
+    pub fn read_due(&self, limit: &Limit, now: UnixMillis, tick_ms: u64) -> bool {
+        if self.synced_at == 0 || self.slots.iter().any(|s| s.inflight != 0) {
+            return false;
+        }
+        let rpu = f64::from(limit.requests_per_unit);
+        let rate = f64::from(self.others_per_sec);
+        if rate * float(tick_ms) * 1e-3 < SETTLED_FAST * rpu {
+            return false;
+        }
+        let epoch = self.epoch_at(limit, now);
+        let span = Span::new(limit, now, epoch);
+        let (read_prev, read_curr) = self.pair(epoch, |_, s| s.remote);
+        let read = float(span.count(read_prev, read_curr));
+        let unsent = UNSENT_RESERVED * rate * f64::from(self.gap_ms / 2) * 1e-3;
+        let room = rpu - read - unsent;
+        if room < 1.0 {
+            return false;
+        }
+        let share = match self.share_parts(epoch, (read_prev, read_curr), span.weight()) {
+            Some((own, of)) => (own / of).clamp(SHARE_FLOOR, 1.0),
+            None => return false,
+        };
+        let since = |_: usize, s: &Slot| (s.inflight + s.pending).max(0) as u64;
+        let (p, c) = self.pair(epoch, since);
+        let own = float(span.count(p, c));
+        own >= 1.0 && own >= SETTLED_READ_AT * share * room
     }
 
     /// This node's share of the window's count as of the last reply: own acknowledged hits
@@ -369,8 +427,15 @@ impl WindowState {
             return;
         }
         // The last interval's rate, not an average: it sizes hits of the last moments, and a
-        // fleet reaching its limit slows down within one interval.
-        self.others_per_sec = added / span_ms as f32;
+        // fleet reaching its limit slows down within one interval. But an interval shorter
+        // than [`RATE_SPAN_MS`] holds the others' syncs in lumps: blended with the rate before.
+        let span = span_ms as f32;
+        let horizon = RATE_SPAN_MS as f32;
+        self.others_per_sec = if self.gap_ms == 0 || span >= horizon {
+            added / span
+        } else {
+            (self.others_per_sec * (horizon - span) + added) / horizon
+        };
         // Near the limit every node syncs every tick, and that is when the others' unsent
         // hits matter: follow a shorter gap at once, a longer one slowly (and at once after
         // burst reads, whose gap says nothing of the tick's).
@@ -679,6 +744,57 @@ mod tests {
         let later = t2.plus_millis(2_000);
         let weighted = (11 * (MIN - 2_500) / MIN) + 10;
         assert_eq!(s.check(&l, later, 0).count_after, weighted + 40);
+    }
+
+    #[test]
+    fn a_settled_node_in_a_surge_re_reads_as_it_spends_its_share() {
+        let l = fixed(2_000);
+        let (t1, t2) = (T0.plus_millis(10_000), T0.plus_millis(11_000));
+        let mut store = std::collections::HashMap::new();
+        let mut s = WindowState::default();
+        // 100 own and 100 others', then a second later 100 more own and 200 more others':
+        // 200 a second, a tenth of the limit in a tick.
+        decide(&mut s, &l, t1, 100);
+        *store.entry(T0.0 / MIN).or_default() += 100;
+        sync(&mut s, &l, &mut store, t1);
+        decide(&mut s, &l, t2, 100);
+        *store.entry(T0.0 / MIN).or_default() += 200;
+        sync(&mut s, &l, &mut store, t2);
+        assert_eq!(s.others_per_sec(), 200.0);
+        // Room: 2000 - 500 read - 0.75 × 200 × 0.5 s unsent = 1425; its share 200 / 500 of
+        // it is 570, an eighth of that 71.25.
+        decide(&mut s, &l, t2.plus_millis(1), 71);
+        assert!(!s.read_due(&l, t2.plus_millis(1), 1_000));
+        decide(&mut s, &l, t2.plus_millis(2), 1);
+        assert!(s.read_due(&l, t2.plus_millis(2), 1_000));
+        // Others adding less than 5 % of the limit in a tick (the window's drain at the
+        // limit): the tick's read is enough.
+        assert!(!s.read_due(&l, t2.plus_millis(2), 400));
+        // In flight: the reply will tell.
+        let plan = s.begin_sync(&l, t2.plus_millis(2));
+        assert!(!s.read_due(&l, t2.plus_millis(2), 1_000));
+        s.fail_sync(&plan);
+    }
+
+    #[test]
+    fn a_rate_sample_shorter_than_a_second_is_blended_with_the_rate_before() {
+        let l = fixed(100_000);
+        let t = T0.plus_millis(10_000);
+        let mut store = std::collections::HashMap::new();
+        let mut s = WindowState::default();
+        sync(&mut s, &l, &mut store, t);
+        *store.entry(T0.0 / MIN).or_default() += 200;
+        sync(&mut s, &l, &mut store, t.plus_millis(1_000));
+        assert_eq!(s.others_per_sec(), 200.0);
+        // A whole sync of the others' lands in the next 200 ms: 500 a second alone, a fifth
+        // of a second's worth blended with the 200 before.
+        *store.entry(T0.0 / MIN).or_default() += 100;
+        sync(&mut s, &l, &mut store, t.plus_millis(1_200));
+        assert_eq!(s.others_per_sec(), 260.0);
+        // A second or more stands alone.
+        *store.entry(T0.0 / MIN).or_default() += 100;
+        sync(&mut s, &l, &mut store, t.plus_millis(2_200));
+        assert_eq!(s.others_per_sec(), 100.0);
     }
 
     /// The share decision as it was written before it lost its division: the room this

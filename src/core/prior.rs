@@ -41,6 +41,19 @@
 //! 5.2–8.5 % to 0.7–1.8 % at 50, at 1.08–1.09× the limit. What is left is that last round
 //! trip's hits, spread binomially: no read can show them before they are decided.
 //!
+//! # Surges that reach the limit after the fleet settled
+//! A surge of a few hundred hits a second on a small limit (two replicas at 400 a second
+//! on 600 an hour) reaches it one to two seconds in: past the burst reads' window, after
+//! some replicas settled. A settled replica's share of the room is taken on a read that
+//! holds the others' hits up to their last sync, up to a tick of their traffic behind,
+//! which there is a good part of the limit; the fleet admitted up to 1.25× (30 seeds). So
+//! a young replica sends its hits once they are a quarter of its prior
+//! ([`WindowState::wants_early_send`], a send trip, `global/shard.rs`), a settled one whose
+//! others add 5 % of the limit or more in a tick re-reads the count, sending its own, as it
+//! spends an eighth of its share of the room (`fleet.rs`, `WindowState::read_due`), and a
+//! rate sample over less than a second is blended with the rate before (the others' syncs
+//! land in lumps). The two slow surges of the simulator then admit 1.000–1.003× (30 seeds).
+//!
 //! # Departures
 //! The others' rate is measured between replies and extrapolated until the next one; after a
 //! replica leaves (its heartbeat removed or expired) the rate measured before includes its
@@ -189,12 +202,16 @@ impl WindowState {
         own.saturating_add(hits) > fleet.prior(limit.requests_per_unit)
     }
 
-    /// Whether this node should re-read this young entity's count before the next tick (a
-    /// burst read): within [`BURST_WINDOW_MS`] of its first reply, on a prior of at least
+    /// Whether this node should re-read this entity's count before the next tick (a burst
+    /// read): settled, as [`WindowState::read_due`] says (a surge on a small limit); young,
+    /// within [`BURST_WINDOW_MS`] of its first reply, on a prior of at least
     /// twice [`BURST_MIN_OWN`], its own hits in the window are a quarter of its prior or more
     /// (and at least [`BURST_MIN_OWN`]), and the last reply
     /// left room: once the fleet is at the limit, re-reads change nothing.
     pub fn wants_burst_read(&self, limit: &Limit, now: UnixMillis, fleet: &FleetView) -> bool {
+        if fleet.live > 1 && self.synced_at != 0 && !self.young(fleet) {
+            return self.read_due(limit, now, fleet.tick_ms);
+        }
         let window = u64::from(self.age_ms) < BURST_WINDOW_MS;
         if !self.young(fleet) || self.synced_at == 0 || !window {
             return false;
@@ -219,6 +236,21 @@ impl WindowState {
     /// its hits are in the store a round trip later, before the other settles.
     pub fn wants_sync_when_denied(&self, fleet: &FleetView) -> bool {
         self.young(fleet) && self.pending() > 0
+    }
+
+    /// Whether this young entity's unsent hits are a quarter of its prior or more (and at
+    /// least [`BURST_MIN_OWN`]), past the burst reads' window (whose reads send them): they
+    /// should go before the next tick, in a send trip (`global/shard.rs`). The others settle
+    /// on reads that hold this node's hits up to its last sync, and a young node syncs once a
+    /// tick: a read just before its tick missed up to a tick of them, and on two replicas at
+    /// 400 a second (600 an hour) the other replica took a share of room already spent.
+    pub fn wants_early_send(&self, limit: &Limit, fleet: &FleetView) -> bool {
+        let window = u64::from(self.age_ms) < BURST_WINDOW_MS;
+        if !self.young(fleet) || self.synced_at == 0 || window {
+            return false;
+        }
+        let prior = fleet.prior(limit.requests_per_unit);
+        self.pending() >= ((prior / 4).max(BURST_MIN_OWN)) as i64
     }
 
     /// Whether the last reply was a burst read: the gap between replies is a round trip's.
@@ -354,6 +386,31 @@ mod tests {
         sync(&mut s, &l, &mut store, T0.plus_millis(1_002));
         s.record(&l, T0.plus_millis(1_003), 1);
         assert!(!s.young(&f) && !s.wants_sync_when_denied(&f));
+    }
+
+    #[test]
+    fn a_young_entity_sends_its_hits_at_a_quarter_of_its_prior_past_the_burst_window() {
+        let l = sliding(1000);
+        let f = fleet(2);
+        let mut store = HashMap::new();
+        let mut s = WindowState::default();
+        let hits = |s: &mut WindowState, n, at| (0..n).for_each(|_| s.record(&l, at, 1));
+        hits(&mut s, 10, T0);
+        sync(&mut s, &l, &mut store, T0.plus_millis(2));
+        // Within the burst window its burst reads send them: not yet.
+        hits(&mut s, 200, T0.plus_millis(5));
+        assert!(!s.wants_early_send(&l, &f));
+        sync(&mut s, &l, &mut store, T0.plus_millis(150));
+        // Past it, a quarter of its prior of 525 unsent: 131.
+        hits(&mut s, 130, T0.plus_millis(200));
+        assert!(!s.wants_early_send(&l, &f));
+        hits(&mut s, 1, T0.plus_millis(201));
+        assert!(s.wants_early_send(&l, &f));
+        // Alone there is no prior; settled, the share and its reads take over.
+        assert!(!s.wants_early_send(&l, &fleet(1)));
+        sync(&mut s, &l, &mut store, T0.plus_millis(1_100));
+        hits(&mut s, 200, T0.plus_millis(1_101));
+        assert!(!s.young(&f) && !s.wants_early_send(&l, &f));
     }
 
     /// A burst read at `t`: a sync whose reply measures the others however soon it comes.

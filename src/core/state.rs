@@ -205,7 +205,17 @@ impl LimitState {
         }
     }
 
-    /// Whether this young entity should be re-read before the next tick (`prior.rs`).
+    /// Whether this young entity has unsent hits enough to send before the next tick
+    /// (`prior.rs`).
+    pub fn wants_early_send(&self, limit: &Limit, fleet: &FleetView) -> bool {
+        match self {
+            LimitState::Window(w) => w.wants_early_send(limit, fleet),
+            LimitState::Bucket(_) => false,
+        }
+    }
+
+    /// Whether this entity should be re-read before the next tick: young, in a burst; settled,
+    /// spending its share of the room in a surge (`prior.rs`, `bucket_burst.rs`).
     pub fn wants_burst_read(&self, limit: &Limit, now: UnixMillis, fleet: &FleetView) -> bool {
         match self {
             LimitState::Window(w) => w.wants_burst_read(limit, now, fleet),

@@ -74,6 +74,9 @@ impl SyncPolicy {
     /// - Then at its tier's interval — the tier the pressure is expected to reach by the end
     ///   of that interval ([`WindowState::pressure_ahead`]) when that is higher: an entity
     ///   that will be Hot before its next sync is Hot now.
+    /// - Before that, between ticks (the shard's burst reads): a settled bucket spending its
+    ///   share of the room, and a settled window spending its share in a surge on a small
+    ///   limit ([`WindowState::read_due`]).
     pub fn due(
         &self,
         state: &LimitState,
@@ -84,11 +87,12 @@ impl SyncPolicy {
         if !state.warm() || !state.settled(self.tick_ms) {
             return true;
         }
-        // A settled bucket spending its share of the room re-reads it before the tick.
-        if let LimitState::Bucket(b) = state {
-            if b.read_due(limit, now, self.tick_ms) {
-                return true;
-            }
+        // A settled bucket spending its share of the room re-reads it before the tick, and so
+        // does a window in a surge that brings the others a good part of the limit a tick.
+        match state {
+            LimitState::Bucket(b) if b.read_due(limit, now, self.tick_ms) => return true,
+            LimitState::Window(w) if w.read_due(limit, now, self.tick_ms) => return true,
+            _ => {}
         }
         let elapsed = now.0.saturating_sub(last_sync_ms) + self.tick_ms / 2;
         let tier = Tier::of(state.pressure(limit, now));

@@ -116,6 +116,8 @@ pub struct SyncQueues {
     wake: Vec<Notify>,
     /// Per shard: a young entity wants a burst read (`core/prior.rs`).
     burst: Vec<Notify>,
+    /// Per shard: a young entity has hits to send before the next tick (`core/prior.rs`).
+    send: Vec<Notify>,
     /// This replica's id, random per process start (`store::new_replica_id`).
     replica: u64,
 }
@@ -136,6 +138,7 @@ impl SyncQueues {
             tick_ms: AtomicU64::new(FleetView::ALONE.tick_ms),
             wake: (0..shards).map(|_| Notify::new()).collect(),
             burst: (0..shards).map(|_| Notify::new()).collect(),
+            send: (0..shards).map(|_| Notify::new()).collect(),
             replica: super::store::new_replica_id(),
         }
     }
@@ -192,16 +195,23 @@ impl SyncQueues {
         self.wake[shard].notified().await;
     }
 
+    /// Resolves when a young entity of `shard` wanted its hits sent since the last call.
+    pub(super) async fn send_woken(&self, shard: usize) {
+        self.send[shard].notified().await;
+    }
+
     /// Resolves when a young entity of `shard` wanted a burst read since the last call.
     pub(super) async fn burst_woken(&self, shard: usize) {
         self.burst[shard].notified().await;
     }
 
     /// A young entity (queued: it stays so until settled) has hits to send before the next
-    /// tick, its replica denying it (`core/prior.rs`): wakes its shard's task for an early
-    /// round trip, which shares the one early trip a shard makes between two ticks.
+    /// tick: its replica denies it, or its unsent hits are a quarter of its prior
+    /// (`core/prior.rs`). Wakes its shard's task for a send trip, an early round trip of
+    /// which a shard makes up to `MAX_SEND_TRIPS` between two ticks (`global/shard.rs`),
+    /// apart from the one a cold entity wakes.
     pub fn want_early_trip(&self, key: u128, per_second: bool) {
-        self.wake[self.router.shard_of(key, per_second)].notify_one();
+        self.send[self.router.shard_of(key, per_second)].notify_one();
     }
 
     /// A young entity (queued: it stays so until settled) wants its count re-read before

@@ -81,6 +81,14 @@ impl Default for SyncSettings {
 /// simulator (5 a call at a time), a 2× one about 40 (20).
 pub const MAX_BURST_TRIPS: u32 = 50;
 
+/// The most send trips a shard makes between two ticks: early round trips for young
+/// entities whose replica denies them, or whose unsent hits reached a quarter of their
+/// prior (`core/prior.rs`, `SyncQueues::want_early_trip`). Apart from the one early trip a
+/// cold entity wakes, so that a flood of new values never takes a young entity's sends:
+/// on two replicas a send taken that way left a young replica's 173 hits unsent for half a
+/// tick, and the other replica settled on a read without them (1.155× the limit).
+const MAX_SEND_TRIPS: u32 = 4;
+
 /// The least time between the starts of two burst reads of a shard. With
 /// [`READS_IN_FLIGHT`] under way at once, a round trip of 2 ms holds two, a millisecond
 /// apart: each reply shows the others' hits up to half a round trip before the last one.
@@ -173,6 +181,7 @@ impl<S: ShardStore> ShardSync<S> {
         let mut backoff = self.settings.backoff_min;
         let mut next = tokio::time::Instant::now();
         let mut early_done = false;
+        let mut sends = 0;
         let mut bursts = 0;
         let mut burst_wanted = false;
         let mut burst_ready = tokio::time::Instant::now();
@@ -182,6 +191,7 @@ impl<S: ShardStore> ShardSync<S> {
         let mut last_read: Vec<u128> = Vec::new();
         loop {
             let early_ok = !early_done && !self.health.is_degraded();
+            let send_ok = sends < MAX_SEND_TRIPS && !self.health.is_degraded();
             let burst_ok = bursts < MAX_BURST_TRIPS && !self.health.is_degraded();
             let read_ok = burst_wanted && burst_ok && reads.len() < READS_IN_FLIGHT;
             tokio::select! {
@@ -196,6 +206,12 @@ impl<S: ShardStore> ShardSync<S> {
                     early_done = true;
                     self.settle_reads(&mut reads).await;
                     // A failure marks the shard degraded: no more early trips until it answers.
+                    let _ = self.trip(Trip::Early).await;
+                    continue;
+                }
+                _ = self.queues.send_woken(self.index), if send_ok => {
+                    sends += 1;
+                    self.settle_reads(&mut reads).await;
                     let _ = self.trip(Trip::Early).await;
                     continue;
                 }
@@ -219,7 +235,9 @@ impl<S: ShardStore> ShardSync<S> {
             // Wake-ups up to now are served by this tick.
             let _ = futures_util::FutureExt::now_or_never(self.queues.woken(self.index));
             let _ = futures_util::FutureExt::now_or_never(self.queues.burst_woken(self.index));
+            let _ = futures_util::FutureExt::now_or_never(self.queues.send_woken(self.index));
             early_done = false;
+            sends = 0;
             burst_wanted = false;
             bursts = 0;
             match self.tick(false).await {

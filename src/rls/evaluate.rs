@@ -122,11 +122,17 @@ impl RateLimiter {
             // A young entity denied here: what its replica admitted while young goes to the
             // store now, before the other replicas settle on a read without it
             // (`core/prior.rs`). Admitted requests skip the check.
-            let spent = outcome.over
-                && state
+            let spent = if outcome.over {
+                state
                     .states
                     .iter()
-                    .any(|w| w.wants_sync_when_denied(&fleet));
+                    .any(|w| w.wants_sync_when_denied(&fleet))
+            } else {
+                rule.limits
+                    .iter()
+                    .zip(state.states.iter())
+                    .any(|(spec, w)| w.wants_early_send(&spec.limit, &fleet))
+            };
             if spent {
                 q.want_early_trip(key, rule.per_second());
             }

@@ -347,6 +347,7 @@ pub fn scenarios() -> Vec<Scenario> {
     ]
     .into_iter()
     .chain(edge_surges(&base))
+    .chain(slow_surges(&base))
     .chain(burst_and_departure(&base))
     .chain(buckets::scenarios(&base))
     .collect()
@@ -382,6 +383,45 @@ fn edge_surges(base: &Scenario) -> Vec<Scenario> {
             ..edge.clone()
         },
         edge,
+    ]
+}
+
+/// Slower surges at the edge: a value nobody has seen on a rule of 600 an hour, hit by ten
+/// times that at a pace that reaches the limit one to two seconds in, after the replicas
+/// settled (their first reply a tick old): two replicas at 400 requests a second in turn,
+/// four at 300 a second spread at random. Settled replicas then share the room on reads
+/// that miss what the others have not sent yet; before young replicas sent their hits at a
+/// quarter of their prior and settled ones re-read as they spent their share, they
+/// admitted up to 1.25× (two) and 1.2× (four) the limit, `strict` or not.
+fn slow_surges(base: &Scenario) -> Vec<Scenario> {
+    let limit = Limit {
+        requests_per_unit: 600,
+        window_ms: 3_600_000,
+        algorithm: Algorithm::SlidingWindow,
+    };
+    let per_second = |n: f64| n * 3_600.0 / 600.0;
+    vec![
+        Scenario {
+            name: "slow surge, 2 nodes",
+            nodes: 2,
+            limit,
+            loads: vec![even(0, 15_000, per_second(400.0))],
+            windows: 1,
+            // 1.250× the limit on this seed before the fix.
+            seed: 0x5eed_0020,
+            alternate: true,
+            ..base.clone()
+        },
+        Scenario {
+            name: "slow surge, 4 nodes",
+            nodes: 4,
+            limit,
+            loads: vec![even(0, 20_000, per_second(300.0))],
+            windows: 1,
+            // 1.2× the limit on this seed before the fix.
+            seed: 0x5eed_0021,
+            ..base.clone()
+        },
     ]
 }
 
