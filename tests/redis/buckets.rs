@@ -3,7 +3,7 @@
 //! window, strict debt, response headers), and in global mode on a real redis-server (one
 //! replica exact, the fleet's bucket shared by three processes, a Redis that restarts empty).
 
-mod common;
+use crate::common;
 
 use common::procs::{query, spawn_sluice, wait_live, Proc};
 use common::redis::{global_mode, RedisServer};

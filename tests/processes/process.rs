@@ -1,7 +1,7 @@
 //! The `sluice` binary as a user runs it: `check`, `serve` configured through envoyproxy/
 //! ratelimit's environment variables, `query`, `load`, exit codes, and SIGTERM.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! and the deep-merged rule `metadata` of the descriptors within their limits), and nothing
 //! when it is off.
 
-mod common;
+use crate::common;
 
 use common::{desc, Server};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;

@@ -2,7 +2,7 @@
 //! installed; scripts/test.sh installs it): exactness of one replica, shards and Redis Cluster,
 //! a fleet of processes sharing a limit, Redis faults, SIGTERM's final flush, clock offset.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

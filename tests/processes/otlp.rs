@@ -1,7 +1,7 @@
 //! OpenTelemetry over OTLP: a sluice process exports ShouldRateLimit spans (continuing W3C and
 //! B3 contexts) and its metrics to a collector of this test's own, over gRPC and HTTP.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

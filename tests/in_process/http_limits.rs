@@ -4,7 +4,7 @@
 //! in flight past the process's bound, silent and idle connections. (The real process under
 //! a flood of idle connections is in `process.rs`.)
 
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -2,7 +2,7 @@
 //! by openssl in each test: answers over TLS, handshakes refused without a client certificate,
 //! with one from another CA or without the required SAN, certificate rotation picked up
 //! without a restart, and settings resolved from real files.
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! `USE_STATSD`: the reference's per-rule counters reach a statsd socket as deltas, its
 //! request counters and errors too, and the response-time timer as sampled lines.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

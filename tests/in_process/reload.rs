@@ -2,7 +2,7 @@
 //! symlink that is swapped atomically), a rejected file that leaves the rules in force, and
 //! counters of unchanged rules that survive a reload.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::symlink;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! limit says `strict: false`; descriptors held back by `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
 //! report their count as it stands; counts saturate and refunds stop at zero.
 
-mod common;
+use crate::common;
 
 use common::{desc, http_async, Server, T0};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};

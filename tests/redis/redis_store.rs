@@ -2,7 +2,7 @@
 //! and bucket items mixed, several replicas) gives the same totals from a real redis-server,
 //! standalone and as a cluster, as from `MemoryStore` — the store the simulator and the sync
 //! tests run on. So what the simulator measures is what Redis does.
-mod common;
+use crate::common;
 
 use common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;

@@ -1,7 +1,7 @@
 //! The vendored protos: the descriptor set served by reflection is the one they compile to,
 //! and the xDS resource sluice decodes with envoy-types' types is the one vendored.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -4,7 +4,7 @@
 //! nonce, NACKs that carry the errors and the last accepted version, readiness before the
 //! first set, and a reconnect after the server restarts.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //! (GRPC_SERVER_USE_TLS, GRPC_CLIENT_TLS_CACERT/SAN); with a SAN sluice does not accept, it
 //! fails open.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};

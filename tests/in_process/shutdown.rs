@@ -6,7 +6,7 @@
 //! Time is tokio's paused clock, so the grace is measured in virtual time: the test is exact
 //! and takes no wall-clock seconds.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The real server on loopback (in process, manual clock) driven by a gRPC client: every RLS
 //! semantic of docs/wire.md, health, reflection and the HTTP endpoints.
 
-mod common;
+use crate::common;
 
 use common::{desc, header, http_async, Server, T0};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;

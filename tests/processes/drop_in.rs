@@ -5,7 +5,7 @@
 //! directory variables it no longer reads. Only the listen ports are added (free ones instead
 //! of 8080/8081) and the files' paths are the test's.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

@@ -3,7 +3,7 @@
 //! (`REDIS_TYPE=SENTINEL`), through a failover of the master, with the sentinels'
 //! password; and a separate Redis for per-second limits (`REDIS_PERSECOND`).
 
-mod common;
+use crate::common;
 
 use common::redis::{global_mode, RedisServer};
 use common::{desc, wait_until_async, Server};

@@ -3,7 +3,7 @@
 //! `/metrics`, so a renamed metric cannot leave a panel silently empty. The server runs in
 //! global mode on a real redis-server, so the sync panels' metrics are there too.
 
-mod common;
+use crate::common;
 
 use common::redis::{global_mode, RedisServer};
 use common::{desc, http_async, Server};

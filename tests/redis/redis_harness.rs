@@ -1,6 +1,6 @@
 //! Tests of the Redis test harness itself (tests/common/redis.rs): real redis-server processes
 //! on free loopback ports, standalone, with auth, over TLS, and as a cluster.
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::io::ErrorKind;

@@ -6,7 +6,7 @@
 //! The targets are `fuzz/src/lib.rs`, included here as a module, so the fuzzer and this test
 //! run the same code. `scripts/fuzz.sh` runs the real fuzzer; see docs/development.md, "Fuzzing".
 
-#[path = "../fuzz/src/lib.rs"]
+#[path = "../../fuzz/src/lib.rs"]
 mod targets;
 
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! nothing across a Redis Cluster's slots, and the prior when Redis is killed; the same for
 //! token buckets (a bucket's burst exactly, a bucket beside a window, refunds, a cluster).
 
-mod common;
+use crate::common;
 
 use common::redis::{global_mode, RedisCluster, RedisServer};
 use common::{desc, http_async, Server};
