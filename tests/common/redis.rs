@@ -16,7 +16,6 @@
 //!   redis-server outlives its test.
 //! - A missing `redis-server`, `redis-cli` or `openssl` fails the test with an install hint.
 #![allow(clippy::disallowed_methods)] // see above: real timeouts for external processes
-#![allow(dead_code)] // each test binary uses a different subset
 
 use std::collections::hash_map::RandomState;
 use std::fs::{File, OpenOptions};

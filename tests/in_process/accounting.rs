@@ -3,9 +3,7 @@
 //! limit says `strict: false`; descriptors held back by `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
 //! report their count as it stands; counts saturate and refunds stop at zero.
 
-use crate::common;
-
-use common::{desc, http_async, Server, T0};
+use crate::common::{desc, http_async, Server, T0};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;

@@ -2,9 +2,7 @@
 //! and the deep-merged rule `metadata` of the descriptors within their limits), and nothing
 //! when it is off.
 
-use crate::common;
-
-use common::{desc, Server};
+use crate::common::{desc, Server};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::value::Kind;

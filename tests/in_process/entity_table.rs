@@ -3,9 +3,7 @@
 //! through (before, it was admitted again: an attacker flooding distinct values reset a
 //! victim's limit), values never seen are still admitted, and the metrics say what was evicted.
 
-use crate::common;
-
-use common::{desc, http_async, Server};
+use crate::common::{desc, http_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 

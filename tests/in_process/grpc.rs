@@ -1,9 +1,7 @@
 //! The real server on loopback (in process, manual clock) driven by a gRPC client: every RLS
 //! semantic of docs/wire.md, health, reflection and the HTTP endpoints.
 
-use crate::common;
-
-use common::{desc, header, http_async, Server, T0};
+use crate::common::{desc, header, http_async, Server, T0};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{

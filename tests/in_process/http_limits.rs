@@ -4,12 +4,11 @@
 //! in flight past the process's bound, silent and idle connections. (The real process under
 //! a flood of idle connections is in `process.rs`.)
 
-use crate::common;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use crate::common;
 use axum::routing::{get, post};
 use axum::Router;
 use sluice::server::http::{serve, HttpLimits};

@@ -1,9 +1,7 @@
 //! `USE_PROMETHEUS`: the reference's metric names on a listener of their own, beside
 //! sluice's `/metrics`.
 
-use crate::common;
-
-use common::{desc, free_port, http_async, Server};
+use crate::common::{desc, free_port, http_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::server::prometheus_ref::PrometheusSettings;
 

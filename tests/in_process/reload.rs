@@ -2,12 +2,10 @@
 //! symlink that is swapped atomically), a rejected file that leaves the rules in force, and
 //! counters of unchanged rules that survive a reload.
 
-use crate::common;
-
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use common::{desc, http_async, wait_for_body, Server};
+use crate::common::{desc, http_async, wait_for_body, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 const V1: &str = "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: changed\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";

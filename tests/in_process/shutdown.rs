@@ -6,11 +6,10 @@
 //! Time is tokio's paused clock, so the grace is measured in virtual time: the test is exact
 //! and takes no wall-clock seconds.
 
-use crate::common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common;
 use sluice::core::clock::ManualClock;
 use sluice::global::redis::RedisOptions;
 use sluice::settings::{RedisSettings, Settings};

@@ -1,13 +1,11 @@
 //! `USE_STATSD`: the reference's per-rule counters reach a statsd socket as deltas, its
 //! request counters and errors too, and the response-time timer as sampled lines.
 
-use crate::common;
-
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use common::{desc, Server};
+use crate::common::{desc, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::server::statsd::StatsdSettings;
 

@@ -2,15 +2,14 @@
 //! by openssl in each test: answers over TLS, handshakes refused without a client certificate,
 //! with one from another CA or without the required SAN, certificate rotation picked up
 //! without a restart, and settings resolved from real files.
-use crate::common;
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::certs::{self, Pair};
-use common::{desc, wait_until_async, Server};
+use crate::common::certs::{self, Pair};
+use crate::common::tls_client;
+use crate::common::{desc, wait_until_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use rustls::pki_types::CertificateDer;
@@ -33,12 +32,12 @@ async fn tls(
     addr: SocketAddr,
     config: Arc<rustls::ClientConfig>,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-    certs::tls_connect(addr, config).await
+    tls_client::tls_connect(addr, config).await
 }
 
 /// One ShouldRateLimit call over a new TLS connection: the overall code, or why it failed.
 async fn call(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<i32, String> {
-    certs::should_rate_limit_tls(addr, config, req())
+    tls_client::should_rate_limit_tls(addr, config, req())
         .await
         .map(|r| r.overall_code)
 }
@@ -82,7 +81,7 @@ async fn a_tls_client_gets_answers_and_the_admin_port_stays_plain() {
     let tls = grpc_tls(&p, None, None);
     // Server::start waits for /readyz over plain HTTP.
     let server = Server::start(RULES, |s| s.grpc_tls = Some(tls)).await;
-    let config = certs::client_config(&p.ca.cert, None);
+    let config = tls_client::client_config(&p.ca.cert, None);
     assert_eq!(call(server.grpc, config.clone()).await, Ok(1));
     assert_eq!(call(server.grpc, config).await, Ok(2), "over the limit");
     // A plaintext gRPC client gets nowhere.
@@ -110,7 +109,7 @@ async fn mtls_requires_a_client_certificate_from_the_ca() {
     );
     let tls = grpc_tls(&p, Some(&p.ca.cert), None);
     let server = Server::start(RULES, |s| s.grpc_tls = Some(tls)).await;
-    let with = |id: Option<&Pair>| certs::client_config(&p.ca.cert, id);
+    let with = |id: Option<&Pair>| tls_client::client_config(&p.ca.cert, id);
     assert_eq!(call(server.grpc, with(Some(&client))).await, Ok(1));
     let none = call(server.grpc, with(None)).await;
     assert!(none.is_err(), "no client certificate: {none:?}");
@@ -127,7 +126,7 @@ async fn the_client_certificate_must_carry_the_san() {
     let wrong = certs::leaf(d, "wrong", &p.ca, "clientAuth", "DNS:other.sluice.test");
     let tls = grpc_tls(&p, Some(&p.ca.cert), Some("envoy.sluice.test"));
     let server = Server::start(RULES, |s| s.grpc_tls = Some(tls)).await;
-    let with = |id: &Pair| certs::client_config(&p.ca.cert, Some(id));
+    let with = |id: &Pair| tls_client::client_config(&p.ca.cert, Some(id));
     assert_eq!(call(server.grpc, with(&good)).await, Ok(1));
     let refused = call(server.grpc, with(&wrong)).await;
     assert!(refused.is_err(), "wrong SAN: {refused:?}");
@@ -139,8 +138,8 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
     let p = pki();
     let tls = grpc_tls(&p, None, None);
     let server = Server::start(RULES, |s| s.grpc_tls = Some(tls)).await;
-    let config = certs::client_config(&p.ca.cert, None);
-    let first = certs::certs(&p.server.cert).remove(0);
+    let config = tls_client::client_config(&p.ca.cert, None);
+    let first = tls_client::certs(&p.server.cert).remove(0);
     assert_eq!(served_cert(server.grpc, config.clone()).await, first);
 
     // A bad write first: the listener keeps serving the old pair.
@@ -151,7 +150,7 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
     let next = certs::server(p.dir.path(), "next", &p.ca);
     std::fs::copy(&next.key, &p.server.key).unwrap();
     std::fs::copy(&next.cert, &p.server.cert).unwrap();
-    let rotated = certs::certs(&next.cert).remove(0);
+    let rotated = tls_client::certs(&next.cert).remove(0);
     assert_ne!(first, rotated);
     wait_until_async(10, "the rotated certificate to be served", || {
         let config = config.clone();
@@ -174,9 +173,9 @@ async fn the_resolver_rechecks_once_a_second_and_keeps_the_old_pair_on_a_bad_one
     let p = pki();
     let resolver = ReloadingCert::new(p.server.cert.clone(), p.server.key.clone()).unwrap();
     let leaf = |r: &ReloadingCert| r.current().cert[0].clone();
-    let first = certs::certs(&p.server.cert).remove(0);
+    let first = tls_client::certs(&p.server.cert).remove(0);
     let next = certs::server(p.dir.path(), "next", &p.ca);
-    let rotated = certs::certs(&next.cert).remove(0);
+    let rotated = tls_client::certs(&next.cert).remove(0);
     assert_eq!(leaf(&resolver), first);
 
     std::fs::write(&p.server.cert, "garbage").unwrap();
@@ -231,7 +230,7 @@ async fn a_refused_client_reads_an_error_not_data() {
     let p = pki();
     let tls = grpc_tls(&p, Some(&p.ca.cert), None);
     let server = Server::start(RULES, |s| s.grpc_tls = Some(tls)).await;
-    let mut s = tls_conn(server.grpc, certs::client_config(&p.ca.cert, None)).await;
+    let mut s = tls_conn(server.grpc, tls_client::client_config(&p.ca.cert, None)).await;
     let mut buf = [0u8; 1];
     let read = s.read(&mut buf).await;
     assert!(
@@ -259,7 +258,7 @@ async fn a_tls_client_that_idles_after_its_handshake_is_closed() {
         s.grpc_limits.handshake_timeout = std::time::Duration::from_millis(500);
     })
     .await;
-    let mut s = tls_conn(server.grpc, certs::client_config(&p.ca.cert, None)).await;
+    let mut s = tls_conn(server.grpc, tls_client::client_config(&p.ca.cert, None)).await;
     // The server's own HTTP/2 SETTINGS come first, then the close.
     let mut got = Vec::new();
     let read = tokio::time::timeout(std::time::Duration::from_secs(15), s.read_to_end(&mut got))
@@ -268,7 +267,7 @@ async fn a_tls_client_that_idles_after_its_handshake_is_closed() {
     assert!(got.len() < 100, "{read:?}: read {got:?}");
     // Honest clients are still served.
     assert_eq!(
-        call(server.grpc, certs::client_config(&p.ca.cert, None)).await,
+        call(server.grpc, tls_client::client_config(&p.ca.cert, None)).await,
         Ok(1)
     );
     server.stop().await.unwrap();

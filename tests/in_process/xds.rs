@@ -4,13 +4,12 @@
 //! nonce, NACKs that carry the errors and the last accepted version, readiness before the
 //! first set, and a reconnect after the server restarts.
 
-use crate::common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::xds::{config, AdsServer, TYPE_URL};
-use common::{desc, http_async, wait_for_body, wait_until_async, Server};
+use crate::common;
+use crate::common::xds::{config, AdsServer, TYPE_URL};
+use crate::common::{desc, http_async, wait_for_body, wait_until_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit::{Minute, Unknown};
 use sluice::server::xds::{XdsSettings, XdsTls};
@@ -336,6 +335,16 @@ async fn rules_come_over_mtls_verified_under_the_configured_name() {
     s.stop().await.unwrap();
 }
 
+/// A child process killed when dropped, so a failing test leaves none behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The real binary, configured by the reference's variables alone (no rules path at all).
 #[tokio::test]
 async fn the_binary_takes_its_rules_from_the_reference_variables() {
@@ -361,7 +370,7 @@ async fn the_binary_takes_its_rules_from_the_reference_variables() {
         .spawn()
         .unwrap();
     // Killed however the test ends.
-    let _proc = common::procs::Proc { child, http, log };
+    let _proc = KillOnDrop(child);
     wait_until_async(30, "the process to become ready", || async {
         matches!(
             http_async(http, "GET", "/readyz", "").await,

@@ -9,8 +9,6 @@
 //! (GRPC_SERVER_USE_TLS, GRPC_CLIENT_TLS_CACERT/SAN); with a SAN sluice does not accept, it
 //! fails open.
 
-use crate::common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -18,7 +16,8 @@ use std::process::{Child, Command, Stdio};
 
 use std::time::Duration;
 
-use common::{free_port, header, http, repo, require_tool, wait_until, HttpResponse};
+use crate::common;
+use crate::common::{free_port, header, http, repo, require_tool, wait_until, HttpResponse};
 use tokio::time::Instant; // real time: the bucket refills on sluice's system clock
 
 /// Kills the child when dropped, so a failing test leaves no process behind.

@@ -1,8 +1,6 @@
 //! OpenTelemetry over OTLP: a sluice process exports ShouldRateLimit spans (continuing W3C and
 //! B3 contexts) and its metrics to a collector of this test's own, over gRPC and HTTP.
 
-use crate::common;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -30,7 +28,8 @@ use prost::Message as _;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Channel;
 
-use common::{desc, free_port, http_async, wait_until_async};
+use crate::common;
+use crate::common::{desc, free_port, http_async, wait_until_async};
 
 const RULES: &str = "domain: otlp\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
 

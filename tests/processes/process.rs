@@ -1,13 +1,11 @@
 //! The `sluice` binary as a user runs it: `check`, `serve` configured through envoyproxy/
 //! ratelimit's environment variables, `query`, `load`, exit codes, and SIGTERM.
 
-use crate::common;
-
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{free_port, http, repo, wait_until};
+use crate::common::{free_port, http, repo, wait_until};
 
 fn sluice() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));

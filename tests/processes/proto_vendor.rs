@@ -1,9 +1,9 @@
 //! The vendored protos: the descriptor set served by reflection is the one they compile to,
 //! and the xDS resource sluice decodes with envoy-types' types is the one vendored.
 
-use crate::common;
-
 use std::process::Command;
+
+use crate::common;
 
 #[test]
 fn descriptor_set_matches_the_vendored_protos() {

@@ -4,10 +4,9 @@
 //! replica exact, the fleet's bucket shared by three processes, a Redis that restarts empty).
 
 use crate::common;
-
-use common::procs::{query, spawn_sluice, wait_live, Proc};
-use common::redis::{global_mode, RedisServer};
-use common::{desc, http, wait_until, wait_until_async, Server, T0};
+use crate::common::procs::{query, spawn_sluice, wait_live, Proc};
+use crate::common::redis::{global_mode, RedisServer};
+use crate::common::{desc, http, wait_until, wait_until_async, Server, T0};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, Code, DescriptorStatus,
 };

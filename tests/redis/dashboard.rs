@@ -3,10 +3,8 @@
 //! `/metrics`, so a renamed metric cannot leave a panel silently empty. The server runs in
 //! global mode on a real redis-server, so the sync panels' metrics are there too.
 
-use crate::common;
-
-use common::redis::{global_mode, RedisServer};
-use common::{desc, http_async, Server};
+use crate::common::redis::{global_mode, RedisServer};
+use crate::common::{desc, http_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 /// The metric names in a PromQL expression: identifiers of sluice's two families.

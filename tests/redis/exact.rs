@@ -5,9 +5,8 @@
 //! token buckets (a bucket's burst exactly, a bucket beside a window, refunds, a cluster).
 
 use crate::common;
-
-use common::redis::{global_mode, RedisCluster, RedisServer};
-use common::{desc, http_async, Server};
+use crate::common::redis::{global_mode, RedisCluster, RedisServer};
+use crate::common::{desc, http_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use sluice::global::exact_redis::{exact_bucket_key, exact_key};

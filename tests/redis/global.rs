@@ -2,14 +2,12 @@
 //! installed; scripts/test.sh installs it): exactness of one replica, shards and Redis Cluster,
 //! a fleet of processes sharing a limit, Redis faults, SIGTERM's final flush, clock offset.
 
-use crate::common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::procs::{grpc_addr, query, spawn_sluice, wait_live, Proc};
-use common::redis::{global_mode, RedisCluster, RedisServer, RedisTls};
-use common::{
+use crate::common::procs::{grpc_addr, query, spawn_sluice, wait_live, Proc};
+use crate::common::redis::{global_mode, RedisCluster, RedisServer, RedisTls};
+use crate::common::{
     desc, free_port, http, http_async, wait_for_body, wait_until, wait_until_async, Server,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};

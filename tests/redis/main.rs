@@ -1,12 +1,27 @@
 //! Integration tests against real redis-server processes started by the harness
 //! (`tests/common/redis.rs`): global mode, exact rules, buckets shared through Redis, Sentinel,
-//! Cluster, and the harness itself. One crate, so the library is linked once for all of them.
+//! Cluster, the image swap for envoyproxy/ratelimit (its binary on Redis and xDS), and the
+//! harness itself. One crate, so the library is linked once for all of them.
 
-#[path = "../common/mod.rs"]
-mod common;
+/// The helpers in tests/common/ this crate uses: each crate names the files it compiles, so
+/// a file comes in only where it is used. The few items two crates share and the third does
+/// not carry their own `allow(dead_code)`, saying which.
+#[path = "../common"]
+mod common {
+    mod helpers;
+    pub use helpers::*;
+    pub mod certs;
+    pub mod procs;
+    pub mod redis;
+    mod server;
+    pub use server::Server;
+    pub mod tls_client;
+    pub mod xds;
+}
 
 mod buckets;
 mod dashboard;
+mod drop_in;
 mod exact;
 mod global;
 mod redis_deployments;

@@ -4,9 +4,8 @@
 //! password; and a separate Redis for per-second limits (`REDIS_PERSECOND`).
 
 use crate::common;
-
-use common::redis::{global_mode, RedisServer};
-use common::{desc, wait_until_async, Server};
+use crate::common::redis::{global_mode, RedisServer};
+use crate::common::{desc, wait_until_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::settings::{ServeArgs, Settings};
 

@@ -1,13 +1,11 @@
 //! Tests of the Redis test harness itself (tests/common/redis.rs): real redis-server processes
 //! on free loopback ports, standalone, with auth, over TLS, and as a cluster.
-use crate::common;
-
 use std::collections::HashSet;
 use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 
-use common::redis::*;
+use crate::common::redis::*;
 
 fn assert_refused(port: u16) {
     match TcpStream::connect(("127.0.0.1", port)) {

@@ -2,9 +2,7 @@
 //! and bucket items mixed, several replicas) gives the same totals from a real redis-server,
 //! standalone and as a cluster, as from `MemoryStore` — the store the simulator and the sync
 //! tests run on. So what the simulator measures is what Redis does.
-use crate::common;
-
-use common::redis::{RedisCluster, RedisServer};
+use crate::common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sluice::core::fleet::Part;

@@ -5,15 +5,14 @@
 //! directory variables it no longer reads. Only the listen ports are added (free ones instead
 //! of 8080/8081) and the files' paths are the test's.
 
-use crate::common;
-
 use std::net::SocketAddr;
 
-use common::certs;
-use common::procs::Proc;
-use common::redis::RedisServer;
-use common::xds::{config, AdsServer};
-use common::{desc, free_port, http_async, wait_until_async};
+use crate::common::certs;
+use crate::common::procs::Proc;
+use crate::common::redis::RedisServer;
+use crate::common::tls_client;
+use crate::common::xds::{config, AdsServer};
+use crate::common::{desc, free_port, http_async, wait_until_async};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit::Minute;
 
@@ -24,7 +23,7 @@ async fn call_tls(addr: SocketAddr, ca: &std::path::Path) -> i32 {
         descriptors: vec![desc(&[("k", "v")])],
         hits_addend: 0,
     };
-    certs::should_rate_limit_tls(addr, certs::client_config(ca, None), req)
+    tls_client::should_rate_limit_tls(addr, tls_client::client_config(ca, None), req)
         .await
         .expect("ShouldRateLimit over TLS")
         .overall_code

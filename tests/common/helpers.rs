@@ -1,143 +1,19 @@
-//! Helpers shared by the integration tests: an in-process server on loopback with a manual
-//! clock, a minimal HTTP/1.1 client, and lookups of external tools that fail loudly.
-#![allow(dead_code)] // each test binary uses a different subset
-pub mod certs;
-pub mod procs;
-pub mod redis;
-pub mod xds;
+//! Helpers every integration-test crate uses: descriptors, a minimal HTTP/1.1 client, polling
+//! with a deadline, free ports, and lookups of external tools that fail loudly.
 
 use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use sluice::core::clock::{ManualClock, UnixMillis};
-use sluice::settings::Settings;
-use tokio::sync::oneshot;
+use sluice::core::clock::UnixMillis;
 use tokio::time::Instant; // real time, as clippy.toml asks of latency and deadlines
-use tonic::transport::Channel;
 
 /// The start of a minute (and of a day: 2023-11-15T00:00:00Z), so windows are easy to reason about.
 pub const T0: UnixMillis = UnixMillis(1_700_006_400_000);
-
-/// A server running in this process.
-pub struct Server {
-    pub grpc: SocketAddr,
-    pub http: SocketAddr,
-    pub clock: ManualClock,
-    pub dir: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<Result<(), sluice::RunError>>>,
-}
-
-impl Server {
-    /// Starts a server on 127.0.0.1 with `rules` as its only rules file; `tweak` adjusts settings.
-    pub async fn start(rules: &str, tweak: impl FnOnce(&mut Settings)) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("rules.yaml"), rules).unwrap();
-        Self::start_in(dir, tweak).await
-    }
-
-    /// Starts a server on the rules directory `dir`.
-    pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Settings)) -> Server {
-        let server = Self::start_unready(dir, tweak).await;
-        server.wait_ready().await;
-        server
-    }
-
-    /// Starts a server on the rules directory `dir` without waiting for it to become ready
-    /// (xDS: it is not ready until a rule set arrives).
-    pub async fn start_unready(
-        dir: tempfile::TempDir,
-        tweak: impl FnOnce(&mut Settings),
-    ) -> Server {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let mut settings = Settings::for_addrs(dir.path().to_path_buf(), loopback, loopback);
-        settings.reload_debounce = Duration::from_millis(50);
-        tweak(&mut settings);
-        let listeners = sluice::Listeners::bind(&settings).await.unwrap();
-        let (grpc, http) = (
-            listeners.grpc.local_addr().unwrap(),
-            listeners.http.local_addr().unwrap(),
-        );
-        let clock = ManualClock::new(T0);
-        let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(sluice::run(
-            settings,
-            listeners,
-            Arc::new(clock.clone()),
-            async {
-                let _ = rx.await;
-            },
-        ));
-        Server {
-            grpc,
-            http,
-            clock,
-            dir,
-            stop: Some(tx),
-            task: Some(task),
-        }
-    }
-
-    /// Waits until `/readyz` answers 200.
-    pub async fn wait_ready(&self) {
-        let what = format!("the server on {} to become ready", self.http);
-        wait_until_async(30, &what, || async {
-            matches!(
-                http_async(self.http, "GET", "/readyz", "").await,
-                Ok((200, _, _))
-            )
-        })
-        .await;
-    }
-
-    /// A gRPC client.
-    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
-        RateLimitServiceClient::connect(format!("http://{}", self.grpc))
-            .await
-            .unwrap()
-    }
-
-    /// Sends `req` from `clients` concurrent gRPC clients, `each` times per client, and
-    /// returns how many answers were OK overall.
-    pub async fn admitted_by_concurrent_clients(
-        &self,
-        req: RateLimitRequest,
-        clients: usize,
-        each: usize,
-    ) -> usize {
-        let mut tasks = Vec::new();
-        for _ in 0..clients {
-            let (mut c, req) = (self.client().await, req.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut ok = 0;
-                for _ in 0..each {
-                    let r = c.should_rate_limit(req.clone()).await.unwrap();
-                    ok += usize::from(r.get_ref().overall_code == 1);
-                }
-                ok
-            }));
-        }
-        let mut admitted = 0;
-        for t in tasks {
-            admitted += t.await.unwrap();
-        }
-        admitted
-    }
-
-    /// Stops the server and waits for `run` to return.
-    pub async fn stop(mut self) -> Result<(), sluice::RunError> {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.take().unwrap().await.unwrap()
-    }
-}
 
 /// A descriptor from `(key, value)` pairs.
 pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
@@ -228,6 +104,7 @@ pub async fn http_async(
 }
 
 /// Polls `path` for up to 30 s until its body contains `needle`.
+#[allow(dead_code)] // in_process and redis poll a server's page; processes does not
 pub async fn wait_for_body(addr: SocketAddr, path: &str, needle: &str) {
     let what = format!("{path} to show {needle:?}");
     wait_until_async(30, &what, || async {
@@ -239,6 +116,7 @@ pub async fn wait_for_body(addr: SocketAddr, path: &str, needle: &str) {
 }
 
 /// A header's value.
+#[allow(dead_code)] // in_process and processes read headers; redis does not
 pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers
         .iter()
@@ -271,6 +149,7 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// Polls `cond` every 20 ms until it holds; fails naming `what` once `secs` seconds have
 /// passed (deadlines are generous: they bound a hang, they do not measure speed).
+#[allow(dead_code)] // redis and processes poll from blocking code; in_process only async
 pub fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
@@ -304,6 +183,7 @@ where
 }
 
 /// The repository root.
+#[allow(dead_code)] // redis and processes read the repository's files; in_process does not
 pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
