@@ -12,7 +12,7 @@
 #
 # Exit status: 0 when no input in fuzz/out/*/default/crashes* still makes its target panic;
 # 1 otherwise (or when afl-fuzz itself fails), after listing each such file (copy it to fuzz/regressions/TARGET/ once fixed,
-# so `cargo test --test fuzz_regressions` replays it on every CI run). Hangs (inputs slower
+# so `cargo test --test in_process fuzz_regressions::` replays it on every CI run). Hangs (inputs slower
 # than AFL's timeout) are listed but do not fail the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

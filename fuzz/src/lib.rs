@@ -2,7 +2,7 @@
 //! the descriptor matcher, and the proto3 JSON request path through a local-mode limiter.
 //!
 //! Each target must return normally for every input; a panic is the bug a fuzzer reports.
-//! The AFL binaries in `src/bin/` call them, and so does `tests/fuzz_regressions.rs` in the
+//! The AFL binaries in `src/bin/` call them, and so does `tests/in_process/fuzz_regressions.rs` in the
 //! main crate (which includes this file as a module), replaying `fuzz/regressions/` and
 //! `fuzz/corpus/` and running proptests over them, so CI exercises every target without a
 //! fuzzer. Only `sluice` and `std` may be used here: the main crate's tests compile it too.

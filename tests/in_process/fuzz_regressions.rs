@@ -63,7 +63,7 @@ fn regressions_and_seeds_pass_every_target() {
             let outcome = std::panic::catch_unwind(|| run(&data));
             assert!(
                 outcome.is_ok(),
-                "fuzz target {name} panicked on {} (replay: cargo test --test fuzz_regressions)",
+                "fuzz target {name} panicked on {} (replay: cargo test --test in_process fuzz_regressions::)",
                 file.display()
             );
         }

@@ -359,7 +359,7 @@ fn bursts_on_limits_of_400_per_extra_replica_keep_false_denials_within_2_percent
 /// the five of [`the_bounds_hold_on_other_seeds`]), or over `SEEDS` seeds when set: the worst
 /// period of each run, as docs/accuracy.md's bucket table shows them, and how many runs went past
 /// 1.10× the exact bucket or 2 % false denials. Run with
-/// `cargo test --test simulate -- --ignored --nocapture bucket_ranges`.
+/// `cargo test --test in_process -- --ignored --nocapture simulate::bucket_ranges`.
 #[test]
 #[ignore = "prints docs/accuracy.md's bucket ranges; the bounds are checked by the other tests"]
 fn bucket_ranges() {
