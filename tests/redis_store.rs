@@ -8,8 +8,8 @@ use common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sluice::core::fleet::Part;
-use sluice::global::memory::MemoryStore;
 use sluice::global::redis::{RedisClusterStore, RedisOptions, RedisShard};
+use sluice::global::sync::memory::MemoryStore;
 use sluice::global::{ShardStore, SyncItem, SyncOp};
 
 const NOW_MS: u64 = 1_700_000_040_000;

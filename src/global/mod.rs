@@ -5,26 +5,15 @@
 //! Every task runs under `supervise`: one that panics or ends before shutdown is logged,
 //! counted, marks its shard degraded with the reason, and is restarted with backoff.
 
-pub mod clock_offset;
 pub mod exact;
-pub mod exact_bucket;
-pub mod exact_redis;
-pub mod health;
-pub mod memory;
-pub mod queue;
 pub mod redis;
-pub mod redis_conn;
-pub mod shard;
-#[cfg(test)]
-mod shard_fleet_tests;
-pub mod store;
+pub mod sync;
 
-pub use clock_offset::measure_offset;
 pub use exact::{ExactClient, ExactItem, ExactStore};
-pub use health::ShardHealth;
-pub use queue::{ShardRouter, SyncQueues, SyncStats};
-pub use shard::{ShardSync, SyncSettings};
-pub use store::{new_replica_id, Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
+pub use sync::{
+    measure_offset, new_replica_id, Heartbeat, ShardHealth, ShardRouter, ShardStore, ShardSync,
+    StoreError, SyncItem, SyncOp, SyncQueues, SyncSettings, SyncStats,
+};
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -111,8 +100,8 @@ type ExactStores = (Vec<Arc<dyn ExactStore>>, Vec<String>);
 
 /// The exact stores of one Redis setting and their routing names.
 fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, String> {
-    use crate::global::exact_redis::{RedisClusterExact, RedisExact};
-    use crate::global::redis_conn::sentinel_name;
+    use crate::global::exact::redis::{RedisClusterExact, RedisExact};
+    use crate::global::redis::conn::sentinel_name;
     Ok(match (redis.cluster, &redis.sentinel) {
         (true, _) => (
             vec![Arc::new(RedisClusterExact::new(
@@ -467,8 +456,8 @@ mod tests {
     use crate::core::clock::{ManualClock, UnixMillis};
     use crate::core::table::{CacheSettings, EntityTable};
     use crate::core::window::{Algorithm, Limit};
-    use crate::global::health::ShardStatus;
-    use crate::global::memory::MemoryStore;
+    use crate::global::sync::health::ShardStatus;
+    use crate::global::sync::memory::MemoryStore;
     use std::sync::atomic::AtomicBool;
 
     const T0: u64 = 1_700_000_040_000;

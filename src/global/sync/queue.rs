@@ -185,23 +185,23 @@ impl SyncQueues {
         self
     }
 
-    pub(super) fn set_tick_ms(&self, tick_ms: u64) {
+    pub(in crate::global) fn set_tick_ms(&self, tick_ms: u64) {
         self.tick_ms.store(tick_ms.max(1), Ordering::Relaxed);
     }
 
     /// Resolves when a cold entity was queued on `shard` since the last call (a wake-up
     /// before anyone waits is kept).
-    pub(super) async fn woken(&self, shard: usize) {
+    pub(in crate::global) async fn woken(&self, shard: usize) {
         self.wake[shard].notified().await;
     }
 
     /// Resolves when a young entity of `shard` wanted its hits sent since the last call.
-    pub(super) async fn send_woken(&self, shard: usize) {
+    pub(in crate::global) async fn send_woken(&self, shard: usize) {
         self.send[shard].notified().await;
     }
 
     /// Resolves when a young entity of `shard` wanted a burst read since the last call.
-    pub(super) async fn burst_woken(&self, shard: usize) {
+    pub(in crate::global) async fn burst_woken(&self, shard: usize) {
         self.burst[shard].notified().await;
     }
 
@@ -262,27 +262,27 @@ impl SyncQueues {
 
     /// The table whose entities are queued; none before [`SyncQueues::attach`] (nothing can
     /// be queued before then either).
-    pub(super) fn table(&self) -> Option<&EntityTable> {
+    pub(in crate::global) fn table(&self) -> Option<&EntityTable> {
         self.table.get()
     }
 
-    pub(super) fn take(&self, shard: usize) -> Vec<u128> {
+    pub(in crate::global) fn take(&self, shard: usize) -> Vec<u128> {
         std::mem::take(&mut *self.queues[shard].lock())
     }
 
-    pub(super) fn requeue(&self, shard: usize, mut entities: Vec<u128>) {
+    pub(in crate::global) fn requeue(&self, shard: usize, mut entities: Vec<u128>) {
         if !entities.is_empty() {
             self.queues[shard].lock().append(&mut entities);
         }
     }
 
-    pub(super) fn release(&self, state: &mut EntityState) {
+    pub(in crate::global) fn release(&self, state: &mut EntityState) {
         state.queued = false;
         self.forget_one();
     }
 
     /// Counts out a queued entity that is gone.
-    pub(super) fn forget_one(&self) {
+    pub(in crate::global) fn forget_one(&self) {
         self.queued.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -9,7 +9,7 @@
 //! Only admitted tokens are spent: exact rules are never `strict`, so no debt below empty.
 //! All in whole nanoseconds, as local mode decides, so the two agree to the token.
 
-use super::exact::ExactItem;
+use super::ExactItem;
 use crate::core::bucket::Geometry;
 
 /// How long a bucket's key outlives the moment it is full again (ms): a replica whose clock is

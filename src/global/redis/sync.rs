@@ -71,14 +71,13 @@
 //!
 //! Credentials never leave this module: shard names are the URLs without them.
 
-use super::redis_conn::{cluster_pool, pool, sentinel_name, sentinel_pool, ShardPool};
-pub use super::redis_conn::{
-    init_tls, normalize_url, redact, RedisOptions, RedisTls, SentinelMaster,
+use super::conn::{
+    cluster_pool, pool, redact, sentinel_name, sentinel_pool, RedisOptions, SentinelMaster,
+    ShardPool,
 };
 use deadpool_redis::redis::{self, Value};
 
-use crate::global::store::Heartbeat;
-use crate::global::{ShardStore, StoreError, SyncItem, SyncOp};
+use crate::global::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
 
 /// States parts and reads counters (see the module docs). KEYS: two per item (current,
 /// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current hits,
@@ -563,7 +562,7 @@ impl ShardStore for RedisShard {
 /// the master of its slot, all calls of a tick in flight at once.
 pub struct RedisClusterStore {
     name: String,
-    pool: super::redis_conn::ClusterPool,
+    pool: super::conn::ClusterPool,
     prefix: String,
     scripts: Scripts,
     beat: redis::Script,

@@ -11,11 +11,11 @@
 
 use deadpool_redis::redis::{self, Value};
 
-use super::exact::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
-use super::exact_bucket;
-use super::redis::{RedisOptions, SentinelMaster};
-use super::redis_conn::ShardPool;
-use super::store::StoreError;
+use super::bucket as exact_bucket;
+use super::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
+use crate::global::redis::conn::{self as redis_conn, ShardPool};
+use crate::global::redis::{RedisOptions, SentinelMaster};
+use crate::global::sync::store::StoreError;
 
 /// KEYS: two per item (a window: current epoch, previous epoch; a bucket: its key twice).
 /// ARGV[1]: commit (1/0); then seven per item: hits, limit, window ms, ms left in the epoch,
@@ -256,7 +256,7 @@ impl RedisExact {
     /// # Errors
     /// When the URL is unusable.
     pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
-        Ok(Self::with_pool(super::redis_conn::pool(url, opts)?, opts))
+        Ok(Self::with_pool(redis_conn::pool(url, opts)?, opts))
     }
 
     /// Exact calls to the master `master` names, found through the sentinels at `sentinels`
@@ -269,7 +269,7 @@ impl RedisExact {
         master: &SentinelMaster,
         opts: &RedisOptions,
     ) -> Result<Self, String> {
-        let pool = super::redis_conn::sentinel_pool(sentinels, master, opts)?;
+        let pool = redis_conn::sentinel_pool(sentinels, master, opts)?;
         Ok(Self::with_pool(pool, opts))
     }
 
@@ -293,7 +293,7 @@ impl ExactStore for RedisExact {
 
 /// Exact calls to a Redis Cluster: one call per entity (its keys share a slot).
 pub struct RedisClusterExact {
-    pool: super::redis_conn::ClusterPool,
+    pool: redis_conn::ClusterPool,
     prefix: String,
     script: redis::Script,
 }
@@ -304,7 +304,7 @@ impl RedisClusterExact {
     /// # Errors
     /// When the URLs are unusable.
     pub fn new(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
-        let pool = super::redis_conn::cluster_pool(seeds, opts)?;
+        let pool = redis_conn::cluster_pool(seeds, opts)?;
         Ok(RedisClusterExact {
             pool,
             prefix: opts.prefix.clone(),
@@ -396,7 +396,7 @@ mod tests {
             hits: 1,
             ttl_ms: 2000,
             refund: true,
-            bucket: Some(super::exact_bucket::ExactBucket {
+            bucket: Some(crate::global::exact::ExactBucket {
                 burst: 4,
                 now_us: 1_700_006_400_000_000,
             }),
