@@ -82,45 +82,11 @@ use crate::global::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
 /// States parts and reads counters (see the module docs). KEYS: two per item (current,
 /// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current hits,
 /// previous hits, current refunds, previous refunds). Returns one integer per key: the sum.
-const SYNC_SCRIPT: &str = r#"
-local me = ARGV[1]
-local back = me .. '-'
-local out = {}
-for i = 1, #KEYS do
-  local k = KEYS[i]
-  local base = 1 + math.floor((i - 1) / 2) * 5
-  local e = (i - 1) % 2
-  local hits = tonumber(ARGV[base + 2 + e])
-  local refunds = tonumber(ARGV[base + 4 + e])
-  local wrote = false
-  if hits > 0 and tonumber(redis.call('HGET', k, me) or '0') < hits then
-    redis.call('HSET', k, me, hits)
-    wrote = true
-  end
-  if refunds > 0 and tonumber(redis.call('HGET', k, back) or '0') > -refunds then
-    redis.call('HSET', k, back, -refunds)
-    wrote = true
-  end
-  if wrote and redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ARGV[base + 1]) end
-  local sum = 0
-  for _, v in ipairs(redis.call('HVALS', k)) do sum = sum + tonumber(v) end
-  out[i] = sum
-end
-return out
-"#;
+const SYNC_SCRIPT: &str = include_str!("sync.lua");
 
 /// A replica's heartbeat. KEYS: the replicas' set. ARGV: replica id, now (ms), the oldest
 /// last-seen still live (ms), TTL (ms), 1 when the replica leaves. Returns the live count.
-const HEARTBEAT_SCRIPT: &str = r#"
-if ARGV[5] == '1' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-else
-  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
-return redis.call('ZCARD', KEYS[1])
-"#;
+const HEARTBEAT_SCRIPT: &str = include_str!("heartbeat.lua");
 
 /// Spends tokens of buckets and reads them (`SyncOp::Bucket`). KEYS: one hash per bucket
 /// (`t`: the `tat` in Unix µs, `n`: tokens spent, and per replica, under its id and its id
@@ -131,59 +97,7 @@ return redis.call('ZCARD', KEYS[1])
 /// out but ran, sent again, spends nothing twice), and the spend corrected by as much
 /// (`memory::run_of`). Returns two integers per key: `tat`, `n`. A bucket that is full and
 /// was never spent is not written.
-const BUCKET_SCRIPT: &str = r#"
-local me = ARGV[1]
-local back = me .. '-'
-local out = {}
-local function new(stated, held)
-  local d = (stated - held) % 4294967296
-  if d >= 2147483648 then return 0 end
-  return d
-end
-for i = 1, #KEYS do
-  local k = KEYS[i]
-  local b = 1 + (i - 1) * 10
-  local delta = tonumber(ARGV[b + 1])
-  local spend = tonumber(ARGV[b + 8])
-  local stated = {tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])}
-  local now = tonumber(ARGV[b + 2])
-  local v = redis.call('HMGET', k, 't', 'n', me, back)
-  local tat = tonumber(v[1])
-  local spent = tonumber(v[2]) or 0
-  local held = stated
-  local added = delta
-  if v[3] then
-    local plus = new(stated[1], tonumber(v[3]))
-    local minus = new(stated[2], tonumber(v[4]) or 0)
-    added = plus - minus
-    held = {(tonumber(v[3]) + plus) % 4294967296, ((tonumber(v[4]) or 0) + minus) % 4294967296}
-    local run = spend + added - delta
-    if spend >= 0 then spend = math.max(run, 0) else spend = math.min(run, 0) end
-  end
-  local write = false
-  if tat == nil then
-    tat = tonumber(ARGV[b + 6])
-    write = tat > now
-  end
-  if added ~= 0 or spend ~= 0 then
-    if spend ~= 0 then
-      local limit = math.max(now + tonumber(ARGV[b + 5]), tat)
-      local base = math.max(tat, tonumber(ARGV[b + 3]))
-      tat = math.min(math.max(base + spend * tonumber(ARGV[b + 4]), now), limit)
-    end
-    spent = math.max(spent + added, 0)
-    redis.call('HSET', k, me, held[1], back, held[2])
-    write = true
-  end
-  if write then
-    redis.call('HSET', k, 't', string.format('%.17g', tat), 'n', spent)
-    redis.call('PEXPIRE', k, math.ceil(math.max(tat - now, 0) / 1000) + tonumber(ARGV[b + 7]))
-  end
-  out[2 * i - 1] = math.floor(tat)
-  out[2 * i] = spent
-end
-return out
-"#;
+const BUCKET_SCRIPT: &str = include_str!("bucket.lua");
 
 /// Items per script call: bounds the script's run time on the Redis thread.
 const CHUNK: usize = 500;
