@@ -98,39 +98,24 @@ struct PerSecondStores<S> {
 /// Exact stores and the names that route to them.
 type ExactStores = (Vec<Arc<dyn ExactStore>>, Vec<String>);
 
-/// The exact stores of one Redis setting and their routing names.
+/// The exact stores of one Redis setting (pools of their own) and their routing names: the
+/// sync's shards'.
 fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, String> {
-    use crate::global::exact::redis::{RedisClusterExact, RedisExact};
-    use crate::global::redis::conn::sentinel_name;
-    Ok(match (redis.cluster, &redis.sentinel) {
-        (true, _) => (
-            vec![Arc::new(RedisClusterExact::new(
-                &redis.urls,
-                &redis.options,
-            )?)],
-            vec![String::new()],
-        ),
-        (false, Some(master)) => (
-            vec![Arc::new(RedisExact::sentinel(
-                &redis.urls,
-                master,
-                &redis.options,
-            )?)],
-            vec![sentinel_name(&redis.urls, master)],
-        ),
-        (false, None) => {
-            let mut stores: Vec<Arc<dyn ExactStore>> = Vec::new();
-            for u in &redis.urls {
-                stores.push(Arc::new(RedisExact::new(u, &redis.options)?));
-            }
-            let names = redis
-                .urls
-                .iter()
-                .map(|u| crate::global::redis::redact(u))
-                .collect();
-            (stores, names)
-        }
-    })
+    use crate::global::exact::redis::RedisExact;
+    use crate::global::redis::pool::RedisPool;
+    let shards = RedisPool::open(
+        &redis.urls,
+        redis.cluster,
+        redis.sentinel.as_ref(),
+        &redis.options,
+    )?;
+    Ok(shards
+        .into_iter()
+        .map(|s| {
+            let store: Arc<dyn ExactStore> = Arc::new(RedisExact::on(s.pool, &redis.options));
+            (store, s.name)
+        })
+        .unzip())
 }
 
 /// The exact rules' client: stores of their own (pools apart from the sync's), routed as the

@@ -13,8 +13,9 @@ use deadpool_redis::redis::{self, Value};
 
 use super::bucket as exact_bucket;
 use super::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
-use crate::global::redis::conn::{self as redis_conn, ShardPool};
-use crate::global::redis::{RedisOptions, SentinelMaster};
+use crate::global::redis::pool::RedisPool;
+use crate::global::redis::script::{Call, Lua};
+use crate::global::redis::RedisOptions;
 use crate::global::sync::store::StoreError;
 
 /// KEYS: two per item (a window: current epoch, previous epoch; a bucket: its key twice).
@@ -50,20 +51,8 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
-/// The script call for `items`: `EVALSHA sha`, or `EVAL` with the source when `sha` is None.
-fn command(sha: Option<&str>, prefix: &str, items: &[ExactItem], commit: bool) -> redis::Cmd {
-    let mut cmd = match sha {
-        Some(sha) => {
-            let mut c = redis::cmd("EVALSHA");
-            c.arg(sha);
-            c
-        }
-        None => {
-            let mut c = redis::cmd("EVAL");
-            c.arg(EXACT_SCRIPT);
-            c
-        }
-    };
+/// The keys and arguments of the script's call for `items`.
+fn args(cmd: &mut redis::Cmd, prefix: &str, items: &[ExactItem], commit: bool) {
     cmd.arg(items.len() * 2);
     for it in items {
         if it.bucket.is_some() {
@@ -99,7 +88,6 @@ fn command(sha: Option<&str>, prefix: &str, items: &[ExactItem], commit: bool) -
         }
         cmd.arg(u8::from(it.refund));
     }
-    cmd
 }
 
 /// Decodes the script's reply for `items`.
@@ -140,61 +128,23 @@ fn reply(v: &Value, items: &[ExactItem]) -> Result<ExactReply, StoreError> {
     })
 }
 
-/// Runs the script, loading it (by sending its source) when the server does not have it.
-async fn run<C: redis::aio::ConnectionLike>(
-    conn: &mut C,
-    script: &redis::Script,
-    prefix: &str,
-    items: &[ExactItem],
-    commit: bool,
-) -> Result<ExactReply, StoreError> {
-    let cmd = command(Some(script.get_hash()), prefix, items, commit);
-    let v: Value = match cmd.query_async(conn).await {
-        Err(e) if e.code() == Some("NOSCRIPT") => command(None, prefix, items, commit)
-            .query_async(conn)
-            .await
-            .map_err(backend)?,
-        r => r.map_err(backend)?,
-    };
-    reply(&v, items)
-}
-
-/// Exact calls to one standalone Redis shard (or a Sentinel deployment's master), on a pool
-/// of their own (a request never waits behind a sync tick's connection).
+/// Exact calls to one shard (a standalone server, a Sentinel deployment's master, or a Redis
+/// Cluster, where a call holds one entity's keys: they share a slot), on a pool of their own
+/// (a request never waits behind a sync tick's connection).
 pub struct RedisExact {
-    pool: ShardPool,
+    pool: RedisPool,
     prefix: String,
-    script: redis::Script,
+    script: Lua,
 }
 
 impl RedisExact {
-    /// Exact calls to the shard at `url` (normalized).
-    ///
-    /// # Errors
-    /// When the URL is unusable.
-    pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
-        Ok(Self::with_pool(redis_conn::pool(url, opts)?, opts))
-    }
-
-    /// Exact calls to the master `master` names, found through the sentinels at `sentinels`
-    /// (normalized URLs); after a failover, to the promoted one (see `RedisShard::sentinel`).
-    ///
-    /// # Errors
-    /// When the URLs are unusable.
-    pub fn sentinel(
-        sentinels: &[String],
-        master: &SentinelMaster,
-        opts: &RedisOptions,
-    ) -> Result<Self, String> {
-        let pool = redis_conn::sentinel_pool(sentinels, master, opts)?;
-        Ok(Self::with_pool(pool, opts))
-    }
-
-    fn with_pool(pool: ShardPool, opts: &RedisOptions) -> Self {
+    /// Exact calls on `pool` (opened by `RedisPool::open` from the setting the sync's
+    /// stores are opened from).
+    pub(crate) fn on(pool: RedisPool, opts: &RedisOptions) -> Self {
         RedisExact {
             pool,
             prefix: opts.prefix.clone(),
-            script: redis::Script::new(EXACT_SCRIPT),
+            script: Lua::new(EXACT_SCRIPT),
         }
     }
 }
@@ -203,43 +153,18 @@ impl ExactStore for RedisExact {
     fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
         Box::pin(async move {
             let mut conn = self.pool.get().await.map_err(backend)?;
-            run(&mut conn, &self.script, &self.prefix, items, commit).await
-        })
-    }
-}
-
-/// Exact calls to a Redis Cluster: one call per entity (its keys share a slot).
-pub struct RedisClusterExact {
-    pool: redis_conn::ClusterPool,
-    prefix: String,
-    script: redis::Script,
-}
-
-impl RedisClusterExact {
-    /// Exact calls to the cluster reached through `seeds` (normalized URLs).
-    ///
-    /// # Errors
-    /// When the URLs are unusable.
-    pub fn new(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
-        let pool = redis_conn::cluster_pool(seeds, opts)?;
-        Ok(RedisClusterExact {
-            pool,
-            prefix: opts.prefix.clone(),
-            script: redis::Script::new(EXACT_SCRIPT),
-        })
-    }
-}
-
-impl ExactStore for RedisClusterExact {
-    fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
-        Box::pin(async move {
-            let mut conn = self.pool.get().await.map_err(backend)?;
-            run(&mut *conn, &self.script, &self.prefix, items, commit).await
+            let call = Call::new(&self.script, |cmd| args(cmd, &self.prefix, items, commit));
+            let v = call.run(&mut conn).await.map_err(backend)?;
+            reply(&v, items)
         })
     }
 
     fn group(&self, entity: u128) -> u128 {
-        entity
+        if self.pool.is_cluster() {
+            entity
+        } else {
+            0
+        }
     }
 }
 
@@ -267,7 +192,9 @@ mod tests {
             bucket: None,
             per_second: false,
         };
-        let cmd = command(Some("sha"), "p:", &[it], true);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg("sha");
+        args(&mut cmd, "p:", &[it], true);
         let args: Vec<String> = cmd
             .args_iter()
             .map(|a| match a {
@@ -319,7 +246,9 @@ mod tests {
             }),
             per_second: true,
         };
-        let cmd = command(Some("sha"), "p:", &[it], true);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg("sha");
+        args(&mut cmd, "p:", &[it], true);
         let args: Vec<String> = cmd
             .args_iter()
             .map(|a| match a {

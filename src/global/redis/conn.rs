@@ -1,13 +1,9 @@
-//! Connections to Redis: the settings every shard shares ([`RedisOptions`]), URLs in the
+//! Redis connection settings: what every shard shares ([`RedisOptions`]), URLs in the
 //! reference's forms with auth and TLS folded in ([`normalize_url`]), secrets kept out of names
-//! ([`redact`]), and the connection pools of standalone shards, of a master found through
-//! Sentinel ([`ShardPool`], whose connections leave the pool on a connection error or
-//! `READONLY`, so that after a failover new ones go to the new master) and of a cluster.
-//! Every pool gets the client certificate, CA and hostname policy of [`RedisTls`].
+//! ([`redact`]), and the clients each deployment is dialled with (the client certificate, CA
+//! and hostname policy of [`RedisTls`] applied to all). The pools are in `pool.rs`.
 
-use deadpool::managed;
-use deadpool_redis::redis::{self, aio::ConnectionLike, RedisError, Value};
-use deadpool_redis::Runtime;
+use deadpool_redis::redis;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 /// What TLS to Redis presents and trusts beyond the `rediss://` scheme
@@ -134,139 +130,9 @@ pub struct SentinelMaster {
     pub tls: bool,
 }
 
-/// A standalone shard's pool: one server, or the master a set of sentinels names.
-pub(crate) enum ShardPool {
-    /// A server at a fixed address.
-    Single(deadpool_redis::Pool),
-    /// The current master of a Sentinel deployment: each new connection asks the sentinels
-    /// where the master is (and checks its role), so once a broken connection is dropped
-    /// ([`PooledConn`]) the next one goes to the master the sentinels promoted.
-    Sentinel(managed::Pool<SentinelManager>),
-}
-
-/// A connection of a [`ShardPool`]. A call that fails on the connection itself (I/O, refused,
-/// dropped) or is answered `READONLY` (the server was demoted to a replica) marks it stale,
-/// and a stale connection is taken out of the pool when dropped instead of going back:
-/// deadpool's recycle check is a `PING`, which a demoted master still answers.
-pub(crate) struct PooledConn {
-    inner: Option<Inner>,
-    stale: bool,
-}
-
-enum Inner {
-    Single(deadpool_redis::Connection),
-    Sentinel(managed::Object<SentinelManager>),
-}
-
-impl ShardPool {
-    /// A connection, made if the pool has none idle.
-    ///
-    /// # Errors
-    /// When no connection can be made (for Sentinel: no sentinel answers, or none names a
-    /// master that answers as one).
-    pub(crate) async fn get(&self) -> Result<PooledConn, String> {
-        let inner = match self {
-            ShardPool::Single(p) => Inner::Single(p.get().await.map_err(|e| e.to_string())?),
-            ShardPool::Sentinel(p) => Inner::Sentinel(p.get().await.map_err(|e| e.to_string())?),
-        };
-        Ok(PooledConn {
-            inner: Some(inner),
-            stale: false,
-        })
-    }
-}
-
-impl PooledConn {
-    fn conn(&mut self) -> &mut redis::aio::MultiplexedConnection {
-        match self.inner.as_mut().expect("present until dropped") {
-            Inner::Single(c) => c,
-            Inner::Sentinel(c) => c,
-        }
-    }
-
-    /// Marks the connection stale when `e` says it, or its server, is no use any more.
-    fn check_error(&mut self, e: &RedisError) {
-        if is_stale(e) {
-            self.stale = true;
-        }
-    }
-}
-
-/// Whether an error condemns the connection rather than the command: the connection broke,
-/// or the server no longer takes writes (a master demoted by a failover).
-fn is_stale(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
-        || e.code() == Some("READONLY")
-}
-
-/// Whether a pipeline's reply (read with `ignore_errors`) is a `READONLY` refusal, a script's
-/// write refused on a replica included.
-fn is_readonly_reply(v: &Value) -> bool {
-    match v {
-        Value::ServerError(e) => {
-            e.code() == "READONLY" || e.details().is_some_and(|d| d.contains("READONLY"))
-        }
-        _ => false,
-    }
-}
-
-impl ConnectionLike for PooledConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let r = self.conn().req_packed_command(cmd).await;
-            if let Err(e) = &r {
-                self.check_error(e);
-            }
-            r
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let r = self.conn().req_packed_commands(cmd, offset, count).await;
-            match &r {
-                Err(e) => self.check_error(e),
-                Ok(vs) if vs.iter().any(is_readonly_reply) => self.stale = true,
-                Ok(_) => {}
-            }
-            r
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        match self.inner.as_ref().expect("present until dropped") {
-            Inner::Single(c) => c.get_db(),
-            Inner::Sentinel(c) => c.get_db(),
-        }
-    }
-}
-
-impl Drop for PooledConn {
-    fn drop(&mut self) {
-        if !self.stale {
-            return;
-        }
-        // Taken out of the pool, the connection is closed here; the pool makes a new one
-        // (asking the sentinels again) when next asked.
-        match self.inner.take() {
-            Some(Inner::Single(c)) => drop(deadpool_redis::Connection::take(c)),
-            Some(Inner::Sentinel(c)) => drop(managed::Object::take(c)),
-            None => {}
-        }
-    }
-}
-
 /// `url` (normalized) as the redis crate dials it, with `tls`'s certificates and hostname
 /// policy when the URL is TLS.
-fn connection_info(url: &str, tls: &RedisTls) -> redis::RedisResult<ConnectionInfo> {
+pub(crate) fn connection_info(url: &str, tls: &RedisTls) -> redis::RedisResult<ConnectionInfo> {
     let mut info = url.into_connection_info()?;
     if !matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
         return Ok(info);
@@ -285,67 +151,10 @@ fn connection_info(url: &str, tls: &RedisTls) -> redis::RedisResult<ConnectionIn
     Ok(info)
 }
 
-/// A connection pool to the standalone Redis at `url` (normalized), `pool_size` connections;
-/// connections are made lazily.
-///
-/// # Errors
-/// When the URL is unusable.
-pub(crate) fn pool(url: &str, opts: &RedisOptions) -> Result<ShardPool, String> {
-    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", redact(url));
-    let info = connection_info(url, &opts.tls).map_err(|e| fail(&e))?;
-    let manager = deadpool_redis::Manager::new(info).map_err(|e| fail(&e))?;
-    deadpool_redis::Pool::builder(manager)
-        .config(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)))
-        .runtime(Runtime::Tokio1)
-        .build()
-        .map(ShardPool::Single)
-        .map_err(|e| fail(&e))
-}
-
-/// PING with a fresh argument: a connection that answers it is fit to go back to a caller.
-async fn ping<C: ConnectionLike>(
-    conn: &mut C,
-    counter: &std::sync::atomic::AtomicUsize,
-) -> managed::RecycleResult<RedisError> {
-    let n = counter
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        .to_string();
-    let back: String = redis::cmd("PING").arg(&n).query_async(conn).await?;
-    if back == n {
-        Ok(())
-    } else {
-        Err(managed::RecycleError::message("unexpected PING reply"))
-    }
-}
-
-/// Connections to the master a Sentinel deployment names (deadpool-redis' own manager builds
-/// its client without the master's TLS certificates).
-pub(crate) struct SentinelManager {
-    client: tokio::sync::Mutex<redis::sentinel::SentinelClient>,
-    pings: std::sync::atomic::AtomicUsize,
-}
-
-impl managed::Manager for SentinelManager {
-    type Type = redis::aio::MultiplexedConnection;
-    type Error = RedisError;
-
-    async fn create(&self) -> Result<Self::Type, RedisError> {
-        self.client.lock().await.get_async_connection().await
-    }
-
-    async fn recycle(
-        &self,
-        conn: &mut Self::Type,
-        _: &managed::Metrics,
-    ) -> managed::RecycleResult<RedisError> {
-        ping(conn, &self.pings).await
-    }
-}
-
-/// The Sentinel client of `sentinel_pool`: the sentinels dialled as their URLs say (their
+/// The Sentinel client of `RedisPool::sentinel`: the sentinels dialled as their URLs say (their
 /// credentials and, over TLS, `opts.tls`), the master with `opts.auth` and, when
 /// `master.tls`, `opts.tls`'s certificates.
-fn sentinel_client(
+pub(crate) fn sentinel_client(
     sentinels: &[String],
     master: &SentinelMaster,
     opts: &RedisOptions,
@@ -389,31 +198,6 @@ fn sentinel_client(
     b.build()
 }
 
-/// A connection pool to the master `master` names, found through the sentinels at
-/// `sentinels` (normalized URLs, with the sentinels' credentials); the master's credentials
-/// are `opts.auth`. Nothing is dialled until the first connection is wanted.
-///
-/// # Errors
-/// When the URLs are unusable.
-pub(crate) fn sentinel_pool(
-    sentinels: &[String],
-    master: &SentinelMaster,
-    opts: &RedisOptions,
-) -> Result<ShardPool, String> {
-    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", sentinel_name(sentinels, master));
-    let client = sentinel_client(sentinels, master, opts).map_err(|e| fail(&e))?;
-    let manager = SentinelManager {
-        client: tokio::sync::Mutex::new(client),
-        pings: std::sync::atomic::AtomicUsize::new(0),
-    };
-    managed::Pool::builder(manager)
-        .config(managed::PoolConfig::new(opts.pool_size.max(1)))
-        .runtime(Runtime::Tokio1)
-        .build()
-        .map(ShardPool::Sentinel)
-        .map_err(|e| fail(&e))
-}
-
 /// A Sentinel shard's name, for logs, metrics and routing: the master's name and the
 /// sentinels, without credentials.
 pub fn sentinel_name(sentinels: &[String], master: &SentinelMaster) -> String {
@@ -421,36 +205,9 @@ pub fn sentinel_name(sentinels: &[String], master: &SentinelMaster) -> String {
     format!("sentinel({}@{})", master.name, list.join(","))
 }
 
-/// Connections to a Redis Cluster (deadpool-redis' own manager cannot give its client TLS
-/// certificates).
-pub(crate) struct ClusterManager {
-    client: redis::cluster::ClusterClient,
-    pings: std::sync::atomic::AtomicUsize,
-}
-
-impl managed::Manager for ClusterManager {
-    type Type = redis::cluster_async::ClusterConnection;
-    type Error = RedisError;
-
-    async fn create(&self) -> Result<Self::Type, RedisError> {
-        self.client.get_async_connection().await
-    }
-
-    async fn recycle(
-        &self,
-        conn: &mut Self::Type,
-        _: &managed::Metrics,
-    ) -> managed::RecycleResult<RedisError> {
-        ping(conn, &self.pings).await
-    }
-}
-
-/// A pool of connections to a Redis Cluster.
-pub(crate) type ClusterPool = managed::Pool<ClusterManager>;
-
-/// The cluster client of `cluster_pool`: the seeds' credentials, and over TLS `opts.tls`
+/// The cluster client of `RedisPool::cluster`: the seeds' credentials, and over TLS `opts.tls`
 /// (the crate applies one TLS configuration to every node it discovers).
-fn cluster_client(
+pub(crate) fn cluster_client(
     seeds: &[String],
     opts: &RedisOptions,
 ) -> redis::RedisResult<redis::cluster::ClusterClient> {
@@ -471,23 +228,6 @@ fn cluster_client(
         }
     }
     b.build()
-}
-
-/// A connection pool to the Redis Cluster reached through `seeds` (normalized URLs).
-///
-/// # Errors
-/// When the URLs are unusable.
-pub(crate) fn cluster_pool(seeds: &[String], opts: &RedisOptions) -> Result<ClusterPool, String> {
-    let client = cluster_client(seeds, opts).map_err(|e| format!("cluster: {e}"))?;
-    let manager = ClusterManager {
-        client,
-        pings: std::sync::atomic::AtomicUsize::new(0),
-    };
-    managed::Pool::builder(manager)
-        .config(managed::PoolConfig::new(opts.pool_size.max(1)))
-        .runtime(Runtime::Tokio1)
-        .build()
-        .map_err(|e| format!("cluster: {e}"))
 }
 
 #[cfg(test)]
@@ -524,23 +264,5 @@ mod tests {
     fn names_never_carry_credentials() {
         assert_eq!(redact("redis://user:pw@host:6379/0"), "redis://host:6379/0");
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
-    }
-
-    #[test]
-    fn broken_connections_and_demoted_masters_condemn_the_connection() {
-        use redis::{ErrorKind, ServerErrorKind};
-        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        assert!(is_stale(&io));
-        let readonly = RedisError::from((
-            ErrorKind::Server(ServerErrorKind::ReadOnly),
-            "You can't write against a read only replica.",
-        ));
-        assert!(is_stale(&readonly));
-        // A command's own error leaves the connection in the pool.
-        let wrongtype = RedisError::from((
-            ErrorKind::Server(ServerErrorKind::ResponseError),
-            "WRONGTYPE",
-        ));
-        assert!(!is_stale(&wrongtype));
     }
 }
