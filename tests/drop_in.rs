@@ -112,6 +112,12 @@ async fn envoy_gateways_ratelimit_deployment_runs_sluice_unchanged() {
         )
     })
     .await;
+    // Ready before the first rules (FORCE_START_WITHOUT_INITIAL_CONFIG): the ADS stream may
+    // still be opening.
+    wait_until_async(30, "the ADS stream's first request", || async {
+        !ads.requests().is_empty()
+    })
+    .await;
     let node = ads.requests()[0].node.clone().unwrap();
     assert_eq!(node.id, "envoy-ratelimit");
     // The rules came over mTLS; gRPC answers over TLS and enforces them.

@@ -80,9 +80,9 @@ pub fn wait_live(p: &Proc, n: u32) {
 /// Where `p` serves gRPC (`ShouldRateLimit`), as its log says once it serves.
 pub fn grpc_addr(p: &Proc) -> SocketAddr {
     let log = std::fs::read_to_string(p.log.path()).unwrap();
-    log.split("serving grpc=Some(")
+    log.split("serving grpc=")
         .nth(1)
-        .and_then(|rest| rest.split(')').next())
+        .and_then(|rest| rest.split_whitespace().next())
         .and_then(|addr| addr.parse().ok())
         .unwrap_or_else(|| panic!("no gRPC address in the log:\n{log}"))
 }
