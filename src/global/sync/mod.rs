@@ -5,6 +5,7 @@
 
 pub mod clock_offset;
 pub mod health;
+mod in_flight;
 pub mod memory;
 pub mod queue;
 pub mod shard;
