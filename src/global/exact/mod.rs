@@ -24,7 +24,7 @@ pub use bucket::ExactBucket;
 /// One limit of one entity in an exact call: check `hits` against the limit on the store's
 /// exact counters of `epoch` (and `epoch - 1` for the sliding window) and count them if every
 /// item of the call fits; or, with `refund`, give `hits` back to `epoch` unconditionally.
-/// With `bucket` set, the limit is a token bucket instead (`exact_bucket.rs`): the epoch
+/// With `bucket` set, the limit is a token bucket instead (`bucket.rs`): the epoch
 /// fields are unused and the store's bucket is checked and spent, or refunded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExactItem {
@@ -295,7 +295,7 @@ pub trait ExactCounters {
 }
 
 /// The store-independent semantics of an exact call, for stores that hold their counters in
-/// maps (`memory.rs`); Redis runs the same steps in Lua (`exact_redis.rs`). Every read comes
+/// maps (`sync/memory.rs`); Redis runs the same steps in Lua (`redis.rs`, `exact.lua`). Every read comes
 /// before the first write, as in the script.
 pub fn apply(items: &[ExactItem], commit: bool, store: &mut impl ExactCounters) -> ExactReply {
     let mut reply = ExactReply {

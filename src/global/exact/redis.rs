@@ -31,7 +31,7 @@ use crate::global::sync::store::StoreError;
 /// A bucket's key holds its `tat` as Unix µs with three decimals (`W.NNN`, whole
 /// nanoseconds): the script splits it so that every step is integer arithmetic on what the
 /// bucket owes, exact while that stays under 2^53 ns (104 days), as local mode's decision is
-/// (`exact_bucket.rs`); a plain double of Unix µs would round each spend to a quarter µs and
+/// (`bucket.rs`); a plain double of Unix µs would round each spend to a quarter µs and
 /// drift. It expires when the bucket is full again, plus a margin; a full bucket's key is
 /// deleted.
 const EXACT_SCRIPT: &str = include_str!("exact.lua");

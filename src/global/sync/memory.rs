@@ -1,5 +1,5 @@
 //! An in-memory [`ShardStore`] and [`ExactStore`]: per-epoch counters in maps, one part per
-//! replica, as Redis holds them (`redis.rs`), and the replicas' heartbeats (id → last seen).
+//! replica, as Redis holds them (`global/redis/sync.rs`), and the replicas' heartbeats (id → last seen).
 //! The sync tests and the fleet simulator run the production sync code against it, and the
 //! exact rules' tests the exact path; [`MemoryStore::flush_all`] is a Redis that restarted
 //! empty.

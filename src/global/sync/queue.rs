@@ -208,7 +208,7 @@ impl SyncQueues {
     /// A young entity (queued: it stays so until settled) has hits to send before the next
     /// tick: its replica denies it, or its unsent hits are a quarter of its prior
     /// (`core/prior.rs`). Wakes its shard's task for a send trip, an early round trip of
-    /// which a shard makes up to `MAX_SEND_TRIPS` between two ticks (`global/shard.rs`),
+    /// which a shard makes up to `MAX_SEND_TRIPS` between two ticks (`global/sync/shard.rs`),
     /// apart from the one a cold entity wakes.
     pub fn want_early_trip(&self, key: u128, per_second: bool) {
         self.send[self.router.shard_of(key, per_second)].notify_one();
