@@ -102,19 +102,15 @@ type ExactStores = (Vec<Arc<dyn ExactStore>>, Vec<String>);
 /// sync's shards'.
 fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, String> {
     use crate::global::exact::redis::RedisExact;
-    use crate::global::redis::pool::RedisPool;
-    let shards = RedisPool::open(
+    let all = RedisExact::all(
         &redis.urls,
         redis.cluster,
         redis.sentinel.as_ref(),
         &redis.options,
     )?;
-    Ok(shards
+    Ok(all
         .into_iter()
-        .map(|s| {
-            let store: Arc<dyn ExactStore> = Arc::new(RedisExact::on(s.pool, &redis.options));
-            (store, s.name)
-        })
+        .map(|(name, store)| (Arc::new(store) as Arc<dyn ExactStore>, name))
         .unzip())
 }
 

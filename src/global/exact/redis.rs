@@ -15,7 +15,7 @@ use super::bucket as exact_bucket;
 use super::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
 use crate::global::redis::pool::RedisPool;
 use crate::global::redis::script::{Call, Lua};
-use crate::global::redis::RedisOptions;
+use crate::global::redis::{RedisOptions, SentinelMaster};
 use crate::global::sync::store::StoreError;
 
 /// KEYS: two per item (a window: current epoch, previous epoch; a bucket: its key twice).
@@ -138,9 +138,26 @@ pub struct RedisExact {
 }
 
 impl RedisExact {
-    /// Exact calls on `pool` (opened by `RedisPool::open` from the setting the sync's
-    /// stores are opened from).
-    pub(crate) fn on(pool: RedisPool, opts: &RedisOptions) -> Self {
+    /// The exact stores of one Redis setting, with their names (the sync's shards' names):
+    /// a standalone server per URL, the master `sentinel` names, or the cluster (normalized
+    /// URLs). Connections are made lazily.
+    ///
+    /// # Errors
+    /// When a URL is unusable.
+    pub fn all(
+        urls: &[String],
+        cluster: bool,
+        sentinel: Option<&SentinelMaster>,
+        opts: &RedisOptions,
+    ) -> Result<Vec<(String, RedisExact)>, String> {
+        Ok(RedisPool::open(urls, cluster, sentinel, opts)?
+            .into_iter()
+            .map(|s| (s.name, Self::on(s.pool, opts)))
+            .collect())
+    }
+
+    /// Exact calls on `pool`.
+    fn on(pool: RedisPool, opts: &RedisOptions) -> Self {
         RedisExact {
             pool,
             prefix: opts.prefix.clone(),
