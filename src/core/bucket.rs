@@ -480,7 +480,7 @@ impl BucketState {
         let now_ns = now.0.saturating_mul(NS_PER_MS);
         self.remote = tat_us.saturating_mul(1000);
         // The run's tokens only: the earlier pending ones were refilled before it began. (One
-        // sync of an entity is in flight at a time, `global/shard.rs`: this reply's tokens
+        // sync of an entity is in flight at a time, `global/sync/shard.rs`: this reply's tokens
         // are in the fleet's `tat`. Another's, were there one, would count whole.)
         let unacked = self.pending_spend.saturating_add(self.inflight).max(0) as u64;
         self.tat = spend(self.remote, now_ns, g.span(unacked), g.max_ahead_ns);

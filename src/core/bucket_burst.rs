@@ -18,7 +18,7 @@ pub(super) const BUCKET_BURST_SLACK: f64 = 2.0;
 
 /// The others' spends a reply does not show yet, in gaps between this node's replies at
 /// the others' pace: less than a window's `BURST_LAG` (0.5). Two reads of a shard are
-/// under way a millisecond apart (`global/shard.rs`), so a bucket's reply is rarely half a
+/// under way a millisecond apart (`global/sync/shard.rs`), so a bucket's reply is rarely half a
 /// gap behind, and every token kept back from a room of a few a node is a false denial. In
 /// the simulator's cold burst at 20 replicas, over 60 seeds: at 0.5, 1.01–1.09× the exact
 /// bucket with false denials over 2 % on 26 seeds (worst 4.3 %); at 0.35, 1.02–1.10× with 7

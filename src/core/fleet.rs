@@ -232,7 +232,7 @@ impl WindowState {
     }
 
     /// Whether a settled node should re-read this entity before its next tick, in a burst
-    /// read (`global/shard.rs`; due in `tier.rs`): the others add [`SETTLED_FAST`] of the
+    /// read (`global/sync/shard.rs`; due in `tier.rs`): the others add [`SETTLED_FAST`] of the
     /// limit or more in a tick, the last reply left room, and this node's hits since are
     /// [`SETTLED_READ_AT`] of its share of that room or more (none in flight). Each node of
     /// a fleet running into its limit that way sends its hits and re-reads the count as it

@@ -28,7 +28,7 @@
 //! a tick, so a node re-reads the count meanwhile: within [`BURST_WINDOW_MS`] of a young
 //! entity's first reply, once its own hits are a quarter of its prior, each hit wakes the
 //! shard's task for a *burst read* (at most one per shard every 2 ms, one call carrying
-//! every due entity, two under way at once, `global/shard.rs`) until a reply shows the room
+//! every due entity, two under way at once, `global/sync/shard.rs`) until a reply shows the room
 //! gone. Every replica hit by the burst does the same, so each reply holds the others' hits
 //! up to about half a round trip before. A fresh burst read (within [`BURST_FRESH`] gaps)
 //! replaces the prior: the node spends its even share, with a binomial share's spread
@@ -48,7 +48,7 @@
 //! holds the others' hits up to their last sync, up to a tick of their traffic behind,
 //! which there is a good part of the limit; the fleet admitted up to 1.25× (30 seeds). So
 //! a young replica sends its hits once they are a quarter of its prior
-//! ([`WindowState::wants_early_send`], a send trip, `global/shard.rs`), a settled one whose
+//! ([`WindowState::wants_early_send`], a send trip, `global/sync/shard.rs`), a settled one whose
 //! others add 5 % of the limit or more in a tick re-reads the count, sending its own, as it
 //! spends an eighth of its share of the room (`fleet.rs`, `WindowState::read_due`), and a
 //! rate sample over less than a second is blended with the rate before (the others' syncs
@@ -74,7 +74,7 @@ pub const BURST_MIN_OWN: u64 = 8;
 
 /// How long after an entity's first reply burst reads are taken. A burst that reaches the
 /// limit later than this (a few hundred hits a second, not a few thousand) is decided on the
-/// prior, as before burst reads; the bound also bounds what they cost (`global/shard.rs`).
+/// prior, as before burst reads; the bound also bounds what they cost (`global/sync/shard.rs`).
 pub const BURST_WINDOW_MS: u64 = 100;
 
 /// How many gaps between burst reads a burst read decides alone: past that (the reads
@@ -226,7 +226,7 @@ impl WindowState {
 
     /// Whether this young entity has own hits the store has not seen: once its node denies
     /// it (its prior, or its share of what a burst read left, spent), they should go at once
-    /// (an early round trip, `global/shard.rs`) rather than at its next tick. The other
+    /// (an early round trip, `global/sync/shard.rs`) rather than at its next tick. The other
     /// replicas settle a tick after their own first reply and then share the room their read
     /// leaves; a read that misses the hits this node admitted while young leaves them room
     /// that is spent already. On two replicas (a limit of 600 an hour, 1,000 requests a
@@ -240,7 +240,7 @@ impl WindowState {
 
     /// Whether this young entity's unsent hits are a quarter of its prior or more (and at
     /// least [`BURST_MIN_OWN`]), past the burst reads' window (whose reads send them): they
-    /// should go before the next tick, in a send trip (`global/shard.rs`). The others settle
+    /// should go before the next tick, in a send trip (`global/sync/shard.rs`). The others settle
     /// on reads that hold this node's hits up to its last sync, and a young node syncs once a
     /// tick: a read just before its tick missed up to a tick of them, and on two replicas at
     /// 400 a second (600 an hour) the other replica took a share of room already spent.
@@ -453,7 +453,7 @@ mod tests {
 
     #[test]
     fn two_burst_reads_in_flight_settle_exactly_whatever_the_order() {
-        // Two reads of an entity under way at once (`global/shard.rs`): the store may apply
+        // Two reads of an entity under way at once (`global/sync/shard.rs`): the store may apply
         // them in either order (a pool of connections), and either may fail. Own hits are
         // counted once throughout, and exactly once both are settled.
         let l = sliding(1000);

@@ -95,7 +95,7 @@ pub struct EntityState {
     /// In its shard's sync queue (or in a sync in flight): at most once.
     pub queued: bool,
     /// Syncs of this entity in flight: at most one, but for burst reads (two, the second
-    /// started while the first is under way: `global/shard.rs`).
+    /// started while the first is under way: `global/sync/shard.rs`).
     pub in_flight: u8,
 }
 

@@ -5,26 +5,15 @@
 //! Every task runs under `supervise`: one that panics or ends before shutdown is logged,
 //! counted, marks its shard degraded with the reason, and is restarted with backoff.
 
-pub mod clock_offset;
 pub mod exact;
-pub mod exact_bucket;
-pub mod exact_redis;
-pub mod health;
-pub mod memory;
-pub mod queue;
 pub mod redis;
-pub mod redis_conn;
-pub mod shard;
-#[cfg(test)]
-mod shard_fleet_tests;
-pub mod store;
+pub mod sync;
 
-pub use clock_offset::measure_offset;
 pub use exact::{ExactClient, ExactItem, ExactStore};
-pub use health::ShardHealth;
-pub use queue::{ShardRouter, SyncQueues, SyncStats};
-pub use shard::{ShardSync, SyncSettings};
-pub use store::{new_replica_id, Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
+pub use sync::{
+    measure_offset, new_replica_id, Heartbeat, ShardHealth, ShardRouter, ShardStore, ShardSync,
+    StoreError, SyncItem, SyncOp, SyncQueues, SyncSettings, SyncStats,
+};
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -109,39 +98,20 @@ struct PerSecondStores<S> {
 /// Exact stores and the names that route to them.
 type ExactStores = (Vec<Arc<dyn ExactStore>>, Vec<String>);
 
-/// The exact stores of one Redis setting and their routing names.
+/// The exact stores of one Redis setting (pools of their own) and their routing names: the
+/// sync's shards'.
 fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, String> {
-    use crate::global::exact_redis::{RedisClusterExact, RedisExact};
-    use crate::global::redis_conn::sentinel_name;
-    Ok(match (redis.cluster, &redis.sentinel) {
-        (true, _) => (
-            vec![Arc::new(RedisClusterExact::new(
-                &redis.urls,
-                &redis.options,
-            )?)],
-            vec![String::new()],
-        ),
-        (false, Some(master)) => (
-            vec![Arc::new(RedisExact::sentinel(
-                &redis.urls,
-                master,
-                &redis.options,
-            )?)],
-            vec![sentinel_name(&redis.urls, master)],
-        ),
-        (false, None) => {
-            let mut stores: Vec<Arc<dyn ExactStore>> = Vec::new();
-            for u in &redis.urls {
-                stores.push(Arc::new(RedisExact::new(u, &redis.options)?));
-            }
-            let names = redis
-                .urls
-                .iter()
-                .map(|u| crate::global::redis::redact(u))
-                .collect();
-            (stores, names)
-        }
-    })
+    use crate::global::exact::redis::RedisExact;
+    let all = RedisExact::all(
+        &redis.urls,
+        redis.cluster,
+        redis.sentinel.as_ref(),
+        &redis.options,
+    )?;
+    Ok(all
+        .into_iter()
+        .map(|(name, store)| (Arc::new(store) as Arc<dyn ExactStore>, name))
+        .unzip())
 }
 
 /// The exact rules' client: stores of their own (pools apart from the sync's), routed as the
@@ -467,8 +437,8 @@ mod tests {
     use crate::core::clock::{ManualClock, UnixMillis};
     use crate::core::table::{CacheSettings, EntityTable};
     use crate::core::window::{Algorithm, Limit};
-    use crate::global::health::ShardStatus;
-    use crate::global::memory::MemoryStore;
+    use crate::global::sync::health::ShardStatus;
+    use crate::global::sync::memory::MemoryStore;
     use std::sync::atomic::AtomicBool;
 
     const T0: u64 = 1_700_000_040_000;

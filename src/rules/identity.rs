@@ -21,12 +21,12 @@
 //!   requests_per_unit (u32 LE) ‖ unit seconds (u64 LE)`.
 //!
 //! Redis keys are `{prefix}sluice:v2:{<entity key, 32 lowercase hex digits>}:<limit index>:<epoch>`,
-//! each a hash with one field per replica (`global/redis.rs`). The `v2` names the data model:
+//! each a hash with one field per replica (`global/redis/sync.rs`). The `v2` names the data model:
 //! version 1 (no version segment) held plain `INCRBY` strings, and a new data model takes new
 //! key names so that a rolling upgrade never sends a hash command to an old string
 //! (`WRONGTYPE`). Upgrading from version 1 therefore starts every counter afresh, once.
 //! Exact rules' counters are plain `INCRBY` strings under
-//! `{prefix}sluice:x:{<entity key>}:<limit index>:<epoch>` (`global/exact_redis.rs`), so they
+//! `{prefix}sluice:x:{<entity key>}:<limit index>:<epoch>` (`global/exact/redis.rs`), so they
 //! never collide with the sync's. `exact` is not encoded in the rule id.
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use crate::global::memory::MemoryStore;
-use crate::global::store::Heartbeat;
+use crate::global::sync::memory::MemoryStore;
+use crate::global::Heartbeat;
 use crate::global::{ShardStore, StoreError, SyncItem};
 
 /// A [`ShardStore`] shared by every node of one simulated fleet.

@@ -7,6 +7,13 @@ use std::process::{Child, Command, Stdio};
 
 use super::{free_port, http, wait_until};
 
+/// Held by each test that measures a fleet of sluice processes against a tolerance (what
+/// the simulator predicts, a bucket's bound), for the whole test: what such a fleet admits
+/// depends on its processes getting the CPU on time, and two fleets measured at once on a
+/// 2-core machine overshoot. Tests that only check what a fleet does, not how much it
+/// admits, run beside them.
+pub static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A sluice process; killed when dropped. Its log goes to `log`.
 pub struct Proc {
     pub child: Child,

@@ -18,7 +18,7 @@ use sluice::sim::{render_table, run, scenarios, Report, Scenario};
 /// Measured: at most 1.3 % over the six seeds outside the within-a-tick bursts, in the
 /// moments before a limit is reached; in the bursts 0 % at 2 and 4 replicas, 0–0.5 % at 20
 /// and 0.7–1.8 % at 50 (2.2–3.9 % at 50 with a burst read under way at a time and a slack
-/// of 1.3, before two went at once: `global/shard.rs`, `core/prior.rs`).
+/// of 1.3, before two went at once: `global/sync/shard.rs`, `core/prior.rs`).
 const MAX_FALSE_DENIALS: f64 = 0.02;
 
 fn check(s: &Scenario) -> Result<(), String> {

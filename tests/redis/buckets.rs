@@ -4,7 +4,7 @@
 //! replica exact, the fleet's bucket shared by three processes, a Redis that restarts empty).
 
 use crate::common;
-use crate::common::procs::{query, spawn_sluice, wait_live, Proc};
+use crate::common::procs::{query, spawn_sluice, wait_live, Proc, MEASURING};
 use crate::common::redis::{global_mode, RedisServer};
 use crate::common::{desc, http, wait_until, wait_until_async, Server, T0};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -490,6 +490,7 @@ fn assert_fleet_bound(admitted: usize, what: &str, max: usize) {
 
 #[test]
 fn three_processes_share_a_cold_bucket_within_the_tolerance() {
+    let _measuring = MEASURING.blocking_lock();
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("r.yaml"), SLOW).unwrap();
@@ -510,6 +511,7 @@ fn three_processes_share_a_cold_bucket_within_the_tolerance() {
 // `RATE_TAU_MAX_MS` in `core/bucket.rs`; 138–166 before the settled burst reads).
 #[test]
 fn three_processes_share_a_warm_bucket_within_the_tolerance() {
+    let _measuring = MEASURING.blocking_lock();
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("r.yaml"), SLOW).unwrap();

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::procs::{grpc_addr, query, spawn_sluice, wait_live, Proc};
+use crate::common::procs::{grpc_addr, query, spawn_sluice, wait_live, Proc, MEASURING};
 use crate::common::redis::{global_mode, RedisCluster, RedisServer, RedisTls};
 use crate::common::{
     desc, free_port, http, http_async, wait_for_body, wait_until, wait_until_async, Server,
@@ -234,6 +234,7 @@ async fn wait_redis(r: &RedisServer, want: u64) {
 
 #[test]
 fn a_fleet_of_three_processes_shares_one_limit() {
+    let _measuring = MEASURING.blocking_lock();
     // The bound comes from the simulator (the production request path and sync task on
     // simulated time), run on this test's setting: 3 replicas, a limit of 60 in a fixed
     // window, a 100 ms tick (sync interval 2 s), ~1 ms round trip, 240 hits (4×) spread
@@ -267,6 +268,7 @@ fn a_fleet_of_three_processes_shares_one_limit() {
 
 #[test]
 fn a_redis_that_restarts_empty_gets_the_fleets_count_back() {
+    let _measuring = MEASURING.blocking_lock();
     // 3 replicas, a limit of 300 in a fixed window: 220 hits acknowledged, Redis killed and
     // restarted empty on the same port, then 400 more. The bound comes from the simulator on
     // this setting (as in the test above): a hit every 12 ms spread over the replicas, 220
@@ -375,6 +377,7 @@ fn fleet_of(
 
 #[test]
 fn a_burst_on_a_cold_entity_across_four_processes_admits_what_the_simulator_predicts() {
+    let _measuring = MEASURING.blocking_lock();
     // The simulator on this test's setting: 4 replicas, a limit of 40 in a fixed window, a
     // 1 s tick, ~1 ms round trip, 80 hits (2×) on a cold entity within 100 ms. Each replica
     // keeps to its prior (1.05 × 40 / 4 = 10, too small for burst reads: `core/prior.rs`)
@@ -1034,6 +1037,7 @@ const EDGE_TOLERANCE: usize = 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_surge_at_the_edge_on_two_processes_admits_what_the_simulator_predicts() {
+    let _measuring = MEASURING.lock().await;
     // Issue 19, item 11: two replicas, a value nobody has seen on a rule of 600 an hour, ten
     // times that over 6 s: 1,000 requests a second alternating between the replicas, with
     // the production tick (1 s), `strict` by default (`k`) and `strict: false` (`l`). Each

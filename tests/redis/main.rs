@@ -23,6 +23,7 @@ mod buckets;
 mod dashboard;
 mod drop_in;
 mod exact;
+mod exact_store;
 mod global;
 mod redis_deployments;
 mod redis_harness;

@@ -6,8 +6,8 @@ use crate::common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sluice::core::fleet::Part;
-use sluice::global::memory::MemoryStore;
-use sluice::global::redis::{RedisClusterStore, RedisOptions, RedisShard};
+use sluice::global::redis::{RedisOptions, RedisStore};
+use sluice::global::sync::memory::MemoryStore;
 use sluice::global::{ShardStore, SyncItem, SyncOp};
 
 const NOW_MS: u64 = 1_700_000_040_000;
@@ -108,7 +108,7 @@ fn a_redis_shard_syncs_windows_and_buckets_as_the_memory_store_does() {
                 pool_size: 2,
                 ..RedisOptions::default()
             };
-            let shard = RedisShard::new(&redis.url(), &opts).unwrap();
+            let shard = RedisStore::new(&redis.url(), &opts).unwrap();
             // Every other case starts with the scripts flushed: the NOSCRIPT path resends
             // only what was not applied.
             if n.get() % 2 == 0 {
@@ -129,7 +129,7 @@ fn a_redis_cluster_syncs_buckets_as_the_memory_store_does() {
         pool_size: 2,
         ..RedisOptions::default()
     };
-    let store = RedisClusterStore::new(&cluster.seed_urls(), &opts).unwrap();
+    let store = RedisStore::cluster(&cluster.seed_urls(), &opts).unwrap();
     let calls: Vec<Call> = vec![
         (
             1,
@@ -145,7 +145,7 @@ fn a_redis_cluster_syncs_buckets_as_the_memory_store_does() {
 fn a_bucket_lost_by_redis_is_restored_to_what_the_replica_read() {
     let redis = RedisServer::start();
     let rt = runtime();
-    let shard = RedisShard::new(&redis.url(), &RedisOptions::default()).unwrap();
+    let shard = RedisStore::new(&redis.url(), &RedisOptions::default()).unwrap();
     let spend = |delta, floor_us| SyncItem {
         entity: 9,
         limit: 0,

@@ -71,57 +71,22 @@
 //!
 //! Credentials never leave this module: shard names are the URLs without them.
 
-use super::redis_conn::{cluster_pool, pool, sentinel_name, sentinel_pool, ShardPool};
-pub use super::redis_conn::{
-    init_tls, normalize_url, redact, RedisOptions, RedisTls, SentinelMaster,
-};
 use deadpool_redis::redis::{self, Value};
 
-use crate::global::store::Heartbeat;
-use crate::global::{ShardStore, StoreError, SyncItem, SyncOp};
+use super::conn::{RedisOptions, SentinelMaster};
+use super::pool::{RedisPool, Shard};
+use super::script::{self, Call, Lua};
+
+use crate::global::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
 
 /// States parts and reads counters (see the module docs). KEYS: two per item (current,
 /// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current hits,
 /// previous hits, current refunds, previous refunds). Returns one integer per key: the sum.
-const SYNC_SCRIPT: &str = r#"
-local me = ARGV[1]
-local back = me .. '-'
-local out = {}
-for i = 1, #KEYS do
-  local k = KEYS[i]
-  local base = 1 + math.floor((i - 1) / 2) * 5
-  local e = (i - 1) % 2
-  local hits = tonumber(ARGV[base + 2 + e])
-  local refunds = tonumber(ARGV[base + 4 + e])
-  local wrote = false
-  if hits > 0 and tonumber(redis.call('HGET', k, me) or '0') < hits then
-    redis.call('HSET', k, me, hits)
-    wrote = true
-  end
-  if refunds > 0 and tonumber(redis.call('HGET', k, back) or '0') > -refunds then
-    redis.call('HSET', k, back, -refunds)
-    wrote = true
-  end
-  if wrote and redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ARGV[base + 1]) end
-  local sum = 0
-  for _, v in ipairs(redis.call('HVALS', k)) do sum = sum + tonumber(v) end
-  out[i] = sum
-end
-return out
-"#;
+const SYNC_SCRIPT: &str = include_str!("sync.lua");
 
 /// A replica's heartbeat. KEYS: the replicas' set. ARGV: replica id, now (ms), the oldest
 /// last-seen still live (ms), TTL (ms), 1 when the replica leaves. Returns the live count.
-const HEARTBEAT_SCRIPT: &str = r#"
-if ARGV[5] == '1' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-else
-  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
-return redis.call('ZCARD', KEYS[1])
-"#;
+const HEARTBEAT_SCRIPT: &str = include_str!("heartbeat.lua");
 
 /// Spends tokens of buckets and reads them (`SyncOp::Bucket`). KEYS: one hash per bucket
 /// (`t`: the `tat` in Unix µs, `n`: tokens spent, and per replica, under its id and its id
@@ -132,59 +97,7 @@ return redis.call('ZCARD', KEYS[1])
 /// out but ran, sent again, spends nothing twice), and the spend corrected by as much
 /// (`memory::run_of`). Returns two integers per key: `tat`, `n`. A bucket that is full and
 /// was never spent is not written.
-const BUCKET_SCRIPT: &str = r#"
-local me = ARGV[1]
-local back = me .. '-'
-local out = {}
-local function new(stated, held)
-  local d = (stated - held) % 4294967296
-  if d >= 2147483648 then return 0 end
-  return d
-end
-for i = 1, #KEYS do
-  local k = KEYS[i]
-  local b = 1 + (i - 1) * 10
-  local delta = tonumber(ARGV[b + 1])
-  local spend = tonumber(ARGV[b + 8])
-  local stated = {tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])}
-  local now = tonumber(ARGV[b + 2])
-  local v = redis.call('HMGET', k, 't', 'n', me, back)
-  local tat = tonumber(v[1])
-  local spent = tonumber(v[2]) or 0
-  local held = stated
-  local added = delta
-  if v[3] then
-    local plus = new(stated[1], tonumber(v[3]))
-    local minus = new(stated[2], tonumber(v[4]) or 0)
-    added = plus - minus
-    held = {(tonumber(v[3]) + plus) % 4294967296, ((tonumber(v[4]) or 0) + minus) % 4294967296}
-    local run = spend + added - delta
-    if spend >= 0 then spend = math.max(run, 0) else spend = math.min(run, 0) end
-  end
-  local write = false
-  if tat == nil then
-    tat = tonumber(ARGV[b + 6])
-    write = tat > now
-  end
-  if added ~= 0 or spend ~= 0 then
-    if spend ~= 0 then
-      local limit = math.max(now + tonumber(ARGV[b + 5]), tat)
-      local base = math.max(tat, tonumber(ARGV[b + 3]))
-      tat = math.min(math.max(base + spend * tonumber(ARGV[b + 4]), now), limit)
-    end
-    spent = math.max(spent + added, 0)
-    redis.call('HSET', k, me, held[1], back, held[2])
-    write = true
-  end
-  if write then
-    redis.call('HSET', k, 't', string.format('%.17g', tat), 'n', spent)
-    redis.call('PEXPIRE', k, math.ceil(math.max(tat - now, 0) / 1000) + tonumber(ARGV[b + 7]))
-  end
-  out[2 * i - 1] = math.floor(tat)
-  out[2 * i] = spent
-end
-return out
-"#;
+const BUCKET_SCRIPT: &str = include_str!("bucket.lua");
 
 /// Items per script call: bounds the script's run time on the Redis thread.
 const CHUNK: usize = 500;
@@ -211,18 +124,15 @@ fn replicas_key(prefix: &str) -> String {
     format!("{prefix}sluice:replicas")
 }
 
-/// The heartbeat script's call (`EVALSHA`, or with the source, `EVAL`).
-fn beat_cmd(verb: &str, script: &str, beat: &Heartbeat, prefix: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd(verb);
-    cmd.arg(script)
-        .arg(1)
+/// The heartbeat script's keys and arguments.
+fn beat_args(cmd: &mut redis::Cmd, beat: &Heartbeat, prefix: &str) {
+    cmd.arg(1)
         .arg(replicas_key(prefix))
         .arg(format!("{:016x}", beat.replica))
         .arg(beat.now_ms)
         .arg(beat.now_ms.saturating_sub(beat.ttl_ms))
         .arg(beat.ttl_ms.max(1))
         .arg(u8::from(beat.leaving));
-    cmd
 }
 
 fn live_count(v: &Value) -> Result<u32, StoreError> {
@@ -250,35 +160,6 @@ impl Kind {
             SyncOp::Bucket { .. } => Kind::Bucket,
         }
     }
-
-    fn source(self) -> &'static str {
-        match self {
-            Kind::Window => SYNC_SCRIPT,
-            Kind::Bucket => BUCKET_SCRIPT,
-        }
-    }
-}
-
-/// The two sync scripts, hashed once: `EVALSHA` names them on every call.
-struct Scripts {
-    window: redis::Script,
-    bucket: redis::Script,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        Scripts {
-            window: redis::Script::new(SYNC_SCRIPT),
-            bucket: redis::Script::new(BUCKET_SCRIPT),
-        }
-    }
-
-    fn sha(&self, kind: Kind) -> &str {
-        match kind {
-            Kind::Window => self.window.get_hash(),
-            Kind::Bucket => self.bucket.get_hash(),
-        }
-    }
 }
 
 /// The script calls of a batch: windows, then buckets, each in chunks of [`CHUNK`], with
@@ -294,17 +175,8 @@ fn batches(items: &[SyncItem]) -> Vec<(Kind, Vec<usize>)> {
     out
 }
 
-/// `EVALSHA sha` (or `EVAL source`) of the `kind` script over the items `of`.
-fn script_call(
-    verb: &str,
-    script: &str,
-    kind: Kind,
-    replica: u64,
-    items: &[&SyncItem],
-    prefix: &str,
-) -> redis::Cmd {
-    let mut cmd = redis::cmd(verb);
-    cmd.arg(script);
+/// The keys and arguments of the `kind` script's call over `items`.
+fn item_args(cmd: &mut redis::Cmd, kind: Kind, replica: u64, items: &[&SyncItem], prefix: &str) {
     match kind {
         Kind::Window => {
             cmd.arg(items.len() * 2);
@@ -359,7 +231,6 @@ fn script_call(
             }
         }
     }
-    cmd
 }
 
 fn totals(v: &Value, n: usize) -> Result<Vec<[u64; 2]>, StoreError> {
@@ -380,14 +251,6 @@ fn totals(v: &Value, n: usize) -> Result<Vec<[u64; 2]>, StoreError> {
     Ok(vals.chunks(2).map(|c| [num(&c[0]), num(&c[1])]).collect())
 }
 
-fn is_noscript_reply(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
-}
-
-fn is_noscript(e: &redis::RedisError) -> bool {
-    e.code() == Some("NOSCRIPT")
-}
-
 async fn time_of<C: redis::aio::ConnectionLike>(conn: &mut C) -> Result<u64, StoreError> {
     let (secs, micros): (u64, u64) = redis::cmd("TIME")
         .query_async(conn)
@@ -396,60 +259,96 @@ async fn time_of<C: redis::aio::ConnectionLike>(conn: &mut C) -> Result<u64, Sto
     Ok(secs * 1000 + micros / 1000)
 }
 
-/// A standalone Redis server holding one shard of the entities: at a fixed address, or the
-/// master of a Sentinel deployment.
-pub struct RedisShard {
+/// A shard of global mode on Redis: a standalone server, the master of a Sentinel deployment,
+/// or a Redis Cluster holding every entity ([`RedisPool`]). A standalone shard makes one
+/// pipeline a call (a script call per chunk, `batches`); on a cluster, whose script calls'
+/// keys must share a slot, the client routes each entity's call to the master of its slot,
+/// all calls of a tick in flight at once.
+pub struct RedisStore {
     name: String,
-    pool: ShardPool,
+    pool: RedisPool,
     prefix: String,
-    scripts: Scripts,
-    beat: redis::Script,
+    window: Lua,
+    bucket: Lua,
+    beat: Lua,
 }
 
-impl RedisShard {
-    /// A shard at `url` (normalized by [`normalize_url`]). Connections are made lazily, so a
-    /// Redis that is down at start only makes the shard degraded.
+impl RedisStore {
+    /// The stores of one Redis setting: its shards (a standalone server each), its master
+    /// found through sentinels, or its cluster. Connections are made lazily, so a Redis that
+    /// is down at start only makes its shard degraded.
+    ///
+    /// # Errors
+    /// When a URL is unusable.
+    pub fn all(
+        urls: &[String],
+        cluster: bool,
+        sentinel: Option<&SentinelMaster>,
+        opts: &RedisOptions,
+    ) -> Result<Vec<RedisStore>, String> {
+        Ok(RedisPool::open(urls, cluster, sentinel, opts)?
+            .into_iter()
+            .map(|s| Self::on(s, opts))
+            .collect())
+    }
+
+    /// A shard at `url` (normalized by [`super::normalize_url`]).
     ///
     /// # Errors
     /// When the URL is unusable.
     pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
-        Ok(Self::with_pool(redact(url), pool(url, opts)?, opts))
+        let one = Self::all(std::slice::from_ref(&url.to_string()), false, None, opts)?;
+        Ok(one.into_iter().next().expect("one URL, one shard"))
     }
 
-    /// The master `master` names, found through the sentinels at `sentinels` (normalized
-    /// URLs). After a failover the shard follows the master the sentinels promote: a
-    /// connection to the old one fails or is refused `READONLY`, leaves the pool, and the next
-    /// one is made to the new master.
+    /// A cluster reached through `seeds` (normalized URLs).
     ///
     /// # Errors
     /// When the URLs are unusable.
-    pub fn sentinel(
-        sentinels: &[String],
-        master: &SentinelMaster,
-        opts: &RedisOptions,
-    ) -> Result<Self, String> {
-        let pool = sentinel_pool(sentinels, master, opts)?;
-        Ok(Self::with_pool(
-            sentinel_name(sentinels, master),
-            pool,
-            opts,
-        ))
+    pub fn cluster(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
+        let one = Self::all(seeds, true, None, opts)?;
+        Ok(one.into_iter().next().expect("a cluster is one shard"))
     }
 
-    fn with_pool(name: String, pool: ShardPool, opts: &RedisOptions) -> Self {
-        RedisShard {
-            name,
-            pool,
+    fn on(shard: Shard, opts: &RedisOptions) -> Self {
+        RedisStore {
+            name: shard.name,
+            pool: shard.pool,
             prefix: opts.prefix.clone(),
-            scripts: Scripts::new(),
-            beat: redis::Script::new(HEARTBEAT_SCRIPT),
+            window: Lua::new(SYNC_SCRIPT),
+            bucket: Lua::new(BUCKET_SCRIPT),
+            beat: Lua::new(HEARTBEAT_SCRIPT),
         }
     }
 
-    /// One pipeline: a script call per chunk of items (`batches`), then the heartbeat (when
-    /// given). Errors are read per reply: a heartbeat that fails (its script not loaded yet,
-    /// say) must not make the chunks, which were applied, be sent again; a chunk answered
-    /// NOSCRIPT was not applied, and is sent again once the scripts are loaded.
+    fn lua(&self, kind: Kind) -> &Lua {
+        match kind {
+            Kind::Window => &self.window,
+            Kind::Bucket => &self.bucket,
+        }
+    }
+
+    /// The script call of `kind` over `items[i]` for each `i` of `of`.
+    fn call<'a>(
+        &'a self,
+        kind: Kind,
+        replica: u64,
+        items: &'a [SyncItem],
+        of: &'a [usize],
+    ) -> Call<'a> {
+        Call::new(self.lua(kind), move |cmd| {
+            let its: Vec<&SyncItem> = of.iter().map(|&i| &items[i]).collect();
+            item_args(cmd, kind, replica, &its, &self.prefix);
+        })
+    }
+
+    fn beat_call<'a>(&'a self, beat: &'a Heartbeat) -> Call<'a> {
+        Call::new(&self.beat, move |cmd| beat_args(cmd, beat, &self.prefix))
+    }
+
+    /// A standalone shard's call: one pipeline, a script call per chunk of items
+    /// (`batches`), then the heartbeat (when given). Errors are read per reply: a heartbeat
+    /// that fails must not make the chunks, which were applied, be sent again.
     async fn pipeline(
         &self,
         replica: u64,
@@ -457,53 +356,16 @@ impl RedisShard {
         beat: Option<&Heartbeat>,
     ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
-        let calls = batches(items);
-        let cmd = |verb: &str, kind: Kind, of: &[usize]| {
-            let script = match (verb, kind) {
-                ("EVAL", k) => k.source().to_string(),
-                (_, k) => self.scripts.sha(k).to_string(),
-            };
-            let its: Vec<&SyncItem> = of.iter().map(|&i| &items[i]).collect();
-            script_call(verb, &script, kind, replica, &its, &self.prefix)
-        };
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for (kind, of) in &calls {
-            pipe.add_command(cmd("EVALSHA", *kind, of));
-        }
+        let batches = batches(items);
+        let mut calls: Vec<Call<'_>> = batches
+            .iter()
+            .map(|(kind, of)| self.call(*kind, replica, items, of))
+            .collect();
         if let Some(b) = beat {
-            pipe.add_command(beat_cmd("EVALSHA", self.beat.get_hash(), b, &self.prefix));
+            calls.push(self.beat_call(b));
         }
-        let mut replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(backend)?;
-        if replies.iter().any(is_noscript_reply) {
-            // A new or restarted Redis: load the scripts and send again what was not applied
-            // (a heartbeat may be sent twice: it only sets a score).
-            let Scripts { window, bucket } = &self.scripts;
-            window.load_async(&mut conn).await.map_err(backend)?;
-            bucket.load_async(&mut conn).await.map_err(backend)?;
-            self.beat.load_async(&mut conn).await.map_err(backend)?;
-            let mut again = redis::pipe();
-            again.ignore_errors();
-            let redo: Vec<usize> = (0..replies.len())
-                .filter(|&i| is_noscript_reply(&replies[i]))
-                .collect();
-            for &i in &redo {
-                match calls.get(i) {
-                    Some((kind, of)) => again.add_command(cmd("EVALSHA", *kind, of)),
-                    None => again.add_command(beat_cmd(
-                        "EVALSHA",
-                        self.beat.get_hash(),
-                        beat.expect("a reply past the calls is the heartbeat's"),
-                        &self.prefix,
-                    )),
-                };
-            }
-            let second: Vec<Value> = again.query_async(&mut conn).await.map_err(backend)?;
-            for (i, v) in redo.into_iter().zip(second) {
-                replies[i] = v;
-            }
-        }
-        let live = match beat.and(replies.get(calls.len())) {
+        let replies = script::pipeline(&mut conn, &calls).await.map_err(backend)?;
+        let live = match beat.and(replies.get(batches.len())) {
             None => None,
             Some(Value::Int(n)) => Some((*n).clamp(0, i64::from(u32::MAX)) as u32),
             Some(other) => {
@@ -515,25 +377,61 @@ impl RedisShard {
             }
         };
         let mut out = vec![[0; 2]; items.len()];
-        for (reply, (_, of)) in replies.iter().zip(&calls) {
+        for (reply, (_, of)) in replies.iter().zip(&batches) {
             for (i, t) in of.iter().zip(totals(reply, of.len())?) {
                 out[*i] = t;
             }
         }
         Ok((out, live))
     }
+
+    /// A cluster's sync: one call per entity limit (a script's keys must share a slot), all
+    /// in flight at once.
+    async fn cluster_sync(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+    ) -> Result<Vec<[u64; 2]>, StoreError> {
+        let conn = self.pool.get().await.map_err(backend)?;
+        let handle = conn
+            .cluster_handle()
+            .ok_or_else(|| backend("not a cluster connection"))?;
+        let idx: Vec<usize> = (0..items.len()).collect();
+        let calls = idx.iter().map(|&i| {
+            let mut c = handle.clone();
+            let call = self.call(Kind::of(&items[i]), replica, items, &idx[i..=i]);
+            async move {
+                let v = call.run(&mut c).await.map_err(backend)?;
+                totals(&v, 1).map(|t| t[0])
+            }
+        });
+        futures_util::future::try_join_all(calls).await
+    }
+
+    /// The heartbeat alone: its own call (a cluster's key is in its own slot).
+    async fn beat_alone(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        let mut conn = self.pool.get().await.map_err(backend)?;
+        let v = self.beat_call(beat).run(&mut conn).await.map_err(backend)?;
+        live_count(&v)
+    }
 }
 
-impl ShardStore for RedisShard {
+impl ShardStore for RedisStore {
     fn name(&self) -> &str {
         &self.name
     }
 
     async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+        if self.pool.is_cluster() {
+            return self.cluster_sync(replica, items).await;
+        }
         Ok(self.pipeline(replica, items, None).await?.0)
     }
 
     async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        if self.pool.is_cluster() {
+            return self.beat_alone(beat).await;
+        }
         self.pipeline(beat.replica, &[], Some(beat))
             .await?
             .1
@@ -546,109 +444,17 @@ impl ShardStore for RedisShard {
         items: &[SyncItem],
         beat: &Heartbeat,
     ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
-        self.pipeline(replica, items, Some(beat)).await
-    }
-
-    async fn time_ms(&self) -> Result<u64, StoreError> {
-        let mut conn = self.pool.get().await.map_err(backend)?;
-        time_of(&mut conn).await
-    }
-
-    fn commands_for(&self, items: usize) -> usize {
-        items.div_ceil(CHUNK)
-    }
-}
-
-/// A Redis Cluster holding every entity; the client routes each entity's script call to
-/// the master of its slot, all calls of a tick in flight at once.
-pub struct RedisClusterStore {
-    name: String,
-    pool: super::redis_conn::ClusterPool,
-    prefix: String,
-    scripts: Scripts,
-    beat: redis::Script,
-}
-
-impl RedisClusterStore {
-    /// A cluster reached through `seeds` (normalized URLs).
-    ///
-    /// # Errors
-    /// When the URLs are unusable.
-    pub fn new(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
-        let pool = cluster_pool(seeds, opts)?;
-        Ok(RedisClusterStore {
-            name: format!(
-                "cluster({})",
-                seeds
-                    .iter()
-                    .map(|s| redact(s))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
-            pool,
-            prefix: opts.prefix.clone(),
-            scripts: Scripts::new(),
-            beat: redis::Script::new(HEARTBEAT_SCRIPT),
-        })
-    }
-}
-
-impl ShardStore for RedisClusterStore {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
-        let conn = self.pool.get().await.map_err(backend)?;
-        // One call per entity limit: a script's keys must share a slot.
-        let calls = items.iter().map(|it| {
-            let mut c = (*conn).clone();
-            let kind = Kind::of(it);
-            let one = [it];
-            let sha = self.scripts.sha(kind);
-            let cmd = script_call("EVALSHA", sha, kind, replica, &one, &self.prefix);
-            async move {
-                let v: Value = match cmd.query_async(&mut c).await {
-                    Err(e) if is_noscript(&e) => {
-                        // EVAL with the source caches the script on the slot's owner.
-                        let load =
-                            script_call("EVAL", kind.source(), kind, replica, &one, &self.prefix);
-                        load.query_async(&mut c).await.map_err(backend)?
-                    }
-                    r => r.map_err(backend)?,
-                };
-                totals(&v, 1).map(|t| t[0])
-            }
-        });
-        futures_util::future::try_join_all(calls).await
-    }
-
-    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
-        let mut conn = self.pool.get().await.map_err(backend)?;
-        let cmd = beat_cmd("EVALSHA", self.beat.get_hash(), beat, &self.prefix);
-        let v: Value = match cmd.query_async(&mut *conn).await {
-            Err(e) if is_noscript(&e) => beat_cmd("EVAL", HEARTBEAT_SCRIPT, beat, &self.prefix)
-                .query_async(&mut *conn)
-                .await
-                .map_err(backend)?,
-            r => r.map_err(backend)?,
-        };
-        live_count(&v)
-    }
-
-    async fn sync_and_beat(
-        &self,
-        replica: u64,
-        items: &[SyncItem],
-        beat: &Heartbeat,
-    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+        if !self.pool.is_cluster() {
+            return self.pipeline(replica, items, Some(beat)).await;
+        }
         if items.is_empty() {
-            return Ok((Vec::new(), Some(self.heartbeat(beat).await?)));
+            return Ok((Vec::new(), Some(self.beat_alone(beat).await?)));
         }
         // The item calls and the heartbeat in flight at once: one round trip. A failed
         // heartbeat leaves the sync's result alone (its parts were stated).
         let (totals, live) =
-            futures_util::future::join(self.sync(replica, items), self.heartbeat(beat)).await;
+            futures_util::future::join(self.cluster_sync(replica, items), self.beat_alone(beat))
+                .await;
         if let Err(e) = &live {
             tracing::warn!(shard = %self.name, error = %e, "heartbeat failed");
         }
@@ -657,93 +463,14 @@ impl ShardStore for RedisClusterStore {
 
     async fn time_ms(&self) -> Result<u64, StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
-        time_of(&mut *conn).await
+        time_of(&mut conn).await
     }
 
     fn commands_for(&self, items: usize) -> usize {
-        items
-    }
-}
-
-/// Any of global mode's Redis stores, so that one sync runs shards of different kinds: the
-/// main Redis's and the per-second one's (`REDIS_PERSECOND`) need not be of one type.
-pub enum RedisStore {
-    /// A standalone server, or the master of a Sentinel deployment.
-    Shard(RedisShard),
-    /// A Redis Cluster.
-    Cluster(RedisClusterStore),
-}
-
-impl RedisStore {
-    /// The stores of one Redis setting: its shards (a standalone server each), its master
-    /// found through sentinels, or its cluster.
-    ///
-    /// # Errors
-    /// When a URL is unusable.
-    pub fn all(
-        urls: &[String],
-        cluster: bool,
-        sentinel: Option<&SentinelMaster>,
-        opts: &RedisOptions,
-    ) -> Result<Vec<RedisStore>, String> {
-        Ok(match (cluster, sentinel) {
-            (true, _) => vec![RedisStore::Cluster(RedisClusterStore::new(urls, opts)?)],
-            (false, Some(master)) => {
-                vec![RedisStore::Shard(RedisShard::sentinel(urls, master, opts)?)]
-            }
-            (false, None) => urls
-                .iter()
-                .map(|u| RedisShard::new(u, opts).map(RedisStore::Shard))
-                .collect::<Result<_, _>>()?,
-        })
-    }
-}
-
-impl ShardStore for RedisStore {
-    fn name(&self) -> &str {
-        match self {
-            RedisStore::Shard(s) => s.name(),
-            RedisStore::Cluster(c) => c.name(),
-        }
-    }
-
-    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
-        match self {
-            RedisStore::Shard(s) => s.sync(replica, items).await,
-            RedisStore::Cluster(c) => c.sync(replica, items).await,
-        }
-    }
-
-    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
-        match self {
-            RedisStore::Shard(s) => s.heartbeat(beat).await,
-            RedisStore::Cluster(c) => c.heartbeat(beat).await,
-        }
-    }
-
-    async fn sync_and_beat(
-        &self,
-        replica: u64,
-        items: &[SyncItem],
-        beat: &Heartbeat,
-    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
-        match self {
-            RedisStore::Shard(s) => s.sync_and_beat(replica, items, beat).await,
-            RedisStore::Cluster(c) => c.sync_and_beat(replica, items, beat).await,
-        }
-    }
-
-    async fn time_ms(&self) -> Result<u64, StoreError> {
-        match self {
-            RedisStore::Shard(s) => s.time_ms().await,
-            RedisStore::Cluster(c) => c.time_ms().await,
-        }
-    }
-
-    fn commands_for(&self, items: usize) -> usize {
-        match self {
-            RedisStore::Shard(s) => s.commands_for(items),
-            RedisStore::Cluster(c) => c.commands_for(items),
+        if self.pool.is_cluster() {
+            items
+        } else {
+            items.div_ceil(CHUNK)
         }
     }
 }

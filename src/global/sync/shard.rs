@@ -40,10 +40,11 @@ use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use super::health::ShardHealth;
+use super::in_flight::{put_back, InFlight, Planned};
 use super::queue::SyncQueues;
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::{Clock, UnixMillis};
-use crate::core::table::{EntityState, EntityTable};
+use crate::core::table::EntityState;
 use crate::core::tier::{SyncPolicy, Tier};
 use crate::core::{Limit, Plan};
 
@@ -130,12 +131,6 @@ impl<S> Clone for ShardSync<S> {
             settings: self.settings,
         }
     }
-}
-
-struct Planned {
-    key: u128,
-    limits: Arc<[Limit]>,
-    plans: Vec<Plan>,
 }
 
 /// A round trip begun: its entities (owned by the guard until the reply is settled) and
@@ -592,42 +587,6 @@ enum Step {
     Planned(Planned),
     Kept,
     Released,
-}
-
-/// Undoes the beginning of a sync that got no reply: the deltas go back to pending. Returns
-/// the entities to requeue: those no other sync in flight holds.
-fn put_back(table: &EntityTable, planned: Vec<Planned>) -> Vec<u128> {
-    planned
-        .into_iter()
-        .filter_map(|p| {
-            let held = table.get(p.key, |e| {
-                for (i, plan) in p.plans.iter().enumerate() {
-                    e.state.states[i].fail_sync(plan);
-                }
-                e.state.in_flight -= 1;
-                e.state.in_flight > 0
-            });
-            (held == Some(false)).then_some(p.key)
-        })
-        .collect()
-}
-
-/// The entities of a store call in progress; dropped before the reply is settled (the call
-/// panicked, or the task was aborted mid-call), it puts their deltas back and requeues them,
-/// so they are neither lost nor stuck in flight.
-struct InFlight<'a> {
-    planned: Vec<Planned>,
-    queues: &'a SyncQueues,
-    index: usize,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if let (false, Some(table)) = (self.planned.is_empty(), self.queues.table()) {
-            let requeue = put_back(table, std::mem::take(&mut self.planned));
-            self.queues.requeue(self.index, requeue);
-        }
-    }
 }
 
 #[cfg(test)]

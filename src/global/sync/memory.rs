@@ -1,5 +1,5 @@
 //! An in-memory [`ShardStore`] and [`ExactStore`]: per-epoch counters in maps, one part per
-//! replica, as Redis holds them (`redis.rs`), and the replicas' heartbeats (id → last seen).
+//! replica, as Redis holds them (`global/redis/sync.rs`), and the replicas' heartbeats (id → last seen).
 //! The sync tests and the fleet simulator run the production sync code against it, and the
 //! exact rules' tests the exact path; [`MemoryStore::flush_all`] is a Redis that restarted
 //! empty.
@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::exact::{apply, ExactCounters, ExactFuture, ExactItem, ExactStore};
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
 use crate::core::fleet::Part;
+use crate::global::exact::{apply, ExactCounters, ExactFuture, ExactItem, ExactStore};
 
 /// A counter: each replica's part (its hits and refunds so far).
 pub type Parts = HashMap<u64, Part>;

@@ -11,11 +11,12 @@
 
 use deadpool_redis::redis::{self, Value};
 
-use super::exact::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
-use super::exact_bucket;
-use super::redis::{RedisOptions, SentinelMaster};
-use super::redis_conn::ShardPool;
-use super::store::StoreError;
+use super::bucket as exact_bucket;
+use super::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
+use crate::global::redis::pool::RedisPool;
+use crate::global::redis::script::{Call, Lua};
+use crate::global::redis::{RedisOptions, SentinelMaster};
+use crate::global::sync::store::StoreError;
 
 /// KEYS: two per item (a window: current epoch, previous epoch; a bucket: its key twice).
 /// ARGV[1]: commit (1/0); then seven per item: hits, limit, window ms, ms left in the epoch,
@@ -30,93 +31,10 @@ use super::store::StoreError;
 /// A bucket's key holds its `tat` as Unix µs with three decimals (`W.NNN`, whole
 /// nanoseconds): the script splits it so that every step is integer arithmetic on what the
 /// bucket owes, exact while that stays under 2^53 ns (104 days), as local mode's decision is
-/// (`exact_bucket.rs`); a plain double of Unix µs would round each spend to a quarter µs and
+/// (`bucket.rs`); a plain double of Unix µs would round each spend to a quarter µs and
 /// drift. It expires when the bucket is full again, plus a margin; a full bucket's key is
 /// deleted.
-const EXACT_SCRIPT: &str = r#"
-local commit = ARGV[1] == '1'
-local n = #KEYS / 2
-local out = {0}
-local fits = true
-local curr = {}
-for i = 1, n do
-  local a = 1 + (i - 1) * 7
-  local hits = tonumber(ARGV[a + 1])
-  local over = 0
-  if ARGV[a + 5] == '2' then
-    local owed = 0
-    local v = redis.call('GET', KEYS[2 * i - 1])
-    if v then
-      local w, f = string.match(v, '^(%d+)%.?(%d*)$')
-      if w then
-        owed = (tonumber(w) - tonumber(ARGV[a + 4])) * 1000 + tonumber(string.sub(f .. '000', 1, 3))
-        if owed < 0 then owed = 0 end
-      end
-    end
-    if ARGV[a + 7] ~= '1' then
-      if tonumber(ARGV[a + 2]) == 0 or owed + hits * tonumber(ARGV[a + 3]) > tonumber(ARGV[a + 6]) then
-        over = 1
-        fits = false
-      end
-    end
-    curr[i] = owed
-    out[#out + 1] = owed
-    out[#out + 1] = 0
-    out[#out + 1] = over
-  else
-    local c = tonumber(redis.call('GET', KEYS[2 * i - 1]) or '0')
-    local p = 0
-    if ARGV[a + 5] == '1' then
-      p = tonumber(redis.call('GET', KEYS[2 * i]) or '0')
-    end
-    if ARGV[a + 7] ~= '1' then
-      local limit = tonumber(ARGV[a + 2])
-      local count = c + hits
-      if ARGV[a + 5] == '1' then
-        count = count + math.floor(p * tonumber(ARGV[a + 4]) / tonumber(ARGV[a + 3]))
-      end
-      if limit == 0 or count > limit then
-        over = 1
-        fits = false
-      end
-    end
-    curr[i] = c
-    out[#out + 1] = p
-    out[#out + 1] = c
-    out[#out + 1] = over
-  end
-end
-for i = 1, n do
-  local a = 1 + (i - 1) * 7
-  local hits = tonumber(ARGV[a + 1])
-  if ARGV[a + 5] == '2' then
-    local owed = curr[i]
-    local after = owed
-    if ARGV[a + 7] == '1' then
-      after = math.max(owed - hits * tonumber(ARGV[a + 3]), 0)
-    elseif commit and fits and hits > 0 then
-      after = owed + hits * tonumber(ARGV[a + 3])
-    end
-    if after ~= owed then
-      if after <= 0 then
-        redis.call('DEL', KEYS[2 * i - 1])
-      else
-        local us = math.floor(after / 1000)
-        local tat = string.format('%.0f.%03d', tonumber(ARGV[a + 4]) + us, after - us * 1000)
-        redis.call('SET', KEYS[2 * i - 1], tat, 'PX', math.ceil(after / 1000000) + 1000)
-      end
-    end
-  elseif ARGV[a + 7] == '1' then
-    local back = math.min(hits, curr[i])
-    if back > 0 then redis.call('DECRBY', KEYS[2 * i - 1], back) end
-  elseif commit and fits and hits > 0 then
-    local v = redis.call('INCRBY', KEYS[2 * i - 1], hits)
-    if v == hits then redis.call('PEXPIRE', KEYS[2 * i - 1], ARGV[a + 6]) end
-  end
-end
-if fits then out[1] = 1 end
-return out
-"#;
+const EXACT_SCRIPT: &str = include_str!("exact.lua");
 
 /// The Redis key of an exact counter.
 pub fn exact_key(prefix: &str, entity: u128, limit: u8, epoch: u64) -> String {
@@ -133,20 +51,8 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
-/// The script call for `items`: `EVALSHA sha`, or `EVAL` with the source when `sha` is None.
-fn command(sha: Option<&str>, prefix: &str, items: &[ExactItem], commit: bool) -> redis::Cmd {
-    let mut cmd = match sha {
-        Some(sha) => {
-            let mut c = redis::cmd("EVALSHA");
-            c.arg(sha);
-            c
-        }
-        None => {
-            let mut c = redis::cmd("EVAL");
-            c.arg(EXACT_SCRIPT);
-            c
-        }
-    };
+/// The keys and arguments of the script's call for `items`.
+fn args(cmd: &mut redis::Cmd, prefix: &str, items: &[ExactItem], commit: bool) {
     cmd.arg(items.len() * 2);
     for it in items {
         if it.bucket.is_some() {
@@ -182,7 +88,6 @@ fn command(sha: Option<&str>, prefix: &str, items: &[ExactItem], commit: bool) -
         }
         cmd.arg(u8::from(it.refund));
     }
-    cmd
 }
 
 /// Decodes the script's reply for `items`.
@@ -223,61 +128,40 @@ fn reply(v: &Value, items: &[ExactItem]) -> Result<ExactReply, StoreError> {
     })
 }
 
-/// Runs the script, loading it (by sending its source) when the server does not have it.
-async fn run<C: redis::aio::ConnectionLike>(
-    conn: &mut C,
-    script: &redis::Script,
-    prefix: &str,
-    items: &[ExactItem],
-    commit: bool,
-) -> Result<ExactReply, StoreError> {
-    let cmd = command(Some(script.get_hash()), prefix, items, commit);
-    let v: Value = match cmd.query_async(conn).await {
-        Err(e) if e.code() == Some("NOSCRIPT") => command(None, prefix, items, commit)
-            .query_async(conn)
-            .await
-            .map_err(backend)?,
-        r => r.map_err(backend)?,
-    };
-    reply(&v, items)
-}
-
-/// Exact calls to one standalone Redis shard (or a Sentinel deployment's master), on a pool
-/// of their own (a request never waits behind a sync tick's connection).
+/// Exact calls to one shard (a standalone server, a Sentinel deployment's master, or a Redis
+/// Cluster, where a call holds one entity's keys: they share a slot), on a pool of their own
+/// (a request never waits behind a sync tick's connection).
 pub struct RedisExact {
-    pool: ShardPool,
+    pool: RedisPool,
     prefix: String,
-    script: redis::Script,
+    script: Lua,
 }
 
 impl RedisExact {
-    /// Exact calls to the shard at `url` (normalized).
+    /// The exact stores of one Redis setting, with their names (the sync's shards' names):
+    /// a standalone server per URL, the master `sentinel` names, or the cluster (normalized
+    /// URLs). Connections are made lazily.
     ///
     /// # Errors
-    /// When the URL is unusable.
-    pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
-        Ok(Self::with_pool(super::redis_conn::pool(url, opts)?, opts))
-    }
-
-    /// Exact calls to the master `master` names, found through the sentinels at `sentinels`
-    /// (normalized URLs); after a failover, to the promoted one (see `RedisShard::sentinel`).
-    ///
-    /// # Errors
-    /// When the URLs are unusable.
-    pub fn sentinel(
-        sentinels: &[String],
-        master: &SentinelMaster,
+    /// When a URL is unusable.
+    pub fn all(
+        urls: &[String],
+        cluster: bool,
+        sentinel: Option<&SentinelMaster>,
         opts: &RedisOptions,
-    ) -> Result<Self, String> {
-        let pool = super::redis_conn::sentinel_pool(sentinels, master, opts)?;
-        Ok(Self::with_pool(pool, opts))
+    ) -> Result<Vec<(String, RedisExact)>, String> {
+        Ok(RedisPool::open(urls, cluster, sentinel, opts)?
+            .into_iter()
+            .map(|s| (s.name, Self::on(s.pool, opts)))
+            .collect())
     }
 
-    fn with_pool(pool: ShardPool, opts: &RedisOptions) -> Self {
+    /// Exact calls on `pool`.
+    fn on(pool: RedisPool, opts: &RedisOptions) -> Self {
         RedisExact {
             pool,
             prefix: opts.prefix.clone(),
-            script: redis::Script::new(EXACT_SCRIPT),
+            script: Lua::new(EXACT_SCRIPT),
         }
     }
 }
@@ -286,43 +170,18 @@ impl ExactStore for RedisExact {
     fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
         Box::pin(async move {
             let mut conn = self.pool.get().await.map_err(backend)?;
-            run(&mut conn, &self.script, &self.prefix, items, commit).await
-        })
-    }
-}
-
-/// Exact calls to a Redis Cluster: one call per entity (its keys share a slot).
-pub struct RedisClusterExact {
-    pool: super::redis_conn::ClusterPool,
-    prefix: String,
-    script: redis::Script,
-}
-
-impl RedisClusterExact {
-    /// Exact calls to the cluster reached through `seeds` (normalized URLs).
-    ///
-    /// # Errors
-    /// When the URLs are unusable.
-    pub fn new(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
-        let pool = super::redis_conn::cluster_pool(seeds, opts)?;
-        Ok(RedisClusterExact {
-            pool,
-            prefix: opts.prefix.clone(),
-            script: redis::Script::new(EXACT_SCRIPT),
-        })
-    }
-}
-
-impl ExactStore for RedisClusterExact {
-    fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
-        Box::pin(async move {
-            let mut conn = self.pool.get().await.map_err(backend)?;
-            run(&mut *conn, &self.script, &self.prefix, items, commit).await
+            let call = Call::new(&self.script, |cmd| args(cmd, &self.prefix, items, commit));
+            let v = call.run(&mut conn).await.map_err(backend)?;
+            reply(&v, items)
         })
     }
 
     fn group(&self, entity: u128) -> u128 {
-        entity
+        if self.pool.is_cluster() {
+            entity
+        } else {
+            0
+        }
     }
 }
 
@@ -350,7 +209,9 @@ mod tests {
             bucket: None,
             per_second: false,
         };
-        let cmd = command(Some("sha"), "p:", &[it], true);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg("sha");
+        args(&mut cmd, "p:", &[it], true);
         let args: Vec<String> = cmd
             .args_iter()
             .map(|a| match a {
@@ -396,13 +257,15 @@ mod tests {
             hits: 1,
             ttl_ms: 2000,
             refund: true,
-            bucket: Some(super::exact_bucket::ExactBucket {
+            bucket: Some(crate::global::exact::ExactBucket {
                 burst: 4,
                 now_us: 1_700_006_400_000_000,
             }),
             per_second: true,
         };
-        let cmd = command(Some("sha"), "p:", &[it], true);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg("sha");
+        args(&mut cmd, "p:", &[it], true);
         let args: Vec<String> = cmd
             .args_iter()
             .map(|a| match a {

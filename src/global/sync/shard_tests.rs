@@ -4,9 +4,9 @@ use super::*;
 use crate::core::clock::{ManualClock, UnixMillis};
 use crate::core::table::{CacheSettings, EntityTable};
 use crate::core::window::{Algorithm, Limit};
-use crate::global::clock_offset::measure_offset;
-use crate::global::memory::MemoryStore as FakeStore;
-use crate::global::queue::ShardRouter;
+use crate::global::sync::clock_offset::measure_offset;
+use crate::global::sync::memory::MemoryStore as FakeStore;
+use crate::global::sync::queue::ShardRouter;
 
 pub(crate) const T0: u64 = 1_700_000_040_000;
 

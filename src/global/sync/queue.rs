@@ -185,30 +185,30 @@ impl SyncQueues {
         self
     }
 
-    pub(super) fn set_tick_ms(&self, tick_ms: u64) {
+    pub(in crate::global) fn set_tick_ms(&self, tick_ms: u64) {
         self.tick_ms.store(tick_ms.max(1), Ordering::Relaxed);
     }
 
     /// Resolves when a cold entity was queued on `shard` since the last call (a wake-up
     /// before anyone waits is kept).
-    pub(super) async fn woken(&self, shard: usize) {
+    pub(in crate::global) async fn woken(&self, shard: usize) {
         self.wake[shard].notified().await;
     }
 
     /// Resolves when a young entity of `shard` wanted its hits sent since the last call.
-    pub(super) async fn send_woken(&self, shard: usize) {
+    pub(in crate::global) async fn send_woken(&self, shard: usize) {
         self.send[shard].notified().await;
     }
 
     /// Resolves when a young entity of `shard` wanted a burst read since the last call.
-    pub(super) async fn burst_woken(&self, shard: usize) {
+    pub(in crate::global) async fn burst_woken(&self, shard: usize) {
         self.burst[shard].notified().await;
     }
 
     /// A young entity (queued: it stays so until settled) has hits to send before the next
     /// tick: its replica denies it, or its unsent hits are a quarter of its prior
     /// (`core/prior.rs`). Wakes its shard's task for a send trip, an early round trip of
-    /// which a shard makes up to `MAX_SEND_TRIPS` between two ticks (`global/shard.rs`),
+    /// which a shard makes up to `MAX_SEND_TRIPS` between two ticks (`global/sync/shard.rs`),
     /// apart from the one a cold entity wakes.
     pub fn want_early_trip(&self, key: u128, per_second: bool) {
         self.send[self.router.shard_of(key, per_second)].notify_one();
@@ -262,27 +262,27 @@ impl SyncQueues {
 
     /// The table whose entities are queued; none before [`SyncQueues::attach`] (nothing can
     /// be queued before then either).
-    pub(super) fn table(&self) -> Option<&EntityTable> {
+    pub(in crate::global) fn table(&self) -> Option<&EntityTable> {
         self.table.get()
     }
 
-    pub(super) fn take(&self, shard: usize) -> Vec<u128> {
+    pub(in crate::global) fn take(&self, shard: usize) -> Vec<u128> {
         std::mem::take(&mut *self.queues[shard].lock())
     }
 
-    pub(super) fn requeue(&self, shard: usize, mut entities: Vec<u128>) {
+    pub(in crate::global) fn requeue(&self, shard: usize, mut entities: Vec<u128>) {
         if !entities.is_empty() {
             self.queues[shard].lock().append(&mut entities);
         }
     }
 
-    pub(super) fn release(&self, state: &mut EntityState) {
+    pub(in crate::global) fn release(&self, state: &mut EntityState) {
         state.queued = false;
         self.forget_one();
     }
 
     /// Counts out a queued entity that is gone.
-    pub(super) fn forget_one(&self) {
+    pub(in crate::global) fn forget_one(&self) {
         self.queued.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -4,8 +4,11 @@
 //! at once under the Redis timeout, and keeps all-or-nothing across the calls by giving back
 //! what a call counted when another one refused or failed.
 //!
-//! Redis implements the trait in `exact_redis.rs`, the in-memory store in `memory.rs`; a token
-//! bucket item's own steps are in `exact_bucket.rs`.
+//! Redis implements the trait in `redis.rs`, the in-memory store in `sync/memory.rs`; a token
+//! bucket item's own steps are in `bucket.rs`.
+
+pub mod bucket;
+pub mod redis;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,16 +16,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use super::exact_bucket::ExactBucket;
-use super::exact_bucket::{self as bucket};
-use super::queue::ShardRouter;
-use super::store::StoreError;
 use crate::core::{Algorithm, Limit};
+use crate::global::sync::queue::ShardRouter;
+use crate::global::sync::store::StoreError;
+pub use bucket::ExactBucket;
 
 /// One limit of one entity in an exact call: check `hits` against the limit on the store's
 /// exact counters of `epoch` (and `epoch - 1` for the sliding window) and count them if every
 /// item of the call fits; or, with `refund`, give `hits` back to `epoch` unconditionally.
-/// With `bucket` set, the limit is a token bucket instead (`exact_bucket.rs`): the epoch
+/// With `bucket` set, the limit is a token bucket instead (`bucket.rs`): the epoch
 /// fields are unused and the store's bucket is checked and spent, or refunded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExactItem {
@@ -94,7 +96,7 @@ pub struct ExactReply {
 }
 
 /// A boxed store future: the exact path is taken per request, so the trait is used as an
-/// object ([`ExactClient`] holds any store), unlike [`super::ShardStore`].
+/// object ([`ExactClient`] holds any store), unlike [`crate::global::ShardStore`].
 pub type ExactFuture<'a> =
     Pin<Box<dyn Future<Output = Result<ExactReply, StoreError>> + Send + 'a>>;
 
@@ -293,7 +295,7 @@ pub trait ExactCounters {
 }
 
 /// The store-independent semantics of an exact call, for stores that hold their counters in
-/// maps (`memory.rs`); Redis runs the same steps in Lua (`exact_redis.rs`). Every read comes
+/// maps (`sync/memory.rs`); Redis runs the same steps in Lua (`redis.rs`, `exact.lua`). Every read comes
 /// before the first write, as in the script.
 pub fn apply(items: &[ExactItem], commit: bool, store: &mut impl ExactCounters) -> ExactReply {
     let mut reply = ExactReply {

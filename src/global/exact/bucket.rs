@@ -1,6 +1,6 @@
 //! Exact rules' token buckets (docs/global.md, "Exact rules"): the store-independent steps of one
 //! bucket item, which the in-memory store runs (`exact::apply`) and the Lua script mirrors
-//! (`exact_redis.rs`).
+//! (`redis.rs`, `exact.lua`).
 //!
 //! The store keeps the bucket's `tat` (`core/bucket.rs`: the moment it is full again). With
 //! `owed = max(tat − now, 0)` and `T` the refill interval, `h` tokens fit when
@@ -9,7 +9,7 @@
 //! Only admitted tokens are spent: exact rules are never `strict`, so no debt below empty.
 //! All in whole nanoseconds, as local mode decides, so the two agree to the token.
 
-use super::exact::ExactItem;
+use super::ExactItem;
 use crate::core::bucket::Geometry;
 
 /// How long a bucket's key outlives the moment it is full again (ms): a replica whose clock is

@@ -103,7 +103,7 @@ impl ShardHealth {
 
     /// Records an answer at `now`; logs the recovery of a degraded shard with how long it was
     /// degraded.
-    pub(super) fn ok(&self, now: UnixMillis) {
+    pub(in crate::global) fn ok(&self, now: UnixMillis) {
         let mut reason = self.reason.lock();
         let was = reason.take();
         self.answered.store(true, Ordering::Relaxed);
@@ -121,7 +121,7 @@ impl ShardHealth {
     }
 
     /// Records a failure at `now` (a store error, or the sync task stopping).
-    pub(super) fn failed(&self, why: &dyn fmt::Display, now: UnixMillis) {
+    pub(in crate::global) fn failed(&self, why: &dyn fmt::Display, now: UnixMillis) {
         let mut reason = self.reason.lock();
         if !self.degraded.swap(true, Ordering::Relaxed) {
             self.degraded_since_ms.store(now.0, Ordering::Relaxed);

@@ -1,0 +1,9 @@
+-- A replica's heartbeat; returns the live count (`HEARTBEAT_SCRIPT`, redis/sync.rs).
+if ARGV[5] == '1' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
+return redis.call('ZCARD', KEYS[1])

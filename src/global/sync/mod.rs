@@ -1,0 +1,20 @@
+//! The background sync of global mode: the queues the hot path marks entities in, one task
+//! per shard that sends their hits and reads the fleet's counts, the narrow store interface
+//! those calls go through (Redis in `global/redis/`, the in-memory store here), each shard's
+//! health and the clock offset from the store's time.
+
+pub mod clock_offset;
+pub mod health;
+mod in_flight;
+pub mod memory;
+pub mod queue;
+pub mod shard;
+#[cfg(test)]
+mod shard_fleet_tests;
+pub mod store;
+
+pub use clock_offset::measure_offset;
+pub use health::ShardHealth;
+pub use queue::{ShardRouter, SyncQueues, SyncStats};
+pub use shard::{ShardSync, SyncSettings};
+pub use store::{new_replica_id, Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
