@@ -29,7 +29,7 @@ MODE=${MODE:-cpu}
 GRPC_PORT=${GRPC_PORT:-18091}
 HTTP_PORT=${HTTP_PORT:-18090}
 
-cargo build --release --locked --quiet --bin sluice --example noop_rls
+cargo build --release --locked --quiet --features tools --bin sluice --example noop_rls
 bin=target/release/sluice
 noop=target/release/examples/noop_rls
 tck=$(getconf CLK_TCK)

@@ -31,6 +31,7 @@ pub mod rls;
 pub mod rules;
 pub mod server;
 pub mod settings;
+#[cfg(feature = "tools")]
 pub mod sim;
 pub mod telemetry;
 

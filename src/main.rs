@@ -56,7 +56,9 @@ fn main() -> ExitCode {
         }
         Command::Check(args) => sluice::cli::check(&args),
         Command::Query(args) => runtime.block_on(sluice::cli::query(args)),
+        #[cfg(feature = "tools")]
         Command::Load(args) => runtime.block_on(sluice::cli::load(args)),
+        #[cfg(feature = "tools")]
         Command::Simulate => {
             print!("{}", sluice::sim::run_all());
             ExitCode::SUCCESS

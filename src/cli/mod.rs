@@ -1,8 +1,10 @@
 //! The command-line clients: `sluice check` (validate rules), `sluice query` (one request) and
 //! `sluice load` (a load generator with latency percentiles).
 
+#[cfg(feature = "tools")]
 pub mod load;
 
+#[cfg(feature = "tools")]
 pub use load::load;
 
 use std::process::ExitCode;

@@ -32,8 +32,10 @@ pub enum Command {
     /// Send one ShouldRateLimit request and print the response.
     Query(QueryArgs),
     /// Drive ShouldRateLimit and print throughput and latency percentiles.
+    #[cfg(feature = "tools")]
     Load(LoadArgs),
     /// Run the fleet simulator (global mode vs. the plain design) and print its table.
+    #[cfg(feature = "tools")]
     Simulate,
 }
 
