@@ -189,6 +189,19 @@ impl ExactStore for RedisExact {
 mod tests {
     use super::*;
 
+    /// The command an exact call of `it` sends, as strings.
+    fn sent(it: ExactItem) -> Vec<String> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg("sha");
+        args(&mut cmd, "p:", &[it], true);
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect()
+    }
+
     #[test]
     fn exact_keys_are_apart_from_the_sync_keys_and_keep_an_entity_in_one_slot() {
         assert_eq!(
@@ -209,16 +222,7 @@ mod tests {
             bucket: None,
             per_second: false,
         };
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg("sha");
-        args(&mut cmd, "p:", &[it], true);
-        let args: Vec<String> = cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => String::new(),
-            })
-            .collect();
+        let args = sent(it);
         assert_eq!(
             args,
             [
@@ -263,16 +267,7 @@ mod tests {
             }),
             per_second: true,
         };
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg("sha");
-        args(&mut cmd, "p:", &[it], true);
-        let args: Vec<String> = cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => String::new(),
-            })
-            .collect();
+        let args = sent(it);
         let key = "p:sluice:xb:{000000000000000000000000000000ab}:2";
         assert_eq!(
             args,
