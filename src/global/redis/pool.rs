@@ -123,10 +123,7 @@ impl RedisPool {
             client: tokio::sync::Mutex::new(client),
             pings: std::sync::atomic::AtomicUsize::new(0),
         };
-        managed::Pool::builder(manager)
-            .config(managed::PoolConfig::new(opts.pool_size.max(1)))
-            .runtime(Runtime::Tokio1)
-            .build()
+        built(manager, opts)
             .map(RedisPool::Sentinel)
             .map_err(|e| fail(&e))
     }
@@ -141,10 +138,7 @@ impl RedisPool {
             client,
             pings: std::sync::atomic::AtomicUsize::new(0),
         };
-        managed::Pool::builder(manager)
-            .config(managed::PoolConfig::new(opts.pool_size.max(1)))
-            .runtime(Runtime::Tokio1)
-            .build()
+        built(manager, opts)
             .map(RedisPool::Cluster)
             .map_err(|e| format!("cluster: {e}"))
     }
@@ -341,6 +335,18 @@ impl managed::Manager for ClusterManager {
     ) -> managed::RecycleResult<RedisError> {
         ping(conn, &self.pings).await
     }
+}
+
+/// A pool of `opts.pool_size` (at least 1) connections from `manager`, on tokio (the
+/// Sentinel and Cluster managers; deadpool-redis builds the standalone pool's own type).
+fn built<M: managed::Manager>(
+    manager: M,
+    opts: &RedisOptions,
+) -> Result<managed::Pool<M>, managed::BuildError> {
+    managed::Pool::builder(manager)
+        .config(managed::PoolConfig::new(opts.pool_size.max(1)))
+        .runtime(Runtime::Tokio1)
+        .build()
 }
 
 #[cfg(test)]
