@@ -60,10 +60,10 @@
 
 use super::clock::UnixMillis;
 use super::fleet::MIN_SAMPLE_MS;
+pub use super::gcra::Geometry;
+use super::gcra::NS_PER_MS;
 use super::prior::{FleetView, PRIOR_SLACK};
 use super::window::{Limit, Verdict, MAX_COUNT};
-
-const NS_PER_MS: u64 = 1_000_000;
 
 /// How much of the others' expected unsent spends (half a gap's worth at their rate) a node
 /// keeps out of the room it shares (as for windows, `fleet.rs`).
@@ -129,59 +129,6 @@ const FLOOD_PACE: f64 = 8.0;
 /// rates measured in the young phase lagged the fleet's ramp), at 0.6 1.012×; with no such
 /// bound steady 2× at 20 admitted up to 1.039× (1.002× before runs).
 const ABSORB_PACE: f64 = 0.6;
-
-/// The sizes of a bucket limit, in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Geometry {
-    /// Time to refill one token (`T`), at least 1.
-    pub interval_ns: u64,
-    /// `burst · T`: how far ahead of now the `tat` of an empty bucket is.
-    pub capacity_ns: u64,
-    /// How far ahead the `tat` may go: one capacity below empty (strict debt).
-    pub max_ahead_ns: u64,
-    /// The capacity in tokens.
-    pub burst: u32,
-}
-
-impl Geometry {
-    /// The geometry of a bucket limit (a window limit reads as a bucket of its window).
-    pub fn of(limit: &Limit) -> Geometry {
-        let burst = limit.capacity();
-        let rpu = u64::from(limit.requests_per_unit.max(1));
-        // A window is at most 10 years (`rules/compile.rs`): 3.2e17 ns fits a u64.
-        let window_ns = limit.window_ms.saturating_mul(NS_PER_MS);
-        // Rounded to the nearest nanosecond: 3 a second refill every 333,333,333 ns.
-        let interval_ns = (window_ns.saturating_add(rpu / 2) / rpu).max(1);
-        Geometry::new(interval_ns, burst)
-    }
-
-    /// A bucket of `burst` tokens, one every `interval_ns`: a capacity of `burst` intervals,
-    /// and strict debt down to one more capacity.
-    fn new(interval_ns: u64, burst: u32) -> Geometry {
-        let capacity_ns = interval_ns.saturating_mul(u64::from(burst));
-        Geometry {
-            interval_ns,
-            capacity_ns,
-            max_ahead_ns: capacity_ns.saturating_mul(2),
-            burst,
-        }
-    }
-
-    /// Tokens refilled per second.
-    fn refill_per_sec(&self) -> f64 {
-        1e9 / self.interval_ns as f64
-    }
-
-    /// `tokens · T`, saturating.
-    fn span(&self, tokens: u64) -> u64 {
-        tokens.saturating_mul(self.interval_ns)
-    }
-
-    /// Whole tokens in `ns`, rounded up.
-    fn tokens_up(&self, ns: u64) -> u64 {
-        ns.div_ceil(self.interval_ns)
-    }
-}
 
 /// What one sync of a bucket sends: the tokens this node spent since its last sync.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

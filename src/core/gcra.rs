@@ -1,0 +1,64 @@
+//! A token bucket's arithmetic (GCRA) on its theoretical arrival time, `tat`: the moment it is
+//! full again (Unix ns). Local mode's buckets (`bucket.rs`), the exact rules' store steps
+//! (`global/exact/bucket.rs`) and the in-memory twin of the sync's bucket script
+//! (`global/sync/memory.rs`) all spend, give back and check tokens with these functions, in
+//! whole nanoseconds; the Lua scripts share one prelude that mirrors them
+//! (`global/redis/gcra.lua`).
+
+use super::window::Limit;
+
+/// Nanoseconds in a millisecond.
+pub(crate) const NS_PER_MS: u64 = 1_000_000;
+
+/// The sizes of a bucket limit, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Time to refill one token (`T`), at least 1.
+    pub interval_ns: u64,
+    /// `burst · T`: how far ahead of now the `tat` of an empty bucket is.
+    pub capacity_ns: u64,
+    /// How far ahead the `tat` may go: one capacity below empty (strict debt).
+    pub max_ahead_ns: u64,
+    /// The capacity in tokens.
+    pub burst: u32,
+}
+
+impl Geometry {
+    /// The geometry of a bucket limit (a window limit reads as a bucket of its window).
+    pub fn of(limit: &Limit) -> Geometry {
+        let burst = limit.capacity();
+        let rpu = u64::from(limit.requests_per_unit.max(1));
+        // A window is at most 10 years (`rules/compile.rs`): 3.2e17 ns fits a u64.
+        let window_ns = limit.window_ms.saturating_mul(NS_PER_MS);
+        // Rounded to the nearest nanosecond: 3 a second refill every 333,333,333 ns.
+        let interval_ns = (window_ns.saturating_add(rpu / 2) / rpu).max(1);
+        Geometry::new(interval_ns, burst)
+    }
+
+    /// A bucket of `burst` tokens, one every `interval_ns`: a capacity of `burst` intervals,
+    /// and strict debt down to one more capacity.
+    pub(crate) fn new(interval_ns: u64, burst: u32) -> Geometry {
+        let capacity_ns = interval_ns.saturating_mul(u64::from(burst));
+        Geometry {
+            interval_ns,
+            capacity_ns,
+            max_ahead_ns: capacity_ns.saturating_mul(2),
+            burst,
+        }
+    }
+
+    /// Tokens refilled per second.
+    pub(crate) fn refill_per_sec(&self) -> f64 {
+        1e9 / self.interval_ns as f64
+    }
+
+    /// `tokens · T`, saturating.
+    pub fn span(&self, tokens: u64) -> u64 {
+        tokens.saturating_mul(self.interval_ns)
+    }
+
+    /// Whole tokens in `ns`, rounded up.
+    pub fn tokens_up(&self, ns: u64) -> u64 {
+        ns.div_ceil(self.interval_ns)
+    }
+}
