@@ -61,7 +61,7 @@
 use super::clock::UnixMillis;
 use super::fleet::MIN_SAMPLE_MS;
 pub use super::gcra::Geometry;
-use super::gcra::NS_PER_MS;
+use super::gcra::{self, NS_PER_MS};
 use super::prior::{FleetView, PRIOR_SLACK};
 use super::window::{Limit, Verdict, MAX_COUNT};
 
@@ -210,12 +210,12 @@ impl BucketState {
         let g = Geometry::of(limit);
         let now_ns = now.0.saturating_mul(NS_PER_MS);
         let need = g.span(hits);
-        let view = self.tat.saturating_sub(now_ns);
+        let view = gcra::owed(self.tat, now_ns);
         let estimate = view
             .saturating_add(self.others_since(&g, now, fleet))
             .min(g.max_ahead_ns.max(view));
         let over = limit.requests_per_unit == 0
-            || view.saturating_add(need) > g.capacity_ns
+            || !gcra::fits(&g, view, need)
             || self.over_prior(&g, now, hits, fleet)
             || self.over_share(&g, now, hits, fleet);
         let after = estimate.saturating_add(need);
@@ -253,10 +253,16 @@ impl BucketState {
             // Whatever this node spent before has been refilled: a new run starts.
             self.pending_spend = 0;
         }
-        self.tat = spend(self.tat, now_ns, g.span(hits), g.max_ahead_ns);
+        self.tat = gcra::spend(self.tat, now_ns, now_ns, g.span(hits), g.max_ahead_ns);
         if self.young(fleet) {
             let own = own_geometry(&g, fleet);
-            self.own_tat = spend(self.own_tat, now_ns, own.span(hits), own.max_ahead_ns);
+            self.own_tat = gcra::spend(
+                self.own_tat,
+                now_ns,
+                now_ns,
+                own.span(hits),
+                own.max_ahead_ns,
+            );
         }
         let hits = hits.min(MAX_COUNT) as i64;
         if self.pending_spend == 0 {
@@ -298,10 +304,10 @@ impl BucketState {
     pub fn refund(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
         let g = Geometry::of(limit);
         let now_ns = now.0.saturating_mul(NS_PER_MS);
-        let owed = g.tokens_up(self.tat.saturating_sub(now_ns));
+        let owed = g.tokens_up(gcra::owed(self.tat, now_ns));
         let back = hits.min(owed);
         if back > 0 {
-            self.tat = self.tat.saturating_sub(g.span(back)).max(now_ns);
+            self.tat = gcra::give_back(self.tat, now_ns, now_ns, g.span(back));
             if self.pending_spend == 0 {
                 self.pending_since = now.0;
             }
@@ -430,7 +436,7 @@ impl BucketState {
         // sync of an entity is in flight at a time, `global/sync/shard.rs`: this reply's tokens
         // are in the fleet's `tat`. Another's, were there one, would count whole.)
         let unacked = self.pending_spend.saturating_add(self.inflight).max(0) as u64;
-        self.tat = spend(self.remote, now_ns, g.span(unacked), g.max_ahead_ns);
+        self.tat = gcra::spend(self.remote, now_ns, now_ns, g.span(unacked), g.max_ahead_ns);
         self.synced_at = now.0.max(1);
     }
 
@@ -610,13 +616,6 @@ pub fn verdict_owed(limit: &Limit, now: UnixMillis, owed_ns: u64, hits: u64) -> 
         ..BucketState::default()
     };
     b.check_with(limit, now, hits, &FleetView::ALONE)
-}
-
-/// `tat` after spending `ns` at `now_ns`, at most `max_ahead` ahead of now.
-fn spend(tat: u64, now_ns: u64, ns: u64, max_ahead: u64) -> u64 {
-    tat.max(now_ns)
-        .saturating_add(ns)
-        .min(now_ns.saturating_add(max_ahead).max(tat))
 }
 
 /// A young node's own bucket: its even share of the burst with [`PRIOR_SLACK`] (at least

@@ -62,3 +62,42 @@ impl Geometry {
         ns.div_ceil(self.interval_ns)
     }
 }
+
+/// How far `tat` is ahead of `now` (ns): what the bucket owes (0: full).
+pub fn owed(tat: u64, now: u64) -> u64 {
+    tat.saturating_sub(now)
+}
+
+/// Whether tokens worth `need` ns fit a bucket of `g` that owes `owed` ns: whole or nothing,
+/// never past empty.
+pub fn fits(g: &Geometry, owed: u64, need: u64) -> bool {
+    owed.saturating_add(need) <= g.capacity_ns
+}
+
+/// `tat` after spending tokens worth `ns` at `now`, the first of them at `since` (at most
+/// `now`): from the later of `tat` and `since` (a bucket full before `since` had refilled for
+/// the tokens spent earlier), never below `now`, and at most `max_ahead` ahead of now — or
+/// where it was, if further (a spend never moves it back). Local mode spends at `now`.
+pub fn spend(tat: u64, since: u64, now: u64, ns: u64, max_ahead: u64) -> u64 {
+    tat.max(since)
+        .saturating_add(ns)
+        .max(now)
+        .min(now.saturating_add(max_ahead).max(tat))
+}
+
+/// `tat` after giving back tokens worth `ns` at `now` (`since` as for [`spend`]): never past
+/// full, i.e. never below `now`.
+pub fn give_back(tat: u64, since: u64, now: u64, ns: u64) -> u64 {
+    tat.max(since).saturating_sub(ns).max(now)
+}
+
+/// `tat` after a run of `tokens` (negative: given back) of `interval_ns` each, as the sync's
+/// store applies one: [`spend`] or [`give_back`]. A run of 0 tokens leaves it as it is.
+pub fn run(tat: u64, since: u64, now: u64, tokens: i64, interval_ns: u64, max_ahead: u64) -> u64 {
+    let ns = tokens.unsigned_abs().saturating_mul(interval_ns);
+    match tokens.signum() {
+        1 => spend(tat, since, now, ns, max_ahead),
+        -1 => give_back(tat, since, now, ns),
+        _ => tat,
+    }
+}
