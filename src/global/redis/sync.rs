@@ -97,7 +97,7 @@ const HEARTBEAT_SCRIPT: &str = include_str!("heartbeat.lua");
 /// out but ran, sent again, spends nothing twice), and the spend corrected by as much
 /// (`memory::run_of`). Returns two integers per key: `tat`, `n`. A bucket that is full and
 /// was never spent is not written.
-const BUCKET_SCRIPT: &str = include_str!("bucket.lua");
+const BUCKET_SCRIPT: &str = concat!(include_str!("gcra.lua"), include_str!("bucket.lua"));
 
 /// Items per script call: bounds the script's run time on the Redis thread.
 const CHUNK: usize = 500;
@@ -216,12 +216,11 @@ fn item_args(cmd: &mut redis::Cmd, kind: Kind, replica: u64, items: &[&SyncItem]
                     stated,
                 } = it.op
                 {
-                    // Microseconds as decimals: an interval need not be whole.
                     cmd.arg(delta)
                         .arg(now_us)
                         .arg(since_us)
-                        .arg(format!("{}", interval_ns as f64 / 1000.0))
-                        .arg(format!("{}", max_ahead_ns as f64 / 1000.0))
+                        .arg(interval_ns)
+                        .arg(max_ahead_ns)
                         .arg(floor_us)
                         .arg(ttl_ms)
                         .arg(spend)
