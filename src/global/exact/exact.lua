@@ -69,7 +69,12 @@ for i = 1, n do
     end
   elseif ARGV[a + 7] == '1' then
     local back = math.min(hits, curr[i])
-    if back > 0 then redis.call('DECRBY', KEYS[2 * i - 1], back) end
+    if back > 0 then
+      -- Each refund takes back at most what the call read; two of one counter in a call
+      -- (a request naming a descriptor twice) stop at 0 together, as the twin's counter.
+      local left = redis.call('DECRBY', KEYS[2 * i - 1], back)
+      if left < 0 then redis.call('INCRBY', KEYS[2 * i - 1], -left) end
+    end
   elseif commit and fits and hits > 0 then
     local v = redis.call('INCRBY', KEYS[2 * i - 1], hits)
     if v == hits then redis.call('PEXPIRE', KEYS[2 * i - 1], ARGV[a + 6]) end
