@@ -34,10 +34,7 @@ use crate::global::sync::store::StoreError;
 /// (`bucket.rs`); a plain double of Unix µs would round each spend to a quarter µs and
 /// drift. It expires when the bucket is full again, plus a margin; a full bucket's key is
 /// deleted.
-const EXACT_SCRIPT: &str = concat!(
-    include_str!("../redis/gcra.lua"),
-    include_str!("exact.lua")
-);
+const EXACT_SCRIPT: &str = concat!(include_str!("../redis/gcra.lua"), include_str!("exact.lua"));
 
 /// The Redis key of an exact counter.
 pub fn exact_key(prefix: &str, entity: u128, limit: u8, epoch: u64) -> String {
