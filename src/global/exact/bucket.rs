@@ -7,7 +7,8 @@
 //! `owed + h·T ≤ burst·T`; spending them makes `owed + h·T` owed (`tat = max(tat, now) + h·T`);
 //! a refund makes `max(owed − h·T, 0)` owed (`tat = max(tat − h·T, now)`), never past full.
 //! Only admitted tokens are spent: exact rules are never `strict`, so no debt below empty.
-//! All in whole nanoseconds, as local mode decides, so the two agree to the token.
+//! All in whole nanoseconds with local mode's arithmetic (`core/gcra.rs`), so the two agree
+//! to the token.
 
 use super::ExactItem;
 use crate::core::gcra::{self, Geometry};
