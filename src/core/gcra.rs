@@ -5,7 +5,8 @@
 //! whole nanoseconds; the Lua scripts share one prelude that mirrors them
 //! (`global/redis/gcra.lua`).
 
-use super::window::Limit;
+// As the core names it (the limit vocabulary), not through its defining module.
+use super::Limit;
 
 /// Nanoseconds in a millisecond.
 pub(crate) const NS_PER_MS: u64 = 1_000_000;
@@ -99,5 +100,65 @@ pub fn run(tat: u64, since: u64, now: u64, tokens: i64, interval_ns: u64, max_ah
         1 => spend(tat, since, now, ns, max_ahead),
         -1 => give_back(tat, since, now, ns),
         _ => tat,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_700_000_000_000_000_000;
+    /// 3 a second, bursts of 4.
+    const G: Geometry = Geometry {
+        interval_ns: 333_333_333,
+        capacity_ns: 1_333_333_332,
+        max_ahead_ns: 2_666_666_664,
+        burst: 4,
+    };
+
+    #[test]
+    fn a_spend_counts_from_the_later_of_tat_and_its_start_never_below_now() {
+        // A full bucket (tat in the past): from now.
+        assert_eq!(spend(NOW - 5, NOW, NOW, 7, G.max_ahead_ns), NOW + 7);
+        // A run that began before now, on a bucket full since: from its start.
+        let since = NOW - 100;
+        assert_eq!(spend(NOW - 500, since, NOW, 300, G.max_ahead_ns), NOW + 200);
+        // ...but never below now.
+        assert_eq!(spend(NOW - 500, since, NOW, 30, G.max_ahead_ns), NOW);
+        // A bucket in debt: from its tat.
+        assert_eq!(spend(NOW + 50, since, NOW, 30, G.max_ahead_ns), NOW + 80);
+    }
+
+    #[test]
+    fn a_spend_stops_one_capacity_below_empty_and_never_moves_tat_back() {
+        let far = NOW + G.max_ahead_ns;
+        assert_eq!(
+            spend(NOW, NOW, NOW, 10 * G.capacity_ns, G.max_ahead_ns),
+            far
+        );
+        assert_eq!(spend(far + 9, NOW, NOW, 1, G.max_ahead_ns), far + 9);
+    }
+
+    #[test]
+    fn a_refund_never_goes_past_full() {
+        assert_eq!(give_back(NOW + 500, NOW, NOW, 200), NOW + 300);
+        assert_eq!(give_back(NOW + 500, NOW, NOW, 900), NOW);
+        assert_eq!(give_back(NOW - 500, NOW, NOW, 1), NOW);
+    }
+
+    #[test]
+    fn a_run_spends_or_gives_back_by_its_sign_and_0_tokens_change_nothing() {
+        let t = G.interval_ns;
+        assert_eq!(run(NOW, NOW, NOW, 2, t, G.max_ahead_ns), NOW + 2 * t);
+        assert_eq!(run(NOW + 3 * t, NOW, NOW, -2, t, G.max_ahead_ns), NOW + t);
+        assert_eq!(run(NOW - 5, NOW, NOW, 0, t, G.max_ahead_ns), NOW - 5);
+    }
+
+    #[test]
+    fn tokens_fit_up_to_the_capacity_to_the_nanosecond() {
+        assert!(fits(&G, 0, G.span(4)));
+        assert!(!fits(&G, 1, G.span(4)));
+        assert!(fits(&G, owed(NOW + G.interval_ns, NOW), G.span(3)));
+        assert_eq!(owed(NOW - 1, NOW), 0);
     }
 }
