@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 
+use super::error::{self, place, ConfigError};
 use super::identity::rule_id;
-use super::locate::{self, Step};
-use super::model::{self, ConfigError, DescriptorConfig, LimitConfig, RulesFile};
+use super::locate::Step;
+use super::model::{self, DescriptorConfig, LimitConfig, RulesFile};
 use super::tree::{KeyLevel, Kind, Node, MAX_WILDCARD_CHECKS};
 use super::{LimitSpec, Rule, RuleSet, Unit};
 use crate::core::{Algorithm, Limit};
@@ -37,7 +38,7 @@ impl RuleSet {
                         name,
                         format!("duplicate domain '{}' in config file", file.domain),
                     )
-                    .at(at_domain, model::place(&file.domain, &[])),
+                    .at(at_domain, place(&file.domain, &[])),
                 );
                 continue;
             }
@@ -68,7 +69,7 @@ impl RuleSet {
 
 /// Parses and compiles rules sources given as (name, text), reporting every error of every
 /// file at once: key, syntax and type problems and semantic ones alike, each with its line
-/// and column in the file where they can be found (`locate.rs`).
+/// and column in the file where they can be found (`error.rs`, `locate.rs`).
 ///
 /// # Errors
 /// Every problem found; nothing is compiled when there is one.
@@ -88,7 +89,7 @@ pub fn compile_sources(
     let mut result = with_prior_errors(errors, RuleSet::compile(&parsed, merge_domains));
     if let Err(errors) = &mut result {
         for (name, text) in sources {
-            locate::resolve(errors, name, text);
+            error::resolve(errors, name, text);
         }
     }
     result
@@ -148,7 +149,7 @@ impl Compiler<'_> {
     /// An error about the node `steps` below the current descriptor.
     fn error_at(&mut self, steps: &[Step], message: impl Into<String>) {
         let node = self.node.iter().chain(steps).cloned().collect();
-        let place = model::place(self.domain, &self.path);
+        let place = place(self.domain, &self.path);
         self.errors
             .push(ConfigError::new(self.file, message).at(node, place));
     }
