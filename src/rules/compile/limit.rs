@@ -30,15 +30,33 @@ impl Compiler<'_> {
         composite: &str,
         at: &[Step],
     ) -> Option<LimitSpec> {
-        let key = |k: &str| {
-            let mut steps = at.to_vec();
-            steps.push(Step::KeyItself(k.to_string()));
-            steps
-        };
+        let (unit, requests_per_unit) = self.unit_and_count(l, composite, at)?;
+        let window_ms = self.window(l, unit, composite, at)?;
+        let algorithm = self.algorithm(l, requests_per_unit, window_ms, composite, at)?;
+        let bucket = matches!(algorithm, Algorithm::TokenBucket { .. });
+        Some(LimitSpec {
+            limit: Limit {
+                requests_per_unit,
+                window_ms,
+                algorithm,
+            },
+            unit,
+            // Buckets are lenient unless told: a denied request takes no token.
+            strict: l.strict.unwrap_or(!bucket),
+        })
+    }
+
+    /// The limit's unit and count, both checked (and both reported when both are wrong).
+    fn unit_and_count(
+        &mut self,
+        l: &LimitConfig,
+        composite: &str,
+        at: &[Step],
+    ) -> Option<(Unit, u32)> {
         let unit = Unit::parse(&l.unit);
         if unit.is_none() {
             self.error_at(
-                &key("unit"),
+                &at_key(at, "unit"),
                 format!(
                     "invalid rate limit unit '{}' (valid: {})",
                     l.unit,
@@ -63,13 +81,16 @@ impl Compiler<'_> {
                 ),
             );
         }
-        let (Some(unit), Some(requests_per_unit)) = (unit, l.requests_per_unit) else {
-            return None;
-        };
+        Some((unit?, l.requests_per_unit?))
+    }
+
+    /// The window in milliseconds: `unit_multiplier` units, at least one and at most
+    /// [`MAX_WINDOW_MS`].
+    fn window(&mut self, l: &LimitConfig, unit: Unit, composite: &str, at: &[Step]) -> Option<u64> {
         let multiplier = l.unit_multiplier.unwrap_or(1);
         if multiplier == 0 {
             self.error_at(
-                &key("unit_multiplier"),
+                &at_key(at, "unit_multiplier"),
                 "unit_multiplier must be at least 1",
             );
             return None;
@@ -77,17 +98,29 @@ impl Compiler<'_> {
         let window_ms = (unit.seconds() * 1000)
             .checked_mul(u64::from(multiplier))
             .filter(|ms| *ms <= MAX_WINDOW_MS);
-        let Some(window_ms) = window_ms else {
+        if window_ms.is_none() {
             self.error_at(
-                &key("unit_multiplier"),
+                &at_key(at, "unit_multiplier"),
                 format!(
                     "{composite}: window of {multiplier} {}s is too long (at most {} days, 10 years)",
                     unit.name().to_ascii_lowercase(),
                     MAX_WINDOW_MS / 86_400_000,
                 ),
             );
-            return None;
-        };
+        }
+        window_ms
+    }
+
+    /// The algorithm, with the keys only a token bucket takes (`burst`) and its bound on
+    /// the refill rate checked.
+    fn algorithm(
+        &mut self,
+        l: &LimitConfig,
+        requests_per_unit: u32,
+        window_ms: u64,
+        composite: &str,
+        at: &[Step],
+    ) -> Option<Algorithm> {
         let algorithm = match l.algorithm.as_deref() {
             None | Some("sliding_window") => Algorithm::SlidingWindow,
             Some("fixed_window") => Algorithm::FixedWindow,
@@ -96,7 +129,7 @@ impl Compiler<'_> {
             },
             Some(other) => {
                 self.error_at(
-                    &key("algorithm"),
+                    &at_key(at, "algorithm"),
                     format!(
                         "invalid algorithm '{other}' (expected sliding_window, fixed_window or token_bucket)"
                     ),
@@ -107,7 +140,7 @@ impl Compiler<'_> {
         let bucket = matches!(algorithm, Algorithm::TokenBucket { .. });
         if l.burst.is_some() && !bucket {
             self.error_at(
-                &key("burst"),
+                &at_key(at, "burst"),
                 format!("{composite}: burst needs algorithm: token_bucket"),
             );
             return None;
@@ -115,24 +148,22 @@ impl Compiler<'_> {
         // A token takes at least a nanosecond to refill (`core/bucket.rs`).
         if bucket && u64::from(requests_per_unit) * 1000 > window_ms * MAX_BUCKET_RATE {
             self.error_at(
-                &key("requests_per_unit"),
+                &at_key(at, "requests_per_unit"),
                 format!(
                     "{composite}: a token bucket refills at most {MAX_BUCKET_RATE} tokens a second"
                 ),
             );
             return None;
         }
-        Some(LimitSpec {
-            limit: Limit {
-                requests_per_unit,
-                window_ms,
-                algorithm,
-            },
-            unit,
-            // Buckets are lenient unless told: a denied request takes no token.
-            strict: l.strict.unwrap_or(!bucket),
-        })
+        Some(algorithm)
     }
+}
+
+/// The steps from the current descriptor to the key `key` of the limit at `at`.
+fn at_key(at: &[Step], key: &str) -> Vec<Step> {
+    let mut steps = at.to_vec();
+    steps.push(Step::KeyItself(key.to_string()));
+    steps
 }
 
 /// The fastest refill a token bucket may have, per second: one token per nanosecond.

@@ -1,5 +1,6 @@
 //! The rules file: envoyproxy/ratelimit's YAML format (plus sluice's extensions) as a serde
-//! model, parsed and key-checked. Semantic checks and compilation live in `compile/`; the key check in `keys.rs`.
+//! model, parsed and key-checked (the key check is `keys.rs`). Semantic checks and compilation
+//! live in `compile/`.
 //!
 //! Keys are checked as the reference checks them (a key not in [`VALID_KEYS`] is an error,
 //! `config error, unknown key 'foo'`) and, unlike the reference, in their place: a known key
