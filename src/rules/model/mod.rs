@@ -8,7 +8,7 @@
 //! `rate_limit`) is an error naming where it belongs, since the reference silently ignores
 //! it and the rule then does something else than it says. Every problem in a file is
 //! reported, not just the first, each as `"<file>: <message> (line L, column C; domain 'd',
-//! descriptor path 'k' > 'k2_v')"`: the reference's wording first, then where (`locate.rs`).
+//! descriptor path 'k' > 'k2_v')"`: the reference's wording first, then where (`error.rs`).
 
 use std::fmt;
 
