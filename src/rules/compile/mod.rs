@@ -1,5 +1,8 @@
 //! Validation and compilation of parsed rules files into a [`RuleSet`]: every error of every
 //! file is collected (the reference's wording), and nothing is compiled when there is one.
+//!
+//! This file walks the descriptor tree (domains, duplicates, wildcard bounds); `rule.rs`
+//! compiles a descriptor's `rate_limit` into a rule, `limit.rs` each of its limits.
 
 use std::collections::HashMap;
 
