@@ -6,7 +6,9 @@
 //! counted, marks its shard degraded with the reason, and is restarted with backoff.
 
 pub mod exact;
+mod metrics;
 pub mod redis;
+mod supervise;
 pub mod sync;
 
 pub use exact::{ExactClient, ExactItem, ExactStore};
@@ -15,12 +17,9 @@ pub use sync::{
     StoreError, SyncItem, SyncOp, SyncQueues, SyncSettings, SyncStats,
 };
 
-use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry::KeyValue;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -28,14 +27,11 @@ use crate::core::clock::Clock;
 use crate::global::redis::RedisStore;
 use crate::settings::{RedisSettings, Settings};
 use crate::telemetry::Telemetry;
+use metrics::register_metrics;
+use supervise::{supervise, Watch};
 
 /// How often the clock offset from Redis is measured again.
 const OFFSET_EVERY: Duration = Duration::from_secs(30);
-
-/// First wait before restarting a stopped task, doubling up to the most; a task that ran
-/// longer than the most before stopping starts again from the first.
-const RESTART_BACKOFF_MIN: Duration = Duration::from_millis(500);
-const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Running global mode.
 pub struct Global {
@@ -224,74 +220,6 @@ async fn spawn<S: ShardStore>(
     }
 }
 
-/// What [`supervise`] watches and where it reports.
-struct Watch {
-    /// The task, for logs and the degraded reason ("sync task", "clock-offset task").
-    task: &'static str,
-    /// The shard the task serves, marked degraded while it is down.
-    shard: Option<Arc<ShardHealth>>,
-    clock: Arc<dyn Clock>,
-    /// Where stopped tasks are counted (`task_failures`).
-    stats: Arc<SyncStats>,
-    /// Shutdown: the only time a task may end.
-    stop: CancellationToken,
-}
-
-/// Runs the task `start` makes until it ends after `stop`. One that panics or returns before
-/// `stop` is logged, counted, marks its shard degraded, and is started again after a backoff.
-///
-/// Restarting rather than exiting the process: a sync task's state lives outside it (the
-/// queues, and entities whose unsettled deltas the task's in-flight guard puts back when it
-/// unwinds), so a new task picks up where the old one stopped, while the process keeps
-/// answering from memory as it does when Redis is down; exiting would drop every node's
-/// unsynced hits and every open Envoy connection over what may be one bad reply. If `stop`
-/// comes during the backoff the task is still started once, to make its final flush.
-async fn supervise<F, Fut>(w: Watch, start: F)
-where
-    F: Fn() -> Fut + Send + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let shard = w.shard.as_ref().map(|h| h.name.clone()).unwrap_or_default();
-    let mut backoff = RESTART_BACKOFF_MIN;
-    loop {
-        let started = tokio::time::Instant::now();
-        let why = match tokio::spawn(start()).await {
-            Ok(()) if w.stop.is_cancelled() => return,
-            Ok(()) => "ended unexpectedly".to_string(),
-            Err(e) if e.is_panic() => format!("panicked: {}", panic_message(e.into_panic())),
-            Err(e) => e.to_string(),
-        };
-        let reason = format!("{} stopped: {why}", w.task);
-        w.stats.task_failures.fetch_add(1, Ordering::Relaxed);
-        if let Some(h) = &w.shard {
-            h.failed(&reason, w.clock.now());
-        }
-        if w.stop.is_cancelled() {
-            tracing::error!(shard = %shard, error = %reason, "stopped during shutdown; not restarted, its unsent hits are lost");
-            return;
-        }
-        if started.elapsed() > RESTART_BACKOFF_MAX {
-            backoff = RESTART_BACKOFF_MIN;
-        }
-        tracing::error!(shard = %shard, error = %reason, restart_in = ?backoff, "background task stopped; restarting it");
-        tokio::select! {
-            _ = w.stop.cancelled() => {}
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(RESTART_BACKOFF_MAX);
-    }
-}
-
-/// The message of a panic payload (a `&str` or a `String` for `panic!` with a message).
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(s) => *s,
-        Err(payload) => payload
-            .downcast_ref::<&str>()
-            .map_or_else(|| "(no message)".to_string(), |s| (*s).to_string()),
-    }
-}
-
 async fn adjust_clock<S: ShardStore>(store: &S, clock: &dyn Clock, timeout: Duration) {
     match measure_offset(store, clock, timeout).await {
         Ok(off) => {
@@ -304,133 +232,6 @@ async fn adjust_clock<S: ShardStore>(store: &S, clock: &dyn Clock, timeout: Dura
     }
 }
 
-fn register_metrics(t: &Telemetry, g: &Global) {
-    let s = g.queues.stats.clone();
-    let counters: [crate::telemetry::CounterRow<SyncStats>; 9] = [
-        ("sluice_sync_ticks_total", "Sync ticks, all shards", |s| {
-            s.ticks.load(Ordering::Relaxed)
-        }),
-        (
-            "sluice_sync_items_total",
-            "Entity limits sent in syncs",
-            |s| s.items_sent.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_redis_commands_total",
-            "Commands sent to Redis by syncs",
-            |s| s.commands_sent.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_deltas_dropped_total",
-            "Hits that could not be kept for sync",
-            |s| s.deltas_dropped.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_tier_transitions_total",
-            "Entities whose pressure tier changed at a sync",
-            |s| s.tier_transitions.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_estimate_drift_hits_total",
-            "Sum of |estimate after a sync - before|, in hits",
-            |s| s.drift_hits.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_call_seconds_total",
-            "Time spent in Redis sync calls (microseconds / 1e6)",
-            |s| s.call_micros.load(Ordering::Relaxed) / 1_000_000,
-        ),
-        (
-            "sluice_sync_task_failures_total",
-            "Sync and clock-offset tasks that panicked or ended before shutdown (each restarted)",
-            |s| s.task_failures.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_redis_errors_total",
-            "Failed Redis sync calls",
-            |s| s.calls_failed.load(Ordering::Relaxed),
-        ),
-    ];
-    t.counter_table(&s, &counters);
-    let s2 = s.clone();
-    t.counter(
-        "sluice_sync_calls_total",
-        "Redis sync calls, by result",
-        Arc::new(move || {
-            vec![
-                (
-                    s2.calls_ok.load(Ordering::Relaxed),
-                    vec![KeyValue::new("result", "ok")],
-                ),
-                (
-                    s2.calls_failed.load(Ordering::Relaxed),
-                    vec![KeyValue::new("result", "error")],
-                ),
-            ]
-        }),
-    );
-    let s3 = s.clone();
-    t.counter(
-        "sluice_sync_entities_total",
-        "Entity limits synced, by pressure tier at the sync",
-        Arc::new(move || {
-            ["idle", "low", "normal", "hot"]
-                .iter()
-                .zip(&s3.synced_by_tier)
-                .map(|(tier, n)| {
-                    (
-                        n.load(Ordering::Relaxed),
-                        vec![KeyValue::new("tier", *tier)],
-                    )
-                })
-                .collect()
-        }),
-    );
-    register_shard_gauges(t, g);
-}
-
-/// Gauges of the queues and of each shard's health.
-fn register_shard_gauges(t: &Telemetry, g: &Global) {
-    let q = g.queues.clone();
-    t.gauge(
-        "sluice_sync_pending_entities",
-        "Entities waiting to sync",
-        Arc::new(move || q.len() as u64),
-    );
-    let q = g.queues.clone();
-    t.gauge(
-        "sluice_sync_live_replicas",
-        "Live replicas (this one included) as the Redis heartbeats last counted them",
-        Arc::new(move || u64::from(q.live_replicas())),
-    );
-    type PerShard = fn(&ShardHealth) -> u64;
-    let per_shard: [(&'static str, &'static str, PerShard); 2] = [
-        (
-            "sluice_redis_shard_degraded",
-            "1 while a Redis shard's last call failed",
-            |h| u64::from(h.is_degraded()),
-        ),
-        (
-            "sluice_redis_last_sync_unix_seconds",
-            "When a shard's last sync succeeded (staleness = now - this)",
-            |h| h.last_success_ms() / 1000,
-        ),
-    ];
-    for (name, help, read) in per_shard {
-        let health = g.health.clone();
-        t.labelled_gauge(
-            name,
-            help,
-            Arc::new(move || {
-                health
-                    .iter()
-                    .map(|h| (read(h), vec![KeyValue::new("shard", h.name.clone())]))
-                    .collect()
-            }),
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,7 +240,7 @@ mod tests {
     use crate::core::window::{Algorithm, Limit};
     use crate::global::sync::health::ShardStatus;
     use crate::global::sync::memory::MemoryStore;
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     const T0: u64 = 1_700_000_040_000;
 
