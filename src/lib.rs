@@ -97,7 +97,7 @@ pub enum RunError {
     Stopped(&'static str),
     /// The Redis settings are unusable.
     #[error("redis: {0}")]
-    Redis(String),
+    Redis(#[from] global::OpenError),
     /// The gRPC TLS files or settings are unusable.
     #[error("gRPC TLS: {0}")]
     Tls(#[from] server::tls::TlsError),
@@ -221,7 +221,8 @@ impl Service {
         started
     }
 
-    /// [`Service::start`] once the metrics and trace pipelines exist.
+    /// [`Service::start`] once the metrics and trace pipelines exist: the rules, global mode,
+    /// the limiter, the rules source and background tasks, the servers; then ready.
     async fn start_with(
         settings: &Settings,
         listeners: Listeners,
@@ -229,47 +230,9 @@ impl Service {
         telemetry: Arc<Telemetry>,
         tracer: Option<Arc<otel::Tracer>>,
     ) -> Result<Service, RunError> {
-        let (rules, files) = match &settings.xds {
-            // No rules until the management server sends a set: every request is allowed
-            // meanwhile, and the service is not ready (docs/operations.md, "Rules over xDS").
-            Some(xds) => {
-                tracing::info!(url = %xds.server_url, node = %xds.node_id, "rules come over xDS");
-                (rules::RuleSet::default(), Vec::new())
-            }
-            None => {
-                // On a blocking thread, as every later reload: other tasks (exporters, a
-                // caller's own) share this runtime.
-                let (path, merge) = (settings.config_path.clone(), settings.merge_domains);
-                let (rules, files) =
-                    tokio::task::spawn_blocking(move || reload::load_path(&path, merge))
-                        .await
-                        .unwrap_or_else(|e| {
-                            Err(vec![ConfigError::new(
-                                "rules",
-                                format!("the load did not finish: {e}"),
-                            )])
-                        })
-                        .map_err(RunError::Rules)?;
-                tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
-                telemetry.config_load(telemetry::ConfigLoad::Success);
-                (rules, files)
-            }
-        };
+        let (rules, files) = load_rules(settings, &telemetry).await?;
         let sync_stop = CancellationToken::new();
-        let mut global = match &settings.redis {
-            Some(redis) => Some(
-                global::start(
-                    redis,
-                    settings,
-                    clock.clone(),
-                    &telemetry,
-                    sync_stop.clone(),
-                )
-                .await
-                .map_err(RunError::Redis)?,
-            ),
-            None => None,
-        };
+        let mut global = start_global(settings, clock.clone(), &telemetry, &sync_stop).await?;
         let limiter = RateLimiter::new(
             rules,
             files,
@@ -288,63 +251,20 @@ impl Service {
             reload_status.succeeded();
         }
         let background = CancellationToken::new();
-        let (loaded_tx, loaded) = watch::channel(None);
-        let rules_source = match &settings.xds {
-            Some(xds) => {
-                let client = XdsClient {
-                    settings: xds.clone(),
-                    merge_domains: settings.merge_domains,
-                    limiter: limiter.clone(),
-                    status: reload_status.clone(),
-                };
-                tokio::spawn(client.run(loaded_tx, background.clone()))
-            }
-            None => reload::spawn_watcher(
-                settings.config_path.clone(),
-                settings.merge_domains,
-                settings.reload_debounce,
-                limiter.clone(),
-                reload_status.clone(),
-                background.clone(),
-            )?,
-        };
+        let (rules_source, loaded) =
+            spawn_rules_source(settings, &limiter, &reload_status, &background)?;
         spawn_sweeper(limiter.clone(), background.clone());
-        if let Some(statsd) = &settings.statsd {
-            server::statsd::spawn(statsd.clone(), telemetry.clone(), background.clone());
-        }
-        if let Some(p) = &settings.prometheus {
-            let listener = TcpListener::bind(p.addr)
-                .await
-                .map_err(|source| RunError::Bind {
-                    addr: p.addr,
-                    source,
-                })?;
-            let router = server::prometheus_ref::router(&p.path, telemetry.clone());
-            tokio::spawn(http::serve(
-                listener,
-                router,
-                http_limits(settings),
-                background.clone().cancelled_owned(),
-            ));
-        }
+        spawn_reporters(settings, &telemetry, &background).await?;
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, settings.xds.is_none()).await;
         // Logged as `0.0.0.0:8081`; a listener that cannot say its address (it always can once
         // bound) shows what it was asked to bind.
         let grpc_addr = listeners.grpc.local_addr().unwrap_or(settings.grpc_addr);
         let http_addr = listeners.http.local_addr().unwrap_or(settings.http_addr);
-        let grpc_limits = GrpcLimits {
-            // Room for the admin port's connections, Redis, the rules' files and the rest.
-            max_connections: server::nofile::fit_connections(
-                settings.grpc_limits.max_connections,
-                settings.http_max_connections + 256,
-            ),
-            ..settings.grpc_limits
-        };
         let grpc = serve_grpc(
             listeners.grpc,
             settings.grpc_tls.as_ref(),
-            grpc_limits,
+            grpc_limits(settings),
             health_service,
             RlsService::new(limiter.clone()).with_tracer(tracer.clone()),
         )?;
@@ -446,6 +366,121 @@ impl Service {
         let _ = self.rules_source.await;
         flush_exporters(self.telemetry, self.tracer).await;
         tracing::info!("stopped");
+    }
+}
+
+/// The rules at start: from the files (a first load, counted), or none until the xDS
+/// management server sends a set.
+async fn load_rules(
+    settings: &Settings,
+    telemetry: &Telemetry,
+) -> Result<(rules::RuleSet, Vec<String>), RunError> {
+    if let Some(xds) = &settings.xds {
+        // No rules until the management server sends a set: every request is allowed
+        // meanwhile, and the service is not ready (docs/operations.md, "Rules over xDS").
+        tracing::info!(url = %xds.server_url, node = %xds.node_id, "rules come over xDS");
+        return Ok((rules::RuleSet::default(), Vec::new()));
+    }
+    // On a blocking thread, as every later reload: other tasks (exporters, a caller's own)
+    // share this runtime.
+    let (path, merge) = (settings.config_path.clone(), settings.merge_domains);
+    let (rules, files) = tokio::task::spawn_blocking(move || reload::load_path(&path, merge))
+        .await
+        .unwrap_or_else(|e| {
+            Err(vec![ConfigError::new(
+                "rules",
+                format!("the load did not finish: {e}"),
+            )])
+        })
+        .map_err(RunError::Rules)?;
+    tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
+    telemetry.config_load(telemetry::ConfigLoad::Success);
+    Ok((rules, files))
+}
+
+/// Global mode, when a Redis is set: its stores opened and its tasks started, stopping on
+/// `stop`.
+async fn start_global(
+    settings: &Settings,
+    clock: Arc<dyn Clock>,
+    telemetry: &Telemetry,
+    stop: &CancellationToken,
+) -> Result<Option<Global>, RunError> {
+    let Some(config) = settings.global() else {
+        return Ok(None);
+    };
+    let stores = global::connect(&config)?;
+    let g = global::spawn(config.sync, stores, clock, telemetry, stop.clone()).await;
+    Ok(Some(g))
+}
+
+/// Where new rules come from until `stop`: the xDS client (and the channel its accepted sets'
+/// domain counts come on), or the rules directory's watcher.
+fn spawn_rules_source(
+    settings: &Settings,
+    limiter: &Arc<RateLimiter>,
+    status: &Arc<ReloadStatus>,
+    stop: &CancellationToken,
+) -> Result<(JoinHandle<()>, watch::Receiver<Option<usize>>), RunError> {
+    let (loaded_tx, loaded) = watch::channel(None);
+    let task = match &settings.xds {
+        Some(xds) => {
+            let client = XdsClient {
+                settings: xds.clone(),
+                merge_domains: settings.merge_domains,
+                limiter: limiter.clone(),
+                status: status.clone(),
+            };
+            tokio::spawn(client.run(loaded_tx, stop.clone()))
+        }
+        None => reload::spawn_watcher(
+            settings.config_path.clone(),
+            settings.merge_domains,
+            settings.reload_debounce,
+            limiter.clone(),
+            status.clone(),
+            stop.clone(),
+        )?,
+    };
+    Ok((task, loaded))
+}
+
+/// The reference's metric outlets, when on: statsd, and the Prometheus port.
+async fn spawn_reporters(
+    settings: &Settings,
+    telemetry: &Arc<Telemetry>,
+    stop: &CancellationToken,
+) -> Result<(), RunError> {
+    if let Some(statsd) = &settings.statsd {
+        server::statsd::spawn(statsd.clone(), telemetry.clone(), stop.clone());
+    }
+    if let Some(p) = &settings.prometheus {
+        let listener = TcpListener::bind(p.addr)
+            .await
+            .map_err(|source| RunError::Bind {
+                addr: p.addr,
+                source,
+            })?;
+        let router = server::prometheus_ref::router(&p.path, telemetry.clone());
+        tokio::spawn(http::serve(
+            listener,
+            router,
+            http_limits(settings),
+            stop.clone().cancelled_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// The gRPC port's bounds, its connections fitted to the open-files limit.
+fn grpc_limits(settings: &Settings) -> GrpcLimits {
+    GrpcLimits {
+        // Room for the admin port's connections, Redis, the rules' files and the rest.
+        max_connections: server::nofile::fit_connections(
+            settings.grpc_limits.max_connections,
+            settings.http_max_connections + 256,
+        ),
+        ..settings.grpc_limits
     }
 }
 

@@ -1,17 +1,23 @@
-//! Starting global mode: the Redis stores, one sync task per shard, the clock-offset task and
-//! the sync metrics. `lib::run` calls [`start`] and, at shutdown, waits for [`Global::join`]
-//! (the tasks' final flush).
+//! Starting global mode: [`connect`] opens the Redis stores, [`spawn`] starts one sync task
+//! per shard and the clock-offset task over any stores (Redis, or the simulator's in-memory
+//! one) and registers the sync metrics. `lib::run` calls both and, at shutdown, waits for
+//! [`Global::join`] (the tasks' final flush); the simulator and the benches call [`spawn`].
+//! Global mode's settings are its own ([`Config`], `config.rs`).
 //!
-//! Every task runs under `supervise`: one that panics or ends before shutdown is logged,
-//! counted, marks its shard degraded with the reason, and is restarted with backoff.
+//! Every task runs under `supervise` (`supervise.rs`): one that panics or ends before
+//! shutdown is logged, counted, marks its shard degraded with the reason, and is restarted
+//! with backoff. The metrics are in `metrics.rs`.
 
+pub mod config;
 pub mod exact;
 mod metrics;
 pub mod redis;
 mod supervise;
 pub mod sync;
 
+pub use config::{Config, PerSecondRedis, RedisSettings, SyncConfig};
 pub use exact::{ExactClient, ExactItem, ExactStore};
+pub use redis::OpenError;
 pub use sync::{
     measure_offset, new_replica_id, Heartbeat, ShardHealth, ShardRouter, ShardStore, ShardSync,
     StoreError, SyncItem, SyncOp, SyncQueues, SyncSettings, SyncStats,
@@ -24,8 +30,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
+use crate::global::exact::redis::RedisExact;
 use crate::global::redis::RedisStore;
-use crate::settings::{RedisSettings, Settings};
 use crate::telemetry::Telemetry;
 use metrics::register_metrics;
 use supervise::{supervise, Watch};
@@ -39,7 +45,7 @@ pub struct Global {
     pub queues: Arc<SyncQueues>,
     /// Each shard's health.
     pub health: Vec<Arc<ShardHealth>>,
-    /// Exact rules' way to Redis (set by [`start`]), for the limiter to take.
+    /// Exact rules' way to the stores, for the limiter (none: exact rules decide from memory).
     pub exact: Option<ExactClient>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -53,42 +59,49 @@ impl Global {
     }
 }
 
-/// Builds the stores and starts the tasks; they stop (after a final flush) on `stop`.
+/// The stores global mode runs on: the sync's shards (the main group, then the per-second
+/// group, empty without `REDIS_PERSECOND`) and the exact rules' client.
+pub struct Stores<S> {
+    /// The main group's shards.
+    pub main: Vec<Arc<S>>,
+    /// The per-second group's shards.
+    pub per_second: Vec<Arc<S>>,
+    /// Exact rules' way to the stores; `None` leaves exact rules to memory.
+    pub exact: Option<ExactClient>,
+}
+
+impl<S> Stores<S> {
+    /// One shard, no per-second group, no exact rules' client (the simulator's store).
+    pub fn one(store: Arc<S>) -> Self {
+        Stores {
+            main: vec![store],
+            per_second: Vec::new(),
+            exact: None,
+        }
+    }
+}
+
+/// Opens the Redis stores of `config`: the sync's, and the exact rules' (pools of their own).
+/// Nothing is dialled yet.
 ///
 /// # Errors
 /// When a Redis URL is unusable. An unreachable Redis is not an error: its shard starts
 /// degraded and recovers when Redis answers.
-pub async fn start(
-    redis: &RedisSettings,
-    settings: &Settings,
-    clock: Arc<dyn Clock>,
-    telemetry: &Telemetry,
-    stop: CancellationToken,
-) -> Result<Global, String> {
+pub fn connect(config: &Config) -> Result<Stores<RedisStore>, OpenError> {
     crate::global::redis::init_tls();
-    let stores =
-        |r: &RedisSettings| RedisStore::all(&r.urls, r.cluster, r.sentinel.as_ref(), &r.options);
-    let main = stores(redis)?;
-    let per_second = match &settings.redis_per_second {
-        Some(p) => PerSecondStores {
-            stores: stores(&p.redis)?,
-            timeout: p.timeout,
-        },
-        None => PerSecondStores {
-            stores: Vec::new(),
-            timeout: settings.sync.timeout,
-        },
+    let stores = |r: &RedisSettings| -> Result<Vec<Arc<RedisStore>>, OpenError> {
+        let all = RedisStore::all(&r.urls, r.cluster, r.sentinel.as_ref(), &r.options)?;
+        Ok(all.into_iter().map(Arc::new).collect())
     };
-    let mut g = spawn(main, per_second, settings, clock, stop).await;
-    g.exact = Some(exact_client(redis, settings)?);
-    register_metrics(telemetry, &g);
-    Ok(g)
-}
-
-/// The per-second group of stores (`REDIS_PERSECOND`; empty without) and its call timeout.
-struct PerSecondStores<S> {
-    stores: Vec<S>,
-    timeout: Duration,
+    let per_second = match &config.per_second {
+        Some(p) => stores(&p.redis)?,
+        None => Vec::new(),
+    };
+    Ok(Stores {
+        main: stores(&config.redis)?,
+        per_second,
+        exact: Some(exact_client(config)?),
+    })
 }
 
 /// Exact stores and the names that route to them.
@@ -96,8 +109,7 @@ type ExactStores = (Vec<Arc<dyn ExactStore>>, Vec<String>);
 
 /// The exact stores of one Redis setting (pools of their own) and their routing names: the
 /// sync's shards'.
-fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, String> {
-    use crate::global::exact::redis::RedisExact;
+fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, OpenError> {
     let all = RedisExact::all(
         &redis.urls,
         redis.cluster,
@@ -113,10 +125,10 @@ fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, String> {
 /// The exact rules' client: stores of their own (pools apart from the sync's), routed as the
 /// sync routes entities (per-second rules to the per-second Redis), bounded by the Redis
 /// timeout (the longer of the two with a per-second Redis: one request may call both).
-fn exact_client(redis: &RedisSettings, settings: &Settings) -> Result<ExactClient, String> {
-    let (mut stores, main_names) = exact_stores(redis)?;
-    let mut timeout = settings.sync.timeout;
-    let ps_names = match &settings.redis_per_second {
+fn exact_client(config: &Config) -> Result<ExactClient, OpenError> {
+    let (mut stores, main_names) = exact_stores(&config.redis)?;
+    let mut timeout = config.sync.settings.timeout;
+    let ps_names = match &config.per_second {
         Some(p) => {
             let (more, names) = exact_stores(&p.redis)?;
             stores.extend(more);
@@ -132,45 +144,55 @@ fn exact_client(redis: &RedisSettings, settings: &Settings) -> Result<ExactClien
     ))
 }
 
-async fn spawn<S: ShardStore>(
-    stores: Vec<S>,
-    per_second: PerSecondStores<S>,
-    settings: &Settings,
+/// Starts global mode on `stores`: the queues the hot path marks entities in, the clock
+/// corrected from the first store's time, one supervised sync task per shard, the
+/// clock-offset task and the sync metrics. The tasks stop (after a final flush) on `stop`.
+/// The service, the simulator and the benches all start global mode here.
+///
+/// # Panics
+/// When `stores` has no main shard.
+pub async fn spawn<S: ShardStore>(
+    config: SyncConfig,
+    stores: Stores<S>,
     clock: Arc<dyn Clock>,
+    telemetry: &Telemetry,
     stop: CancellationToken,
 ) -> Global {
-    let main_names: Vec<String> = stores.iter().map(|s| s.name().to_string()).collect();
-    let ps_names: Vec<String> = per_second
-        .stores
-        .iter()
-        .map(|s| s.name().to_string())
-        .collect();
-    let names: Vec<String> = main_names.iter().chain(&ps_names).cloned().collect();
-    let queues = Arc::new(SyncQueues::new(
+    let names = |g: &[Arc<S>]| -> Vec<String> { g.iter().map(|s| s.name().to_string()).collect() };
+    let (main_names, ps_names) = (names(&stores.main), names(&stores.per_second));
+    let mut queues = SyncQueues::new(
         ShardRouter::with_per_second(&main_names, &ps_names),
-        names.len(),
-        settings.sync_max_queued,
-    ));
-    let main_count = stores.len();
-    let stores: Vec<Arc<S>> = stores
-        .into_iter()
-        .chain(per_second.stores)
-        .map(Arc::new)
-        .collect();
+        main_names.len() + ps_names.len(),
+        config.max_queued,
+    );
+    if let Some(id) = config.replica_id {
+        queues = queues.with_replica_id(id);
+    }
+    let queues = Arc::new(queues);
+    let main_count = stores.main.len();
+    let all: Vec<Arc<S>> = stores.main.into_iter().chain(stores.per_second).collect();
     // Correct the clock before the first decision, so this node's epochs match the fleet's.
-    adjust_clock(&*stores[0], &*clock, settings.sync.timeout * 10).await;
+    let offset_timeout = config.settings.timeout * 10;
+    adjust_clock(&*all[0], &*clock, offset_timeout).await;
     tracing::debug!(
         replica = format!("{:016x}", queues.replica_id()),
         "replica id"
     );
+    let watch = |task, shard| Watch {
+        task,
+        shard,
+        clock: clock.clone(),
+        stats: queues.stats.clone(),
+        stop: stop.clone(),
+    };
     let mut tasks = Vec::new();
     let mut health = Vec::new();
-    for (index, store) in stores.iter().enumerate() {
+    for (index, store) in all.iter().enumerate() {
         let h = Arc::new(ShardHealth::new(store.name().to_string()));
         health.push(h.clone());
-        let mut sync = settings.sync;
+        let mut settings = config.settings;
         if index >= main_count {
-            sync.timeout = per_second.timeout;
+            settings.timeout = config.per_second_timeout;
         }
         let task = ShardSync {
             index,
@@ -178,29 +200,39 @@ async fn spawn<S: ShardStore>(
             queues: queues.clone(),
             health: h.clone(),
             clock: clock.clone(),
-            settings: sync,
+            settings,
         };
-        let watch = Watch {
-            task: "sync task",
-            shard: Some(h),
-            clock: clock.clone(),
-            stats: queues.stats.clone(),
-            stop: stop.clone(),
-        };
-        let stop = stop.clone();
-        tasks.push(tokio::spawn(supervise(watch, move || {
-            task.clone().run(stop.clone())
-        })));
+        let w = watch("sync task", Some(h));
+        tasks.push(spawn_sync(task, w, config.first_run_after));
     }
-    let (store, timeout) = (stores[0].clone(), settings.sync.timeout * 10);
-    let watch = Watch {
-        task: "clock-offset task",
-        shard: None,
-        clock: clock.clone(),
-        stats: queues.stats.clone(),
-        stop: stop.clone(),
+    let w = watch("clock-offset task", None);
+    tasks.push(spawn_offset(all[0].clone(), offset_timeout, w));
+    tracing::info!(shards = ?main_names, per_second = ?ps_names, "global mode: syncing through Redis");
+    let g = Global {
+        queues,
+        health,
+        exact: stores.exact,
+        tasks,
     };
-    tasks.push(tokio::spawn(supervise(watch, move || {
+    register_metrics(telemetry, &g);
+    g
+}
+
+/// A shard's sync task, supervised, its first run `after` from now.
+fn spawn_sync<S: ShardStore>(task: ShardSync<S>, w: Watch, after: Duration) -> JoinHandle<()> {
+    let stop = w.stop.clone();
+    tokio::spawn(async move {
+        if !after.is_zero() {
+            tokio::time::sleep(after).await;
+        }
+        supervise(w, move || task.clone().run(stop.clone())).await;
+    })
+}
+
+/// The clock-offset task, supervised: the offset measured again every [`OFFSET_EVERY`].
+fn spawn_offset<S: ShardStore>(store: Arc<S>, timeout: Duration, w: Watch) -> JoinHandle<()> {
+    let (clock, stop) = (w.clock.clone(), w.stop.clone());
+    tokio::spawn(supervise(w, move || {
         let (store, clock, stop) = (store.clone(), clock.clone(), stop.clone());
         async move {
             loop {
@@ -210,14 +242,7 @@ async fn spawn<S: ShardStore>(
                 }
             }
         }
-    })));
-    tracing::info!(shards = ?main_names, per_second = ?ps_names, "global mode: syncing through Redis");
-    Global {
-        queues,
-        health,
-        exact: None,
-        tasks,
-    }
+    }))
 }
 
 async fn adjust_clock<S: ShardStore>(store: &S, clock: &dyn Clock, timeout: Duration) {
@@ -286,20 +311,16 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_sync_task_that_panics_is_reported_and_restarted_with_its_hits() {
-        let loopback = "127.0.0.1:0".parse().unwrap();
-        let settings = Settings::for_addrs(std::path::PathBuf::new(), loopback, loopback);
         let clock = ManualClock::new(UnixMillis(T0));
         let stop = CancellationToken::new();
-        let store = PanicsOnce::default();
-        let per_second = PerSecondStores {
-            stores: Vec::new(),
-            timeout: settings.sync.timeout,
-        };
+        let store = Arc::new(PanicsOnce::default());
+        let config = SyncConfig::new(SyncSettings::default(), 1_000_000);
+        let telemetry = Telemetry::new().expect("a metrics pipeline");
         let g = spawn(
-            vec![store],
-            per_second,
-            &settings,
+            config,
+            Stores::one(store),
             Arc::new(clock.clone()),
+            &telemetry,
             stop.clone(),
         )
         .await;

@@ -491,9 +491,9 @@ fn burst_and_departure(base: &Scenario) -> Vec<Scenario> {
 pub fn run(scenario: &Scenario) -> Report {
     let s = scenario;
     let arrivals = traffic::arrivals(s);
-    let phases = traffic::phases(s);
-    let (sluice, sluice_round_trips) = simulate(s, &arrivals, |clock, store| {
-        Fleet::start(&s.limit, s.strict, s.tick_ms, clock, store, &phases)
+    let phases = &traffic::phases(s);
+    let (sluice, sluice_round_trips) = simulate(s, &arrivals, |clock, store| async move {
+        Fleet::start(&s.limit, s.strict, s.tick_ms, clock, &store, phases).await
     });
     let burst = match s.limit.algorithm {
         Algorithm::TokenBucket { burst } => Some(burst),
@@ -502,8 +502,8 @@ pub fn run(scenario: &Scenario) -> Report {
     let (baseline, baseline_round_trips) = match burst {
         // The plain design is a window's (a decayed count); it has no bucket to run.
         Some(_) => (vec![], 0),
-        None => simulate(s, &arrivals, |clock, store| {
-            PlainFleet::start(&s.limit, s.tick_ms, clock, store, &phases)
+        None => simulate(s, &arrivals, |clock, store| async move {
+            PlainFleet::start(&s.limit, s.tick_ms, clock, &store, phases)
         }),
     };
     Report {
@@ -546,10 +546,11 @@ impl Replicas for PlainFleet {
 /// Runs one design over the scenario's arrivals on a fresh paused-time runtime: `start`
 /// brings up its fleet on the clock and store given. Returns the per-window stats and the
 /// store round trips made before the last window ended.
-fn simulate<R, S>(s: &Scenario, arrivals: &[(u64, usize)], start: S) -> (Vec<WindowStats>, u64)
+fn simulate<R, S, F>(s: &Scenario, arrivals: &[(u64, usize)], start: S) -> (Vec<WindowStats>, u64)
 where
     R: Replicas,
-    S: FnOnce(SimClock, &Arc<SimStore>) -> R,
+    S: FnOnce(SimClock, Arc<SimStore>) -> F,
+    F: std::future::Future<Output = R>,
 {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -563,7 +564,7 @@ where
             zero,
         };
         let store = Arc::new(SimStore::new(s.rtt_ms, s.outage, s.restart_at_ms, zero));
-        let fleet = start(clock, &store);
+        let fleet = start(clock, store.clone()).await;
         let end = s.windows * period_ms(s);
         let mut exact = Exact::new(s);
         let mut departure = s.departure;
