@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use crate::core::tier::SyncPolicy;
 use crate::global::redis::{RedisOptions, SentinelMaster};
-use crate::global::SyncSettings;
 
 /// Global mode: the Redis (and per-second Redis) the fleet syncs through, and the sync's
 /// cadence and bounds. `Settings::global` builds it; [`crate::global::connect`] and
@@ -70,6 +70,33 @@ impl SyncConfig {
             per_second_timeout: settings.timeout,
             replica_id: None,
             first_run_after: Duration::ZERO,
+        }
+    }
+}
+
+/// How the shard tasks run.
+#[derive(Debug, Clone, Copy)]
+pub struct SyncSettings {
+    /// Tick and tier cadence.
+    pub policy: SyncPolicy,
+    /// Timeout of one store call.
+    pub timeout: Duration,
+    /// First backoff after a failure; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Longest backoff.
+    pub backoff_max: Duration,
+    /// Most items in one store call.
+    pub max_batch: usize,
+}
+
+impl Default for SyncSettings {
+    fn default() -> Self {
+        SyncSettings {
+            policy: SyncPolicy::default(),
+            timeout: Duration::from_millis(100),
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(5),
+            max_batch: 20_000,
         }
     }
 }

@@ -58,6 +58,12 @@ pub(super) fn register_metrics(t: &Telemetry, g: &Global) {
         ),
     ];
     t.counter_table(&s, &counters);
+    register_labelled_counters(t, &s);
+    register_shard_gauges(t, g);
+}
+
+/// The sync's counters with a label: calls by result, entities by tier.
+fn register_labelled_counters(t: &Telemetry, s: &Arc<SyncStats>) {
     let s2 = s.clone();
     t.counter(
         "sluice_sync_calls_total",
@@ -92,7 +98,6 @@ pub(super) fn register_metrics(t: &Telemetry, g: &Global) {
                 .collect()
         }),
     );
-    register_shard_gauges(t, g);
 }
 
 /// Gauges of the queues and of each shard's health.

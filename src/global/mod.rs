@@ -15,12 +15,12 @@ pub mod redis;
 mod supervise;
 pub mod sync;
 
-pub use config::{Config, PerSecondRedis, RedisSettings, SyncConfig};
+pub use config::{Config, PerSecondRedis, RedisSettings, SyncConfig, SyncSettings};
 pub use exact::{ExactClient, ExactItem, ExactStore};
 pub use redis::OpenError;
 pub use sync::{
     measure_offset, new_replica_id, Heartbeat, ShardHealth, ShardRouter, ShardStore, ShardSync,
-    StoreError, SyncItem, SyncOp, SyncQueues, SyncSettings, SyncStats,
+    StoreError, SyncItem, SyncOp, SyncQueues, SyncStats,
 };
 
 use std::sync::Arc;
