@@ -122,9 +122,9 @@ pub fn scenarios(base: &Scenario) -> Vec<Scenario> {
         },
     ]
     .into_iter()
-    .chain(edge_surges(&base))
-    .chain(slow_surges(&base))
-    .chain(burst_and_departure(&base))
+    .chain(edge_surges(base))
+    .chain(slow_surges(base))
+    .chain(burst_and_departure(base))
     .collect()
 }
 
