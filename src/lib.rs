@@ -11,7 +11,8 @@
 //! - `rls/`: the ShouldRateLimit semantics, transport-independent: validate → resolve →
 //!   evaluate → respond.
 //! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
-//!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`).
+//!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`). Its
+//!   settings are its own (`global::Config`); `global::spawn` starts it.
 //! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, rules reload from disk,
 //!   rules over xDS, signals/readiness.
 //! - `settings/`: flags and environment; `telemetry`: metrics and logs; `cli/`: `check`,
@@ -19,7 +20,8 @@
 //!
 //! [`run`] wires them: load rules (or subscribe to them over xDS), serve gRPC and HTTP, watch
 //! the rules, and on the shutdown future stop within one grace period: not ready, servers
-//! drained, limiter closed, final flush. ARCHITECTURE.md walks through a request and a hit.
+//! drained, limiter closed, final flush. Each step of the start is a function of `wiring.rs`.
+//! ARCHITECTURE.md walks through a request and a hit.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
