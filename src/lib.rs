@@ -11,7 +11,8 @@
 //! - `rls/`: the ShouldRateLimit semantics, transport-independent: validate → resolve →
 //!   evaluate → respond.
 //! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
-//!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`).
+//!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`). Its
+//!   settings are its own (`global::Config`); `global::spawn` starts it.
 //! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, rules reload from disk,
 //!   rules over xDS, signals/readiness.
 //! - `settings/`: flags and environment; `telemetry`: metrics and logs; `cli/`: `check`,
@@ -19,7 +20,8 @@
 //!
 //! [`run`] wires them: load rules (or subscribe to them over xDS), serve gRPC and HTTP, watch
 //! the rules, and on the shutdown future stop within one grace period: not ready, servers
-//! drained, limiter closed, final flush. ARCHITECTURE.md walks through a request and a hit.
+//! drained, limiter closed, final flush. Each step of the start is a function of `wiring.rs`.
+//! ARCHITECTURE.md walks through a request and a hit.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -34,14 +36,13 @@ pub mod settings;
 #[cfg(feature = "tools")]
 pub mod sim;
 pub mod telemetry;
+mod wiring;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -50,14 +51,16 @@ use crate::core::clock::Clock;
 use crate::global::Global;
 use crate::rls::RateLimiter;
 use crate::rules::model::ConfigError;
-use crate::server::grpc::{self, RlsService};
-use crate::server::grpc_conn::GrpcLimits;
+use crate::server::grpc::RlsService;
+use crate::server::http;
 use crate::server::reload::ReloadStatus;
 use crate::server::shutdown::Readiness;
-use crate::server::xds::{XdsClient, XdsSettings};
-use crate::server::{http, reload};
 use crate::settings::Settings;
 use crate::telemetry::Telemetry;
+use crate::wiring::{
+    grpc_limits, load_rules, serve_grpc, serve_http, set_health, spawn_reporters,
+    spawn_rules_source, spawn_sweeper, start_global, turn_ready, ServerTask,
+};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 /// Why the service could not start or stopped with an error.
@@ -97,7 +100,7 @@ pub enum RunError {
     Stopped(&'static str),
     /// The Redis settings are unusable.
     #[error("redis: {0}")]
-    Redis(String),
+    Redis(#[from] global::OpenError),
     /// The gRPC TLS files or settings are unusable.
     #[error("gRPC TLS: {0}")]
     Tls(#[from] server::tls::TlsError),
@@ -146,12 +149,6 @@ pub async fn run(
         .stop(settings.shutdown_grace, settings.sync.timeout)
         .await;
     result
-}
-
-/// A server task and the token that stops it.
-struct ServerTask<E> {
-    stop: CancellationToken,
-    task: JoinHandle<Result<(), E>>,
 }
 
 /// The running service: what `run` started and must stop.
@@ -221,7 +218,8 @@ impl Service {
         started
     }
 
-    /// [`Service::start`] once the metrics and trace pipelines exist.
+    /// [`Service::start`] once the metrics and trace pipelines exist: the rules, global mode,
+    /// the limiter, the rules source and background tasks, the servers; then ready.
     async fn start_with(
         settings: &Settings,
         listeners: Listeners,
@@ -229,47 +227,9 @@ impl Service {
         telemetry: Arc<Telemetry>,
         tracer: Option<Arc<otel::Tracer>>,
     ) -> Result<Service, RunError> {
-        let (rules, files) = match &settings.xds {
-            // No rules until the management server sends a set: every request is allowed
-            // meanwhile, and the service is not ready (docs/operations.md, "Rules over xDS").
-            Some(xds) => {
-                tracing::info!(url = %xds.server_url, node = %xds.node_id, "rules come over xDS");
-                (rules::RuleSet::default(), Vec::new())
-            }
-            None => {
-                // On a blocking thread, as every later reload: other tasks (exporters, a
-                // caller's own) share this runtime.
-                let (path, merge) = (settings.config_path.clone(), settings.merge_domains);
-                let (rules, files) =
-                    tokio::task::spawn_blocking(move || reload::load_path(&path, merge))
-                        .await
-                        .unwrap_or_else(|e| {
-                            Err(vec![ConfigError::new(
-                                "rules",
-                                format!("the load did not finish: {e}"),
-                            )])
-                        })
-                        .map_err(RunError::Rules)?;
-                tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
-                telemetry.config_load(telemetry::ConfigLoad::Success);
-                (rules, files)
-            }
-        };
+        let (rules, files) = load_rules(settings, &telemetry).await?;
         let sync_stop = CancellationToken::new();
-        let mut global = match &settings.redis {
-            Some(redis) => Some(
-                global::start(
-                    redis,
-                    settings,
-                    clock.clone(),
-                    &telemetry,
-                    sync_stop.clone(),
-                )
-                .await
-                .map_err(RunError::Redis)?,
-            ),
-            None => None,
-        };
+        let mut global = start_global(settings, clock.clone(), &telemetry, &sync_stop).await?;
         let limiter = RateLimiter::new(
             rules,
             files,
@@ -288,63 +248,20 @@ impl Service {
             reload_status.succeeded();
         }
         let background = CancellationToken::new();
-        let (loaded_tx, loaded) = watch::channel(None);
-        let rules_source = match &settings.xds {
-            Some(xds) => {
-                let client = XdsClient {
-                    settings: xds.clone(),
-                    merge_domains: settings.merge_domains,
-                    limiter: limiter.clone(),
-                    status: reload_status.clone(),
-                };
-                tokio::spawn(client.run(loaded_tx, background.clone()))
-            }
-            None => reload::spawn_watcher(
-                settings.config_path.clone(),
-                settings.merge_domains,
-                settings.reload_debounce,
-                limiter.clone(),
-                reload_status.clone(),
-                background.clone(),
-            )?,
-        };
+        let (rules_source, loaded) =
+            spawn_rules_source(settings, &limiter, &reload_status, &background)?;
         spawn_sweeper(limiter.clone(), background.clone());
-        if let Some(statsd) = &settings.statsd {
-            server::statsd::spawn(statsd.clone(), telemetry.clone(), background.clone());
-        }
-        if let Some(p) = &settings.prometheus {
-            let listener = TcpListener::bind(p.addr)
-                .await
-                .map_err(|source| RunError::Bind {
-                    addr: p.addr,
-                    source,
-                })?;
-            let router = server::prometheus_ref::router(&p.path, telemetry.clone());
-            tokio::spawn(http::serve(
-                listener,
-                router,
-                http_limits(settings),
-                background.clone().cancelled_owned(),
-            ));
-        }
+        spawn_reporters(settings, &telemetry, &background).await?;
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, settings.xds.is_none()).await;
         // Logged as `0.0.0.0:8081`; a listener that cannot say its address (it always can once
         // bound) shows what it was asked to bind.
         let grpc_addr = listeners.grpc.local_addr().unwrap_or(settings.grpc_addr);
         let http_addr = listeners.http.local_addr().unwrap_or(settings.http_addr);
-        let grpc_limits = GrpcLimits {
-            // Room for the admin port's connections, Redis, the rules' files and the rest.
-            max_connections: server::nofile::fit_connections(
-                settings.grpc_limits.max_connections,
-                settings.http_max_connections + 256,
-            ),
-            ..settings.grpc_limits
-        };
         let grpc = serve_grpc(
             listeners.grpc,
             settings.grpc_tls.as_ref(),
-            grpc_limits,
+            grpc_limits(settings),
             health_service,
             RlsService::new(limiter.clone()).with_tracer(tracer.clone()),
         )?;
@@ -360,18 +277,7 @@ impl Service {
             tracer: tracer.clone(),
         };
         let http = serve_http(listeners.http, state, settings);
-        let xds_readiness = match &settings.xds {
-            Some(xds) => Some(spawn_xds_readiness(
-                xds,
-                loaded,
-                readiness.clone(),
-                health.clone(),
-            )),
-            None => {
-                readiness.set(true);
-                None
-            }
-        };
+        let xds_readiness = turn_ready(settings, loaded, &readiness, &health);
         tracing::info!(grpc = %grpc_addr, http = %http_addr, "serving");
         Ok(Service {
             limiter,
@@ -472,154 +378,6 @@ async fn flush_exporters(telemetry: Arc<Telemetry>, tracer: Option<Arc<otel::Tra
 /// grace so the servers always get the other half.
 fn flush_reserve(grace: Duration, store_timeout: Duration) -> Duration {
     (store_timeout * 2 + Duration::from_millis(100)).min(grace / 2)
-}
-
-/// The gRPC health service name envoyproxy/ratelimit answers for: probes and Envoy health
-/// checks written for it ask for this name rather than the RLS service's full name.
-const REFERENCE_HEALTH_NAME: &str = "ratelimit";
-
-/// Sets the gRPC health of the RLS service, of the whole server (""), and of the reference's
-/// name.
-async fn set_health(health: &tonic_health::server::HealthReporter, serving: bool) {
-    let status = if serving {
-        tonic_health::ServingStatus::Serving
-    } else {
-        tonic_health::ServingStatus::NotServing
-    };
-    health
-        .set_service_status(
-            <RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME,
-            status,
-        )
-        .await;
-    for name in ["", REFERENCE_HEALTH_NAME] {
-        health.set_service_status(name, status).await;
-    }
-}
-
-/// xDS: readiness (and gRPC health) follow the sets the client accepts: not ready until the
-/// first one, unless `force_start`; with `need_a_domain`, ready only while the set in force
-/// has a domain (the reference's `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
-fn spawn_xds_readiness(
-    xds: &XdsSettings,
-    mut loaded: watch::Receiver<Option<usize>>,
-    readiness: Arc<Readiness>,
-    health: tonic_health::server::HealthReporter,
-) -> ServerTask<std::convert::Infallible> {
-    let (force_start, need_a_domain) = (xds.force_start, xds.need_a_domain);
-    let stop = CancellationToken::new();
-    let token = stop.clone();
-    let task = tokio::spawn(async move {
-        let mut last = None;
-        loop {
-            let ready = match *loaded.borrow_and_update() {
-                None => force_start,
-                Some(domains) => !need_a_domain || domains > 0,
-            };
-            if last != Some(ready) {
-                if ready {
-                    tracing::info!("ready: rules over xDS in force");
-                } else {
-                    tracing::info!("not ready: no rules over xDS in force yet");
-                }
-                readiness.set(ready);
-                set_health(&health, ready).await;
-                last = Some(ready);
-            }
-            tokio::select! {
-                _ = token.cancelled() => return Ok(()),
-                changed = loaded.changed() => if changed.is_err() { return Ok(()) },
-            }
-        }
-    });
-    ServerTask { stop, task }
-}
-
-/// Sweeps idle entities out of the table once a second until `stop` (on a blocking thread:
-/// a slice of a full table takes a few milliseconds).
-fn spawn_sweeper(limiter: Arc<RateLimiter>, stop: CancellationToken) {
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_secs(1));
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = every.tick() => {
-                    let limiter = limiter.clone();
-                    let _ = tokio::task::spawn_blocking(move || limiter.sweep()).await;
-                }
-            }
-        }
-    });
-}
-
-/// Starts the gRPC server: the RLS service, health and reflection; over TLS when `tls` is set.
-fn serve_grpc(
-    listener: TcpListener,
-    tls: Option<&server::tls::GrpcTls>,
-    limits: GrpcLimits,
-    health: tonic_health::pb::health_server::HealthServer<
-        impl tonic_health::pb::health_server::Health,
-    >,
-    rls: RlsService,
-) -> Result<ServerTask<tonic::transport::Error>, RunError> {
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(grpc::FILE_DESCRIPTOR_SET)
-    };
-    let stop = CancellationToken::new();
-    let router = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(limits.max_concurrent_streams))
-        .timeout(limits.request_timeout)
-        .layer(server::grpc_conn::InflightLimit::new(
-            limits.max_concurrent_requests,
-        ))
-        .add_service(health)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
-        .add_service(rls.into_server());
-    let signal = stop.clone().cancelled_owned();
-    let task = match tls {
-        Some(tls) => {
-            let handshake = server::tls::handshake(server::tls::server_config(tls)?);
-            let incoming = server::grpc_conn::incoming(listener, limits, handshake);
-            tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
-        }
-        None => {
-            let incoming =
-                server::grpc_conn::incoming(listener, limits, |tcp| std::future::ready(Ok(tcp)));
-            tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
-        }
-    };
-    Ok(ServerTask { stop, task })
-}
-
-/// The HTTP listeners' bounds (the admin port, and the reference's Prometheus port).
-fn http_limits(settings: &Settings) -> http::HttpLimits {
-    http::HttpLimits {
-        header_read_timeout: settings.http_header_read_timeout,
-        idle_timeout: settings.http_idle_timeout,
-        max_connections: settings.http_max_connections,
-    }
-}
-
-/// Starts the HTTP admin server, with the connection limits that keep it from starving gRPC.
-fn serve_http(
-    listener: TcpListener,
-    state: http::AdminState,
-    settings: &Settings,
-) -> ServerTask<std::io::Error> {
-    let stop = CancellationToken::new();
-    let server = http::serve(
-        listener,
-        http::router(state),
-        http_limits(settings),
-        stop.clone().cancelled_owned(),
-    );
-    ServerTask {
-        stop,
-        task: tokio::spawn(server),
-    }
 }
 
 #[cfg(test)]

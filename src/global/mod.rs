@@ -1,41 +1,43 @@
-//! Starting global mode: the Redis stores, one sync task per shard, the clock-offset task and
-//! the sync metrics. `lib::run` calls [`start`] and, at shutdown, waits for [`Global::join`]
-//! (the tasks' final flush).
+//! Starting global mode: [`connect`] opens the Redis stores, [`spawn`] starts one sync task
+//! per shard and the clock-offset task over any stores (Redis, or the simulator's in-memory
+//! one) and registers the sync metrics. `lib::run` calls both and, at shutdown, waits for
+//! [`Global::join`] (the tasks' final flush); the simulator and the benches call [`spawn`].
+//! Global mode's settings are its own ([`Config`], `config.rs`).
 //!
-//! Every task runs under `supervise`: one that panics or ends before shutdown is logged,
-//! counted, marks its shard degraded with the reason, and is restarted with backoff.
+//! Every task runs under `supervise` (`supervise.rs`): one that panics or ends before
+//! shutdown is logged, counted, marks its shard degraded with the reason, and is restarted
+//! with backoff. The metrics are in `metrics.rs`.
 
+pub mod config;
 pub mod exact;
+mod metrics;
 pub mod redis;
+mod supervise;
 pub mod sync;
 
+pub use config::{Config, PerSecondRedis, RedisSettings, SyncConfig, SyncSettings};
 pub use exact::{ExactClient, ExactItem, ExactStore};
+pub use redis::OpenError;
 pub use sync::{
     measure_offset, new_replica_id, Heartbeat, ShardHealth, ShardRouter, ShardStore, ShardSync,
-    StoreError, SyncItem, SyncOp, SyncQueues, SyncSettings, SyncStats,
+    StoreError, SyncItem, SyncOp, SyncQueues, SyncStats,
 };
 
-use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry::KeyValue;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
+use crate::global::exact::redis::RedisExact;
 use crate::global::redis::RedisStore;
-use crate::settings::{RedisSettings, Settings};
 use crate::telemetry::Telemetry;
+use metrics::register_metrics;
+use supervise::{supervise, Watch};
 
 /// How often the clock offset from Redis is measured again.
 const OFFSET_EVERY: Duration = Duration::from_secs(30);
-
-/// First wait before restarting a stopped task, doubling up to the most; a task that ran
-/// longer than the most before stopping starts again from the first.
-const RESTART_BACKOFF_MIN: Duration = Duration::from_millis(500);
-const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Running global mode.
 pub struct Global {
@@ -43,7 +45,7 @@ pub struct Global {
     pub queues: Arc<SyncQueues>,
     /// Each shard's health.
     pub health: Vec<Arc<ShardHealth>>,
-    /// Exact rules' way to Redis (set by [`start`]), for the limiter to take.
+    /// Exact rules' way to the stores, for the limiter (none: exact rules decide from memory).
     pub exact: Option<ExactClient>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -57,42 +59,49 @@ impl Global {
     }
 }
 
-/// Builds the stores and starts the tasks; they stop (after a final flush) on `stop`.
+/// The stores global mode runs on: the sync's shards (the main group, then the per-second
+/// group, empty without `REDIS_PERSECOND`) and the exact rules' client.
+pub struct Stores<S> {
+    /// The main group's shards.
+    pub main: Vec<Arc<S>>,
+    /// The per-second group's shards.
+    pub per_second: Vec<Arc<S>>,
+    /// Exact rules' way to the stores; `None` leaves exact rules to memory.
+    pub exact: Option<ExactClient>,
+}
+
+impl<S> Stores<S> {
+    /// One shard, no per-second group, no exact rules' client (the simulator's store).
+    pub fn one(store: Arc<S>) -> Self {
+        Stores {
+            main: vec![store],
+            per_second: Vec::new(),
+            exact: None,
+        }
+    }
+}
+
+/// Opens the Redis stores of `config`: the sync's, and the exact rules' (pools of their own).
+/// Nothing is dialled yet.
 ///
 /// # Errors
 /// When a Redis URL is unusable. An unreachable Redis is not an error: its shard starts
 /// degraded and recovers when Redis answers.
-pub async fn start(
-    redis: &RedisSettings,
-    settings: &Settings,
-    clock: Arc<dyn Clock>,
-    telemetry: &Telemetry,
-    stop: CancellationToken,
-) -> Result<Global, String> {
+pub fn connect(config: &Config) -> Result<Stores<RedisStore>, OpenError> {
     crate::global::redis::init_tls();
-    let stores =
-        |r: &RedisSettings| RedisStore::all(&r.urls, r.cluster, r.sentinel.as_ref(), &r.options);
-    let main = stores(redis)?;
-    let per_second = match &settings.redis_per_second {
-        Some(p) => PerSecondStores {
-            stores: stores(&p.redis)?,
-            timeout: p.timeout,
-        },
-        None => PerSecondStores {
-            stores: Vec::new(),
-            timeout: settings.sync.timeout,
-        },
+    let stores = |r: &RedisSettings| -> Result<Vec<Arc<RedisStore>>, OpenError> {
+        let all = RedisStore::all(&r.urls, r.cluster, r.sentinel.as_ref(), &r.options)?;
+        Ok(all.into_iter().map(Arc::new).collect())
     };
-    let mut g = spawn(main, per_second, settings, clock, stop).await;
-    g.exact = Some(exact_client(redis, settings)?);
-    register_metrics(telemetry, &g);
-    Ok(g)
-}
-
-/// The per-second group of stores (`REDIS_PERSECOND`; empty without) and its call timeout.
-struct PerSecondStores<S> {
-    stores: Vec<S>,
-    timeout: Duration,
+    let per_second = match &config.per_second {
+        Some(p) => stores(&p.redis)?,
+        None => Vec::new(),
+    };
+    Ok(Stores {
+        main: stores(&config.redis)?,
+        per_second,
+        exact: Some(exact_client(config)?),
+    })
 }
 
 /// Exact stores and the names that route to them.
@@ -100,8 +109,7 @@ type ExactStores = (Vec<Arc<dyn ExactStore>>, Vec<String>);
 
 /// The exact stores of one Redis setting (pools of their own) and their routing names: the
 /// sync's shards'.
-fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, String> {
-    use crate::global::exact::redis::RedisExact;
+fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, OpenError> {
     let all = RedisExact::all(
         &redis.urls,
         redis.cluster,
@@ -117,10 +125,10 @@ fn exact_stores(redis: &RedisSettings) -> Result<ExactStores, String> {
 /// The exact rules' client: stores of their own (pools apart from the sync's), routed as the
 /// sync routes entities (per-second rules to the per-second Redis), bounded by the Redis
 /// timeout (the longer of the two with a per-second Redis: one request may call both).
-fn exact_client(redis: &RedisSettings, settings: &Settings) -> Result<ExactClient, String> {
-    let (mut stores, main_names) = exact_stores(redis)?;
-    let mut timeout = settings.sync.timeout;
-    let ps_names = match &settings.redis_per_second {
+fn exact_client(config: &Config) -> Result<ExactClient, OpenError> {
+    let (mut stores, main_names) = exact_stores(&config.redis)?;
+    let mut timeout = config.sync.settings.timeout;
+    let ps_names = match &config.per_second {
         Some(p) => {
             let (more, names) = exact_stores(&p.redis)?;
             stores.extend(more);
@@ -136,45 +144,55 @@ fn exact_client(redis: &RedisSettings, settings: &Settings) -> Result<ExactClien
     ))
 }
 
-async fn spawn<S: ShardStore>(
-    stores: Vec<S>,
-    per_second: PerSecondStores<S>,
-    settings: &Settings,
+/// Starts global mode on `stores`: the queues the hot path marks entities in, the clock
+/// corrected from the first store's time, one supervised sync task per shard, the
+/// clock-offset task and the sync metrics. The tasks stop (after a final flush) on `stop`.
+/// The service, the simulator and the benches all start global mode here.
+///
+/// # Panics
+/// When `stores` has no main shard.
+pub async fn spawn<S: ShardStore>(
+    config: SyncConfig,
+    stores: Stores<S>,
     clock: Arc<dyn Clock>,
+    telemetry: &Telemetry,
     stop: CancellationToken,
 ) -> Global {
-    let main_names: Vec<String> = stores.iter().map(|s| s.name().to_string()).collect();
-    let ps_names: Vec<String> = per_second
-        .stores
-        .iter()
-        .map(|s| s.name().to_string())
-        .collect();
-    let names: Vec<String> = main_names.iter().chain(&ps_names).cloned().collect();
-    let queues = Arc::new(SyncQueues::new(
+    let names = |g: &[Arc<S>]| -> Vec<String> { g.iter().map(|s| s.name().to_string()).collect() };
+    let (main_names, ps_names) = (names(&stores.main), names(&stores.per_second));
+    let mut queues = SyncQueues::new(
         ShardRouter::with_per_second(&main_names, &ps_names),
-        names.len(),
-        settings.sync_max_queued,
-    ));
-    let main_count = stores.len();
-    let stores: Vec<Arc<S>> = stores
-        .into_iter()
-        .chain(per_second.stores)
-        .map(Arc::new)
-        .collect();
+        main_names.len() + ps_names.len(),
+        config.max_queued,
+    );
+    if let Some(id) = config.replica_id {
+        queues = queues.with_replica_id(id);
+    }
+    let queues = Arc::new(queues);
+    let main_count = stores.main.len();
+    let all: Vec<Arc<S>> = stores.main.into_iter().chain(stores.per_second).collect();
     // Correct the clock before the first decision, so this node's epochs match the fleet's.
-    adjust_clock(&*stores[0], &*clock, settings.sync.timeout * 10).await;
+    let offset_timeout = config.settings.timeout * 10;
+    adjust_clock(&*all[0], &*clock, offset_timeout).await;
     tracing::debug!(
         replica = format!("{:016x}", queues.replica_id()),
         "replica id"
     );
+    let watch = |task, shard| Watch {
+        task,
+        shard,
+        clock: clock.clone(),
+        stats: queues.stats.clone(),
+        stop: stop.clone(),
+    };
     let mut tasks = Vec::new();
     let mut health = Vec::new();
-    for (index, store) in stores.iter().enumerate() {
+    for (index, store) in all.iter().enumerate() {
         let h = Arc::new(ShardHealth::new(store.name().to_string()));
         health.push(h.clone());
-        let mut sync = settings.sync;
+        let mut settings = config.settings;
         if index >= main_count {
-            sync.timeout = per_second.timeout;
+            settings.timeout = config.per_second_timeout;
         }
         let task = ShardSync {
             index,
@@ -182,29 +200,39 @@ async fn spawn<S: ShardStore>(
             queues: queues.clone(),
             health: h.clone(),
             clock: clock.clone(),
-            settings: sync,
+            settings,
         };
-        let watch = Watch {
-            task: "sync task",
-            shard: Some(h),
-            clock: clock.clone(),
-            stats: queues.stats.clone(),
-            stop: stop.clone(),
-        };
-        let stop = stop.clone();
-        tasks.push(tokio::spawn(supervise(watch, move || {
-            task.clone().run(stop.clone())
-        })));
+        let w = watch("sync task", Some(h));
+        tasks.push(spawn_sync(task, w, config.first_run_after));
     }
-    let (store, timeout) = (stores[0].clone(), settings.sync.timeout * 10);
-    let watch = Watch {
-        task: "clock-offset task",
-        shard: None,
-        clock: clock.clone(),
-        stats: queues.stats.clone(),
-        stop: stop.clone(),
+    let w = watch("clock-offset task", None);
+    tasks.push(spawn_offset(all[0].clone(), offset_timeout, w));
+    tracing::info!(shards = ?main_names, per_second = ?ps_names, "global mode: syncing through Redis");
+    let g = Global {
+        queues,
+        health,
+        exact: stores.exact,
+        tasks,
     };
-    tasks.push(tokio::spawn(supervise(watch, move || {
+    register_metrics(telemetry, &g);
+    g
+}
+
+/// A shard's sync task, supervised, its first run `after` from now.
+fn spawn_sync<S: ShardStore>(task: ShardSync<S>, w: Watch, after: Duration) -> JoinHandle<()> {
+    let stop = w.stop.clone();
+    tokio::spawn(async move {
+        if !after.is_zero() {
+            tokio::time::sleep(after).await;
+        }
+        supervise(w, move || task.clone().run(stop.clone())).await;
+    })
+}
+
+/// The clock-offset task, supervised: the offset measured again every [`OFFSET_EVERY`].
+fn spawn_offset<S: ShardStore>(store: Arc<S>, timeout: Duration, w: Watch) -> JoinHandle<()> {
+    let (clock, stop) = (w.clock.clone(), w.stop.clone());
+    tokio::spawn(supervise(w, move || {
         let (store, clock, stop) = (store.clone(), clock.clone(), stop.clone());
         async move {
             loop {
@@ -214,82 +242,7 @@ async fn spawn<S: ShardStore>(
                 }
             }
         }
-    })));
-    tracing::info!(shards = ?main_names, per_second = ?ps_names, "global mode: syncing through Redis");
-    Global {
-        queues,
-        health,
-        exact: None,
-        tasks,
-    }
-}
-
-/// What [`supervise`] watches and where it reports.
-struct Watch {
-    /// The task, for logs and the degraded reason ("sync task", "clock-offset task").
-    task: &'static str,
-    /// The shard the task serves, marked degraded while it is down.
-    shard: Option<Arc<ShardHealth>>,
-    clock: Arc<dyn Clock>,
-    /// Where stopped tasks are counted (`task_failures`).
-    stats: Arc<SyncStats>,
-    /// Shutdown: the only time a task may end.
-    stop: CancellationToken,
-}
-
-/// Runs the task `start` makes until it ends after `stop`. One that panics or returns before
-/// `stop` is logged, counted, marks its shard degraded, and is started again after a backoff.
-///
-/// Restarting rather than exiting the process: a sync task's state lives outside it (the
-/// queues, and entities whose unsettled deltas the task's in-flight guard puts back when it
-/// unwinds), so a new task picks up where the old one stopped, while the process keeps
-/// answering from memory as it does when Redis is down; exiting would drop every node's
-/// unsynced hits and every open Envoy connection over what may be one bad reply. If `stop`
-/// comes during the backoff the task is still started once, to make its final flush.
-async fn supervise<F, Fut>(w: Watch, start: F)
-where
-    F: Fn() -> Fut + Send + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let shard = w.shard.as_ref().map(|h| h.name.clone()).unwrap_or_default();
-    let mut backoff = RESTART_BACKOFF_MIN;
-    loop {
-        let started = tokio::time::Instant::now();
-        let why = match tokio::spawn(start()).await {
-            Ok(()) if w.stop.is_cancelled() => return,
-            Ok(()) => "ended unexpectedly".to_string(),
-            Err(e) if e.is_panic() => format!("panicked: {}", panic_message(e.into_panic())),
-            Err(e) => e.to_string(),
-        };
-        let reason = format!("{} stopped: {why}", w.task);
-        w.stats.task_failures.fetch_add(1, Ordering::Relaxed);
-        if let Some(h) = &w.shard {
-            h.failed(&reason, w.clock.now());
-        }
-        if w.stop.is_cancelled() {
-            tracing::error!(shard = %shard, error = %reason, "stopped during shutdown; not restarted, its unsent hits are lost");
-            return;
-        }
-        if started.elapsed() > RESTART_BACKOFF_MAX {
-            backoff = RESTART_BACKOFF_MIN;
-        }
-        tracing::error!(shard = %shard, error = %reason, restart_in = ?backoff, "background task stopped; restarting it");
-        tokio::select! {
-            _ = w.stop.cancelled() => {}
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(RESTART_BACKOFF_MAX);
-    }
-}
-
-/// The message of a panic payload (a `&str` or a `String` for `panic!` with a message).
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(s) => *s,
-        Err(payload) => payload
-            .downcast_ref::<&str>()
-            .map_or_else(|| "(no message)".to_string(), |s| (*s).to_string()),
-    }
+    }))
 }
 
 async fn adjust_clock<S: ShardStore>(store: &S, clock: &dyn Clock, timeout: Duration) {
@@ -304,133 +257,6 @@ async fn adjust_clock<S: ShardStore>(store: &S, clock: &dyn Clock, timeout: Dura
     }
 }
 
-fn register_metrics(t: &Telemetry, g: &Global) {
-    let s = g.queues.stats.clone();
-    let counters: [crate::telemetry::CounterRow<SyncStats>; 9] = [
-        ("sluice_sync_ticks_total", "Sync ticks, all shards", |s| {
-            s.ticks.load(Ordering::Relaxed)
-        }),
-        (
-            "sluice_sync_items_total",
-            "Entity limits sent in syncs",
-            |s| s.items_sent.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_redis_commands_total",
-            "Commands sent to Redis by syncs",
-            |s| s.commands_sent.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_deltas_dropped_total",
-            "Hits that could not be kept for sync",
-            |s| s.deltas_dropped.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_tier_transitions_total",
-            "Entities whose pressure tier changed at a sync",
-            |s| s.tier_transitions.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_estimate_drift_hits_total",
-            "Sum of |estimate after a sync - before|, in hits",
-            |s| s.drift_hits.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_call_seconds_total",
-            "Time spent in Redis sync calls (microseconds / 1e6)",
-            |s| s.call_micros.load(Ordering::Relaxed) / 1_000_000,
-        ),
-        (
-            "sluice_sync_task_failures_total",
-            "Sync and clock-offset tasks that panicked or ended before shutdown (each restarted)",
-            |s| s.task_failures.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_redis_errors_total",
-            "Failed Redis sync calls",
-            |s| s.calls_failed.load(Ordering::Relaxed),
-        ),
-    ];
-    t.counter_table(&s, &counters);
-    let s2 = s.clone();
-    t.counter(
-        "sluice_sync_calls_total",
-        "Redis sync calls, by result",
-        Arc::new(move || {
-            vec![
-                (
-                    s2.calls_ok.load(Ordering::Relaxed),
-                    vec![KeyValue::new("result", "ok")],
-                ),
-                (
-                    s2.calls_failed.load(Ordering::Relaxed),
-                    vec![KeyValue::new("result", "error")],
-                ),
-            ]
-        }),
-    );
-    let s3 = s.clone();
-    t.counter(
-        "sluice_sync_entities_total",
-        "Entity limits synced, by pressure tier at the sync",
-        Arc::new(move || {
-            ["idle", "low", "normal", "hot"]
-                .iter()
-                .zip(&s3.synced_by_tier)
-                .map(|(tier, n)| {
-                    (
-                        n.load(Ordering::Relaxed),
-                        vec![KeyValue::new("tier", *tier)],
-                    )
-                })
-                .collect()
-        }),
-    );
-    register_shard_gauges(t, g);
-}
-
-/// Gauges of the queues and of each shard's health.
-fn register_shard_gauges(t: &Telemetry, g: &Global) {
-    let q = g.queues.clone();
-    t.gauge(
-        "sluice_sync_pending_entities",
-        "Entities waiting to sync",
-        Arc::new(move || q.len() as u64),
-    );
-    let q = g.queues.clone();
-    t.gauge(
-        "sluice_sync_live_replicas",
-        "Live replicas (this one included) as the Redis heartbeats last counted them",
-        Arc::new(move || u64::from(q.live_replicas())),
-    );
-    type PerShard = fn(&ShardHealth) -> u64;
-    let per_shard: [(&'static str, &'static str, PerShard); 2] = [
-        (
-            "sluice_redis_shard_degraded",
-            "1 while a Redis shard's last call failed",
-            |h| u64::from(h.is_degraded()),
-        ),
-        (
-            "sluice_redis_last_sync_unix_seconds",
-            "When a shard's last sync succeeded (staleness = now - this)",
-            |h| h.last_success_ms() / 1000,
-        ),
-    ];
-    for (name, help, read) in per_shard {
-        let health = g.health.clone();
-        t.labelled_gauge(
-            name,
-            help,
-            Arc::new(move || {
-                health
-                    .iter()
-                    .map(|h| (read(h), vec![KeyValue::new("shard", h.name.clone())]))
-                    .collect()
-            }),
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,7 +265,7 @@ mod tests {
     use crate::core::window::{Algorithm, Limit};
     use crate::global::sync::health::ShardStatus;
     use crate::global::sync::memory::MemoryStore;
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     const T0: u64 = 1_700_000_040_000;
 
@@ -485,20 +311,16 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_sync_task_that_panics_is_reported_and_restarted_with_its_hits() {
-        let loopback = "127.0.0.1:0".parse().unwrap();
-        let settings = Settings::for_addrs(std::path::PathBuf::new(), loopback, loopback);
         let clock = ManualClock::new(UnixMillis(T0));
         let stop = CancellationToken::new();
-        let store = PanicsOnce::default();
-        let per_second = PerSecondStores {
-            stores: Vec::new(),
-            timeout: settings.sync.timeout,
-        };
+        let store = Arc::new(PanicsOnce::default());
+        let config = SyncConfig::new(SyncSettings::default(), 1_000_000);
+        let telemetry = Telemetry::new().expect("a metrics pipeline");
         let g = spawn(
-            vec![store],
-            per_second,
-            &settings,
+            config,
+            Stores::one(store),
             Arc::new(clock.clone()),
+            &telemetry,
             stop.clone(),
         )
         .await;

@@ -15,6 +15,7 @@ use crate::core::table::CacheSettings;
 use crate::core::SyncPolicy;
 use crate::global::redis::{normalize_url, RedisOptions, RedisTls, SentinelMaster};
 use crate::global::SyncSettings;
+pub use crate::global::{PerSecondRedis, RedisSettings};
 use crate::otel::{Endpoints, OtlpSettings, Protocol};
 use crate::rls::{HeaderNames, Options};
 use crate::server::grpc_conn::GrpcLimits;
@@ -90,45 +91,6 @@ pub struct Settings {
     /// envoyproxy/ratelimit variables that are set but mean nothing here, one line each
     /// ([`reference`]): logged at start.
     pub warnings: Vec<String>,
-}
-
-/// Where global mode keeps the fleet's counters.
-#[derive(Clone)]
-pub struct RedisSettings {
-    /// Normalized URLs (credentials included: never log them; use `redis::redact`).
-    pub urls: Vec<String>,
-    /// A Redis Cluster (the URLs are seeds) rather than standalone shards.
-    pub cluster: bool,
-    /// Sentinel (`REDIS_TYPE=SENTINEL`): the URLs are the sentinels, with their own
-    /// credentials (`REDIS_SENTINEL_AUTH`), and this is the master they name.
-    pub sentinel: Option<SentinelMaster>,
-    /// Auth, prefix, pool size.
-    pub options: RedisOptions,
-}
-
-/// `REDIS_PERSECOND`: where the counters of limits whose unit is second go instead.
-#[derive(Debug, Clone)]
-pub struct PerSecondRedis {
-    /// The per-second Redis (`REDIS_PERSECOND_URL`, `_TYPE`, `_AUTH`, ...).
-    pub redis: RedisSettings,
-    /// Timeout of one call to it (`REDIS_PERSECOND_TIMEOUT`, else `REDIS_TIMEOUT`).
-    pub timeout: Duration,
-}
-
-impl std::fmt::Debug for RedisSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let urls: Vec<String> = self
-            .urls
-            .iter()
-            .map(|u| crate::global::redis::redact(u))
-            .collect();
-        f.debug_struct("RedisSettings")
-            .field("urls", &urls)
-            .field("cluster", &self.cluster)
-            .field("sentinel", &self.sentinel)
-            .field("options", &self.options)
-            .finish()
-    }
 }
 
 /// One bad setting: the variable (with its flag, when it has one of its own) and what is
@@ -234,6 +196,16 @@ impl Settings {
         s.grpc_addr = grpc_addr;
         s.http_addr = http_addr;
         s
+    }
+
+    /// Global mode's settings, when a Redis is set (`REDIS_URL`): local mode otherwise.
+    pub fn global(&self) -> Option<crate::global::Config> {
+        Some(crate::global::Config::new(
+            self.redis.clone()?,
+            self.redis_per_second.clone(),
+            self.sync,
+            self.sync_max_queued,
+        ))
     }
 }
 
@@ -724,7 +696,7 @@ fn redis(v: &mut Values<'_>, vars: &RedisVars, tls_files: &RedisTls) -> Option<R
         // normalize_url's message shows the URL redacted.
         match normalize_url(u, url_auth, tls) {
             Ok(n) => urls.push(n),
-            Err(e) => v.error(vars.url, e),
+            Err(e) => v.error(vars.url, e.to_string()),
         }
     }
     if urls.is_empty() {

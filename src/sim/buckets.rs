@@ -8,7 +8,8 @@
 //! denials over the same.
 
 use super::traffic::SplitMix64;
-use super::{even, period_ms, Load, Scenario};
+use super::windows::even;
+use super::{period_ms, Load, Scenario};
 use crate::core::{Algorithm, Limit};
 
 /// `rate` tokens a second, bursts of `burst`.

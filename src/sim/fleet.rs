@@ -1,10 +1,12 @@
 //! sluice's fleet under simulation: each replica is the production code — a
-//! [`RateLimiter`] in global mode answering `ShouldRateLimit`, with its [`SyncQueues`] and
-//! one [`ShardSync`] task running its real loop (tick, tier cadence, backoff) against the
-//! shared [`SimStore`] — on a clock read from tokio's paused time.
+//! [`RateLimiter`] in global mode answering `ShouldRateLimit`, started by `global::spawn` as
+//! the service starts it (the queues, the supervised sync task running its real loop — tick,
+//! tier cadence, backoff — and the clock-offset task) against the shared [`SimStore`] — on a
+//! clock read from tokio's paused time.
 //!
-//! Nothing of the mechanism is modelled here: this file only wires the pieces the way
-//! `global::start` does for one shard, and turns a scenario's limit into a rules file.
+//! Nothing of the mechanism is modelled here: this file only starts the pieces and turns a
+//! scenario's limit into a rules file. The store's `TIME` moves no simulated clock (a
+//! [`SimClock`] keeps no offset), so the offset task changes no number.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::store::SimStore;
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::{Algorithm, Limit, SyncPolicy};
-use crate::global::{ShardHealth, ShardRouter, ShardStore, ShardSync, SyncQueues, SyncSettings};
+use crate::global::{Stores, SyncConfig, SyncSettings};
 use crate::rls::{Options, RateLimiter};
 use crate::telemetry::Telemetry;
 
@@ -104,7 +106,7 @@ impl Fleet {
     ///
     /// # Panics
     /// When the limit makes no valid rules file (see [`rules_yaml`]).
-    pub fn start(
+    pub async fn start(
         limit: &Limit,
         strict: bool,
         tick_ms: u64,
@@ -124,48 +126,36 @@ impl Fleet {
             },
             ..SyncSettings::default()
         };
-        let limiters = phases
-            .iter()
-            .zip(&stops)
-            .enumerate()
-            .map(|(node, (&phase, stop))| {
-                let rules =
-                    crate::rules::compile_sources(&[("sim.yaml".into(), yaml.clone())], false)
-                        .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
-                let telemetry = Telemetry::new().expect("a metrics pipeline");
-                // One shard, wired as `global::start` wires each of its shards.
+        let mut limiters = Vec::with_capacity(phases.len());
+        for (node, (&phase, stop)) in phases.iter().zip(&stops).enumerate() {
+            let rules = crate::rules::compile_sources(&[("sim.yaml".into(), yaml.clone())], false)
+                .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
+            let telemetry = Arc::new(Telemetry::new().expect("a metrics pipeline"));
+            // One shard, started as the service starts global mode; the node's sync waits for
+            // its phase.
+            let config = SyncConfig {
                 // Distinct and the same on every run, where production draws one at random.
-                let queues = Arc::new(
-                    SyncQueues::new(
-                        ShardRouter::new(&[store.name().to_string()]),
-                        1,
-                        1_000_000, // SYNC_MAX_QUEUED's default
-                    )
-                    .with_replica_id(node as u64 + 1),
-                );
-                let sync = ShardSync {
-                    index: 0,
-                    store: store.clone(),
-                    queues: queues.clone(),
-                    health: Arc::new(ShardHealth::new(store.name().to_string())),
-                    clock: Arc::new(clock),
-                    settings,
-                };
-                let stop = stop.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(phase)).await;
-                    sync.run(stop).await;
-                });
-                RateLimiter::new(
-                    rules,
-                    vec![],
-                    Arc::new(clock),
-                    Options::default(),
-                    Arc::new(telemetry),
-                    Some(queues),
-                )
-            })
-            .collect();
+                replica_id: Some(node as u64 + 1),
+                first_run_after: Duration::from_millis(phase),
+                ..SyncConfig::new(settings, 1_000_000) // SYNC_MAX_QUEUED's default
+            };
+            let global = crate::global::spawn(
+                config,
+                Stores::one(store.clone()),
+                Arc::new(clock),
+                &telemetry,
+                stop.clone(),
+            )
+            .await;
+            limiters.push(RateLimiter::new(
+                rules,
+                vec![],
+                Arc::new(clock),
+                Options::default(),
+                telemetry,
+                Some(global.queues),
+            ));
+        }
         let fleet = Fleet {
             limiters,
             stops,

@@ -1,9 +1,11 @@
 //! The fleet simulator behind `sluice simulate`: replicas sharing one limit through a store,
 //! sluice's production code side by side with the plain design (ARCHITECTURE.md, "The plain design"), on simulated time.
 //!
-//! This file owns the window scenarios, the traffic driver and the report.
+//! This file owns the scenario type, the traffic driver and the report; the window scenarios
+//! are in `windows.rs`, the token-bucket ones in `buckets.rs`.
 //! Each replica of sluice is the shipped code (`fleet.rs`): the `RateLimiter` request path in
-//! global mode and its real `ShardSync` task (tick, tier cadence, backoff), against an
+//! global mode and its real `ShardSync` task (tick, tier cadence, backoff), started by
+//! `global::spawn` as the service starts it, against an
 //! in-memory store with a round trip and an optional outage (`store.rs`). Only two things are
 //! models: the plain design (`plain.rs`), which is not our code, and the exact references
 //! (`exact.rs`), which are the yardstick. So the table describes the system we ship.
@@ -40,6 +42,7 @@ mod plain;
 mod store;
 mod table;
 mod traffic;
+mod windows;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -204,9 +207,6 @@ impl Report {
     }
 }
 
-/// The window of every named window scenario.
-const W: u64 = 60_000;
-
 /// The least length of a bucket scenario's reported period (see [`period_ms`]).
 pub const BUCKET_PERIOD_MS: u64 = 10_000;
 
@@ -231,256 +231,14 @@ pub fn period_ms(s: &Scenario) -> u64 {
     }
 }
 
-/// What the named scenarios share unless they say otherwise: 20 nodes, a limit of 1000 per
-/// 60 s sliding window (the default algorithm), a 1 s tick (the production default), a 2 ms
-/// round trip and 4 windows.
-fn base() -> Scenario {
-    Scenario {
-        name: "",
-        nodes: 20,
-        limit: Limit {
-            requests_per_unit: 1000,
-            window_ms: W,
-            algorithm: Algorithm::SlidingWindow,
-        },
-        tick_ms: 1000,
-        rtt_ms: 2,
-        loads: vec![],
-        outage: None,
-        restart_at_ms: None,
-        departure: None,
-        windows: 4,
-        seed: 0x5eed_0001,
-        alternate: false,
-        phases: None,
-        strict: false,
-    }
-}
-
-/// A cold entity hit by `times` its limit within the first 100 ms (a within-one-tick burst).
-fn burst(times: f64, limit: &Limit) -> Load {
-    even(0, 100, times * limit.window_ms as f64 / 100.0)
-}
-
-/// Traffic spread evenly over the nodes.
-fn even(from_ms: u64, until_ms: u64, times_limit: f64) -> Load {
-    Load {
-        from_ms,
-        until_ms,
-        times_limit,
-        hot_share: None,
-    }
-}
-
-/// The named scenarios, on the shared setting (`base`) unless said otherwise.
+/// The named scenarios, on the shared setting (`windows::base`) unless said otherwise: the
+/// window scenarios, then the token buckets'.
 pub fn scenarios() -> Vec<Scenario> {
-    let base = base();
-    vec![
-        // An entity nobody has seen, hit at 10× its limit from the start of a window.
-        Scenario {
-            name: "cold surge 10x",
-            loads: vec![even(0, 4 * W, 10.0)],
-            ..base.clone()
-        },
-        // Twice the limit, from cold into the steady state.
-        Scenario {
-            name: "steady 2x",
-            loads: vec![even(0, 4 * W, 2.0)],
-            seed: 0x5eed_0002,
-            ..base.clone()
-        },
-        // Twice the limit, half of it on node 0 and the rest spread over the other 19.
-        Scenario {
-            name: "one hot node",
-            loads: vec![Load {
-                from_ms: 0,
-                until_ms: 4 * W,
-                times_limit: 2.0,
-                hot_share: Some(0.5),
-            }],
-            seed: 0x5eed_0003,
-            ..base.clone()
-        },
-        // 3× the limit from 15 s before the first boundary, with a 40 ms round trip so that
-        // syncs are in flight across the boundaries that follow.
-        Scenario {
-            name: "epoch rollover",
-            loads: vec![even(W - 15_000, 4 * W, 3.0)],
-            rtt_ms: 40,
-            seed: 0x5eed_0004,
-            ..base.clone()
-        },
-        // Twice the limit; the store is down from 20 s to 50 s into the second window.
-        Scenario {
-            name: "redis outage",
-            loads: vec![even(0, 4 * W, 2.0)],
-            outage: Some((W + 20_000, W + 50_000)),
-            seed: 0x5eed_0005,
-            ..base.clone()
-        },
-        // Twice the limit over 4 replicas; the store goes down 28 s into the second window and
-        // comes back 2 s later empty, as a Redis without persistence restarts.
-        Scenario {
-            name: "redis restart",
-            nodes: 4,
-            loads: vec![even(0, 4 * W, 2.0)],
-            outage: Some((W + 28_000, W + 30_000)),
-            restart_at_ms: Some(W + 30_000),
-            seed: 0x5eed_0007,
-            ..base.clone()
-        },
-        // Two replicas, a limit of 600 a minute, hit from cold by 1000 requests a second (100×
-        // the limit) for 5 s: the small-fleet surge a real deployment sees, which the targets (ARCHITECTURE.md, "Targets")
-        // wants within 1.10× like any other cold surge.
-        Scenario {
-            name: "2-replica surge",
-            nodes: 2,
-            limit: Limit {
-                requests_per_unit: 600,
-                ..base.limit
-            },
-            loads: vec![even(0, 5_000, 100.0)],
-            windows: 1,
-            seed: 0x5eed_0006,
-            ..base.clone()
-        },
-    ]
-    .into_iter()
-    .chain(edge_surges(&base))
-    .chain(slow_surges(&base))
-    .chain(burst_and_departure(&base))
-    .chain(buckets::scenarios(&base))
-    .collect()
-}
-
-/// The surge at the edge (issue 19): two replicas, a value nobody has seen on a rule of 600
-/// an hour, hit by ten times that over 6 s by a client sending 1,000 requests a second in
-/// turn to each replica; with the rule's default `strict` and with `strict: false`.
-/// `tests/global.rs` runs it on two real processes and real Redis. An hour's window: no
-/// boundary falls in the surge, and the epoch began long before it, as in production.
-fn edge_surges(base: &Scenario) -> Vec<Scenario> {
-    let limit = Limit {
-        requests_per_unit: 600,
-        window_ms: 3_600_000,
-        algorithm: Algorithm::SlidingWindow,
-    };
-    let edge = Scenario {
-        name: "edge surge, 2 nodes",
-        nodes: 2,
-        limit,
-        loads: vec![even(0, 6_000, 1000.0 * 3_600.0 / 600.0)],
-        windows: 1,
-        // Tick phases where, before replicas denying a young entity sent their hits at once,
-        // the race was open: 1.355× (`strict: false`) and 1.098× (`strict`) on this seed.
-        seed: 0x5eed_0019,
-        alternate: true,
-        ..base.clone()
-    };
-    vec![
-        Scenario {
-            name: "edge surge, 2 nodes, strict",
-            strict: true,
-            ..edge.clone()
-        },
-        edge,
-    ]
-}
-
-/// Slower surges at the edge: a value nobody has seen on a rule of 600 an hour, hit by ten
-/// times that at a pace that reaches the limit one to two seconds in, after the replicas
-/// settled (their first reply a tick old): two replicas at 400 requests a second in turn,
-/// four at 300 a second spread at random. Settled replicas then share the room on reads
-/// that miss what the others have not sent yet; before young replicas sent their hits at a
-/// quarter of their prior and settled ones re-read as they spent their share, they
-/// admitted up to 1.25× (two) and 1.2× (four) the limit, `strict` or not.
-fn slow_surges(base: &Scenario) -> Vec<Scenario> {
-    let limit = Limit {
-        requests_per_unit: 600,
-        window_ms: 3_600_000,
-        algorithm: Algorithm::SlidingWindow,
-    };
-    let per_second = |n: f64| n * 3_600.0 / 600.0;
-    vec![
-        Scenario {
-            name: "slow surge, 2 nodes",
-            nodes: 2,
-            limit,
-            loads: vec![even(0, 15_000, per_second(400.0))],
-            windows: 1,
-            // 1.250× the limit on this seed before the fix.
-            seed: 0x5eed_0020,
-            alternate: true,
-            ..base.clone()
-        },
-        Scenario {
-            name: "slow surge, 4 nodes",
-            nodes: 4,
-            limit,
-            loads: vec![even(0, 20_000, per_second(300.0))],
-            windows: 1,
-            // 1.2× the limit on this seed before the fix.
-            seed: 0x5eed_0021,
-            ..base.clone()
-        },
-    ]
-}
-
-/// The scenarios of a fleet's size: within-a-tick bursts and a departure.
-fn burst_and_departure(base: &Scenario) -> Vec<Scenario> {
-    vec![
-        // Within-one-tick bursts on a cold entity: twice (2 and 4 replicas) or ten times (20
-        // and 50) the limit arriving in 100 ms, before any tick could tell one replica what
-        // the others admitted; the 2-replica one on the surge's limit of 600 a minute.
-        Scenario {
-            name: "burst 2x, 2 nodes",
-            nodes: 2,
-            limit: Limit {
-                requests_per_unit: 600,
-                ..base.limit
-            },
-            loads: vec![burst(2.0, &base.limit)],
-            windows: 1,
-            seed: 0x5eed_0007,
-            ..base.clone()
-        },
-        Scenario {
-            name: "burst 2x, 4 nodes",
-            nodes: 4,
-            loads: vec![burst(2.0, &base.limit)],
-            windows: 1,
-            seed: 0x5eed_0008,
-            ..base.clone()
-        },
-        Scenario {
-            name: "burst 10x, 20 nodes",
-            loads: vec![burst(10.0, &base.limit)],
-            windows: 1,
-            seed: 0x5eed_0009,
-            ..base.clone()
-        },
-        Scenario {
-            name: "burst 10x, 50 nodes",
-            nodes: 50,
-            loads: vec![burst(10.0, &base.limit)],
-            windows: 1,
-            seed: 0x5eed_000a,
-            ..base.clone()
-        },
-        // Four replicas at twice the limit; one stops cleanly 30 s into the second window and
-        // its traffic goes to the other three.
-        Scenario {
-            name: "departure",
-            nodes: 4,
-            loads: vec![even(0, 3 * W, 2.0)],
-            departure: Some(Departure {
-                node: 3,
-                at_ms: W + 30_000,
-            }),
-            windows: 3,
-            seed: 0x5eed_000b,
-            ..base.clone()
-        },
-    ]
+    let base = windows::base();
+    windows::scenarios(&base)
+        .into_iter()
+        .chain(buckets::scenarios(&base))
+        .collect()
 }
 
 /// Runs one scenario, for sluice and for the plain design, on the same traffic.
@@ -491,9 +249,9 @@ fn burst_and_departure(base: &Scenario) -> Vec<Scenario> {
 pub fn run(scenario: &Scenario) -> Report {
     let s = scenario;
     let arrivals = traffic::arrivals(s);
-    let phases = traffic::phases(s);
-    let (sluice, sluice_round_trips) = simulate(s, &arrivals, |clock, store| {
-        Fleet::start(&s.limit, s.strict, s.tick_ms, clock, store, &phases)
+    let phases = &traffic::phases(s);
+    let (sluice, sluice_round_trips) = simulate(s, &arrivals, |clock, store| async move {
+        Fleet::start(&s.limit, s.strict, s.tick_ms, clock, &store, phases).await
     });
     let burst = match s.limit.algorithm {
         Algorithm::TokenBucket { burst } => Some(burst),
@@ -502,8 +260,8 @@ pub fn run(scenario: &Scenario) -> Report {
     let (baseline, baseline_round_trips) = match burst {
         // The plain design is a window's (a decayed count); it has no bucket to run.
         Some(_) => (vec![], 0),
-        None => simulate(s, &arrivals, |clock, store| {
-            PlainFleet::start(&s.limit, s.tick_ms, clock, store, &phases)
+        None => simulate(s, &arrivals, |clock, store| async move {
+            PlainFleet::start(&s.limit, s.tick_ms, clock, &store, phases)
         }),
     };
     Report {
@@ -546,10 +304,11 @@ impl Replicas for PlainFleet {
 /// Runs one design over the scenario's arrivals on a fresh paused-time runtime: `start`
 /// brings up its fleet on the clock and store given. Returns the per-window stats and the
 /// store round trips made before the last window ended.
-fn simulate<R, S>(s: &Scenario, arrivals: &[(u64, usize)], start: S) -> (Vec<WindowStats>, u64)
+fn simulate<R, S, F>(s: &Scenario, arrivals: &[(u64, usize)], start: S) -> (Vec<WindowStats>, u64)
 where
     R: Replicas,
-    S: FnOnce(SimClock, &Arc<SimStore>) -> R,
+    S: FnOnce(SimClock, Arc<SimStore>) -> F,
+    F: std::future::Future<Output = R>,
 {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -563,7 +322,7 @@ where
             zero,
         };
         let store = Arc::new(SimStore::new(s.rtt_ms, s.outage, s.restart_at_ms, zero));
-        let fleet = start(clock, &store);
+        let fleet = start(clock, store.clone()).await;
         let end = s.windows * period_ms(s);
         let mut exact = Exact::new(s);
         let mut departure = s.departure;

@@ -4,10 +4,11 @@
 //! at once under the Redis timeout, and keeps all-or-nothing across the calls by giving back
 //! what a call counted when another one refused or failed.
 //!
-//! Redis implements the trait in `redis.rs`, the in-memory store in `sync/memory.rs`; a token
+//! Redis implements the trait in `redis.rs`, the in-memory store in `memory.rs`; a token
 //! bucket item's own steps are in `bucket.rs`.
 
 pub mod bucket;
+mod memory;
 pub mod redis;
 
 use std::future::Future;

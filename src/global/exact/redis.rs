@@ -13,7 +13,7 @@ use deadpool_redis::redis::{self, Value};
 
 use super::bucket as exact_bucket;
 use super::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
-use crate::global::redis::pool::RedisPool;
+use crate::global::redis::pool::{OpenError, RedisPool};
 use crate::global::redis::script::{Call, Lua};
 use crate::global::redis::{RedisOptions, SentinelMaster};
 use crate::global::sync::store::StoreError;
@@ -150,7 +150,7 @@ impl RedisExact {
         cluster: bool,
         sentinel: Option<&SentinelMaster>,
         opts: &RedisOptions,
-    ) -> Result<Vec<(String, RedisExact)>, String> {
+    ) -> Result<Vec<(String, RedisExact)>, OpenError> {
         Ok(RedisPool::open(urls, cluster, sentinel, opts)?
             .into_iter()
             .map(|s| (s.name, Self::on(s.pool, opts)))

@@ -60,6 +60,11 @@ impl std::fmt::Debug for RedisOptions {
     }
 }
 
+/// A `REDIS_URL` entry that is not a Redis URL (shown without its credentials).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}': not a redis:// or rediss:// URL")]
+pub struct UrlError(String);
+
 /// Turns a `REDIS_URL` entry into a URL: `host:port` (the reference's form) gets `redis://`,
 /// or `rediss://` with `tls` (`REDIS_TLS`); `auth` is added when the URL has no credentials
 /// of its own. TLS verifies the server against the system's roots (`SSL_CERT_FILE` names
@@ -67,17 +72,14 @@ impl std::fmt::Debug for RedisOptions {
 ///
 /// # Errors
 /// A scheme other than `redis://` or `rediss://`.
-pub fn normalize_url(raw: &str, auth: Option<&str>, tls: bool) -> Result<String, String> {
+pub fn normalize_url(raw: &str, auth: Option<&str>, tls: bool) -> Result<String, UrlError> {
     let raw = raw.trim();
     let (scheme, rest) = if let Some(r) = raw.strip_prefix("redis://") {
         (if tls { "rediss" } else { "redis" }, r)
     } else if let Some(r) = raw.strip_prefix("rediss://") {
         ("rediss", r)
     } else if raw.contains("://") {
-        return Err(format!(
-            "'{}': not a redis:// or rediss:// URL",
-            redact(raw)
-        ));
+        return Err(UrlError(redact(raw)));
     } else {
         (if tls { "rediss" } else { "redis" }, raw)
     };

@@ -9,5 +9,6 @@ pub(crate) mod pool;
 pub(crate) mod script;
 pub mod sync;
 
-pub use conn::{init_tls, normalize_url, redact, RedisOptions, RedisTls, SentinelMaster};
+pub use conn::{init_tls, normalize_url, redact, RedisOptions, RedisTls, SentinelMaster, UrlError};
+pub use pool::OpenError;
 pub use sync::RedisStore;

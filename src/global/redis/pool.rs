@@ -52,6 +52,28 @@ pub(crate) struct Shard {
     pub pool: RedisPool,
 }
 
+/// Why a shard's pool could not be opened (an unusable URL, say): the shard, named without
+/// credentials ("cluster" for a Redis Cluster), and the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The client could not be made from the URL(s).
+    #[error("{shard}: {source}")]
+    Client {
+        /// The shard, without credentials.
+        shard: String,
+        /// Why.
+        source: RedisError,
+    },
+    /// The pool could not be built.
+    #[error("{shard}: {source}")]
+    Build {
+        /// The shard, without credentials.
+        shard: String,
+        /// Why.
+        source: managed::BuildError,
+    },
+}
+
 impl RedisPool {
     /// The shards of one Redis setting: a standalone server per URL, the master `sentinel`
     /// names found through the sentinels at the URLs, or the cluster reached through them
@@ -65,7 +87,7 @@ impl RedisPool {
         cluster: bool,
         sentinel: Option<&SentinelMaster>,
         opts: &RedisOptions,
-    ) -> Result<Vec<Shard>, String> {
+    ) -> Result<Vec<Shard>, OpenError> {
         Ok(match (cluster, sentinel) {
             (true, _) => vec![Shard {
                 name: format!(
@@ -86,7 +108,7 @@ impl RedisPool {
                         pool: Self::standalone(u, opts)?,
                     })
                 })
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, OpenError>>()?,
         })
     }
 
@@ -94,16 +116,22 @@ impl RedisPool {
     ///
     /// # Errors
     /// When the URL is unusable.
-    pub(crate) fn standalone(url: &str, opts: &RedisOptions) -> Result<Self, String> {
-        let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", redact(url));
-        let info = connection_info(url, &opts.tls).map_err(|e| fail(&e))?;
-        let manager = deadpool_redis::Manager::new(info).map_err(|e| fail(&e))?;
+    pub(crate) fn standalone(url: &str, opts: &RedisOptions) -> Result<Self, OpenError> {
+        let client = |source| OpenError::Client {
+            shard: redact(url),
+            source,
+        };
+        let info = connection_info(url, &opts.tls).map_err(client)?;
+        let manager = deadpool_redis::Manager::new(info).map_err(client)?;
         deadpool_redis::Pool::builder(manager)
             .config(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)))
             .runtime(Runtime::Tokio1)
             .build()
             .map(RedisPool::Single)
-            .map_err(|e| fail(&e))
+            .map_err(|source| OpenError::Build {
+                shard: redact(url),
+                source,
+            })
     }
 
     /// A pool to the master `master` names, found through the sentinels at `sentinels`
@@ -116,31 +144,46 @@ impl RedisPool {
         sentinels: &[String],
         master: &SentinelMaster,
         opts: &RedisOptions,
-    ) -> Result<Self, String> {
-        let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", sentinel_name(sentinels, master));
-        let client = sentinel_client(sentinels, master, opts).map_err(|e| fail(&e))?;
+    ) -> Result<Self, OpenError> {
+        let shard = || sentinel_name(sentinels, master);
+        let client =
+            sentinel_client(sentinels, master, opts).map_err(|source| OpenError::Client {
+                shard: shard(),
+                source,
+            })?;
         let manager = SentinelManager {
             client: tokio::sync::Mutex::new(client),
             pings: std::sync::atomic::AtomicUsize::new(0),
         };
         built(manager, opts)
             .map(RedisPool::Sentinel)
-            .map_err(|e| fail(&e))
+            .map_err(|source| OpenError::Build {
+                shard: shard(),
+                source,
+            })
     }
 
     /// A pool to the Redis Cluster reached through `seeds` (normalized URLs).
     ///
     /// # Errors
     /// When the URLs are unusable.
-    pub(crate) fn cluster(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
-        let client = cluster_client(seeds, opts).map_err(|e| format!("cluster: {e}"))?;
+    pub(crate) fn cluster(seeds: &[String], opts: &RedisOptions) -> Result<Self, OpenError> {
+        // Named "cluster" alone: the seeds are not the shard, and may carry credentials.
+        let shard = || "cluster".to_string();
+        let client = cluster_client(seeds, opts).map_err(|source| OpenError::Client {
+            shard: shard(),
+            source,
+        })?;
         let manager = ClusterManager {
             client,
             pings: std::sync::atomic::AtomicUsize::new(0),
         };
         built(manager, opts)
             .map(RedisPool::Cluster)
-            .map_err(|e| format!("cluster: {e}"))
+            .map_err(|source| OpenError::Build {
+                shard: shard(),
+                source,
+            })
     }
 
     /// Whether the pool is a cluster's: a script call's keys must then share a slot.
@@ -153,12 +196,11 @@ impl RedisPool {
     /// # Errors
     /// When no connection can be made (for Sentinel: no sentinel answers, or none names a
     /// master that answers as one).
-    pub(crate) async fn get(&self) -> Result<PooledConn, String> {
-        let e = |e: managed::PoolError<RedisError>| e.to_string();
+    pub(crate) async fn get(&self) -> Result<PooledConn, managed::PoolError<RedisError>> {
         let inner = match self {
-            RedisPool::Single(p) => Inner::Single(p.get().await.map_err(e)?),
-            RedisPool::Sentinel(p) => Inner::Sentinel(p.get().await.map_err(e)?),
-            RedisPool::Cluster(p) => Inner::Cluster(p.get().await.map_err(e)?),
+            RedisPool::Single(p) => Inner::Single(p.get().await?),
+            RedisPool::Sentinel(p) => Inner::Sentinel(p.get().await?),
+            RedisPool::Cluster(p) => Inner::Cluster(p.get().await?),
         };
         Ok(PooledConn {
             inner: Some(inner),

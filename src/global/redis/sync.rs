@@ -81,7 +81,7 @@
 use deadpool_redis::redis::{self, Value};
 
 use super::conn::{RedisOptions, SentinelMaster};
-use super::pool::{RedisPool, Shard};
+use super::pool::{OpenError, RedisPool, Shard};
 use super::script::{self, Call, Lua};
 
 use crate::global::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
@@ -292,7 +292,7 @@ impl RedisStore {
         cluster: bool,
         sentinel: Option<&SentinelMaster>,
         opts: &RedisOptions,
-    ) -> Result<Vec<RedisStore>, String> {
+    ) -> Result<Vec<RedisStore>, OpenError> {
         Ok(RedisPool::open(urls, cluster, sentinel, opts)?
             .into_iter()
             .map(|s| Self::on(s, opts))
@@ -303,7 +303,7 @@ impl RedisStore {
     ///
     /// # Errors
     /// When the URL is unusable.
-    pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, String> {
+    pub fn new(url: &str, opts: &RedisOptions) -> Result<Self, OpenError> {
         let one = Self::all(std::slice::from_ref(&url.to_string()), false, None, opts)?;
         Ok(one.into_iter().next().expect("one URL, one shard"))
     }
@@ -312,7 +312,7 @@ impl RedisStore {
     ///
     /// # Errors
     /// When the URLs are unusable.
-    pub fn cluster(seeds: &[String], opts: &RedisOptions) -> Result<Self, String> {
+    pub fn cluster(seeds: &[String], opts: &RedisOptions) -> Result<Self, OpenError> {
         let one = Self::all(seeds, true, None, opts)?;
         Ok(one.into_iter().next().expect("a cluster is one shard"))
     }

@@ -1,4 +1,5 @@
-//! An in-memory [`ShardStore`] and [`ExactStore`]: per-epoch counters in maps, one part per
+//! An in-memory [`ShardStore`] (its exact rules' side, `ExactStore`, is in
+//! `global/exact/memory.rs`): per-epoch counters in maps, one part per
 //! replica, as Redis holds them (`global/redis/sync.rs`), and the replicas' heartbeats (id → last seen).
 //! The sync tests and the fleet simulator run the production sync code against it, and the
 //! exact rules' tests the exact path; [`MemoryStore::flush_all`] is a Redis that restarted
@@ -12,7 +13,6 @@ use parking_lot::Mutex;
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
 use crate::core::fleet::Part;
 use crate::core::gcra;
-use crate::global::exact::{apply, ExactCounters, ExactFuture, ExactItem, ExactStore};
 
 /// A counter: each replica's part (its hits and refunds so far).
 pub type Parts = HashMap<u64, Part>;
@@ -88,55 +88,6 @@ pub struct MemoryStore {
     pub buckets: Mutex<HashMap<(u128, u8), Bucket>>,
     /// Live replicas: id → last seen (Unix ms).
     pub replicas: Mutex<HashMap<u64, u64>>,
-}
-
-impl ExactStore for MemoryStore {
-    fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
-        Box::pin(async move {
-            self.exact_calls.fetch_add(1, Ordering::Relaxed);
-            if self.down.load(Ordering::Relaxed) {
-                return Err(StoreError::Backend("connection refused".into()));
-            }
-            let mut windows = self.exact.lock();
-            let mut buckets = self.exact_buckets.lock();
-            let mut maps = ExactMaps {
-                windows: &mut windows,
-                buckets: &mut buckets,
-            };
-            Ok(apply(items, commit, &mut maps))
-        })
-    }
-}
-
-/// The exact maps under their locks, as [`apply`] reads and writes them.
-struct ExactMaps<'a> {
-    windows: &'a mut HashMap<(u128, u8, u64), u64>,
-    buckets: &'a mut HashMap<(u128, u8), u64>,
-}
-
-impl ExactCounters for ExactMaps<'_> {
-    fn read(&mut self, entity: u128, limit: u8, epoch: u64) -> u64 {
-        self.windows
-            .get(&(entity, limit, epoch))
-            .copied()
-            .unwrap_or(0)
-    }
-    fn add(&mut self, entity: u128, limit: u8, epoch: u64, delta: i64) {
-        let v = self.windows.entry((entity, limit, epoch)).or_default();
-        *v = (*v as i64 + delta).max(0) as u64;
-    }
-    fn tat(&mut self, entity: u128, limit: u8) -> u64 {
-        self.buckets.get(&(entity, limit)).copied().unwrap_or(0)
-    }
-    fn set_tat(&mut self, entity: u128, limit: u8, tat_ns: u64) {
-        // As the script: a full bucket's key is deleted (an absent key reads as full). Keys
-        // never expire here; a stale `tat` reads as full as well.
-        if tat_ns == 0 {
-            self.buckets.remove(&(entity, limit));
-        } else {
-            self.buckets.insert((entity, limit), tat_ns);
-        }
-    }
 }
 
 impl MemoryStore {

@@ -16,5 +16,5 @@ pub mod store;
 pub use clock_offset::measure_offset;
 pub use health::ShardHealth;
 pub use queue::{ShardRouter, SyncQueues, SyncStats};
-pub use shard::{ShardSync, SyncSettings};
+pub use shard::ShardSync;
 pub use store::{new_replica_id, Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};

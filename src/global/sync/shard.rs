@@ -30,6 +30,7 @@
 //! the rate it saw between replies; `core/fleet.rs` and `core/prior.rs` explain the estimate.
 //!
 //! [`WindowState::begin_sync`]: crate::core::WindowState::begin_sync
+//! [`SyncPolicy`]: crate::core::tier::SyncPolicy
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -45,35 +46,9 @@ use super::queue::SyncQueues;
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::table::EntityState;
-use crate::core::tier::{SyncPolicy, Tier};
+use crate::core::tier::Tier;
 use crate::core::{Limit, Plan};
-
-/// How the shard tasks run.
-#[derive(Debug, Clone, Copy)]
-pub struct SyncSettings {
-    /// Tick and tier cadence.
-    pub policy: SyncPolicy,
-    /// Timeout of one store call.
-    pub timeout: Duration,
-    /// First backoff after a failure; doubles up to `backoff_max`.
-    pub backoff_min: Duration,
-    /// Longest backoff.
-    pub backoff_max: Duration,
-    /// Most items in one store call.
-    pub max_batch: usize,
-}
-
-impl Default for SyncSettings {
-    fn default() -> Self {
-        SyncSettings {
-            policy: SyncPolicy::default(),
-            timeout: Duration::from_millis(100),
-            backoff_min: Duration::from_millis(200),
-            backoff_max: Duration::from_secs(5),
-            max_batch: 20_000,
-        }
-    }
-}
+use crate::global::config::SyncSettings;
 
 /// The most burst reads (`core/prior.rs`) a shard makes between two ticks: half of what
 /// [`BURST_MIN_GAP`] lets through in the 100 ms after a young entity's first reply during
@@ -227,32 +202,47 @@ impl<S: ShardStore> ShardSync<S> {
                 }
             }
             self.settle_reads(&mut reads).await;
-            // Wake-ups up to now are served by this tick.
-            let _ = futures_util::FutureExt::now_or_never(self.queues.woken(self.index));
-            let _ = futures_util::FutureExt::now_or_never(self.queues.burst_woken(self.index));
-            let _ = futures_util::FutureExt::now_or_never(self.queues.send_woken(self.index));
+            self.forget_wakeups();
             early_done = false;
             sends = 0;
             burst_wanted = false;
             bursts = 0;
-            match self.tick(false).await {
-                Ok(()) => {
-                    backoff = self.settings.backoff_min;
-                    next += tick;
-                    // After a long stall, tick from now rather than catching up in a burst.
-                    next = next.max(tokio::time::Instant::now());
-                }
-                Err(_) => {
-                    next = tokio::time::Instant::now() + backoff.max(tick);
-                    backoff = (backoff * 2).min(self.settings.backoff_max);
-                }
-            }
+            self.scheduled_tick(tick, &mut next, &mut backoff).await;
         }
         self.settle_reads(&mut reads).await;
         if let Err(e) = self.tick(true).await {
             tracing::error!(shard = %self.health.name, error = %e, "final flush failed; unsent hits are lost");
         } else {
             tracing::info!(shard = %self.health.name, "final flush done");
+        }
+    }
+
+    /// Wake-ups up to now are served by the tick about to run.
+    fn forget_wakeups(&self) {
+        let _ = futures_util::FutureExt::now_or_never(self.queues.woken(self.index));
+        let _ = futures_util::FutureExt::now_or_never(self.queues.burst_woken(self.index));
+        let _ = futures_util::FutureExt::now_or_never(self.queues.send_woken(self.index));
+    }
+
+    /// A tick of [`ShardSync::run`], and when the next is due: `tick` after this one's time,
+    /// or after a backoff (doubling up to the most) when it failed.
+    async fn scheduled_tick(
+        &self,
+        tick: Duration,
+        next: &mut tokio::time::Instant,
+        backoff: &mut Duration,
+    ) {
+        match self.tick(false).await {
+            Ok(()) => {
+                *backoff = self.settings.backoff_min;
+                *next += tick;
+                // After a long stall, tick from now rather than catching up in a burst.
+                *next = (*next).max(tokio::time::Instant::now());
+            }
+            Err(_) => {
+                *next = tokio::time::Instant::now() + (*backoff).max(tick);
+                *backoff = (*backoff * 2).min(self.settings.backoff_max);
+            }
         }
     }
 

@@ -180,7 +180,7 @@ pub trait ShardStore: Send + Sync + 'static {
 }
 
 /// A random id for this replica's part of every counter: drawn once per process start (by
-/// `global::start`), so a restarted replica is a new replica. No two live replicas share one
+/// `global::spawn`), so a restarted replica is a new replica. No two live replicas share one
 /// but by a 2^-64 chance; if they did, their parts would merge, and only the rebuilding after
 /// a Redis restart would lose precision (a shared part is raised to the larger of the two).
 pub fn new_replica_id() -> u64 {

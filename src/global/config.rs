@@ -1,0 +1,141 @@
+//! Global mode's own settings: where the counters live ([`RedisSettings`], the per-second
+//! Redis) and how the sync runs ([`SyncConfig`]), gathered in [`Config`]. The process settings
+//! (`settings/`) build them from flags and the environment; nothing here reads either.
+
+use std::time::Duration;
+
+use crate::core::tier::SyncPolicy;
+use crate::global::redis::{RedisOptions, SentinelMaster};
+
+/// Global mode: the Redis (and per-second Redis) the fleet syncs through, and the sync's
+/// cadence and bounds. `Settings::global` builds it; [`crate::global::connect`] and
+/// [`crate::global::spawn`] take it.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The shared Redis.
+    pub redis: RedisSettings,
+    /// `REDIS_PERSECOND`: a Redis of their own for limits whose unit is second.
+    pub per_second: Option<PerSecondRedis>,
+    /// How the sync runs.
+    pub sync: SyncConfig,
+}
+
+impl Config {
+    /// Global mode on `redis` (and `per_second`), syncing with `sync` and at most
+    /// `max_queued` entities waiting.
+    pub fn new(
+        redis: RedisSettings,
+        per_second: Option<PerSecondRedis>,
+        sync: SyncSettings,
+        max_queued: usize,
+    ) -> Self {
+        let per_second_timeout = per_second.as_ref().map_or(sync.timeout, |p| p.timeout);
+        Config {
+            redis,
+            per_second,
+            sync: SyncConfig {
+                per_second_timeout,
+                ..SyncConfig::new(sync, max_queued)
+            },
+        }
+    }
+}
+
+/// How [`crate::global::spawn`] runs the sync, whatever the stores are (Redis, or the
+/// simulator's in-memory one).
+#[derive(Debug, Clone, Copy)]
+pub struct SyncConfig {
+    /// Cadence, timeouts and bounds of every shard's task; `settings.timeout` is the main
+    /// Redis's call timeout.
+    pub settings: SyncSettings,
+    /// Most entities waiting to sync (`SYNC_MAX_QUEUED`).
+    pub max_queued: usize,
+    /// Timeout of one call to a per-second shard (`REDIS_PERSECOND_TIMEOUT`).
+    pub per_second_timeout: Duration,
+    /// This replica's id in the store: `None` draws one at random, as production does; the
+    /// simulator names each node so that its runs repeat.
+    pub replica_id: Option<u64>,
+    /// How long the sync tasks wait before their first run: none in production; the
+    /// simulator staggers its nodes' ticks as nodes started apart would be.
+    pub first_run_after: Duration,
+}
+
+impl SyncConfig {
+    /// `settings` for every shard, at most `max_queued` entities waiting, a random replica
+    /// id, no wait.
+    pub fn new(settings: SyncSettings, max_queued: usize) -> Self {
+        SyncConfig {
+            settings,
+            max_queued,
+            per_second_timeout: settings.timeout,
+            replica_id: None,
+            first_run_after: Duration::ZERO,
+        }
+    }
+}
+
+/// How the shard tasks run.
+#[derive(Debug, Clone, Copy)]
+pub struct SyncSettings {
+    /// Tick and tier cadence.
+    pub policy: SyncPolicy,
+    /// Timeout of one store call.
+    pub timeout: Duration,
+    /// First backoff after a failure; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Longest backoff.
+    pub backoff_max: Duration,
+    /// Most items in one store call.
+    pub max_batch: usize,
+}
+
+impl Default for SyncSettings {
+    fn default() -> Self {
+        SyncSettings {
+            policy: SyncPolicy::default(),
+            timeout: Duration::from_millis(100),
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(5),
+            max_batch: 20_000,
+        }
+    }
+}
+
+/// Where global mode keeps the fleet's counters.
+#[derive(Clone)]
+pub struct RedisSettings {
+    /// Normalized URLs (credentials included: never log them; use `redis::redact`).
+    pub urls: Vec<String>,
+    /// A Redis Cluster (the URLs are seeds) rather than standalone shards.
+    pub cluster: bool,
+    /// Sentinel (`REDIS_TYPE=SENTINEL`): the URLs are the sentinels, with their own
+    /// credentials (`REDIS_SENTINEL_AUTH`), and this is the master they name.
+    pub sentinel: Option<SentinelMaster>,
+    /// Auth, prefix, pool size.
+    pub options: RedisOptions,
+}
+
+/// `REDIS_PERSECOND`: where the counters of limits whose unit is second go instead.
+#[derive(Debug, Clone)]
+pub struct PerSecondRedis {
+    /// The per-second Redis (`REDIS_PERSECOND_URL`, `_TYPE`, `_AUTH`, ...).
+    pub redis: RedisSettings,
+    /// Timeout of one call to it (`REDIS_PERSECOND_TIMEOUT`, else `REDIS_TIMEOUT`).
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self
+            .urls
+            .iter()
+            .map(|u| crate::global::redis::redact(u))
+            .collect();
+        f.debug_struct("RedisSettings")
+            .field("urls", &urls)
+            .field("cluster", &self.cluster)
+            .field("sentinel", &self.sentinel)
+            .field("options", &self.options)
+            .finish()
+    }
+}

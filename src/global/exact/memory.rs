@@ -1,0 +1,60 @@
+//! The in-memory store's exact rules' side: [`MemoryStore`]'s exact counters and token
+//! buckets (apart from the sync's, as in Redis) behind [`ExactStore`], worked out by the same
+//! [`apply`] as the Lua script's twin. Here rather than in `sync/memory.rs` so that the sync
+//! imports nothing of the exact rules.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use super::{apply, ExactCounters, ExactFuture, ExactItem, ExactStore};
+use crate::global::sync::memory::MemoryStore;
+use crate::global::sync::store::StoreError;
+
+impl ExactStore for MemoryStore {
+    fn exact<'a>(&'a self, items: &'a [ExactItem], commit: bool) -> ExactFuture<'a> {
+        Box::pin(async move {
+            self.exact_calls.fetch_add(1, Ordering::Relaxed);
+            if self.down.load(Ordering::Relaxed) {
+                return Err(StoreError::Backend("connection refused".into()));
+            }
+            let mut windows = self.exact.lock();
+            let mut buckets = self.exact_buckets.lock();
+            let mut maps = ExactMaps {
+                windows: &mut windows,
+                buckets: &mut buckets,
+            };
+            Ok(apply(items, commit, &mut maps))
+        })
+    }
+}
+
+/// The exact maps under their locks, as [`apply`] reads and writes them.
+struct ExactMaps<'a> {
+    windows: &'a mut HashMap<(u128, u8, u64), u64>,
+    buckets: &'a mut HashMap<(u128, u8), u64>,
+}
+
+impl ExactCounters for ExactMaps<'_> {
+    fn read(&mut self, entity: u128, limit: u8, epoch: u64) -> u64 {
+        self.windows
+            .get(&(entity, limit, epoch))
+            .copied()
+            .unwrap_or(0)
+    }
+    fn add(&mut self, entity: u128, limit: u8, epoch: u64, delta: i64) {
+        let v = self.windows.entry((entity, limit, epoch)).or_default();
+        *v = (*v as i64 + delta).max(0) as u64;
+    }
+    fn tat(&mut self, entity: u128, limit: u8) -> u64 {
+        self.buckets.get(&(entity, limit)).copied().unwrap_or(0)
+    }
+    fn set_tat(&mut self, entity: u128, limit: u8, tat_ns: u64) {
+        // As the script: a full bucket's key is deleted (an absent key reads as full). Keys
+        // never expire here; a stale `tat` reads as full as well.
+        if tat_ns == 0 {
+            self.buckets.remove(&(entity, limit));
+        } else {
+            self.buckets.insert((entity, limit), tat_ns);
+        }
+    }
+}

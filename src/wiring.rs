@@ -1,0 +1,317 @@
+//! The steps `Service::start` (lib.rs) takes, each a piece of the running service: the rules
+//! at start, global mode, the rules source (files or xDS), the reference's metric outlets,
+//! the gRPC and HTTP servers, gRPC health and xDS readiness, the idle-entity sweeper.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::core::clock::Clock;
+use crate::global::{self, Global};
+use crate::rls::RateLimiter;
+use crate::rules::{self, model::ConfigError};
+use crate::server::grpc::{self, RlsService};
+use crate::server::grpc_conn::GrpcLimits;
+use crate::server::reload::{self, ReloadStatus};
+use crate::server::shutdown::Readiness;
+use crate::server::xds::{XdsClient, XdsSettings};
+use crate::server::{self, http};
+use crate::settings::Settings;
+use crate::telemetry::{self, Telemetry};
+use crate::RunError;
+
+/// A server task and the token that stops it.
+pub(crate) struct ServerTask<E> {
+    pub(crate) stop: CancellationToken,
+    pub(crate) task: JoinHandle<Result<(), E>>,
+}
+
+/// The rules at start: from the files (a first load, counted), or none until the xDS
+/// management server sends a set.
+pub(crate) async fn load_rules(
+    settings: &Settings,
+    telemetry: &Telemetry,
+) -> Result<(rules::RuleSet, Vec<String>), RunError> {
+    if let Some(xds) = &settings.xds {
+        // No rules until the management server sends a set: every request is allowed
+        // meanwhile, and the service is not ready (docs/operations.md, "Rules over xDS").
+        tracing::info!(url = %xds.server_url, node = %xds.node_id, "rules come over xDS");
+        return Ok((rules::RuleSet::default(), Vec::new()));
+    }
+    // On a blocking thread, as every later reload: other tasks (exporters, a caller's own)
+    // share this runtime.
+    let (path, merge) = (settings.config_path.clone(), settings.merge_domains);
+    let (rules, files) = tokio::task::spawn_blocking(move || reload::load_path(&path, merge))
+        .await
+        .unwrap_or_else(|e| {
+            Err(vec![ConfigError::new(
+                "rules",
+                format!("the load did not finish: {e}"),
+            )])
+        })
+        .map_err(RunError::Rules)?;
+    tracing::info!(path = %settings.config_path.display(), rules = rules.rules().len(), "rules loaded");
+    telemetry.config_load(telemetry::ConfigLoad::Success);
+    Ok((rules, files))
+}
+
+/// Global mode, when a Redis is set: its stores opened and its tasks started, stopping on
+/// `stop`.
+pub(crate) async fn start_global(
+    settings: &Settings,
+    clock: Arc<dyn Clock>,
+    telemetry: &Telemetry,
+    stop: &CancellationToken,
+) -> Result<Option<Global>, RunError> {
+    let Some(config) = settings.global() else {
+        return Ok(None);
+    };
+    let stores = global::connect(&config)?;
+    let g = global::spawn(config.sync, stores, clock, telemetry, stop.clone()).await;
+    Ok(Some(g))
+}
+
+/// Where new rules come from until `stop`: the xDS client (and the channel its accepted sets'
+/// domain counts come on), or the rules directory's watcher.
+pub(crate) fn spawn_rules_source(
+    settings: &Settings,
+    limiter: &Arc<RateLimiter>,
+    status: &Arc<ReloadStatus>,
+    stop: &CancellationToken,
+) -> Result<(JoinHandle<()>, watch::Receiver<Option<usize>>), RunError> {
+    let (loaded_tx, loaded) = watch::channel(None);
+    let task = match &settings.xds {
+        Some(xds) => {
+            let client = XdsClient {
+                settings: xds.clone(),
+                merge_domains: settings.merge_domains,
+                limiter: limiter.clone(),
+                status: status.clone(),
+            };
+            tokio::spawn(client.run(loaded_tx, stop.clone()))
+        }
+        None => reload::spawn_watcher(
+            settings.config_path.clone(),
+            settings.merge_domains,
+            settings.reload_debounce,
+            limiter.clone(),
+            status.clone(),
+            stop.clone(),
+        )?,
+    };
+    Ok((task, loaded))
+}
+
+/// The reference's metric outlets, when on: statsd, and the Prometheus port.
+pub(crate) async fn spawn_reporters(
+    settings: &Settings,
+    telemetry: &Arc<Telemetry>,
+    stop: &CancellationToken,
+) -> Result<(), RunError> {
+    if let Some(statsd) = &settings.statsd {
+        server::statsd::spawn(statsd.clone(), telemetry.clone(), stop.clone());
+    }
+    if let Some(p) = &settings.prometheus {
+        let listener = TcpListener::bind(p.addr)
+            .await
+            .map_err(|source| RunError::Bind {
+                addr: p.addr,
+                source,
+            })?;
+        let router = server::prometheus_ref::router(&p.path, telemetry.clone());
+        tokio::spawn(http::serve(
+            listener,
+            router,
+            http_limits(settings),
+            stop.clone().cancelled_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// The gRPC port's bounds, its connections fitted to the open-files limit.
+pub(crate) fn grpc_limits(settings: &Settings) -> GrpcLimits {
+    GrpcLimits {
+        // Room for the admin port's connections, Redis, the rules' files and the rest.
+        max_connections: server::nofile::fit_connections(
+            settings.grpc_limits.max_connections,
+            settings.http_max_connections + 256,
+        ),
+        ..settings.grpc_limits
+    }
+}
+
+/// The gRPC health service name envoyproxy/ratelimit answers for: probes and Envoy health
+/// checks written for it ask for this name rather than the RLS service's full name.
+const REFERENCE_HEALTH_NAME: &str = "ratelimit";
+
+/// Sets the gRPC health of the RLS service, of the whole server (""), and of the reference's
+/// name.
+pub(crate) async fn set_health(health: &tonic_health::server::HealthReporter, serving: bool) {
+    let status = if serving {
+        tonic_health::ServingStatus::Serving
+    } else {
+        tonic_health::ServingStatus::NotServing
+    };
+    health
+        .set_service_status(
+            <RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+    for name in ["", REFERENCE_HEALTH_NAME] {
+        health.set_service_status(name, status).await;
+    }
+}
+
+/// Turns the service ready: at once with rules from files; over xDS, as the sets the client
+/// accepts say (the task that does so, for `stop` to end first).
+pub(crate) fn turn_ready(
+    settings: &Settings,
+    loaded: watch::Receiver<Option<usize>>,
+    readiness: &Arc<Readiness>,
+    health: &tonic_health::server::HealthReporter,
+) -> Option<ServerTask<std::convert::Infallible>> {
+    match &settings.xds {
+        Some(xds) => Some(spawn_xds_readiness(
+            xds,
+            loaded,
+            readiness.clone(),
+            health.clone(),
+        )),
+        None => {
+            readiness.set(true);
+            None
+        }
+    }
+}
+
+/// xDS: readiness (and gRPC health) follow the sets the client accepts: not ready until the
+/// first one, unless `force_start`; with `need_a_domain`, ready only while the set in force
+/// has a domain (the reference's `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+fn spawn_xds_readiness(
+    xds: &XdsSettings,
+    mut loaded: watch::Receiver<Option<usize>>,
+    readiness: Arc<Readiness>,
+    health: tonic_health::server::HealthReporter,
+) -> ServerTask<std::convert::Infallible> {
+    let (force_start, need_a_domain) = (xds.force_start, xds.need_a_domain);
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let task = tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let ready = match *loaded.borrow_and_update() {
+                None => force_start,
+                Some(domains) => !need_a_domain || domains > 0,
+            };
+            if last != Some(ready) {
+                if ready {
+                    tracing::info!("ready: rules over xDS in force");
+                } else {
+                    tracing::info!("not ready: no rules over xDS in force yet");
+                }
+                readiness.set(ready);
+                set_health(&health, ready).await;
+                last = Some(ready);
+            }
+            tokio::select! {
+                _ = token.cancelled() => return Ok(()),
+                changed = loaded.changed() => if changed.is_err() { return Ok(()) },
+            }
+        }
+    });
+    ServerTask { stop, task }
+}
+
+/// Sweeps idle entities out of the table once a second until `stop` (on a blocking thread:
+/// a slice of a full table takes a few milliseconds).
+pub(crate) fn spawn_sweeper(limiter: Arc<RateLimiter>, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = every.tick() => {
+                    let limiter = limiter.clone();
+                    let _ = tokio::task::spawn_blocking(move || limiter.sweep()).await;
+                }
+            }
+        }
+    });
+}
+
+/// Starts the gRPC server: the RLS service, health and reflection; over TLS when `tls` is set.
+pub(crate) fn serve_grpc(
+    listener: TcpListener,
+    tls: Option<&server::tls::GrpcTls>,
+    limits: GrpcLimits,
+    health: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    rls: RlsService,
+) -> Result<ServerTask<tonic::transport::Error>, RunError> {
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(grpc::FILE_DESCRIPTOR_SET)
+    };
+    let stop = CancellationToken::new();
+    let router = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(limits.max_concurrent_streams))
+        .timeout(limits.request_timeout)
+        .layer(server::grpc_conn::InflightLimit::new(
+            limits.max_concurrent_requests,
+        ))
+        .add_service(health)
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(rls.into_server());
+    let signal = stop.clone().cancelled_owned();
+    let task = match tls {
+        Some(tls) => {
+            let handshake = server::tls::handshake(server::tls::server_config(tls)?);
+            let incoming = server::grpc_conn::incoming(listener, limits, handshake);
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
+        }
+        None => {
+            let incoming =
+                server::grpc_conn::incoming(listener, limits, |tcp| std::future::ready(Ok(tcp)));
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
+        }
+    };
+    Ok(ServerTask { stop, task })
+}
+
+/// The HTTP listeners' bounds (the admin port, and the reference's Prometheus port).
+pub(crate) fn http_limits(settings: &Settings) -> http::HttpLimits {
+    http::HttpLimits {
+        header_read_timeout: settings.http_header_read_timeout,
+        idle_timeout: settings.http_idle_timeout,
+        max_connections: settings.http_max_connections,
+    }
+}
+
+/// Starts the HTTP admin server, with the connection limits that keep it from starving gRPC.
+pub(crate) fn serve_http(
+    listener: TcpListener,
+    state: http::AdminState,
+    settings: &Settings,
+) -> ServerTask<std::io::Error> {
+    let stop = CancellationToken::new();
+    let server = http::serve(
+        listener,
+        http::router(state),
+        http_limits(settings),
+        stop.clone().cancelled_owned(),
+    );
+    ServerTask {
+        stop,
+        task: tokio::spawn(server),
+    }
+}
