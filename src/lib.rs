@@ -26,13 +26,13 @@
 pub mod cli;
 pub mod core;
 pub mod global;
-pub mod otel;
 pub mod rls;
 pub mod rules;
 pub mod server;
 pub mod settings;
 #[cfg(feature = "tools")]
 pub mod sim;
+pub mod sources;
 pub mod telemetry;
 
 use std::future::Future;
@@ -52,12 +52,13 @@ use crate::rls::RateLimiter;
 use crate::rules::model::ConfigError;
 use crate::server::grpc::{self, RlsService};
 use crate::server::grpc_conn::GrpcLimits;
-use crate::server::reload::ReloadStatus;
+use crate::server::http;
 use crate::server::shutdown::Readiness;
-use crate::server::xds::{XdsClient, XdsSettings};
-use crate::server::{http, reload};
 use crate::settings::Settings;
-use crate::telemetry::Telemetry;
+use crate::sources::files as reload;
+use crate::sources::files::ReloadStatus;
+use crate::sources::xds::{XdsClient, XdsSettings};
+use crate::telemetry::{otel, Telemetry};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 /// Why the service could not start or stopped with an error.
@@ -310,7 +311,7 @@ impl Service {
         };
         spawn_sweeper(limiter.clone(), background.clone());
         if let Some(statsd) = &settings.statsd {
-            server::statsd::spawn(statsd.clone(), telemetry.clone(), background.clone());
+            telemetry::statsd::spawn(statsd.clone(), telemetry.clone(), background.clone());
         }
         if let Some(p) = &settings.prometheus {
             let listener = TcpListener::bind(p.addr)
@@ -319,7 +320,7 @@ impl Service {
                     addr: p.addr,
                     source,
                 })?;
-            let router = server::prometheus_ref::router(&p.path, telemetry.clone());
+            let router = telemetry::prometheus_ref::router(&p.path, telemetry.clone());
             tokio::spawn(http::serve(
                 listener,
                 router,

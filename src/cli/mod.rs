@@ -1,6 +1,8 @@
-//! The command-line clients: `sluice check` (validate rules), `sluice query` (one request) and
-//! `sluice load` (a load generator with latency percentiles).
+//! The command line (`args.rs`: the top-level command and the client subcommands' flags) and
+//! the clients: `sluice check` (validate rules), `sluice query` (one request) and `sluice load`
+//! (a load generator with latency percentiles).
 
+mod args;
 #[cfg(feature = "tools")]
 pub mod load;
 
@@ -17,13 +19,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::settings::{CheckArgs, QueryArgs};
+pub use args::{CheckArgs, Cli, Command, LoadArgs, QueryArgs};
 
 /// `sluice check`: validates every file (directories are expanded) and lists every error.
 pub fn check(args: &CheckArgs) -> ExitCode {
     let mut files = Vec::new();
     for p in &args.paths {
-        match crate::server::reload::rule_files(p) {
+        match crate::sources::files::rule_files(p) {
             Ok(mut f) => files.append(&mut f),
             Err(e) => {
                 eprintln!("{e}");
@@ -31,7 +33,7 @@ pub fn check(args: &CheckArgs) -> ExitCode {
             }
         }
     }
-    match crate::server::reload::load_files(&files, args.merge_domain_config) {
+    match crate::sources::files::load_files(&files, args.merge_domain_config) {
         Ok(set) => {
             println!(
                 "OK: {} rule(s) in {} file(s)",

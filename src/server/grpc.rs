@@ -18,8 +18,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
-use crate::otel::{Tracer, Via};
 use crate::rls::RateLimiter;
+use crate::telemetry::otel::{Tracer, Via};
 
 /// The encoded `FileDescriptorSet` of the RLS protos, for reflection (see proto-vendor/).
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("../../proto-vendor/rls_descriptor_set.bin");

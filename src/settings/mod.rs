@@ -4,7 +4,7 @@
 //! from the flags and an injected environment ([`SettingsSource`]) and reports every bad
 //! setting at once.
 //!
-//! Files: `cli.rs` (clap definitions and `serve`'s settings table), `source.rs` (the
+//! Files: `flags.rs` (`serve`'s settings table and its clap arguments), `source.rs` (the
 //! environment source, lookup and value parsers), this file (resolving, per area), `tests.rs`.
 
 use std::net::SocketAddr;
@@ -15,22 +15,20 @@ use crate::core::table::CacheSettings;
 use crate::core::SyncPolicy;
 use crate::global::redis::{normalize_url, RedisOptions, RedisTls, SentinelMaster};
 use crate::global::SyncSettings;
-use crate::otel::{Endpoints, OtlpSettings, Protocol};
 use crate::rls::{HeaderNames, Options};
 use crate::server::grpc_conn::GrpcLimits;
-use crate::server::prometheus_ref::PrometheusSettings;
-use crate::server::statsd::StatsdSettings;
 use crate::server::tls::{self, GrpcTls};
-use crate::server::xds::{connect, XdsSettings, XdsTls};
+use crate::sources::xds::{connect, XdsSettings, XdsTls};
+use crate::telemetry::otel::{Endpoints, OtlpSettings, Protocol};
+use crate::telemetry::prometheus_ref::PrometheusSettings;
+use crate::telemetry::statsd::StatsdSettings;
 use crate::telemetry::{SeriesBounds, MIN_KEY_BYTES};
 
-mod cli;
+mod flags;
 pub mod reference;
 mod source;
 
-pub use cli::{
-    spec_of, CheckArgs, Cli, Command, LoadArgs, QueryArgs, ServeArgs, Shape, Spec, SERVE,
-};
+pub use flags::{spec_of, ServeArgs, Shape, Spec, SERVE};
 pub use source::{NoEnv, SettingsSource};
 
 use source::{

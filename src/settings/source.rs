@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::cli::{spec_of, ServeArgs};
+use super::flags::{spec_of, ServeArgs};
 use super::SettingsError;
 
 /// The environment settings are read from. main.rs passes the process's; tests pass a map.

@@ -2,6 +2,7 @@
 //! process's own.
 
 use super::*;
+use crate::cli::{Cli, Command};
 use clap::Parser;
 
 /// `sluice serve ARGS` with environment `env`: never the process's own.
@@ -458,7 +459,7 @@ fn the_docs_list_every_reference_variable_as_the_code_treats_it() {
     for &(name, t) in REFERENCE_ENV {
         match t {
             Treatment::Same | Treatment::Mapped(_) => {
-                assert!(cli::spec_of(name).is_some(), "{name} is a sluice setting");
+                assert!(flags::spec_of(name).is_some(), "{name} is a sluice setting");
             }
             // A value no list accepts: it warns, or it is refused, naming the variable.
             Treatment::Ignored(..) => {
@@ -676,7 +677,7 @@ fn bad_xds_settings_are_reported() {
 
 #[test]
 fn otlp_settings_have_the_references_defaults_and_meanings() {
-    use crate::otel::Protocol;
+    use crate::telemetry::otel::Protocol;
     let s = resolve(&[], &[]).unwrap().otlp;
     assert!(!s.tracing && !s.metrics);
     assert_eq!(s.protocol, Protocol::Http);

@@ -26,7 +26,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::rls::RateLimiter;
-use crate::server::reload::{self, ReloadStatus};
+use crate::sources::files::{self as reload, ReloadStatus};
 use crate::telemetry::ConfigLoad;
 
 pub mod connect;

@@ -13,6 +13,10 @@
 //! per-rule counters itself, every series exactly, rather than through the SDK, whose
 //! cardinality limit folds extra series into one that reads a single value.
 
+pub mod otel;
+pub mod prometheus_ref;
+pub mod statsd;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
