@@ -12,7 +12,14 @@
 //! past it their hits go to the rule's own series, so no hit is lost. `/metrics` writes the
 //! per-rule counters itself, every series exactly, rather than through the SDK, whose
 //! cardinality limit folds extra series into one that reads a single value.
+//!
+//! Files: this one (the pipeline, [`Telemetry`], and its registration helpers), `names.rs`
+//! (every metric's name, help and kind), `rules.rs` (per-rule stats and their registry),
+//! `service.rs` (the service's counters, the response-time histogram), `otel.rs` (OTLP
+//! traces and metrics) with `trace_context.rs` (W3C/B3 headers), and the reference's
+//! exporters: `statsd.rs` (`USE_STATSD`) and `prometheus_ref.rs` (`USE_PROMETHEUS`).
 
+pub mod names;
 pub mod otel;
 pub mod prometheus_ref;
 mod rules;
@@ -20,9 +27,9 @@ mod service;
 pub mod statsd;
 mod trace_context;
 
+pub use names::{Kind, Metric, RULE_COUNTERS};
 pub use rules::{
     bounded_key, ReadCounter, RuleStats, RuleStatsRegistry, SeriesBounds, MIN_KEY_BYTES,
-    RULE_COUNTERS,
 };
 pub use service::{ResponseTimes, ServiceStats, RESPONSE_BUCKETS_NS};
 
@@ -68,8 +75,9 @@ pub enum ConfigLoad {
     Error,
 }
 
-/// A row of a table of internal counters: name, help, and how to read it from the stats.
-pub type CounterRow<S> = (&'static str, &'static str, fn(&S) -> u64);
+/// A row of a table of internal counters: the metric (from [`names`]), and how to read it
+/// from the stats.
+pub type CounterRow<S> = (Metric, fn(&S) -> u64);
 
 impl Telemetry {
     /// Builds the pipeline and registers every instrument.
@@ -100,7 +108,7 @@ impl Telemetry {
             .with_view(|i: &opentelemetry_sdk::metrics::Instrument| {
                 // Room for every series the rule counters' callbacks observe, so the SDK never
                 // folds some into its overflow series (which reads one value, not a sum).
-                i.name().starts_with("ratelimit_").then(|| {
+                i.name().starts_with(names::RULE_COUNTER_PREFIX).then(|| {
                     opentelemetry_sdk::metrics::Stream::builder()
                         .with_cardinality_limit(OTLP_MAX_RULE_SERIES)
                         .build()
@@ -114,8 +122,8 @@ impl Telemetry {
 
         register_service_counters(&meter, &service);
         let config_loads = meter
-            .u64_counter("sluice_config_load_total")
-            .with_description("Rules loads, by result")
+            .u64_counter(names::CONFIG_LOADS.name)
+            .with_description(names::CONFIG_LOADS.help)
             .build();
         // Present from the start, so alerts on errors see a zero before the first failure.
         config_loads.add(0, &[KeyValue::new("result", "success")]);
@@ -131,8 +139,7 @@ impl Telemetry {
         };
         let rules = t.rules.clone();
         t.labelled_gauge(
-            "sluice_metric_series",
-            "Per-rule metric series, by kind: operator (one per rule in force) and client (made from client input, at most METRICS_MAX_CLIENT_SERIES)",
+            names::METRIC_SERIES,
             Arc::new(move || {
                 let (operator, client) = rules.len();
                 [("operator", operator), ("client", client)]
@@ -164,10 +171,11 @@ impl Telemetry {
     }
 
     /// Registers a counter read at scrape time, as (value, labels) series.
-    pub fn counter(&self, name: &'static str, help: &'static str, read: SeriesFn) {
+    pub fn counter(&self, metric: Metric, read: SeriesFn) {
+        debug_assert_eq!(metric.kind, Kind::Counter, "{}", metric.name);
         self.meter
-            .u64_observable_counter(name)
-            .with_description(help)
+            .u64_observable_counter(metric.name)
+            .with_description(metric.help)
             .with_callback(move |obs| {
                 for (v, labels) in read() {
                     obs.observe(v, &labels);
@@ -179,17 +187,18 @@ impl Telemetry {
     /// Registers one unlabelled counter per [`CounterRow`], each read from `stats`
     /// at scrape time: the shape of every table of internal counters.
     pub fn counter_table<S: Send + Sync + 'static>(&self, stats: &Arc<S>, table: &[CounterRow<S>]) {
-        for &(name, help, read) in table {
+        for &(metric, read) in table {
             let s = stats.clone();
-            self.counter(name, help, Arc::new(move || vec![(read(&s), vec![])]));
+            self.counter(metric, Arc::new(move || vec![(read(&s), vec![])]));
         }
     }
 
     /// Registers a gauge read at scrape time, as (value, labels) series.
-    pub fn labelled_gauge(&self, name: &'static str, help: &'static str, read: SeriesFn) {
+    pub fn labelled_gauge(&self, metric: Metric, read: SeriesFn) {
+        debug_assert_eq!(metric.kind, Kind::Gauge, "{}", metric.name);
         self.meter
-            .u64_observable_gauge(name)
-            .with_description(help)
+            .u64_observable_gauge(metric.name)
+            .with_description(metric.help)
             .with_callback(move |obs| {
                 for (v, labels) in read() {
                     obs.observe(v, &labels);
@@ -199,8 +208,8 @@ impl Telemetry {
     }
 
     /// Registers a gauge read at scrape time.
-    pub fn gauge(&self, name: &'static str, help: &'static str, read: GaugeFn) {
-        self.labelled_gauge(name, help, Arc::new(move || vec![(read(), vec![])]));
+    pub fn gauge(&self, metric: Metric, read: GaugeFn) {
+        self.labelled_gauge(metric, Arc::new(move || vec![(read(), vec![])]));
     }
 
     /// The current metrics in the Prometheus text format.
@@ -213,7 +222,7 @@ impl Telemetry {
             .registry
             .gather()
             .into_iter()
-            .filter(|f| !f.name().starts_with("ratelimit_"))
+            .filter(|f| !f.name().starts_with(names::RULE_COUNTER_PREFIX))
             .collect();
         let _ = prometheus::TextEncoder::new().encode(&families, &mut out);
         let mut text = String::from_utf8(out).unwrap_or_default();
@@ -222,8 +231,8 @@ impl Telemetry {
         // look up attributes on every request.
         self.service.response_time.write_prometheus(
             &mut text,
-            "sluice_request_duration_seconds",
-            "How long gRPC ShouldRateLimit calls took",
+            names::REQUEST_DURATION.name,
+            names::REQUEST_DURATION.help,
             "",
         );
         text
@@ -257,7 +266,7 @@ fn write_rule_counters(out: &mut String, rules: &RuleStatsRegistry) {
     use std::fmt::Write as _;
     let series = rules.snapshot();
     for (suffix, help, read) in RULE_COUNTERS {
-        let name = format!("ratelimit_{suffix}_total");
+        let name = names::rule_counter_name(suffix);
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} counter");
         for ((domain, key), s) in &series {
@@ -289,7 +298,7 @@ fn register_rule_counters(meter: &Meter, rules: &Arc<RuleStatsRegistry>) {
     for (suffix, help, read) in RULE_COUNTERS {
         let rules = rules.clone();
         meter
-            .u64_observable_counter(format!("ratelimit_{suffix}_total"))
+            .u64_observable_counter(names::rule_counter_name(suffix))
             .with_description(help)
             .with_callback(move |obs| {
                 let series = rules.snapshot();
@@ -310,22 +319,16 @@ fn register_service_counters(meter: &Meter, service: &Arc<ServiceStats>) {
         Option<(&'static str, &'static str)>,
         fn(&ServiceStats) -> &AtomicU64,
     );
-    let svc: [(&str, &str, Vec<Series>); 4] = [
+    let svc: [(Metric, Vec<Series>); 4] = [
+        (names::REQUESTS, vec![(None, |s| &s.requests)]),
         (
-            "sluice_requests_total",
-            "ShouldRateLimit calls answered",
-            vec![(None, |s| &s.requests)],
-        ),
-        (
-            "sluice_request_errors_total",
-            "Requests refused, by reason",
+            names::REQUEST_ERRORS,
             vec![(Some(("reason", "invalid_argument")), |s| {
                 &s.invalid_requests
             })],
         ),
         (
-            "sluice_decisions_total",
-            "Descriptor decisions, by outcome",
+            names::DECISIONS,
             vec![
                 (Some(("outcome", "ok")), |s| &s.decisions_ok),
                 (Some(("outcome", "over_limit")), |s| &s.decisions_over),
@@ -333,19 +336,18 @@ fn register_service_counters(meter: &Meter, service: &Arc<ServiceStats>) {
             ],
         ),
         (
-            "sluice_cache_total",
-            "Entity cache lookups, by result",
+            names::CACHE,
             vec![
                 (Some(("result", "hit")), |s| &s.cache_hits),
                 (Some(("result", "miss")), |s| &s.cache_misses),
             ],
         ),
     ];
-    for (name, help, series) in svc {
+    for (metric, series) in svc {
         let service = service.clone();
         meter
-            .u64_observable_counter(name)
-            .with_description(help)
+            .u64_observable_counter(metric.name)
+            .with_description(metric.help)
             .with_callback(move |obs| {
                 for (label, pick) in &series {
                     let attrs: Vec<KeyValue> =
@@ -360,6 +362,26 @@ fn register_service_counters(meter: &Meter, service: &Arc<ServiceStats>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_service_metrics_have_the_tables_names_and_help() {
+        let text = Telemetry::new().unwrap().render();
+        for m in [
+            names::REQUESTS,
+            names::REQUEST_ERRORS,
+            names::DECISIONS,
+            names::CACHE,
+            names::CONFIG_LOADS,
+            names::METRIC_SERIES,
+            names::REQUEST_DURATION,
+        ] {
+            assert!(
+                text.contains(&format!("# HELP {} {}\n", m.name, m.help)),
+                "{}: {text}",
+                m.name
+            );
+        }
+    }
 
     #[test]
     fn renders_rule_and_service_counters() {

@@ -85,31 +85,6 @@ impl RuleStats {
 /// Reads one counter of a rule's stats.
 pub type ReadCounter = fn(&RuleStats) -> u64;
 
-/// The reference's per-rule counters: the suffix of their names, what they count, and how to
-/// read them. Every exporter of them reads this table: `/metrics` (`ratelimit_<suffix>_total`),
-/// statsd (`server/statsd.rs`) and the reference's Prometheus names (`server/prometheus_ref.rs`).
-pub const RULE_COUNTERS: [(&str, &str, ReadCounter); 5] = [
-    ("total_hits", "Hits seen per rule", |s| {
-        s.total_hits.load(Ordering::Relaxed)
-    }),
-    ("over_limit", "Hits over the limit per rule", |s| {
-        s.over_limit.load(Ordering::Relaxed)
-    }),
-    (
-        "near_limit",
-        "Hits within the limit but past NEAR_LIMIT_RATIO of it",
-        |s| s.near_limit.load(Ordering::Relaxed),
-    ),
-    ("within_limit", "Hits within the limit per rule", |s| {
-        s.within_limit.load(Ordering::Relaxed)
-    }),
-    (
-        "shadow_mode",
-        "Over-limit hits let through by shadow mode",
-        |s| s.shadow_mode.load(Ordering::Relaxed),
-    ),
-];
-
 /// A (domain, key) series name.
 type SeriesKey = (String, String);
 
