@@ -56,8 +56,8 @@ use crate::server::http;
 use crate::server::shutdown::Readiness;
 use crate::settings::Settings;
 use crate::sources::files as reload;
-use crate::sources::files::ReloadStatus;
 use crate::sources::xds::{XdsClient, XdsSettings};
+use crate::sources::ReloadStatus;
 use crate::telemetry::{otel, Telemetry};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 

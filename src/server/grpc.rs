@@ -6,8 +6,8 @@
 //! `INVALID_ARGUMENT` with the reason; an internal failure is `UNAVAILABLE`. A rate-limit
 //! decision, over the limit included, is always a normal response.
 //!
-//! With `TRACING_ENABLED`, each call is a span continuing the caller's trace (see `telemetry/otel.rs`);
-//! without it the call path is the same as if tracing did not exist.
+//! With `TRACING_ENABLED`, each call is a span continuing the caller's trace (see
+//! `telemetry/otel.rs`); without it the call path is the same as if tracing did not exist.
 
 use std::sync::Arc;
 

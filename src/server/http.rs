@@ -22,7 +22,7 @@ pub use super::http_conn::{serve, HttpLimits};
 use super::json;
 use crate::rls::RateLimiter;
 use crate::server::shutdown::Readiness;
-use crate::sources::files::ReloadStatus;
+use crate::sources::ReloadStatus;
 use crate::telemetry::otel::{Tracer, Via};
 
 /// What the HTTP handlers share.
