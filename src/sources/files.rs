@@ -7,8 +7,9 @@
 //! directory, including the reload's own, never does.
 //!
 //! A load that fails leaves the rules in force untouched and reports every error. Loads run
-//! on blocking threads ([`load_and_swap`] in `sources/mod.rs`, for files and xDS alike): a large file takes
-//! most of a second to parse and compile, time no request on a runtime worker should wait.
+//! on blocking threads ([`load_and_swap`] in `sources/mod.rs`, for files and xDS alike): a
+//! large file takes most of a second to parse and compile, time no request on a runtime
+//! worker should wait.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
