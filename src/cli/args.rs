@@ -36,10 +36,6 @@ pub enum Command {
     Simulate,
 }
 
-fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| e.to_string())
-}
-
 // The client subcommands below keep clap's `env` (read once, by `Cli::parse` in main.rs) with
 // `hide_env_values`, so their `--help` shows no environment value either.
 
@@ -107,7 +103,7 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
     /// How long to run.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
     /// Total requests per second (open loop); unset: as fast as responses come (closed loop).
     #[arg(long)]

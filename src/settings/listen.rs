@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::source::{at_least_one, boolean, number, positive_duration, Values};
+use super::source::{at_least_one, boolean, number, positive_duration, ValueError, Values};
 
 use crate::server::grpc_conn::GrpcLimits;
 use crate::server::tls::{self, GrpcTls};
@@ -128,7 +128,7 @@ pub(super) fn address(
     let explicit = v.raw(explicit).is_some().then(|| {
         v.parse(explicit, |s| {
             s.parse::<SocketAddr>()
-                .map_err(|_| "is not an IP address and port".to_string())
+                .map_err(|_| ValueError::NotIpAndPort)
         })
     });
     if let Some(addr) = explicit {

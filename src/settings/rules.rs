@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::source::{at_least_one, boolean, duration, one_of, positive_duration, Values};
+use super::source::{
+    at_least_one, boolean, duration, one_of, positive_duration, ValueError, Values,
+};
 
 use crate::server::tls;
 use crate::sources::xds::{connect, XdsSettings, XdsTls};
@@ -88,11 +90,11 @@ pub(super) fn node_metadata(raw: &str, warnings: &mut Vec<String>) -> Vec<(Strin
 
 /// `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS`: `name:value` pairs separated by commas (the
 /// reference's map syntax). Names are lowercased, as gRPC metadata keys are.
-pub(super) fn headers(raw: &str) -> Result<Vec<(String, String)>, String> {
+pub(super) fn headers(raw: &str) -> Result<Vec<(String, String)>, ValueError> {
     let mut headers = Vec::new();
     for entry in raw.split(',').filter(|e| !e.trim().is_empty()) {
         let Some((name, value)) = entry.split_once(':') else {
-            return Err("holds an entry that is not name:value".into());
+            return Err(ValueError::NotNameValue);
         };
         let name = name.trim().to_ascii_lowercase();
         let valid_name =
@@ -100,12 +102,10 @@ pub(super) fn headers(raw: &str) -> Result<Vec<(String, String)>, String> {
                 .is_ok();
         let valid_value = value.parse::<tonic::metadata::AsciiMetadataValue>().is_ok();
         if !valid_name || name.ends_with("-bin") {
-            return Err(format!("names '{name}', which is not a header name"));
+            return Err(ValueError::BadHeaderName(name));
         }
         if !valid_value {
-            return Err(format!(
-                "gives header '{name}' a value that is not a header value"
-            ));
+            return Err(ValueError::BadHeaderValue(name));
         }
         headers.push((name, value.to_string()));
     }

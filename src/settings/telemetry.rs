@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::source::{boolean, number, one_of, positive_duration, Values};
+use super::source::{boolean, number, one_of, positive_duration, ValueError, Values};
 
 use crate::telemetry::otel::{Endpoints, OtlpSettings, Protocol};
 use crate::telemetry::prometheus_ref::PrometheusSettings;
@@ -21,7 +21,7 @@ pub(super) fn prometheus(v: &mut Values<'_>) -> Option<PrometheusSettings> {
             s.to_string()
         };
         full.parse::<SocketAddr>()
-            .map_err(|_| "is not an address and port (or :port)".to_string())
+            .map_err(|_| ValueError::NotAddress)
     })?;
     let path = v.text("PROMETHEUS_PATH");
     if !path.starts_with('/') {
@@ -45,7 +45,7 @@ pub(super) fn otlp(v: &mut Values<'_>) -> OtlpSettings {
     // The reference takes any number: at or above 1 every root is traced, at or below 0 none.
     let sampling_rate = v.or("TRACING_SAMPLING_RATE", 1.0, |s| match s.parse::<f64>() {
         Ok(r) if r.is_finite() => Ok(r.clamp(0.0, 1.0)),
-        _ => Err("is not a number (0 to 1)".to_string()),
+        _ => Err(ValueError::NotRate),
     });
     let endpoint = |v: &mut Values<'_>, name| v.parse(name, otlp_endpoint);
     let endpoints = Endpoints {
@@ -74,13 +74,13 @@ pub(super) fn otlp(v: &mut Values<'_>) -> OtlpSettings {
 }
 
 /// An OTLP endpoint: a plain `http://` URL (the exporters carry no TLS stack of their own).
-pub(super) fn otlp_endpoint(s: &str) -> Result<String, String> {
+pub(super) fn otlp_endpoint(s: &str) -> Result<String, ValueError> {
     if s.starts_with("https://") {
-        return Err("is https: OTLP over TLS is not supported yet; use a plain http:// collector (a node agent or sidecar)".into());
+        return Err(ValueError::OtlpTls);
     }
     match s.strip_prefix("http://") {
         Some(rest) if !rest.is_empty() => Ok(s.to_string()),
-        _ => Err("is not an http:// URL".into()),
+        _ => Err(ValueError::NotHttpUrl),
     }
 }
 
@@ -99,9 +99,9 @@ pub(super) fn statsd(v: &mut Values<'_>) -> Option<StatsdSettings> {
 }
 
 /// `METRICS_MAX_KEY_BYTES`: room for a key's start and the hash that keeps it distinct.
-pub(super) fn at_least_key_bytes(s: &str) -> Result<usize, String> {
+pub(super) fn at_least_key_bytes(s: &str) -> Result<usize, ValueError> {
     match number::<usize>(s)? {
-        n if n < MIN_KEY_BYTES => Err(format!("is not at least {MIN_KEY_BYTES}")),
+        n if n < MIN_KEY_BYTES => Err(ValueError::BelowLeast(MIN_KEY_BYTES)),
         n => Ok(n),
     }
 }
@@ -109,17 +109,21 @@ pub(super) fn at_least_key_bytes(s: &str) -> Result<usize, String> {
 /// `LOG_LEVEL`: a level (the reference's logrus names included) or, with `=` or `,`, an
 /// env-filter directive. Checked here because a typo would otherwise log nothing useful: a bare
 /// unknown word is a valid env-filter *target*.
-pub(super) fn log_level(s: &str) -> Result<String, String> {
+pub(super) fn log_level(s: &str) -> Result<String, ValueError> {
     let lower = s.to_ascii_lowercase();
     if lower.contains('=') || lower.contains(',') {
         return tracing_subscriber::EnvFilter::try_new(&lower)
             .map(|_| lower.clone())
-            .map_err(|e| format!("is not a filter directive ({e})"));
+            .map_err(|e| ValueError::NotFilter(e.to_string()));
     }
     Ok(match lower.as_str() {
         "trace" | "debug" | "info" | "warn" | "error" | "off" => lower,
         "warning" => "warn".into(),
         "panic" | "fatal" => "error".into(),
-        _ => return Err("is not one of trace, debug, info, warn, error, off".into()),
+        _ => {
+            return Err(ValueError::NotOneOf(&[
+                "trace", "debug", "info", "warn", "error", "off",
+            ]))
+        }
     })
 }
