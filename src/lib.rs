@@ -34,6 +34,7 @@ pub mod settings;
 pub mod sim;
 pub mod sources;
 pub mod telemetry;
+pub mod tls_files;
 
 use std::future::Future;
 use std::sync::Arc;

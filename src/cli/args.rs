@@ -109,3 +109,41 @@ pub struct LoadArgs {
     #[arg(long)]
     pub rate: Option<u64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_takes_the_settings_flags() {
+        let Command::Serve(a) =
+            Cli::try_parse_from(["sluice", "serve", "--grpc-port", "1", "--redis-auth", "x"])
+                .unwrap()
+                .command
+        else {
+            unreachable!("parsed serve")
+        };
+        assert_eq!(a.flag("GRPC_PORT"), Some("1"));
+        assert_eq!(a.flag("REDIS_AUTH"), Some("x"));
+        assert_eq!(a.flag("HTTP_PORT"), None);
+    }
+
+    #[test]
+    fn help_shows_variables_and_defaults_but_no_values() {
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        let help = cmd
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(
+            help.contains("[env: REDIS_AUTH]")
+                && help.contains("[env: HTTP_MAX_CONNECTIONS] [default: 256]"),
+            "{help}"
+        );
+        assert!(
+            !help.contains("SLUICE_CLOCK_SKEW"),
+            "the testing aid is hidden"
+        );
+    }
+}
