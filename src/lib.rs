@@ -12,10 +12,12 @@
 //!   evaluate → respond.
 //! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
 //!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`).
-//! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, rules reload from disk,
-//!   rules over xDS, signals/readiness.
-//! - `settings/`: flags and environment; `telemetry`: metrics and logs; `cli/`: `check`,
-//!   `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
+//! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, signals/readiness.
+//! - `sources/`: where the rules come from: files (loaded, watched, reloaded) or xDS.
+//! - `settings/`: the service's flags and environment; `telemetry/`: metrics (their names in
+//!   `names.rs`), the reference's statsd and Prometheus names, OTLP traces and metrics, logs;
+//!   `tls_files`: PEM certificates, keys and CAs; `cli/`: the command line and the clients
+//!   `check`, `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
 //!
 //! [`run`] wires them: load rules (or subscribe to them over xDS), serve gRPC and HTTP, watch
 //! the rules, and on the shutdown future stop within one grace period: not ready, servers
