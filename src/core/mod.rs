@@ -5,6 +5,7 @@
 pub mod bucket;
 pub mod clock;
 pub mod fleet;
+pub mod gcra;
 pub mod prior;
 pub mod state;
 pub mod table;
