@@ -13,10 +13,12 @@
 //! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
 //!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`). Its
 //!   settings are its own (`global::Config`); `global::spawn` starts it.
-//! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, rules reload from disk,
-//!   rules over xDS, signals/readiness.
-//! - `settings/`: flags and environment; `telemetry`: metrics and logs; `cli/`: `check`,
-//!   `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
+//! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, signals/readiness.
+//! - `sources/`: where the rules come from: files (loaded, watched, reloaded) or xDS.
+//! - `settings/`: the service's flags and environment; `telemetry/`: metrics (their names in
+//!   `names.rs`), the reference's statsd and Prometheus names, OTLP traces and metrics, logs;
+//!   `tls_files`: PEM certificates, keys and CAs; `cli/`: the command line and the clients
+//!   `check`, `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
 //!
 //! [`run`] wires them: load rules (or subscribe to them over xDS), serve gRPC and HTTP, watch
 //! the rules, and on the shutdown future stop within one grace period: not ready, servers
@@ -28,14 +30,15 @@
 pub mod cli;
 pub mod core;
 pub mod global;
-pub mod otel;
 pub mod rls;
 pub mod rules;
 pub mod server;
 pub mod settings;
 #[cfg(feature = "tools")]
 pub mod sim;
+pub mod sources;
 pub mod telemetry;
+pub mod tls_files;
 mod wiring;
 
 use std::future::Future;
@@ -53,10 +56,10 @@ use crate::rls::RateLimiter;
 use crate::rules::model::ConfigError;
 use crate::server::grpc::RlsService;
 use crate::server::http;
-use crate::server::reload::ReloadStatus;
 use crate::server::shutdown::Readiness;
 use crate::settings::Settings;
-use crate::telemetry::Telemetry;
+use crate::sources::ReloadStatus;
+use crate::telemetry::{otel, Telemetry};
 use crate::wiring::{
     grpc_limits, load_rules, serve_grpc, serve_http, set_health, spawn_reporters,
     spawn_rules_source, spawn_sweeper, start_global, turn_ready, ServerTask,

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use sluice::settings::{Cli, Command, Settings};
+use sluice::cli::{Cli, Command};
+use sluice::settings::Settings;
 
 const EX_USAGE: u8 = 64;
 const EX_CONFIG: u8 = 78;

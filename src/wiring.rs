@@ -17,11 +17,12 @@ use crate::rls::RateLimiter;
 use crate::rules::{self, model::ConfigError};
 use crate::server::grpc::{self, RlsService};
 use crate::server::grpc_conn::GrpcLimits;
-use crate::server::reload::{self, ReloadStatus};
 use crate::server::shutdown::Readiness;
-use crate::server::xds::{XdsClient, XdsSettings};
 use crate::server::{self, http};
 use crate::settings::Settings;
+use crate::sources::files as reload;
+use crate::sources::xds::{XdsClient, XdsSettings};
+use crate::sources::ReloadStatus;
 use crate::telemetry::{self, Telemetry};
 use crate::RunError;
 
@@ -114,7 +115,7 @@ pub(crate) async fn spawn_reporters(
     stop: &CancellationToken,
 ) -> Result<(), RunError> {
     if let Some(statsd) = &settings.statsd {
-        server::statsd::spawn(statsd.clone(), telemetry.clone(), stop.clone());
+        telemetry::statsd::spawn(statsd.clone(), telemetry.clone(), stop.clone());
     }
     if let Some(p) = &settings.prometheus {
         let listener = TcpListener::bind(p.addr)
@@ -123,7 +124,7 @@ pub(crate) async fn spawn_reporters(
                 addr: p.addr,
                 source,
             })?;
-        let router = server::prometheus_ref::router(&p.path, telemetry.clone());
+        let router = telemetry::prometheus_ref::router(&p.path, telemetry.clone());
         tokio::spawn(http::serve(
             listener,
             router,

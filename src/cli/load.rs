@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use super::connect;
-use crate::settings::LoadArgs;
+use crate::cli::LoadArgs;
 
 #[derive(Debug, Default)]
 struct WorkerReport {

@@ -1,6 +1,8 @@
-//! The command-line clients: `sluice check` (validate rules), `sluice query` (one request) and
-//! `sluice load` (a load generator with latency percentiles).
+//! The command line (`args.rs`: the top-level command and the client subcommands' flags) and
+//! the clients: `sluice check` (validate rules), `sluice query` (one request) and `sluice load`
+//! (a load generator with latency percentiles).
 
+mod args;
 #[cfg(feature = "tools")]
 pub mod load;
 
@@ -17,13 +19,49 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::settings::{CheckArgs, QueryArgs};
+pub use args::{CheckArgs, Cli, Command, LoadArgs, QueryArgs};
+
+/// Why `sluice query` could not send its request.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// A descriptor entry without `=`.
+    #[error("'{0}' is not key=value")]
+    NotKeyValue(String),
+    /// `--addr` is not a URI.
+    #[error("bad address '{addr}': {source}")]
+    BadAddress {
+        /// The address given.
+        addr: String,
+        /// Why it is not one.
+        source: tonic::transport::Error,
+    },
+    /// Nothing listens at the address: the usual cause, a server not started yet, named
+    /// with what to do about it (tonic's own text is only "transport error").
+    #[error(
+        "no server is listening at {addr} ({causes}). Is `sluice serve` running? \
+         Start it, or name its gRPC address with --addr"
+    )]
+    Refused {
+        /// The address given.
+        addr: String,
+        /// The chain of causes, joined by `: `.
+        causes: String,
+    },
+    /// Any other connection failure.
+    #[error("cannot connect to {addr}: {causes}")]
+    Connect {
+        /// The address given.
+        addr: String,
+        /// The chain of causes, joined by `: `.
+        causes: String,
+    },
+}
 
 /// `sluice check`: validates every file (directories are expanded) and lists every error.
 pub fn check(args: &CheckArgs) -> ExitCode {
     let mut files = Vec::new();
     for p in &args.paths {
-        match crate::server::reload::rule_files(p) {
+        match crate::sources::files::rule_files(p) {
             Ok(mut f) => files.append(&mut f),
             Err(e) => {
                 eprintln!("{e}");
@@ -31,7 +69,7 @@ pub fn check(args: &CheckArgs) -> ExitCode {
             }
         }
     }
-    match crate::server::reload::load_files(&files, args.merge_domain_config) {
+    match crate::sources::files::load_files(&files, args.merge_domain_config) {
         Ok(set) => {
             println!(
                 "OK: {} rule(s) in {} file(s)",
@@ -54,7 +92,7 @@ pub fn check(args: &CheckArgs) -> ExitCode {
 ///
 /// # Errors
 /// When an entry has no `=`.
-pub fn parse_descriptor(s: &str) -> Result<RateLimitDescriptor, String> {
+pub fn parse_descriptor(s: &str) -> Result<RateLimitDescriptor, QueryError> {
     let entries = s
         .split(',')
         .map(|kv| {
@@ -63,7 +101,7 @@ pub fn parse_descriptor(s: &str) -> Result<RateLimitDescriptor, String> {
                     key: k.to_string(),
                     value: v.to_string(),
                 })
-                .ok_or_else(|| format!("'{kv}' is not key=value"))
+                .ok_or_else(|| QueryError::NotKeyValue(kv.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RateLimitDescriptor {
@@ -72,9 +110,12 @@ pub fn parse_descriptor(s: &str) -> Result<RateLimitDescriptor, String> {
     })
 }
 
-async fn connect(addr: &str) -> Result<Channel, String> {
+async fn connect(addr: &str) -> Result<Channel, QueryError> {
     Endpoint::from_shared(addr.to_string())
-        .map_err(|e| format!("bad address '{addr}': {e}"))?
+        .map_err(|source| QueryError::BadAddress {
+            addr: addr.to_string(),
+            source,
+        })?
         .connect_timeout(Duration::from_secs(5))
         .connect()
         .await
@@ -83,7 +124,7 @@ async fn connect(addr: &str) -> Result<Channel, String> {
 
 /// Says what a failed connection means. Tonic's own text is only "transport error", and the
 /// usual cause, a server not started yet, deserves to be named with what to do about it.
-fn connect_error(addr: &str, e: &(dyn std::error::Error + 'static)) -> String {
+fn connect_error(addr: &str, e: &(dyn std::error::Error + 'static)) -> QueryError {
     let mut causes = Vec::new();
     let mut refused = false;
     let mut next = Some(e);
@@ -95,14 +136,11 @@ fn connect_error(addr: &str, e: &(dyn std::error::Error + 'static)) -> String {
         next = err.source();
     }
     causes.dedup();
-    let causes = causes.join(": ");
+    let (addr, causes) = (addr.to_string(), causes.join(": "));
     if refused {
-        format!(
-            "no server is listening at {addr} ({causes}). Is `sluice serve` running? \
-             Start it, or name its gRPC address with --addr"
-        )
+        QueryError::Refused { addr, causes }
     } else {
-        format!("cannot connect to {addr}: {causes}")
+        QueryError::Connect { addr, causes }
     }
 }
 
@@ -171,6 +209,24 @@ mod tests {
             (d.entries[1].key.as_str(), d.entries[1].value.as_str()),
             ("b", "x=y")
         );
-        assert!(parse_descriptor("novalue").is_err());
+        assert_eq!(
+            parse_descriptor("novalue").unwrap_err().to_string(),
+            "'novalue' is not key=value"
+        );
+    }
+
+    #[test]
+    fn a_refused_connection_names_the_likely_cause() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            connect_error("http://127.0.0.1:1", &refused).to_string(),
+            "no server is listening at http://127.0.0.1:1 (connection refused). Is `sluice \
+             serve` running? Start it, or name its gRPC address with --addr"
+        );
+        let other = std::io::Error::from(std::io::ErrorKind::TimedOut);
+        assert_eq!(
+            connect_error("http://h:1", &other).to_string(),
+            "cannot connect to http://h:1: timed out"
+        );
     }
 }

@@ -8,54 +8,34 @@ use std::sync::Arc;
 use opentelemetry::KeyValue;
 
 use crate::global::{Global, ShardHealth, SyncStats};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{names, Telemetry};
 
 pub(super) fn register_metrics(t: &Telemetry, g: &Global) {
     let s = g.queues.stats.clone();
     let counters: [crate::telemetry::CounterRow<SyncStats>; 9] = [
-        ("sluice_sync_ticks_total", "Sync ticks, all shards", |s| {
-            s.ticks.load(Ordering::Relaxed)
+        (names::SYNC_TICKS, |s| s.ticks.load(Ordering::Relaxed)),
+        (names::SYNC_ITEMS, |s| s.items_sent.load(Ordering::Relaxed)),
+        (names::REDIS_COMMANDS, |s| {
+            s.commands_sent.load(Ordering::Relaxed)
         }),
-        (
-            "sluice_sync_items_total",
-            "Entity limits sent in syncs",
-            |s| s.items_sent.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_redis_commands_total",
-            "Commands sent to Redis by syncs",
-            |s| s.commands_sent.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_deltas_dropped_total",
-            "Hits that could not be kept for sync",
-            |s| s.deltas_dropped.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_tier_transitions_total",
-            "Entities whose pressure tier changed at a sync",
-            |s| s.tier_transitions.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_estimate_drift_hits_total",
-            "Sum of |estimate after a sync - before|, in hits",
-            |s| s.drift_hits.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_sync_call_seconds_total",
-            "Time spent in Redis sync calls (microseconds / 1e6)",
-            |s| s.call_micros.load(Ordering::Relaxed) / 1_000_000,
-        ),
-        (
-            "sluice_sync_task_failures_total",
-            "Sync and clock-offset tasks that panicked or ended before shutdown (each restarted)",
-            |s| s.task_failures.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_redis_errors_total",
-            "Failed Redis sync calls",
-            |s| s.calls_failed.load(Ordering::Relaxed),
-        ),
+        (names::SYNC_DELTAS_DROPPED, |s| {
+            s.deltas_dropped.load(Ordering::Relaxed)
+        }),
+        (names::SYNC_TIER_TRANSITIONS, |s| {
+            s.tier_transitions.load(Ordering::Relaxed)
+        }),
+        (names::SYNC_ESTIMATE_DRIFT, |s| {
+            s.drift_hits.load(Ordering::Relaxed)
+        }),
+        (names::SYNC_CALL_SECONDS, |s| {
+            s.call_micros.load(Ordering::Relaxed) / 1_000_000
+        }),
+        (names::SYNC_TASK_FAILURES, |s| {
+            s.task_failures.load(Ordering::Relaxed)
+        }),
+        (names::REDIS_ERRORS, |s| {
+            s.calls_failed.load(Ordering::Relaxed)
+        }),
     ];
     t.counter_table(&s, &counters);
     register_labelled_counters(t, &s);
@@ -66,8 +46,7 @@ pub(super) fn register_metrics(t: &Telemetry, g: &Global) {
 fn register_labelled_counters(t: &Telemetry, s: &Arc<SyncStats>) {
     let s2 = s.clone();
     t.counter(
-        "sluice_sync_calls_total",
-        "Redis sync calls, by result",
+        names::SYNC_CALLS,
         Arc::new(move || {
             vec![
                 (
@@ -83,8 +62,7 @@ fn register_labelled_counters(t: &Telemetry, s: &Arc<SyncStats>) {
     );
     let s3 = s.clone();
     t.counter(
-        "sluice_sync_entities_total",
-        "Entity limits synced, by pressure tier at the sync",
+        names::SYNC_ENTITIES,
         Arc::new(move || {
             ["idle", "low", "normal", "hot"]
                 .iter()
@@ -104,34 +82,23 @@ fn register_labelled_counters(t: &Telemetry, s: &Arc<SyncStats>) {
 fn register_shard_gauges(t: &Telemetry, g: &Global) {
     let q = g.queues.clone();
     t.gauge(
-        "sluice_sync_pending_entities",
-        "Entities waiting to sync",
+        names::SYNC_PENDING_ENTITIES,
         Arc::new(move || q.len() as u64),
     );
     let q = g.queues.clone();
     t.gauge(
-        "sluice_sync_live_replicas",
-        "Live replicas (this one included) as the Redis heartbeats last counted them",
+        names::SYNC_LIVE_REPLICAS,
         Arc::new(move || u64::from(q.live_replicas())),
     );
     type PerShard = fn(&ShardHealth) -> u64;
-    let per_shard: [(&'static str, &'static str, PerShard); 2] = [
-        (
-            "sluice_redis_shard_degraded",
-            "1 while a Redis shard's last call failed",
-            |h| u64::from(h.is_degraded()),
-        ),
-        (
-            "sluice_redis_last_sync_unix_seconds",
-            "When a shard's last sync succeeded (staleness = now - this)",
-            |h| h.last_success_ms() / 1000,
-        ),
+    let per_shard: [(crate::telemetry::Metric, PerShard); 2] = [
+        (names::REDIS_SHARD_DEGRADED, |h| u64::from(h.is_degraded())),
+        (names::REDIS_LAST_SYNC, |h| h.last_success_ms() / 1000),
     ];
-    for (name, help, read) in per_shard {
+    for (metric, read) in per_shard {
         let health = g.health.clone();
         t.labelled_gauge(
-            name,
-            help,
+            metric,
             Arc::new(move || {
                 health
                     .iter()

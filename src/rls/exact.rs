@@ -24,7 +24,7 @@ use crate::core::window::{verdict_on, window_count};
 use crate::core::{Algorithm, Verdict};
 use crate::global::exact::{ExactBucket, ExactCount, ExactReply, ExactStats};
 use crate::global::{ExactItem, StoreError};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{names, Telemetry};
 
 /// Keys remembered as over, at most.
 const OVER_CACHE_MAX: usize = 4096;
@@ -333,27 +333,20 @@ impl RateLimiter {
 /// Registers the exact path's metrics.
 pub(super) fn register_metrics(t: &Telemetry, stats: &std::sync::Arc<ExactStats>) {
     let counters: [crate::telemetry::CounterRow<ExactStats>; 3] = [
-        (
-            "sluice_exact_fallback_total",
-            "Exact descriptors decided from memory on the prior (1.05 × limit / live replicas) because Redis failed",
-            |s| s.fallbacks.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_exact_from_memory_total",
-            "Exact requests answered from memory: a key known to be over in its window",
-            |s| s.from_memory.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_exact_given_back_total",
-            "Exact calls that gave their hits back (another shard refused or failed)",
-            |s| s.given_back.load(Ordering::Relaxed),
-        ),
+        (names::EXACT_FALLBACK, |s| {
+            s.fallbacks.load(Ordering::Relaxed)
+        }),
+        (names::EXACT_FROM_MEMORY, |s| {
+            s.from_memory.load(Ordering::Relaxed)
+        }),
+        (names::EXACT_GIVEN_BACK, |s| {
+            s.given_back.load(Ordering::Relaxed)
+        }),
     ];
     t.counter_table(stats, &counters);
     let s = stats.clone();
     t.counter(
-        "sluice_exact_calls_total",
-        "Exact rules' Redis calls, by result",
+        names::EXACT_CALLS,
         std::sync::Arc::new(move || {
             vec![
                 (

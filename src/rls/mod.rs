@@ -40,7 +40,7 @@ use crate::core::table::{CacheSettings, EntityTable};
 use crate::global::{ExactClient, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
-use crate::telemetry::{RuleStats, SeriesBounds, Telemetry};
+use crate::telemetry::{names, RuleStats, SeriesBounds, Telemetry};
 use evaluate::Count;
 use exact::{ExactAnswer, OverCache};
 use gate::Gate;
@@ -254,21 +254,17 @@ impl RateLimiter {
             gate: Gate::default(),
         });
         let entities = limiter.entities.clone();
-        limiter.telemetry.gauge(
-            "sluice_entities",
-            "Entities (rule + descriptor values) with counters in memory",
-            Arc::new(move || entities.len()),
-        );
+        limiter
+            .telemetry
+            .gauge(names::ENTITIES, Arc::new(move || entities.len()));
         let entities = limiter.entities.clone();
         limiter.telemetry.gauge(
-            "sluice_entity_table_capacity",
-            "Entities the table holds before it evicts (CACHE_MAX_ENTRIES, rounded up to its shards)",
+            names::ENTITY_TABLE_CAPACITY,
             Arc::new(move || entities.capacity()),
         );
         let entities = limiter.entities.clone();
         limiter.telemetry.counter(
-            "sluice_entity_evictions_total",
-            "Entities that left the table, by kind: free (held nothing), live (counts folded into the sketch), idle (swept, held nothing), ttl (swept past CACHE_TTL, folded)",
+            names::ENTITY_EVICTIONS,
             Arc::new(move || {
                 let s = entities.stats();
                 [
@@ -289,14 +285,12 @@ impl RateLimiter {
         );
         let entities = limiter.entities.clone();
         limiter.telemetry.counter(
-            "sluice_entity_restored_total",
-            "Entities created from the sketch's over-estimate of an evicted entity",
+            names::ENTITY_RESTORED,
             Arc::new(move || vec![(entities.stats().restored.load(Ordering::Relaxed), vec![])]),
         );
         let entities = limiter.entities.clone();
         limiter.telemetry.counter(
-            "sluice_entity_over_bound_total",
-            "Entities added past the bound because every one sampled for eviction was held by a sync",
+            names::ENTITY_OVER_BOUND,
             Arc::new(move || vec![(entities.stats().over_bound.load(Ordering::Relaxed), vec![])]),
         );
         limiter
@@ -355,7 +349,7 @@ impl RateLimiter {
     /// since counters are keyed by rule identity, not by rule set; the series of rules no
     /// longer in force are dropped (with their client-made series), so that ConfigMap or
     /// xDS churn cannot grow the metrics without bound. Returns the rules that were in force,
-    /// for the caller to drop where it costs no request anything (`server/reload.rs`).
+    /// for the caller to drop where it costs no request anything (`sources/mod.rs`).
     pub fn swap_rules(&self, rules: RuleSet, files: Vec<String>) -> Arc<Compiled> {
         let compiled = Arc::new(Self::compile_stats(
             &self.telemetry,

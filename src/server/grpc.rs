@@ -6,8 +6,8 @@
 //! `INVALID_ARGUMENT` with the reason; an internal failure is `UNAVAILABLE`. A rate-limit
 //! decision, over the limit included, is always a normal response.
 //!
-//! With `TRACING_ENABLED`, each call is a span continuing the caller's trace (see `otel.rs`);
-//! without it the call path is the same as if tracing did not exist.
+//! With `TRACING_ENABLED`, each call is a span continuing the caller's trace (see
+//! `telemetry/otel.rs`); without it the call path is the same as if tracing did not exist.
 
 use std::sync::Arc;
 
@@ -18,8 +18,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
-use crate::otel::{Tracer, Via};
 use crate::rls::RateLimiter;
+use crate::telemetry::otel::{Tracer, Via};
 
 /// The encoded `FileDescriptorSet` of the RLS protos, for reflection (see proto-vendor/).
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("../../proto-vendor/rls_descriptor_set.bin");

@@ -20,10 +20,10 @@ use serde_json::json;
 
 pub use super::http_conn::{serve, HttpLimits};
 use super::json;
-use crate::otel::{Tracer, Via};
 use crate::rls::RateLimiter;
-use crate::server::reload::ReloadStatus;
 use crate::server::shutdown::Readiness;
+use crate::sources::ReloadStatus;
+use crate::telemetry::otel::{Tracer, Via};
 
 /// What the HTTP handlers share.
 #[derive(Debug, Clone)]

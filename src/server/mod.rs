@@ -1,5 +1,6 @@
-//! The I/O edges a client sees: the gRPC service, the HTTP admin port, rules reload from disk,
-//! rules from an xDS management server, and shutdown (signals, readiness). Each translates to
+//! The I/O edges a client sees: the gRPC service, the HTTP admin port, and shutdown
+//! (signals, readiness). The rules' sources (files, xDS) are in `sources/`, the metrics'
+//! exporters in `telemetry/`. Each translates to
 //! and from the `rls` semantics; none decides anything itself.
 
 pub mod grpc;
@@ -8,9 +9,5 @@ pub mod http;
 pub mod http_conn;
 pub mod json;
 pub mod nofile;
-pub mod prometheus_ref;
-pub mod reload;
 pub mod shutdown;
-pub mod statsd;
 pub mod tls;
-pub mod xds;

@@ -4,8 +4,11 @@
 //! from the flags and an injected environment ([`SettingsSource`]) and reports every bad
 //! setting at once.
 //!
-//! Files: `cli.rs` (clap definitions and `serve`'s settings table), `source.rs` (the
-//! environment source, lookup and value parsers), this file (resolving, per area), `tests.rs`.
+//! Files: `flags.rs` (`serve`'s settings table and its clap arguments), `source.rs` (the
+//! environment source, lookup and value parsers), this file (the resolved settings, the
+//! service's behaviour and Redis), and per area `listen.rs` (gRPC and HTTP listeners and
+//! bounds), `rules.rs` (rules files, xDS), `telemetry.rs` (metrics, traces, logs) and
+//! `reference.rs` (envoyproxy/ratelimit's variables); `tests.rs`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,22 +19,23 @@ use crate::core::SyncPolicy;
 use crate::global::redis::{normalize_url, RedisOptions, RedisTls, SentinelMaster};
 use crate::global::SyncSettings;
 pub use crate::global::{PerSecondRedis, RedisSettings};
-use crate::otel::{Endpoints, OtlpSettings, Protocol};
 use crate::rls::{HeaderNames, Options};
 use crate::server::grpc_conn::GrpcLimits;
-use crate::server::prometheus_ref::PrometheusSettings;
-use crate::server::statsd::StatsdSettings;
 use crate::server::tls::{self, GrpcTls};
-use crate::server::xds::{connect, XdsSettings, XdsTls};
+use crate::sources::xds::XdsSettings;
+use crate::telemetry::otel::OtlpSettings;
+use crate::telemetry::prometheus_ref::PrometheusSettings;
+use crate::telemetry::statsd::StatsdSettings;
 use crate::telemetry::{SeriesBounds, MIN_KEY_BYTES};
 
-mod cli;
+mod flags;
+mod listen;
 pub mod reference;
+mod rules;
 mod source;
+mod telemetry;
 
-pub use cli::{
-    spec_of, CheckArgs, Cli, Command, LoadArgs, QueryArgs, ServeArgs, Shape, Spec, SERVE,
-};
+pub use flags::{spec_of, ServeArgs, Shape, Spec, SERVE};
 pub use source::{NoEnv, SettingsSource};
 
 use source::{
@@ -110,16 +114,6 @@ fn flag_hint(setting: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The listeners and the HTTP server's bounds.
-struct Listeners {
-    grpc: Option<SocketAddr>,
-    grpc_limits: GrpcLimits,
-    http: Option<SocketAddr>,
-    header_read_timeout: Duration,
-    idle_timeout: Duration,
-    max_connections: usize,
-}
-
 impl Settings {
     /// Resolves flags, then the variables of `env`, then defaults into settings.
     ///
@@ -130,23 +124,23 @@ impl Settings {
         env: &dyn SettingsSource,
     ) -> Result<Settings, Vec<SettingsError>> {
         let mut v = Values::new(args, env);
-        let listeners = listeners(&mut v);
-        let grpc_tls = grpc_tls(&mut v);
-        let (config_path, merge_domains, reload_debounce) = rules(&mut v);
+        let listeners = listen::listeners(&mut v);
+        let grpc_tls = listen::grpc_tls(&mut v);
+        let (config_path, merge_domains, reload_debounce) = rules::files(&mut v);
         let options = options(&mut v);
         let redis_tls = redis_tls(&mut v);
         let redis = redis(&mut v, &MAIN, &redis_tls);
         let (sync, sync_max_queued) = sync(&mut v);
         let redis_per_second = per_second(&mut v, redis.is_some(), sync.timeout, &redis_tls);
-        let log_level = v.or("LOG_LEVEL", String::new(), log_level);
+        let log_level = v.or("LOG_LEVEL", String::new(), telemetry::log_level);
         let log_format = v.or("LOG_FORMAT", "text", one_of(&["text", "json"]));
         let shutdown_grace = v.or("SHUTDOWN_GRACE", Duration::ZERO, duration);
         let clock_skew_ms = v.parse("SLUICE_CLOCK_SKEW", signed_millis).unwrap_or(0);
-        let statsd = statsd(&mut v);
-        let prometheus = prometheus(&mut v);
+        let statsd = telemetry::statsd(&mut v);
+        let prometheus = telemetry::prometheus(&mut v);
         let mut warnings = Vec::new();
-        let xds = xds(&mut v, &mut warnings);
-        let otlp = otlp(&mut v);
+        let xds = rules::xds(&mut v, &mut warnings);
+        let otlp = telemetry::otlp(&mut v);
         let (reference_warnings, refused) = reference::check(env);
         warnings.extend(reference_warnings);
         v.errors.extend(refused);
@@ -209,364 +203,6 @@ impl Settings {
     }
 }
 
-/// `GRPC_ADDR` or `GRPC_HOST`+`GRPC_PORT`, the same for HTTP, and the HTTP server's bounds.
-fn listeners(v: &mut Values<'_>) -> Listeners {
-    let grpc = address(
-        v,
-        "GRPC_ADDR",
-        "GRPC_HOST",
-        "GRPC_PORT",
-        "GRPC_HOST/GRPC_PORT",
-    );
-    let http = address(v, "HTTP_ADDR", "HOST", "PORT", "HOST/PORT");
-    let grpc_limits = GrpcLimits {
-        max_connections: v.or("GRPC_MAX_CONNECTIONS", 1, at_least_one),
-        max_concurrent_streams: v.or("GRPC_MAX_CONCURRENT_STREAMS", 1, at_least_one),
-        max_concurrent_requests: v.or("GRPC_MAX_CONCURRENT_REQUESTS", 1, at_least_one),
-        request_timeout: v.or("GRPC_REQUEST_TIMEOUT", Duration::ZERO, positive_duration),
-        handshake_timeout: v.or("GRPC_HANDSHAKE_TIMEOUT", Duration::ZERO, positive_duration),
-        idle_timeout: v.or("GRPC_IDLE_TIMEOUT", Duration::ZERO, positive_duration),
-    };
-    Listeners {
-        grpc,
-        grpc_limits,
-        http,
-        header_read_timeout: v.or(
-            "HTTP_HEADER_READ_TIMEOUT",
-            Duration::ZERO,
-            positive_duration,
-        ),
-        idle_timeout: v.or("HTTP_IDLE_TIMEOUT", Duration::ZERO, positive_duration),
-        max_connections: v.or("HTTP_MAX_CONNECTIONS", 1, at_least_one),
-    }
-}
-
-/// `GRPC_SERVER_USE_TLS` and its files. Each file is loaded once here, so a missing or bad
-/// one stops the start with its name rather than failing every handshake later.
-fn grpc_tls(v: &mut Values<'_>) -> Option<GrpcTls> {
-    let on = v.or("GRPC_SERVER_USE_TLS", false, boolean);
-    let path = |v: &Values<'_>, name| v.raw(name).filter(|s| !s.is_empty()).map(PathBuf::from);
-    let cert = path(v, "GRPC_SERVER_TLS_CERT");
-    let key = path(v, "GRPC_SERVER_TLS_KEY");
-    let client_ca = path(v, "GRPC_CLIENT_TLS_CACERT");
-    let client_san = v.raw("GRPC_CLIENT_TLS_SAN").filter(|s| !s.is_empty());
-    if !on {
-        // Client verification without TLS would silently be none at all.
-        if client_ca.is_some() || client_san.is_some() {
-            v.error(
-                "GRPC_SERVER_USE_TLS",
-                "GRPC_CLIENT_TLS_CACERT/GRPC_CLIENT_TLS_SAN need GRPC_SERVER_USE_TLS=true",
-            );
-        }
-        return None;
-    }
-    if cert.is_none() {
-        v.error(
-            "GRPC_SERVER_TLS_CERT",
-            "is required when GRPC_SERVER_USE_TLS is true",
-        );
-    }
-    if key.is_none() {
-        v.error(
-            "GRPC_SERVER_TLS_KEY",
-            "is required when GRPC_SERVER_USE_TLS is true",
-        );
-    }
-    if let (Some(cert), Some(key)) = (&cert, &key) {
-        if let Err(e) = tls::load_certified_key(cert, key) {
-            let setting = match &e {
-                tls::TlsError::File { path, .. } if path == key => "GRPC_SERVER_TLS_KEY",
-                _ => "GRPC_SERVER_TLS_CERT",
-            };
-            v.error(setting, e.to_string());
-        }
-    }
-    if let Some(ca) = &client_ca {
-        if let Err(e) = tls::load_roots(ca) {
-            v.error("GRPC_CLIENT_TLS_CACERT", e.to_string());
-        }
-    }
-    if let Some(san) = &client_san {
-        if client_ca.is_none() {
-            v.error(
-                "GRPC_CLIENT_TLS_SAN",
-                "needs GRPC_CLIENT_TLS_CACERT: without client verification there is no certificate to check",
-            );
-        }
-        if let Err(e) = tls::parse_san(san) {
-            v.error("GRPC_CLIENT_TLS_SAN", e.to_string());
-        }
-    }
-    Some(GrpcTls {
-        cert: cert?,
-        key: key?,
-        client_ca,
-        client_san,
-    })
-}
-
-/// One listen address: `explicit` when set, else `host`:`port` (IPv6 hosts bracketed).
-fn address(
-    v: &mut Values<'_>,
-    explicit: &'static str,
-    host: &'static str,
-    port: &'static str,
-    pair: &'static str,
-) -> Option<SocketAddr> {
-    let port: Option<u16> = v.parse(port, number);
-    let explicit = v.raw(explicit).is_some().then(|| {
-        v.parse(explicit, |s| {
-            s.parse::<SocketAddr>()
-                .map_err(|_| "is not an IP address and port".to_string())
-        })
-    });
-    if let Some(addr) = explicit {
-        return addr;
-    }
-    let host = v.text(host);
-    let s = if host.contains(':') {
-        format!("[{host}]:{}", port?)
-    } else {
-        format!("{host}:{}", port?)
-    };
-    s.parse()
-        .map_err(|_| v.error(pair, format!("'{s}' is not an IP address and port")))
-        .ok()
-}
-
-/// Where the rules are, whether domains merge, and the reload debounce.
-fn rules(v: &mut Values<'_>) -> (PathBuf, bool, Duration) {
-    let config_path = match (v.raw("SLUICE_CONFIG"), v.raw("RUNTIME_ROOT")) {
-        (Some(config), _) => PathBuf::from(config),
-        (None, Some(root)) => PathBuf::from(root)
-            .join(v.text("RUNTIME_SUBDIRECTORY"))
-            .join(v.text("RUNTIME_APPDIRECTORY")),
-        (None, None) => PathBuf::from("config/rules"),
-    };
-    let merge = v.or("MERGE_DOMAIN_CONFIG", false, boolean);
-    let debounce = v.or("RELOAD_DEBOUNCE", Duration::ZERO, duration);
-    (config_path, merge, debounce)
-}
-
-/// `CONFIG_TYPE` and, for `GRPC_XDS_SOTW`, how to reach the management server. The xDS
-/// variables are parsed whatever the type (a bad value is an error either way, as in the
-/// reference); the server's URL and TLS files are checked only when they will be used.
-fn xds(v: &mut Values<'_>, warnings: &mut Vec<String>) -> Option<XdsSettings> {
-    let on = v.or("CONFIG_TYPE", "FILE", one_of(&["FILE", "GRPC_XDS_SOTW"])) == "GRPC_XDS_SOTW";
-    let force_start = v.or("FORCE_START_WITHOUT_INITIAL_CONFIG", false, boolean);
-    let need_a_domain = v.or("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false, boolean);
-    let server_url = v.text("CONFIG_GRPC_XDS_SERVER_URL").trim().to_string();
-    let node_id = v.text("CONFIG_GRPC_XDS_NODE_ID");
-    let node_metadata = node_metadata(&v.text("CONFIG_GRPC_XDS_NODE_METADATA"), warnings);
-    let headers = v
-        .parse("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", headers)
-        .unwrap_or_default();
-    let retry_interval = v.or(
-        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-        Duration::ZERO,
-        positive_duration,
-    );
-    let retry_max = v.or(
-        "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-        Duration::ZERO,
-        positive_duration,
-    );
-    let max_message_bytes = v.parse("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", at_least_one);
-    let tls = xds_tls(v, on);
-    if !on {
-        return None;
-    }
-    if connect::endpoint(&server_url).is_err() {
-        v.error(
-            "CONFIG_GRPC_XDS_SERVER_URL",
-            format!("'{server_url}' is not host:port"),
-        );
-    }
-    Some(XdsSettings {
-        server_url,
-        node_id,
-        node_metadata,
-        headers,
-        retry_interval,
-        retry_max,
-        max_message_bytes,
-        tls,
-        force_start,
-        need_a_domain,
-    })
-}
-
-/// `CONFIG_GRPC_XDS_NODE_METADATA`: `key=value` pairs separated by commas. A pair without `=`
-/// is dropped with a warning, as the reference drops it (silently).
-fn node_metadata(raw: &str, warnings: &mut Vec<String>) -> Vec<(String, String)> {
-    let mut pairs = Vec::new();
-    for entry in raw.split(',').filter(|e| !e.trim().is_empty()) {
-        match entry.split_once('=') {
-            Some((k, val)) => pairs.push((k.to_string(), val.to_string())),
-            None => warnings.push(format!(
-                "CONFIG_GRPC_XDS_NODE_METADATA: '{entry}' is not key=value and is not sent"
-            )),
-        }
-    }
-    pairs
-}
-
-/// `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS`: `name:value` pairs separated by commas (the
-/// reference's map syntax). Names are lowercased, as gRPC metadata keys are.
-fn headers(raw: &str) -> Result<Vec<(String, String)>, String> {
-    let mut headers = Vec::new();
-    for entry in raw.split(',').filter(|e| !e.trim().is_empty()) {
-        let Some((name, value)) = entry.split_once(':') else {
-            return Err("holds an entry that is not name:value".into());
-        };
-        let name = name.trim().to_ascii_lowercase();
-        let valid_name =
-            tonic::metadata::MetadataKey::<tonic::metadata::Ascii>::from_bytes(name.as_bytes())
-                .is_ok();
-        let valid_value = value.parse::<tonic::metadata::AsciiMetadataValue>().is_ok();
-        if !valid_name || name.ends_with("-bin") {
-            return Err(format!("names '{name}', which is not a header name"));
-        }
-        if !valid_value {
-            return Err(format!(
-                "gives header '{name}' a value that is not a header value"
-            ));
-        }
-        headers.push((name, value.to_string()));
-    }
-    Ok(headers)
-}
-
-/// `CONFIG_GRPC_XDS_SERVER_USE_TLS` and its files, read once here when xDS is `on` so that a
-/// bad one stops the start naming it.
-fn xds_tls(v: &mut Values<'_>, on: bool) -> Option<XdsTls> {
-    let use_tls = v.or("CONFIG_GRPC_XDS_SERVER_USE_TLS", false, boolean);
-    let path = |v: &Values<'_>, name| v.raw(name).filter(|s| !s.is_empty()).map(PathBuf::from);
-    let tls = XdsTls {
-        client_cert: path(v, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
-        client_key: path(v, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
-        server_ca: path(v, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"),
-        server_san: v
-            .raw("CONFIG_GRPC_XDS_SERVER_TLS_SAN")
-            .filter(|s| !s.is_empty()),
-    };
-    if !on || !use_tls {
-        return None;
-    }
-    if tls.client_cert.is_some() != tls.client_key.is_some() {
-        v.error(
-            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-            "and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together: set both or neither",
-        );
-        return None;
-    }
-    if let Err(e) = connect::client_config(&tls) {
-        let setting = match &e {
-            tls::TlsError::File { path, .. } if Some(path) == tls.client_key.as_ref() => {
-                "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"
-            }
-            tls::TlsError::File { path, .. } if Some(path) == tls.server_ca.as_ref() => {
-                "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"
-            }
-            _ => "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-        };
-        v.error(setting, e.to_string());
-    }
-    if let Some(san) = &tls.server_san {
-        if let Err(e) = tls::parse_san(san) {
-            v.error("CONFIG_GRPC_XDS_SERVER_TLS_SAN", e.to_string());
-        }
-    }
-    Some(tls)
-}
-
-/// `USE_PROMETHEUS` with `PROMETHEUS_ADDR` (`:9090`: every address) and `PROMETHEUS_PATH`.
-fn prometheus(v: &mut Values<'_>) -> Option<PrometheusSettings> {
-    let on = v.or("USE_PROMETHEUS", false, boolean);
-    let addr = v.parse("PROMETHEUS_ADDR", |s| {
-        let full = if s.starts_with(':') {
-            format!("0.0.0.0{s}")
-        } else {
-            s.to_string()
-        };
-        full.parse::<SocketAddr>()
-            .map_err(|_| "is not an address and port (or :port)".to_string())
-    })?;
-    let path = v.text("PROMETHEUS_PATH");
-    if !path.starts_with('/') {
-        v.error("PROMETHEUS_PATH", format!("'{path}' does not start with /"));
-        return None;
-    }
-    on.then_some(PrometheusSettings { addr, path })
-}
-
-/// `TRACING_*`, the OTLP endpoints and `OTEL_METRICS_EXPORTER`.
-fn otlp(v: &mut Values<'_>) -> OtlpSettings {
-    let tracing = v.or("TRACING_ENABLED", false, boolean);
-    let protocol = match v.or(
-        "TRACING_EXPORTER_PROTOCOL",
-        "http",
-        one_of(&["http", "grpc"]),
-    ) {
-        "grpc" => Protocol::Grpc,
-        _ => Protocol::Http,
-    };
-    // The reference takes any number: at or above 1 every root is traced, at or below 0 none.
-    let sampling_rate = v.or("TRACING_SAMPLING_RATE", 1.0, |s| match s.parse::<f64>() {
-        Ok(r) if r.is_finite() => Ok(r.clamp(0.0, 1.0)),
-        _ => Err("is not a number (0 to 1)".to_string()),
-    });
-    let endpoint = |v: &mut Values<'_>, name| v.parse(name, otlp_endpoint);
-    let endpoints = Endpoints {
-        common: endpoint(v, "OTEL_EXPORTER_OTLP_ENDPOINT"),
-        traces: endpoint(v, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-        metrics: endpoint(v, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
-    };
-    // The specification's list (otlp, prometheus, console, none); /metrics is always served.
-    let exporters = v.or("OTEL_METRICS_EXPORTER", Vec::new(), |s| {
-        s.split(',')
-            .map(|e| one_of(&["otlp", "prometheus", "none"])(e.trim()))
-            .collect::<Result<Vec<_>, _>>()
-    });
-    let metrics = exporters.contains(&"otlp") || endpoints.metrics.is_some();
-    let instance = v.text("TRACING_SERVICE_INSTANCE_ID");
-    OtlpSettings {
-        tracing,
-        protocol,
-        endpoints,
-        service_name: v.text("TRACING_SERVICE_NAME"),
-        service_namespace: v.text("TRACING_SERVICE_NAMESPACE"),
-        service_instance_id: (!instance.is_empty()).then_some(instance),
-        sampling_rate,
-        metrics,
-    }
-}
-
-/// An OTLP endpoint: a plain `http://` URL (the exporters carry no TLS stack of their own).
-fn otlp_endpoint(s: &str) -> Result<String, String> {
-    if s.starts_with("https://") {
-        return Err("is https: OTLP over TLS is not supported yet; use a plain http:// collector (a node agent or sidecar)".into());
-    }
-    match s.strip_prefix("http://") {
-        Some(rest) if !rest.is_empty() => Ok(s.to_string()),
-        _ => Err("is not an http:// URL".into()),
-    }
-}
-
-/// `USE_STATSD` with `STATSD_HOST`, `STATSD_PORT` and `STATS_FLUSH_INTERVAL`.
-fn statsd(v: &mut Values<'_>) -> Option<StatsdSettings> {
-    let on = v.or("USE_STATSD", false, boolean);
-    let host = v.text("STATSD_HOST");
-    let port: Option<u16> = v.parse("STATSD_PORT", number);
-    let flush = v.or("STATS_FLUSH_INTERVAL", Duration::ZERO, positive_duration);
-    let addr = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{}", port?)
-    } else {
-        format!("{host}:{}", port?)
-    };
-    on.then_some(StatsdSettings { addr, flush })
-}
-
 /// The service's behaviour: modes, response headers, request bounds and the entity table.
 fn options(v: &mut Values<'_>) -> Options {
     let headers = v
@@ -597,17 +233,13 @@ fn options(v: &mut Values<'_>) -> Options {
             ttl: v.parse("CACHE_TTL", duration),
         },
         metric_series: SeriesBounds {
-            max_key_bytes: v.or("METRICS_MAX_KEY_BYTES", MIN_KEY_BYTES, at_least_key_bytes),
+            max_key_bytes: v.or(
+                "METRICS_MAX_KEY_BYTES",
+                MIN_KEY_BYTES,
+                telemetry::at_least_key_bytes,
+            ),
             max_client_series: v.or("METRICS_MAX_CLIENT_SERIES", 0, number),
         },
-    }
-}
-
-/// `METRICS_MAX_KEY_BYTES`: room for a key's start and the hash that keeps it distinct.
-fn at_least_key_bytes(s: &str) -> Result<usize, String> {
-    match number::<usize>(s)? {
-        n if n < MIN_KEY_BYTES => Err(format!("is not at least {MIN_KEY_BYTES}")),
-        n => Ok(n),
     }
 }
 
@@ -841,24 +473,6 @@ fn sync(v: &mut Values<'_>) -> (SyncSettings, usize) {
         ..SyncSettings::default()
     };
     (settings, max_queued)
-}
-
-/// `LOG_LEVEL`: a level (the reference's logrus names included) or, with `=` or `,`, an
-/// env-filter directive. Checked here because a typo would otherwise log nothing useful: a bare
-/// unknown word is a valid env-filter *target*.
-fn log_level(s: &str) -> Result<String, String> {
-    let lower = s.to_ascii_lowercase();
-    if lower.contains('=') || lower.contains(',') {
-        return tracing_subscriber::EnvFilter::try_new(&lower)
-            .map(|_| lower.clone())
-            .map_err(|e| format!("is not a filter directive ({e})"));
-    }
-    Ok(match lower.as_str() {
-        "trace" | "debug" | "info" | "warn" | "error" | "off" => lower,
-        "warning" => "warn".into(),
-        "panic" | "fatal" => "error".into(),
-        _ => return Err("is not one of trace, debug, info, warn, error, off".into()),
-    })
 }
 
 #[cfg(test)]

@@ -6,8 +6,68 @@ use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::cli::{spec_of, ServeArgs};
+use super::flags::{spec_of, ServeArgs};
 use super::SettingsError;
+
+/// Why a setting's value was refused: the words a [`SettingsError`] puts after the quoted
+/// value (`'x' is not a boolean ...`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValueError {
+    /// Not one of the boolean spellings.
+    #[error("is not a boolean (true/false, 1/0, yes/no, on/off)")]
+    NotBoolean,
+    /// Not a duration.
+    #[error("is not a duration such as 100ms or 2s ({0})")]
+    NotDuration(humantime::DurationError),
+    /// A duration of zero where one is needed.
+    #[error("is not longer than zero")]
+    NotPositive,
+    /// Not a whole number, or out of the type's range.
+    #[error("is not a whole number in range")]
+    NotWholeNumber,
+    /// A number below its least value.
+    #[error("is not at least {0}")]
+    BelowLeast(usize),
+    /// A number outside 0 to 1.
+    #[error("is not between 0 and 1")]
+    NotBetweenZeroAndOne,
+    /// Not a number where a ratio is wanted.
+    #[error("is not a number between 0 and 1")]
+    NotRatio,
+    /// Not a finite number where a sampling rate is wanted (any number is clamped to 0–1).
+    #[error("is not a number (0 to 1)")]
+    NotRate,
+    /// A duration too long to count in milliseconds.
+    #[error("is too long")]
+    TooLong,
+    /// None of the choices (listed in the canonical spelling).
+    #[error("is not one of {}", .0.join(", "))]
+    NotOneOf(&'static [&'static str]),
+    /// Not an IP address and port.
+    #[error("is not an IP address and port")]
+    NotIpAndPort,
+    /// Not an address and port, nor `:port`.
+    #[error("is not an address and port (or :port)")]
+    NotAddress,
+    /// A header list entry without `:`.
+    #[error("holds an entry that is not name:value")]
+    NotNameValue,
+    /// A header list entry whose name is not a (non-binary) header name.
+    #[error("names '{0}', which is not a header name")]
+    BadHeaderName(String),
+    /// A header list entry whose value is not a header value.
+    #[error("gives header '{0}' a value that is not a header value")]
+    BadHeaderValue(String),
+    /// An `https://` OTLP endpoint.
+    #[error("is https: OTLP over TLS is not supported yet; use a plain http:// collector (a node agent or sidecar)")]
+    OtlpTls,
+    /// Not an `http://` URL.
+    #[error("is not an http:// URL")]
+    NotHttpUrl,
+    /// A `LOG_LEVEL` directive the env-filter refuses (its words).
+    #[error("is not a filter directive ({0})")]
+    NotFilter(String),
+}
 
 /// The environment settings are read from. main.rs passes the process's; tests pass a map.
 pub trait SettingsSource {
@@ -88,7 +148,7 @@ impl<'a> Values<'a> {
     pub(super) fn parse<T>(
         &mut self,
         name: &'static str,
-        parse: impl FnOnce(&str) -> Result<T, String>,
+        parse: impl FnOnce(&str) -> Result<T, ValueError>,
     ) -> Option<T> {
         let raw = self.raw(name)?;
         match parse(raw.trim()) {
@@ -111,7 +171,7 @@ impl<'a> Values<'a> {
         &mut self,
         name: &'static str,
         fallback: T,
-        parse: impl FnOnce(&str) -> Result<T, String>,
+        parse: impl FnOnce(&str) -> Result<T, ValueError>,
     ) -> T {
         self.parse(name, parse).unwrap_or(fallback)
     }
@@ -124,67 +184,68 @@ impl<'a> Values<'a> {
 
 /// A boolean in clap's and the reference's spellings: true/false, 1/0, yes/no, on/off, y/n,
 /// t/f, in any case.
-pub fn boolean(s: &str) -> Result<bool, String> {
+pub fn boolean(s: &str) -> Result<bool, ValueError> {
     match s.to_ascii_lowercase().as_str() {
         "true" | "t" | "1" | "yes" | "y" | "on" => Ok(true),
         "false" | "f" | "0" | "no" | "n" | "off" => Ok(false),
-        _ => Err("is not a boolean (true/false, 1/0, yes/no, on/off)".into()),
+        _ => Err(ValueError::NotBoolean),
     }
 }
 
 /// A duration such as `100ms`, `2s`, `1m 30s`.
-pub fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("is not a duration such as 100ms or 2s ({e})"))
+pub fn duration(s: &str) -> Result<Duration, ValueError> {
+    humantime::parse_duration(s).map_err(ValueError::NotDuration)
 }
 
 /// A duration that must be longer than zero.
-pub fn positive_duration(s: &str) -> Result<Duration, String> {
+pub fn positive_duration(s: &str) -> Result<Duration, ValueError> {
     match duration(s)? {
-        d if d.is_zero() => Err("is not longer than zero".into()),
+        d if d.is_zero() => Err(ValueError::NotPositive),
         d => Ok(d),
     }
 }
 
 /// A whole number of type `T`.
-pub fn number<T: FromStr>(s: &str) -> Result<T, String> {
-    s.parse()
-        .map_err(|_| "is not a whole number in range".to_string())
+pub fn number<T: FromStr>(s: &str) -> Result<T, ValueError> {
+    s.parse().map_err(|_| ValueError::NotWholeNumber)
 }
 
 /// A whole number of at least 1.
-pub fn at_least_one<T: FromStr + PartialOrd + From<u8>>(s: &str) -> Result<T, String> {
+pub fn at_least_one<T: FromStr + PartialOrd + From<u8>>(s: &str) -> Result<T, ValueError> {
     match number::<T>(s)? {
-        n if n < T::from(1) => Err("is not at least 1".into()),
+        n if n < T::from(1) => Err(ValueError::BelowLeast(1)),
         n => Ok(n),
     }
 }
 
 /// A ratio between 0 and 1 inclusive.
-pub fn ratio(s: &str) -> Result<f64, String> {
+pub fn ratio(s: &str) -> Result<f64, ValueError> {
     match s.parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
-        Ok(_) => Err("is not between 0 and 1".into()),
-        Err(_) => Err("is not a number between 0 and 1".into()),
+        Ok(_) => Err(ValueError::NotBetweenZeroAndOne),
+        Err(_) => Err(ValueError::NotRatio),
     }
 }
 
 /// A signed duration (`-5s`): milliseconds.
-pub fn signed_millis(s: &str) -> Result<i64, String> {
+pub fn signed_millis(s: &str) -> Result<i64, ValueError> {
     let (sign, body) = s.strip_prefix('-').map_or((1, s), |b| (-1, b));
     let d = duration(body)?;
     i64::try_from(d.as_millis())
         .map(|ms| ms * sign)
-        .map_err(|_| "is too long".into())
+        .map_err(|_| ValueError::TooLong)
 }
 
 /// One of `choices`, case-insensitively; the canonical (listed) spelling.
-pub fn one_of(choices: &'static [&'static str]) -> impl Fn(&str) -> Result<&'static str, String> {
+pub fn one_of(
+    choices: &'static [&'static str],
+) -> impl Fn(&str) -> Result<&'static str, ValueError> {
     move |s| {
         choices
             .iter()
             .find(|c| c.eq_ignore_ascii_case(s))
             .copied()
-            .ok_or_else(|| format!("is not one of {}", choices.join(", ")))
+            .ok_or(ValueError::NotOneOf(choices))
     }
 }
 
@@ -200,9 +261,15 @@ mod tests {
         assert_eq!(duration("1m 30s"), Ok(Duration::from_secs(90)));
         assert!(duration("xyz")
             .unwrap_err()
-            .starts_with("is not a duration"));
+            .to_string()
+            .starts_with("is not a duration such as 100ms or 2s ("));
         assert!(positive_duration("0s").is_err());
-        assert_eq!(at_least_one::<u64>("0"), Err("is not at least 1".into()));
+        assert_eq!(at_least_one::<u64>("0"), Err(ValueError::BelowLeast(1)));
+        assert_eq!(ValueError::BelowLeast(1).to_string(), "is not at least 1");
+        assert_eq!(
+            one_of(&["SINGLE", "CLUSTER"])("x").unwrap_err().to_string(),
+            "is not one of SINGLE, CLUSTER"
+        );
         assert!(number::<u16>("70000").is_err());
         assert!(ratio("NaN").is_err() && ratio("1.5").is_err());
         assert_eq!(ratio("0.25"), Ok(0.25));
@@ -227,9 +294,12 @@ mod tests {
         let env = [("REDIS_AUTH", "hunter2")];
         let mut v = Values::new(&args, &env);
         assert_eq!(
-            v.parse("REDIS_AUTH", |_| Err::<(), _>("is bad".into())),
+            v.parse("REDIS_AUTH", |_| Err::<(), _>(ValueError::NotBoolean)),
             None
         );
-        assert_eq!(v.errors[0].message, "'<redacted>' is bad");
+        assert_eq!(
+            v.errors[0].message,
+            "'<redacted>' is not a boolean (true/false, 1/0, yes/no, on/off)"
+        );
     }
 }

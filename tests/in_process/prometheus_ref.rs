@@ -3,7 +3,7 @@
 
 use crate::common::{desc, free_port, http_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use sluice::server::prometheus_ref::PrometheusSettings;
+use sluice::telemetry::prometheus_ref::PrometheusSettings;
 
 #[tokio::test]
 async fn the_references_names_are_served_on_their_own_port() {

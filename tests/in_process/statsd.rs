@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use crate::common::{desc, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use sluice::server::statsd::StatsdSettings;
+use sluice::telemetry::statsd::StatsdSettings;
 
 #[tokio::test]
 async fn the_references_counters_reach_statsd_as_deltas() {

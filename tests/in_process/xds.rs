@@ -12,7 +12,7 @@ use crate::common::xds::{config, AdsServer, TYPE_URL};
 use crate::common::{desc, http_async, wait_for_body, wait_until_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit::{Minute, Unknown};
-use sluice::server::xds::{XdsSettings, XdsTls};
+use sluice::sources::xds::{XdsSettings, XdsTls};
 
 fn xds_settings(ads: SocketAddr) -> XdsSettings {
     XdsSettings {

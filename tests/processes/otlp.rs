@@ -530,7 +530,7 @@ fn a_refused_start_stops_the_exporters_even_on_a_single_threaded_runtime() {
                 sluice::settings::Settings::for_addrs(dir.path().into(), loopback, loopback);
             settings.otlp.tracing = true;
             settings.otlp.metrics = true;
-            settings.otlp.protocol = sluice::otel::Protocol::Grpc;
+            settings.otlp.protocol = sluice::telemetry::otel::Protocol::Grpc;
             settings.otlp.endpoints.common = Some(format!("http://{collector}"));
             let listeners = sluice::Listeners::bind(&settings).await.unwrap();
             let clock = Arc::new(sluice::core::clock::ManualClock::new(common::T0));

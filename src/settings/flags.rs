@@ -1,4 +1,4 @@
-//! The command line: clap definitions of every subcommand, and `serve`'s settings table.
+//! `sluice serve`'s flags: the settings table and the clap arguments built from it.
 //!
 //! `serve`'s flags are built from [`SERVE`], one row per setting (variable, flag, default,
 //! help), and are taken as raw strings: clap does not read the environment for them and
@@ -6,38 +6,9 @@
 //! the parsing) and `--help` never shows an environment value, a password included.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::builder::BoolishValueParser;
 use clap::parser::ValueSource;
-use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
-
-/// sluice: an external rate-limit service for Envoy and Istio.
-#[derive(Debug, Parser)]
-#[command(name = "sluice", version, about)]
-pub struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// The subcommands.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the rate-limit service.
-    Serve(Box<ServeArgs>),
-    /// Validate rules files; exit 1 listing every error.
-    Check(CheckArgs),
-    /// Send one ShouldRateLimit request and print the response.
-    Query(QueryArgs),
-    /// Drive ShouldRateLimit and print throughput and latency percentiles.
-    #[cfg(feature = "tools")]
-    Load(LoadArgs),
-    /// Run the fleet simulator (global mode vs. the plain design) and print its table.
-    #[cfg(feature = "tools")]
-    Simulate,
-}
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
 
 /// How a setting's flag takes its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,82 +272,4 @@ impl Args for ServeArgs {
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
         Self::augment_args(cmd)
     }
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| e.to_string())
-}
-
-// The client subcommands below keep clap's `env` (read once, by `Cli::parse` in main.rs) with
-// `hide_env_values`, so their `--help` shows no environment value either.
-
-/// Flags of `sluice check`.
-#[derive(Debug, Clone, Args)]
-pub struct CheckArgs {
-    /// Rules files or directories.
-    #[arg(required = true)]
-    pub paths: Vec<PathBuf>,
-    /// Merge files that share a domain.
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", hide_env_values = true, value_parser = BoolishValueParser::new(), action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
-    pub merge_domain_config: bool,
-}
-
-/// Flags of `sluice query`.
-#[derive(Debug, Clone, Args)]
-pub struct QueryArgs {
-    /// The service's gRPC address.
-    #[arg(
-        long,
-        env = "SLUICE_ADDR",
-        hide_env_values = true,
-        default_value = "http://127.0.0.1:8081"
-    )]
-    pub addr: String,
-    /// The domain.
-    #[arg(long)]
-    pub domain: String,
-    /// Descriptors, each `key=value[,key2=value2...]`.
-    #[arg(required = true)]
-    pub descriptors: Vec<String>,
-    /// Request-level hits_addend (0 means 1, as Envoy sends it).
-    #[arg(long, default_value_t = 0)]
-    pub hits_addend: u32,
-    /// Each descriptor's own hits_addend, which wins over the request's; 0 checks without
-    /// counting (a token budget's check).
-    #[arg(long, value_name = "N")]
-    pub hits: Option<u64>,
-}
-
-/// Flags of `sluice load`.
-#[derive(Debug, Clone, Args)]
-pub struct LoadArgs {
-    /// The service's gRPC address.
-    #[arg(
-        long,
-        env = "SLUICE_ADDR",
-        hide_env_values = true,
-        default_value = "http://127.0.0.1:8081"
-    )]
-    pub addr: String,
-    /// The domain.
-    #[arg(long, default_value = "load")]
-    pub domain: String,
-    /// The descriptor key; values are `v0`..`v{values-1}`.
-    #[arg(long, default_value = "user")]
-    pub key: String,
-    /// Distinct descriptor values.
-    #[arg(long, default_value_t = 10_000)]
-    pub values: u64,
-    /// Requests in flight at once.
-    #[arg(long, default_value_t = 64)]
-    pub concurrency: usize,
-    /// HTTP/2 connections shared by the workers.
-    #[arg(long, default_value_t = 4)]
-    pub connections: usize,
-    /// How long to run.
-    #[arg(long, default_value = "10s", value_parser = duration)]
-    pub duration: Duration,
-    /// Total requests per second (open loop); unset: as fast as responses come (closed loop).
-    #[arg(long)]
-    pub rate: Option<u64>,
 }

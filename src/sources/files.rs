@@ -7,23 +7,23 @@
 //! directory, including the reload's own, never does.
 //!
 //! A load that fails leaves the rules in force untouched and reports every error. Loads run
-//! on blocking threads ([`load_and_swap`], for files and xDS alike): a large file takes
-//! most of a second to parse and compile, time no request on a runtime worker should wait.
+//! on blocking threads ([`load_and_swap`] in `sources/mod.rs`, for files and xDS alike): a
+//! large file takes most of a second to parse and compile, time no request on a runtime
+//! worker should wait.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher as _};
-use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::clock::UnixMillis;
 use crate::rls::RateLimiter;
 use crate::rules::model::ConfigError;
 use crate::rules::prescan::MAX_FILE_BYTES;
 use crate::rules::{self, RuleSet};
-use crate::telemetry::ConfigLoad;
+
+use super::{load_and_swap, ReloadStatus};
 
 /// A rules file that could not be read at all.
 fn read_error(path: &Path, e: &std::io::Error) -> ConfigError {
@@ -105,109 +105,6 @@ pub fn load_path(
     Ok((set, files.iter().map(|f| f.display().to_string()).collect()))
 }
 
-/// What the last loads did, for `/rlconfig` and readiness details.
-#[derive(Debug, Default)]
-pub struct ReloadStatus {
-    inner: Mutex<StatusInner>,
-}
-
-#[derive(Debug, Default, Clone)]
-struct StatusInner {
-    loads: u64,
-    errors: Vec<String>,
-    errors_since: Option<UnixMillis>,
-}
-
-impl ReloadStatus {
-    /// Successful loads so far, and the errors of the last failed load if it came after the
-    /// last success (with when the failures started).
-    pub fn snapshot(&self) -> (u64, Vec<String>, Option<UnixMillis>) {
-        let s = self.inner.lock().clone();
-        (s.loads, s.errors, s.errors_since)
-    }
-
-    pub(crate) fn succeeded(&self) {
-        let mut s = self.inner.lock();
-        s.loads += 1;
-        s.errors.clear();
-        s.errors_since = None;
-    }
-
-    pub(crate) fn failed(&self, errors: Vec<String>, now: UnixMillis) {
-        let mut s = self.inner.lock();
-        s.errors = errors;
-        s.errors_since.get_or_insert(now);
-    }
-}
-
-/// What a load put in force.
-#[derive(Debug, Clone, Copy)]
-pub struct Loaded {
-    /// Rules compiled.
-    pub rules: usize,
-    /// Domains with rules.
-    pub domains: usize,
-    /// Files (or xDS resources) they came from.
-    pub files: usize,
-}
-
-/// Runs `load` (read, parse, validate, compile) and puts its rules in force, on a blocking
-/// thread: a 4 MiB file of 40k rules takes most of a second, which on a runtime worker is a
-/// second in which no request on that worker is answered. The swap is the same one atomic
-/// store. The set it replaces is dropped on a blocking thread too, once no request holds it.
-///
-/// # Errors
-/// The load's errors; the rules in force stay.
-pub async fn load_and_swap<F>(
-    limiter: &Arc<RateLimiter>,
-    load: F,
-) -> Result<Loaded, Vec<ConfigError>>
-where
-    F: FnOnce() -> Result<(RuleSet, Vec<String>), Vec<ConfigError>> + Send + 'static,
-{
-    let limiter = limiter.clone();
-    let task = tokio::task::spawn_blocking(move || {
-        let (set, files) = load()?;
-        let loaded = Loaded {
-            rules: set.rules().len(),
-            domains: set.domain_count(),
-            files: files.len(),
-        };
-        let old = limiter.swap_rules(set, files);
-        // Not waited for: an ACK to the management server or the next reload need not wait
-        // for the old set to go.
-        tokio::task::spawn_blocking(move || retire(old));
-        Ok(loaded)
-    });
-    task.await.unwrap_or_else(|e| {
-        // Compiling never panics (the fuzz targets hold it to that); a runtime shutting
-        // down cancels the task before it starts.
-        Err(vec![ConfigError::new(
-            "rules",
-            format!("the load did not finish: {e}"),
-        )])
-    })
-}
-
-/// How long a replaced rule set waits for the requests that still read it before it is
-/// dropped here anyway (then by the last of them): a request reads it for microseconds, or
-/// for a Redis round trip on the exact path.
-const RETIRE_WAIT: Duration = Duration::from_secs(5);
-
-/// Drops a replaced rule set once this is its last reference, so that freeing tens of
-/// thousands of rules happens on this (blocking) thread, not on a request's.
-fn retire<T>(old: Arc<T>) {
-    let step = Duration::from_millis(5);
-    let mut waited = Duration::ZERO;
-    // The swap made every reader's hold a real reference (arc-swap pays its readers' debts
-    // on a swap), so the count is exact.
-    while Arc::strong_count(&old) > 1 && waited < RETIRE_WAIT {
-        std::thread::sleep(step);
-        waited += step;
-    }
-    drop(old);
-}
-
 /// Loads `path` and swaps the result into `limiter` off the serving threads
 /// ([`load_and_swap`]); on failure keeps the rules in force. Returns whether the new rules
 /// were applied.
@@ -221,19 +118,14 @@ pub async fn reload(
     match load_and_swap(limiter, move || load_path(&path_owned, merge_domains)).await {
         Ok(loaded) => {
             tracing::info!(rules = loaded.rules, files = loaded.files, "rules loaded");
-            limiter.telemetry().config_load(ConfigLoad::Success);
-            status.succeeded();
+            status.count_success(limiter);
             true
         }
         Err(errors) => {
             for e in &errors {
                 tracing::error!(error = %e, "rules rejected; the rules in force stay");
             }
-            limiter.telemetry().config_load(ConfigLoad::Error);
-            status.failed(
-                errors.iter().map(ToString::to_string).collect(),
-                limiter.now(),
-            );
+            status.count_failure(limiter, errors.iter().map(ToString::to_string).collect());
             false
         }
     }
@@ -377,7 +269,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rules.yaml");
         std::fs::write(&path, large_rules(20_000)).unwrap();
-        let clock = Arc::new(crate::core::clock::ManualClock::new(UnixMillis(0)));
+        let clock = Arc::new(crate::core::clock::ManualClock::new(
+            crate::core::clock::UnixMillis(0),
+        ));
         let limiter = RateLimiter::local(
             "domain: d\ndescriptors: []\n",
             clock,
@@ -407,26 +301,6 @@ mod tests {
             during > 0,
             "the runtime's only thread was held for the whole reload"
         );
-    }
-
-    #[test]
-    fn a_replaced_set_is_dropped_by_the_retiring_thread_not_its_last_reader() {
-        struct Recorded(Arc<Mutex<Option<std::thread::ThreadId>>>);
-        impl Drop for Recorded {
-            fn drop(&mut self) {
-                *self.0.lock() = Some(std::thread::current().id());
-            }
-        }
-        let dropped_on = Arc::new(Mutex::new(None));
-        let old = Arc::new(Recorded(dropped_on.clone()));
-        let reader = old.clone();
-        let retiring = std::thread::spawn(move || retire(old));
-        // The reader lets go while the retiring thread waits, or before it looks: either
-        // way the last reference, and the drop, are the retiring thread's.
-        drop(reader);
-        let retiring_id = retiring.thread().id();
-        retiring.join().unwrap();
-        assert_eq!(*dropped_on.lock(), Some(retiring_id));
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
 //! The channel to the management server: plain HTTP/2, or TLS made here with rustls (the
-//! same provider and PEM loading as the gRPC listener's, `server/tls.rs`), since tonic is
+//! same provider and PEM loading as the gRPC listener's, `tls_files.rs`), since tonic is
 //! built without its own TLS. The server is verified against `CONFIG_GRPC_XDS_SERVER_TLS_CACERT`
 //! or the system's roots, under the name `CONFIG_GRPC_XDS_SERVER_TLS_SAN` or the URL's host.
 
@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::{XdsSettings, XdsTls};
-use crate::server::tls::{self, TlsError};
+use crate::tls_files::{self as tls, TlsError};
 
 /// How long one connection attempt (TCP and TLS handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

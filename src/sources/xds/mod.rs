@@ -3,7 +3,7 @@
 //! `ratelimit.config.ratelimit.v3.RateLimitConfig` (as envoyproxy/ratelimit's
 //! `xds_grpc_sotw_provider.go` is). Each response is the whole rule set, one resource a domain:
 //! it is converted to the files' model (`convert.rs`), then validated, compiled and swapped in
-//! exactly as a file reload is (`reload.rs`, off the serving threads), and ACKed; a set that
+//! exactly as a file reload is (`sources/mod.rs`, off the serving threads), and ACKed; a set that
 //! fails is NACKed with every error and the rules in force stay. A broken stream is retried with backoff, forever, until
 //! the service stops; nothing here panics or ends the process.
 //!
@@ -26,8 +26,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::rls::RateLimiter;
-use crate::server::reload::{self, ReloadStatus};
-use crate::telemetry::ConfigLoad;
+use crate::sources::{self, ReloadStatus};
 
 pub mod connect;
 pub mod convert;
@@ -201,7 +200,7 @@ impl XdsClient {
     }
 
     /// Applies one response and returns its ACK (or NACK). The conversion and compile run
-    /// off the serving threads, as a file reload's do ([`reload::load_and_swap`]).
+    /// off the serving threads, as a file reload's do ([`sources::load_and_swap`]).
     async fn apply(
         &self,
         mut response: DiscoveryResponse,
@@ -212,7 +211,7 @@ impl XdsClient {
         let result = if response.type_url == TYPE_URL {
             let resources = std::mem::take(&mut response.resources);
             let merge_domains = self.merge_domains;
-            reload::load_and_swap(&self.limiter, move || {
+            sources::load_and_swap(&self.limiter, move || {
                 convert::compile_resources(&resources, merge_domains)
             })
             .await
@@ -231,8 +230,7 @@ impl XdsClient {
                     domains = set.domains,
                     "rules loaded over xDS"
                 );
-                self.limiter.telemetry().config_load(ConfigLoad::Success);
-                self.status.succeeded();
+                self.status.count_success(&self.limiter);
                 accepted.clone_from(&response.version_info);
                 loaded.send_replace(Some(set.domains));
                 request(node, accepted, &response.nonce, None)
@@ -244,9 +242,8 @@ impl XdsClient {
                         "rules over xDS rejected; the rules in force stay"
                     );
                 }
-                self.limiter.telemetry().config_load(ConfigLoad::Error);
                 let detail = errors.join("\n");
-                self.status.failed(errors, self.limiter.now());
+                self.status.count_failure(&self.limiter, errors);
                 request(node, accepted, &response.nonce, Some(detail))
             }
         }
