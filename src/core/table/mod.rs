@@ -722,5 +722,4 @@ impl EntityTable {
 }
 
 #[cfg(test)]
-#[path = "table_tests.rs"]
 mod tests;

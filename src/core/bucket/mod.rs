@@ -681,9 +681,7 @@ fn own_geometry(g: &Geometry, fleet: &FleetView) -> Geometry {
     Geometry::new(interval_ns, burst)
 }
 
-#[path = "bucket_burst.rs"]
 mod burst;
 
 #[cfg(test)]
-#[path = "bucket_tests.rs"]
 mod tests;
