@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use super::clock::UnixMillis;
-use super::fleet::{Part, SyncPlan};
-use super::window::{decide_lenient, Algorithm, Limit, WindowState};
+use super::limit::{Algorithm, Limit};
+use super::window::{decide_lenient, Part, SyncPlan, WindowState};
 
 pub const MIN: u64 = 60_000;
 

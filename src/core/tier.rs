@@ -1,8 +1,8 @@
 //! Pressure tiers and the sync cadence they set: how often an entity with news syncs.
 
 use super::clock::UnixMillis;
+use super::limit::Limit;
 use super::state::LimitState;
-use super::window::Limit;
 
 /// How close an entity is to its limit, which sets how often it syncs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -67,7 +67,7 @@ impl SyncPolicy {
     ///
     /// - Until the others' rate is known ([`WindowState::warm`]: never synced, or synced
     ///   once) and the first reply is a tick old ([`WindowState::settled`]: the prior holds
-    ///   until then, `prior.rs`), every tick: a cold entity learns the fleet's count at once
+    ///   until then, `window/prior.rs`), every tick: a cold entity learns the fleet's count at once
     ///   (an early round trip) and the others' rate on the next tick, which is what keeps a
     ///   surge spread over many nodes from running far past the limit before any node
     ///   notices.

@@ -436,7 +436,7 @@ mod tests {
     use super::*;
     use crate::core::clock::{ManualClock, UnixMillis};
     use crate::core::table::{CacheSettings, EntityTable};
-    use crate::core::window::{Algorithm, Limit};
+    use crate::core::{Algorithm, Limit};
     use crate::global::sync::health::ShardStatus;
     use crate::global::sync::memory::MemoryStore;
     use std::sync::atomic::AtomicBool;

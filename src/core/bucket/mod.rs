@@ -21,12 +21,12 @@
 //! returns both values. The earlier ones were refilled before that moment: spent again on
 //! top of the others' later spends, a warm bucket's trickle read as debt under a flood. A node
 //! decides from the fleet's `tat` as last read plus its own spends since (its *view*), with
-//! the same three guards as a window (`fleet.rs`, `prior.rs`):
+//! the same three guards as a window (`window/share.rs`, `window/prior.rs`):
 //! - **young** (no reply yet, or the first one less than a tick old): with no reply, the
 //!   node acts as a bucket of its own of `1.05 × burst / live` tokens refilling at
 //!   `1.05 × rate / live`; with one, it spends since that reply at most its even share of the
 //!   room the reply left, with a binomial spread. Running into its prior within 100 ms of
-//!   its first reply, it asks for *burst reads* a round trip apart (`bucket_burst.rs`), so a
+//!   its first reply, it asks for *burst reads* a round trip apart (`burst.rs`), so a
 //!   burst is split on what the fleet has left, not on the prior;
 //! - **settled**: it spends, since its last reply, its share of the room the fleet's bucket
 //!   has had since then — the tokens left at the read, less the others' spends not sent yet
@@ -39,7 +39,7 @@
 //!   full it stays.
 //!   Once it spent an eighth of that (or of its even share of the room, if less), or when it
 //!   would deny a hit while the bucket refilled since its read, it asks for a *settled burst
-//!   read* (`bucket_burst.rs`): a fleet flooded everywhere at once re-splits the room a round
+//!   read* (`burst.rs`): a fleet flooded everywhere at once re-splits the room a round
 //!   trip later instead of each node spending its spread before the next tick shows the
 //!   others';
 //! - **alone** (one live replica): exact.
@@ -59,14 +59,13 @@
 //! ```
 
 use super::clock::UnixMillis;
-use super::fleet::MIN_SAMPLE_MS;
-use super::prior::{FleetView, PRIOR_SLACK};
-use super::window::{Limit, Verdict, MAX_COUNT};
+use super::fleet_view::{FleetView, MIN_SAMPLE_MS, PRIOR_SLACK};
+use super::limit::{Limit, Verdict, MAX_COUNT};
 
 const NS_PER_MS: u64 = 1_000_000;
 
 /// How much of the others' expected unsent spends (half a gap's worth at their rate) a node
-/// keeps out of the room it shares (as for windows, `fleet.rs`).
+/// keeps out of the room it shares (as for windows, `window/share.rs`).
 const UNSENT_RESERVED: f64 = 0.75;
 
 /// The smallest share of the room a node keeps, so a node that was quiet for a while can
@@ -94,7 +93,7 @@ const SHARE_SPREAD: f64 = 3.0;
 /// 1.1–2.0 % with all of it (the warm flood at 20: 1.038–1.091× the exact bucket without
 /// it, 1.057–1.105× with it; the other scenarios within 0.5 points either way). The price:
 /// the floored shares add up to more than 1 when the measured ones are uneven, which the
-/// burst reads of a flood take back (`bucket_burst.rs`).
+/// burst reads of a flood take back (`burst.rs`).
 const EVEN_FLOOR: f64 = 1.0;
 
 /// The time constant (ms) of the spend rates a share is measured from, at least: long enough
@@ -207,7 +206,7 @@ pub struct BucketPlan {
     /// `delta`, so a call that timed out but ran and is then sent again, a late duplicate or
     /// two calls applied out of order spend nothing twice.
     pub stated: [u32; 2],
-    /// A burst read (`prior.rs`): its reply measures rates however soon it comes.
+    /// A burst read (`window/prior.rs`): its reply measures rates however soon it comes.
     pub burst: bool,
 }
 
@@ -241,7 +240,7 @@ pub struct BucketState {
     /// This node's acknowledged spends per second, averaged the same way.
     own_per_sec: f32,
     /// The other nodes' spends per second between the last two replies, not averaged: what
-    /// a young bucket's burst reads project over the round trip they lag (`bucket_burst.rs`).
+    /// a young bucket's burst reads project over the round trip they lag (`burst.rs`).
     others_pace: f32,
     /// Time between the last two replies (ms, saturating); 0 until there were two.
     gap_ms: u16,
@@ -548,7 +547,7 @@ impl BucketState {
         if !self.young(fleet) {
             return false;
         }
-        // Once a reply came, its room decides (burst reads, `bucket_burst.rs`).
+        // Once a reply came, its room decides (burst reads, `burst.rs`).
         if self.synced_at != 0 {
             return self.over_burst_share(g, now, hits, fleet);
         }
@@ -576,7 +575,7 @@ impl BucketState {
     /// A settled node's allowance since its last reply: its share of the room the fleet's
     /// bucket has had since then, plus a binomial share's spread of at most
     /// [`burst::BUCKET_BURST_SLACK`]'s part of that share. `None`: this node has the whole
-    /// bucket. Spending a part of it wants a burst read (`bucket_burst.rs`), so the room is
+    /// bucket. Spending a part of it wants a burst read (`burst.rs`), so the room is
     /// re-split a round trip later rather than a tick.
     pub(super) fn settled_allowance(
         &self,

@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::core::fixtures::T0;
-use crate::core::window::{decide, decide_lenient, Algorithm};
+use crate::core::limit::Algorithm;
+use crate::core::window::{decide, decide_lenient};
 use proptest::prelude::*;
 
 /// `rate` tokens a second, bursts of `burst`.

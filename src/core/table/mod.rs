@@ -24,8 +24,8 @@ use hashbrown::HashTable;
 use parking_lot::{Mutex, RwLock};
 
 use super::clock::UnixMillis;
+use super::limit::Limit;
 use super::state::{LimitState, Summary};
-use super::window::Limit;
 
 /// Records per chunk: chunks are never reallocated, so growing a shard copies nothing and
 /// its memory is what its records use, plus at most one partly filled chunk.

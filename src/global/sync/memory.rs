@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
-use crate::core::fleet::Part;
+use crate::core::Part;
 use crate::global::exact::{apply, ExactCounters, ExactFuture, ExactItem, ExactStore};
 
 /// A counter: each replica's part (its hits and refunds so far).

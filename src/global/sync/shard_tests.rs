@@ -3,7 +3,7 @@
 use super::*;
 use crate::core::clock::{ManualClock, UnixMillis};
 use crate::core::table::{CacheSettings, EntityTable};
-use crate::core::window::{Algorithm, Limit};
+use crate::core::{Algorithm, Limit};
 use crate::global::sync::clock_offset::measure_offset;
 use crate::global::sync::memory::MemoryStore as FakeStore;
 use crate::global::sync::queue::ShardRouter;
@@ -174,7 +174,7 @@ async fn a_store_that_restarts_empty_gets_this_nodes_hits_back_with_the_next_hit
         .unwrap()
         .insert(
             2,
-            crate::core::fleet::Part {
+            crate::core::Part {
                 hits: 40,
                 refunds: 0,
             },
