@@ -41,14 +41,6 @@ impl Limit {
     }
 }
 
-/// A limit's counters as `decide` sees them: window counters or a token bucket.
-pub trait Counter {
-    /// Checks `hits` at `now` without counting them (alone: local mode).
-    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict;
-    /// Counts `hits` at `now`.
-    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64);
-}
-
 /// The outcome of checking `hits` against one limit at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {

@@ -8,6 +8,7 @@
 
 pub mod bucket;
 pub mod clock;
+pub mod decide;
 pub mod fleet_view;
 pub mod limit;
 pub mod state;
@@ -16,11 +17,12 @@ pub mod tier;
 pub mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
+pub use decide::{decide, Count, Decision, Outcome, Wants};
 pub use fleet_view::FleetView;
-pub use limit::{Algorithm, Counter, Limit, Verdict, MAX_COUNT};
+pub use limit::{Algorithm, Limit, Verdict, MAX_COUNT};
 pub use state::{LimitState, Plan, Summary};
 pub use tier::{SyncPolicy, Tier};
-pub use window::{decide, decide_lenient, Part, SyncPlan, WindowState};
+pub use window::{Part, SyncPlan, WindowState};
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;

@@ -5,7 +5,7 @@
 use super::bucket::{BucketPlan, BucketState};
 use super::clock::UnixMillis;
 use super::fleet_view::FleetView;
-use super::limit::{Algorithm, Counter, Limit, Verdict};
+use super::limit::{Algorithm, Limit, Verdict};
 use super::window::{SyncPlan, WindowState};
 
 /// The state of one limit of one entity.
@@ -221,23 +221,5 @@ impl LimitState {
             LimitState::Window(w) => w.wants_burst_read(limit, now, fleet),
             LimitState::Bucket(b) => b.wants_burst_read(limit, now, fleet),
         }
-    }
-}
-
-impl Counter for LimitState {
-    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
-        self.check_with(limit, now, hits, &FleetView::ALONE)
-    }
-    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
-        self.record_with(limit, now, hits, &FleetView::ALONE);
-    }
-}
-
-impl Counter for BucketState {
-    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
-        self.check_with(limit, now, hits, &FleetView::ALONE)
-    }
-    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
-        self.record_with(limit, now, hits, &FleetView::ALONE);
     }
 }

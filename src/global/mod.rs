@@ -517,7 +517,7 @@ mod tests {
             clock.now(),
             || vec![limit],
             |e| {
-                crate::core::decide(&mut e.state.states[0], &limit, clock.now(), 1);
+                crate::core::fixtures::hit(&mut e.state.states[0], &limit, clock.now(), 1);
                 g.queues.mark_dirty(e.key, e.state, false);
             },
         );

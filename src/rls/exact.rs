@@ -15,11 +15,11 @@ use std::sync::atomic::Ordering;
 use opentelemetry::KeyValue;
 use parking_lot::Mutex;
 
-use super::evaluate::{pick, Outcome};
 use super::resolve::Target;
 use super::RateLimiter;
 use crate::core::bucket::verdict_owed;
 use crate::core::clock::UnixMillis;
+use crate::core::decide::{pick, Outcome};
 use crate::core::limit::verdict_on;
 use crate::core::window::window_count;
 use crate::core::{Algorithm, Verdict};

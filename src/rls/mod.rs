@@ -36,12 +36,12 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 use crate::core::clock::{Clock, UnixMillis};
+use crate::core::decide::Count;
 use crate::core::table::{CacheSettings, EntityTable};
 use crate::global::{ExactClient, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{RuleStats, SeriesBounds, Telemetry};
-use evaluate::Count;
 use exact::{ExactAnswer, OverCache};
 use gate::Gate;
 use resolve::Target;

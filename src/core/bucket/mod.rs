@@ -46,16 +46,20 @@
 //!
 //! ```
 //! use sluice::core::clock::UnixMillis;
-//! use sluice::core::window::{decide_lenient, Algorithm, Limit};
-//! use sluice::core::bucket::BucketState;
+//! use sluice::core::decide::{decide, Count};
+//! use sluice::core::{Algorithm, Limit, LimitState};
 //!
-//! // 10 a second, bursts of 30.
+//! // 10 a second, bursts of 30; a lenient limit (denied tokens cost nothing).
 //! let limit = Limit { requests_per_unit: 10, window_ms: 1000, algorithm: Algorithm::TokenBucket { burst: 30 } };
-//! let mut b = BucketState::default();
+//! let mut b = [LimitState::restored(&limit, None)];
+//! let mut admitted = |t| {
+//!     let count = Count::Yes { hold_within: false };
+//!     let mut hit = || decide([(&limit, false)], &mut b, t, 1, count, None).unwrap().outcome;
+//!     (0..40).filter(|_| !hit().over).count()
+//! };
 //! let t = UnixMillis::from_secs(600);
-//! assert_eq!((0..40).filter(|_| !decide_lenient(&mut b, &limit, t, 1).over).count(), 30);
-//! let later = t.plus_millis(1000);
-//! assert_eq!((0..40).filter(|_| !decide_lenient(&mut b, &limit, later, 1).over).count(), 10);
+//! assert_eq!(admitted(t), 30);
+//! assert_eq!(admitted(t.plus_millis(1000)), 10);
 //! ```
 
 use super::clock::UnixMillis;

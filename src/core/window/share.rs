@@ -294,7 +294,6 @@ impl WindowState {
 mod tests {
     use super::*;
     use crate::core::fixtures::*;
-    use crate::core::window::decide;
 
     #[test]
     fn other_nodes_hits_are_read_and_extrapolated() {
@@ -326,9 +325,9 @@ mod tests {
         let (mut a, mut b) = (WindowState::default(), WindowState::default());
         let t = T0.plus_millis(10_000);
         // B counted 90 and synced; then A counted 10 and synced: A has 10 % of the count.
-        decide(&mut b, &l, t, 90);
+        hit(&mut b, &l, t, 90);
         sync(&mut b, &l, &mut store, t);
-        decide(&mut a, &l, t, 10);
+        hit(&mut a, &l, t, 10);
         sync(&mut a, &l, &mut store, t);
         // A reports the fleet's count, but spends only its share of the 900 left: 90 hits
         // (91 when its rounding offset says so).
@@ -353,7 +352,7 @@ mod tests {
         // The window ends full: 900 hits of other nodes and 100 of ours.
         *store.entry(T0.0 / MIN).or_default() += 900;
         let late = T0.plus_millis(MIN - 1_000);
-        decide(&mut s, &l, late, 100);
+        hit(&mut s, &l, late, 100);
         sync(&mut s, &l, &mut store, late);
         // Then the store is gone. Half-way through the next window half of the previous
         // epoch has drained: 500 hits of room for the fleet, of which this node takes its
@@ -375,18 +374,18 @@ mod tests {
         let mut s = WindowState::default();
         // 100 own and 100 others', then a second later 100 more own and 200 more others':
         // 200 a second, a tenth of the limit in a tick.
-        decide(&mut s, &l, t1, 100);
+        hit(&mut s, &l, t1, 100);
         *store.entry(T0.0 / MIN).or_default() += 100;
         sync(&mut s, &l, &mut store, t1);
-        decide(&mut s, &l, t2, 100);
+        hit(&mut s, &l, t2, 100);
         *store.entry(T0.0 / MIN).or_default() += 200;
         sync(&mut s, &l, &mut store, t2);
         assert_eq!(s.others_per_sec(), 200.0);
         // Room: 2000 - 500 read - 0.75 × 200 × 0.5 s unsent = 1425; its share 200 / 500 of
         // it is 570, an eighth of that 71.25.
-        decide(&mut s, &l, t2.plus_millis(1), 71);
+        hit(&mut s, &l, t2.plus_millis(1), 71);
         assert!(!s.read_due(&l, t2.plus_millis(1), 1_000));
-        decide(&mut s, &l, t2.plus_millis(2), 1);
+        hit(&mut s, &l, t2.plus_millis(2), 1);
         assert!(s.read_due(&l, t2.plus_millis(2), 1_000));
         // Others adding less than 5 % of the limit in a tick (the window's drain at the
         // limit): the tick's read is enough.

@@ -214,7 +214,6 @@ impl WindowState {
 mod tests {
     use super::*;
     use crate::core::fixtures::*;
-    use crate::core::window::decide;
 
     #[test]
     fn hits_during_a_sync_in_flight_are_counted_once() {
@@ -222,13 +221,13 @@ mod tests {
         let mut s = WindowState::default();
         let mut store = std::collections::HashMap::new();
         for _ in 0..3 {
-            decide(&mut s, &l, T0, 1);
+            hit(&mut s, &l, T0, 1);
         }
         let plan = s.begin_sync(&l, T0);
         assert_eq!(plan.deltas, [3, 0]);
         // Two more hits while the sync is in flight.
-        decide(&mut s, &l, T0.plus_millis(10), 1);
-        decide(&mut s, &l, T0.plus_millis(10), 1);
+        hit(&mut s, &l, T0.plus_millis(10), 1);
+        hit(&mut s, &l, T0.plus_millis(10), 1);
         assert_eq!(s.check(&l, T0.plus_millis(10), 0).count_after, 5);
         let totals = apply(&mut store, &plan);
         s.complete_sync(&l, &plan, totals, T0.plus_millis(20));
@@ -282,8 +281,8 @@ mod tests {
         let (mut a, mut b) = (WindowState::default(), WindowState::default());
         // A counted 100 and B 120 late in a window, all acknowledged.
         let late = T0.plus_millis(MIN - 2_000);
-        decide(&mut a, &l, late, 100);
-        decide(&mut b, &l, late, 120);
+        hit(&mut a, &l, late, 100);
+        hit(&mut b, &l, late, 120);
         for t in [late, late.plus_millis(1_000)] {
             sync_as(&mut a, 1, &l, &mut store, t);
             sync_as(&mut b, 2, &l, &mut store, t);
@@ -319,11 +318,11 @@ mod tests {
         let l = fixed(100);
         let mut store = std::collections::HashMap::new();
         let (mut a, mut b) = (WindowState::default(), WindowState::default());
-        decide(&mut a, &l, T0, 10);
+        hit(&mut a, &l, T0, 10);
         sync_as(&mut a, 1, &l, &mut store, T0);
         // B counts 5, then gives back 10 hits, its own and A's (Envoy's negative hits,
         // balanced to another replica): B's part goes below zero, and its syncs keep it there.
-        decide(&mut b, &l, T0, 5);
+        hit(&mut b, &l, T0, 5);
         sync_as(&mut b, 2, &l, &mut store, T0);
         b.refund(&l, T0, 10);
         for t in [T0, T0.plus_millis(1_000), T0.plus_millis(2_000)] {
@@ -344,7 +343,7 @@ mod tests {
     fn a_failed_sync_is_resent() {
         let l = fixed(10);
         let mut s = WindowState::default();
-        decide(&mut s, &l, T0, 4);
+        hit(&mut s, &l, T0, 4);
         let plan = s.begin_sync(&l, T0);
         s.fail_sync(&plan);
         assert_eq!((s.pending(), s.check(&l, T0, 0).count_after), (4, 4));
@@ -357,11 +356,11 @@ mod tests {
         let mut s = WindowState::default();
         let mut store = std::collections::HashMap::new();
         let late = T0.plus_millis(MIN - 5);
-        decide(&mut s, &l, late, 10);
+        hit(&mut s, &l, late, 10);
         let plan = s.begin_sync(&l, late);
         // The reply arrives in the next window, after more hits there.
         let next = T0.plus_millis(MIN);
-        decide(&mut s, &l, next, 1);
+        hit(&mut s, &l, next, 1);
         let totals = apply(&mut store, &plan);
         s.complete_sync(&l, &plan, totals, next);
         // prev = 10 (acknowledged, weighted ~1), curr = 1 pending: nothing lost or doubled.
@@ -375,7 +374,7 @@ mod tests {
         let mut store = std::collections::HashMap::new();
         let mut s = WindowState::default();
         let t1 = T0.plus_millis(MIN - 500);
-        decide(&mut s, &l, t1, 1);
+        hit(&mut s, &l, t1, 1);
         sync(&mut s, &l, &mut store, t1);
         assert!(!s.warm(), "a first reply only guesses the rate");
         // The others add 10 before the boundary and 10 after it.
