@@ -1,7 +1,9 @@
 //! The RLS v3 semantics of `ShouldRateLimit`, independent of the transport (gRPC or HTTP JSON),
 //! in four steps, one file each: `validate.rs` (request checks and bounds), `resolve.rs`
 //! (descriptor → rule and entity, limit overrides, `replaces`), `evaluate.rs` (limits checked
-//! and counted on the entity) and `respond.rs` (statuses, overall code, headers). `gate.rs`
+//! and counted on the entity by `core::decide`) and `respond.rs` (statuses, overall code,
+//! headers); each step uses only the ones before it (the decision's `Outcome` and `Count`
+//! are the core's). `gate.rs`
 //! refuses requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
 //! mode against the store ([`RateLimiter::should_rate_limit_async`]).
 //!
@@ -522,7 +524,7 @@ impl RateLimiter {
             };
             // Unlimited (and, defensively, a rule without limits): nothing is counted.
             let outcome = match exact.get(i).and_then(Option::as_ref) {
-                Some(ExactAnswer::Decided(o)) => Some(o.clone()),
+                Some(ExactAnswer::Decided(o)) => Some(*o),
                 // The store failed: decided from memory on the cold-entity prior (`core/prior.rs`).
                 Some(ExactAnswer::Prior) => self.evaluate(t, now, hits[i], count),
                 None => self.evaluate(t, now, hits[i], count),
