@@ -5,19 +5,12 @@
 //! walks a [`Step`] path and fails on purpose at its end, then reads the position off that
 //! error: it is libyaml's own mark, exact for block and flow style, quoted keys, anchors and
 //! all. Each lookup re-reads the whole file, so only errors are located, and at most
-//! [`LOCATE_BUDGET_BYTES`] of text per file: a large file full of mistakes still fails fast
-//! (its later errors keep their descriptor path, without a line).
+//! `error::LOCATE_BUDGET_BYTES` of text per file: a large file full of mistakes still fails
+//! fast (its later errors keep their descriptor path, without a line).
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-
-use super::model::ConfigError;
-
-/// Text re-read to locate one file's errors in one load, at most: 4 lookups in a file at the
-/// 4 MiB bound (each costs about one parse of the file), hundreds in a file of ordinary size
-/// (tens of KB). The first error is always located.
-pub const LOCATE_BUDGET_BYTES: usize = 16 << 20;
 
 /// One step from a node to one of its children.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -49,32 +42,6 @@ pub fn locate(content: &str, path: &[Step]) -> Option<(u32, u32)> {
         u32::try_from(at.line()).ok()?,
         u32::try_from(at.column()).ok()?,
     ))
-}
-
-/// Gives a line and column to every error of `file` that names a node and has none yet,
-/// within [`LOCATE_BUDGET_BYTES`] of re-read text.
-pub fn resolve(errors: &mut [ConfigError], file: &str, content: &str) {
-    resolve_within(errors, file, content, LOCATE_BUDGET_BYTES);
-}
-
-/// [`resolve`] with a budget of `budget` bytes re-read; errors past it keep their place
-/// (domain and descriptor path) without a line.
-fn resolve_within(errors: &mut [ConfigError], file: &str, content: &str, budget: usize) {
-    let mut spent = 0usize;
-    for e in errors.iter_mut().filter(|e| e.file == file) {
-        let Some(path) = e.node.take() else { continue };
-        if e.line.is_some() {
-            continue;
-        }
-        if spent > 0 && spent.saturating_add(content.len()) > budget {
-            break;
-        }
-        spent = spent.saturating_add(content.len().max(1));
-        if let Some((line, column)) = locate(content, &path) {
-            e.line = Some(line);
-            e.column = Some(column);
-        }
-    }
 }
 
 fn here<E: de::Error>() -> E {
@@ -245,31 +212,5 @@ mod tests {
         let mut through = descriptor(0);
         through.extend([Step::Key("key"), Step::Index(0)]);
         assert_eq!(locate(text, &through), Some((3, 10)));
-    }
-
-    #[test]
-    fn locating_stops_at_the_budget_and_later_errors_keep_their_place() {
-        let text = "domain: d\ndescriptors:\n  - key: a\n  - key: b\n  - key: c\n";
-        let mut errors: Vec<ConfigError> = (0..3)
-            .map(|i| {
-                ConfigError::new("f.yaml", "m").at(
-                    vec![Step::Key("descriptors"), Step::Index(i)],
-                    Some("p".into()),
-                )
-            })
-            .collect();
-        errors.push(ConfigError::new("other.yaml", "m").at(vec![], None));
-        // Room for two reads of the text: the first two errors get lines, the third not.
-        resolve_within(&mut errors, "f.yaml", text, 2 * text.len());
-        let lines: Vec<_> = errors.iter().map(|e| e.line).collect();
-        assert_eq!(lines, [Some(3), Some(4), None, None]);
-        assert_eq!(errors[2].to_string(), "f.yaml: m (p)");
-        assert_eq!(errors[1].to_string(), "f.yaml: m (line 4, column 5; p)");
-        // Another file's error is left for its own text.
-        assert!(errors[3].node.is_some());
-        // The first error is located whatever the budget.
-        let mut one = vec![ConfigError::new("f.yaml", "m").at(vec![], None)];
-        resolve_within(&mut one, "f.yaml", text, 0);
-        assert_eq!(one[0].line, Some(1));
     }
 }

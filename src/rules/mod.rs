@@ -12,15 +12,17 @@
 //! position in the file, so a reload keeps the counters of every unchanged rule. Both are
 //! explicit byte encodings, pinned by tests: see `identity.rs`.
 //!
-//! Files: `model.rs` (the YAML model and its key check), `prescan.rs` (size and nesting bounds
-//! checked before parsing), `locate.rs` (the line and column of an error's subject),
-//! `compile.rs` (validation, compilation), `tree.rs` (the descriptor tree and wildcard
-//! matching), `identity.rs` (rule ids and entity keys).
+//! Files: `model/` (the YAML model and its key check), `prescan.rs` (size and nesting bounds
+//! checked before parsing), `error.rs` (a rules file's error as printed, and giving errors
+//! their lines), `locate.rs` (the line and column of a node in the text), `compile/`
+//! (validation, compilation), `tree/` (the descriptor tree and wildcard matching),
+//! `identity.rs` (rule ids and entity keys).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 mod compile;
+pub mod error;
 pub mod identity;
 pub mod locate;
 pub mod model;

@@ -13,13 +13,41 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+/// What is wrong with a `POST /json` body. The text is what the HTTP 400 answer says after
+/// `bad request: `, so each variant keeps the wording clients have seen.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonError {
+    /// Not JSON, or not a `RateLimitRequest`: a field unknown or of the wrong type.
+    #[error("{0}")]
+    Decode(#[from] serde_json::Error),
+    /// An integer given as a string that is not an unsigned decimal number.
+    #[error("{field}: '{text}' is not an unsigned integer")]
+    NotUnsigned {
+        /// The field, by its proto3 JSON name.
+        field: &'static str,
+        /// The string given.
+        text: String,
+    },
+    /// An integer past a 32-bit field's range.
+    #[error("{field}: {value} does not fit in 32 bits")]
+    TooBig {
+        /// The field, by its proto3 JSON name.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// A limit override's unit by a name the proto does not have.
+    #[error("unit: unknown unit '{0}'")]
+    UnknownUnit(String),
+}
+
 /// Parses a proto3 JSON `RateLimitRequest`.
 ///
 /// # Errors
-/// A message naming what is malformed (bad JSON, a field of the wrong type, an unknown enum
-/// name, an integer out of range). Never panics, whatever the bytes.
-pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
-    let req: JsonRequest = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+/// What is malformed (bad JSON, a field of the wrong type, an unknown enum name, an integer
+/// out of range). Never panics, whatever the bytes.
+pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, JsonError> {
+    let req: JsonRequest = serde_json::from_slice(body)?;
     req.into_proto()
 }
 
@@ -32,12 +60,13 @@ enum JsonInt {
 }
 
 impl JsonInt {
-    fn get(&self, field: &str) -> Result<u64, String> {
+    fn get(&self, field: &'static str) -> Result<u64, JsonError> {
         match self {
             JsonInt::Num(n) => Ok(*n),
-            JsonInt::Str(s) => s
-                .parse()
-                .map_err(|_| format!("{field}: '{s}' is not an unsigned integer")),
+            JsonInt::Str(s) => s.parse().map_err(|_| JsonError::NotUnsigned {
+                field,
+                text: s.clone(),
+            }),
         }
     }
 }
@@ -92,11 +121,13 @@ struct JsonOverride {
 }
 
 impl JsonRequest {
-    fn into_proto(self) -> Result<RateLimitRequest, String> {
-        let u32_of = |v: &Option<JsonInt>, field: &str| -> Result<u32, String> {
-            v.as_ref().map_or(Ok(0), |v| v.get(field)).and_then(|n| {
-                u32::try_from(n).map_err(|_| format!("{field}: {n} does not fit in 32 bits"))
-            })
+    fn into_proto(self) -> Result<RateLimitRequest, JsonError> {
+        let u32_of = |v: &Option<JsonInt>, field: &'static str| -> Result<u32, JsonError> {
+            v.as_ref()
+                .map_or(Ok(0), |v| v.get(field))
+                .and_then(|value| {
+                    u32::try_from(value).map_err(|_| JsonError::TooBig { field, value })
+                })
         };
         let mut descriptors = Vec::with_capacity(self.descriptors.len());
         for d in self.descriptors {
@@ -108,7 +139,7 @@ impl JsonRequest {
                         None => 0,
                         Some(JsonEnum::Num(n)) => *n,
                         Some(JsonEnum::Name(n)) => PbUnit::from_str_name(n)
-                            .ok_or_else(|| format!("unit: unknown unit '{n}'"))?
+                            .ok_or_else(|| JsonError::UnknownUnit(n.clone()))?
                             as i32,
                     },
                 }),
@@ -195,4 +226,67 @@ pub fn response_json(r: &RateLimitResponse) -> Value {
         out.insert("responseHeadersToAdd".into(), headers.into());
     }
     Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error of parsing `body`, as the 400 answer prints it.
+    fn error(body: &str) -> String {
+        parse_request(body.as_bytes()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_say_what_is_malformed_in_the_words_clients_have_seen() {
+        assert_eq!(
+            error(r#"{"domain":"d","hitsAddend":"x"}"#),
+            "hitsAddend: 'x' is not an unsigned integer"
+        );
+        assert_eq!(
+            error(r#"{"domain":"d","descriptors":[{"hits_addend":"-1"}]}"#),
+            "hitsAddend: '-1' is not an unsigned integer"
+        );
+        assert_eq!(
+            error(r#"{"domain":"d","hitsAddend":4294967296}"#),
+            "hitsAddend: 4294967296 does not fit in 32 bits"
+        );
+        assert_eq!(
+            error(r#"{"descriptors":[{"limit":{"requestsPerUnit":"4294967296"}}]}"#),
+            "requestsPerUnit: 4294967296 does not fit in 32 bits"
+        );
+        assert_eq!(
+            error(r#"{"descriptors":[{"limit":{"unit":"FORTNIGHT"}}]}"#),
+            "unit: unknown unit 'FORTNIGHT'"
+        );
+        assert_eq!(
+            error(r#"{"domain":"d","bogus":1}"#),
+            serde_json::from_str::<JsonRequest>(r#"{"domain":"d","bogus":1}"#)
+                .unwrap_err()
+                .to_string()
+        );
+        assert!(
+            error("{not json").contains("key must be a string"),
+            "{}",
+            error("{not json")
+        );
+    }
+
+    #[test]
+    fn a_request_in_either_spelling_parses() {
+        let req = parse_request(
+            br#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requests_per_unit":"7","unit":3},"hitsAddend":"2"}],"hits_addend":4}"#,
+        )
+        .unwrap();
+        assert_eq!((req.domain.as_str(), req.hits_addend), ("d", 4));
+        let d = &req.descriptors[0];
+        assert_eq!(
+            d.limit,
+            Some(RateLimitOverride {
+                requests_per_unit: 7,
+                unit: 3
+            })
+        );
+        assert_eq!(d.hits_addend.as_ref().map(|h| h.value), Some(2));
+    }
 }

@@ -1,0 +1,257 @@
+//! The rules file: envoyproxy/ratelimit's YAML format (plus sluice's extensions) as a serde
+//! model, parsed and key-checked (the key check is `keys.rs`). Semantic checks and compilation
+//! live in `compile/`.
+//!
+//! Keys are checked as the reference checks them (a key not in [`VALID_KEYS`] is an error,
+//! `config error, unknown key 'foo'`) and, unlike the reference, in their place: a known key
+//! where it does not belong (`requests_per_unit` beside `key:`, `shadow_mode` inside
+//! `rate_limit`) is an error naming where it belongs, since the reference silently ignores
+//! it and the rule then does something else than it says. Every problem in a file is
+//! reported, not just the first, each as `"<file>: <message> (line L, column C; domain 'd',
+//! descriptor path 'k' > 'k2_v')"`: the reference's wording first, then where (`error.rs`).
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, Unexpected, Visitor};
+use serde::Deserialize;
+use serde_yaml::Value;
+
+use super::error;
+pub use super::error::ConfigError;
+
+mod keys;
+pub use keys::VALID_KEYS;
+
+/// A descriptor's step in a path: its `key`, or `key_value` (the reference's composite key).
+pub(crate) fn final_key(key: &str, value: &str) -> String {
+    if value.is_empty() {
+        key.to_string()
+    } else {
+        format!("{key}_{value}")
+    }
+}
+
+/// A rules file: one domain and its descriptor tree.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct RulesFile {
+    /// The domain the descriptors belong to; required.
+    #[serde(default)]
+    pub domain: String,
+    /// The top-level descriptors.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorConfig>,
+}
+
+/// One node of the descriptor tree.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct DescriptorConfig {
+    /// The entry key this node matches; required.
+    #[serde(default)]
+    pub key: String,
+    /// The value this node matches: empty matches any value, `*` anywhere is a wildcard.
+    #[serde(default)]
+    pub value: String,
+    /// The limit applied when a request's last entry stops at this node.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitConfig>,
+    /// More limits checked together with `rate_limit` (sluice extension).
+    #[serde(default)]
+    pub additional_limits: Vec<LimitConfig>,
+    /// Nested descriptors, matched against the following request entries.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorConfig>,
+    /// Report OK whatever the outcome (the outcome is still counted and measured).
+    #[serde(default)]
+    pub shadow_mode: bool,
+    /// Quota mode: an over-limit status here fails the request only if every quota is over.
+    #[serde(default)]
+    pub quota_mode: bool,
+    /// Metrics keyed by the request's actual values rather than this rule's path.
+    #[serde(default)]
+    pub detailed_metric: bool,
+    /// Metrics include the actual value of this (key-only or wildcard) level.
+    #[serde(default)]
+    pub value_to_metric: bool,
+    /// One counter for every value a wildcard matches, instead of one per value.
+    #[serde(default)]
+    pub share_threshold: bool,
+    /// Free-form annotations, ignored by the limiter.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+}
+
+/// The `rate_limit` block.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct RateLimitConfig {
+    /// The window unit: second, minute, hour, day, week, month or year.
+    #[serde(default)]
+    pub unit: String,
+    /// Hits allowed per window. Required unless `unlimited` (the reference reads a missing
+    /// one as 0, which denies every request: a slip, never what was meant); `0` said
+    /// explicitly is accepted and denies everything, as there.
+    #[serde(default, deserialize_with = "optional_whole_u32")]
+    pub requests_per_unit: Option<u32>,
+    /// No limit: matching requests are never counted or denied.
+    #[serde(default)]
+    pub unlimited: bool,
+    /// A name other rules can `replace`.
+    #[serde(default)]
+    pub name: String,
+    /// Names of limits this one replaces when both match one request.
+    #[serde(default)]
+    pub replaces: Vec<ReplacesConfig>,
+    /// Window length in units (sluice extension; default 1).
+    #[serde(default, deserialize_with = "optional_whole_u32")]
+    pub unit_multiplier: Option<u32>,
+    /// `sliding_window` (default), `fixed_window` or `token_bucket` (sluice extension).
+    #[serde(default)]
+    pub algorithm: Option<String>,
+    /// A token bucket's capacity (sluice extension; default `requests_per_unit`).
+    #[serde(default, deserialize_with = "optional_whole_u32")]
+    pub burst: Option<u32>,
+    /// Whether denied hits are counted (sluice extension; default true, false for buckets).
+    #[serde(default)]
+    pub strict: Option<bool>,
+    /// Global mode: decide every hit against Redis, atomically (sluice extension; docs/global.md,
+    /// "Exact rules"). Applies to every limit of the descriptor.
+    #[serde(default)]
+    pub exact: bool,
+}
+
+/// An entry of `additional_limits`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct LimitConfig {
+    /// The window unit.
+    #[serde(default)]
+    pub unit: String,
+    /// Hits allowed per window. Required unless `unlimited` (the reference reads a missing
+    /// one as 0, which denies every request: a slip, never what was meant); `0` said
+    /// explicitly is accepted and denies everything, as there.
+    #[serde(default, deserialize_with = "optional_whole_u32")]
+    pub requests_per_unit: Option<u32>,
+    /// Window length in units (default 1).
+    #[serde(default, deserialize_with = "optional_whole_u32")]
+    pub unit_multiplier: Option<u32>,
+    /// `sliding_window` (default), `fixed_window` or `token_bucket`.
+    #[serde(default)]
+    pub algorithm: Option<String>,
+    /// A token bucket's capacity (default `requests_per_unit`).
+    #[serde(default, deserialize_with = "optional_whole_u32")]
+    pub burst: Option<u32>,
+    /// Whether denied hits are counted (default true, false for buckets).
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+/// An entry of `replaces`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct ReplacesConfig {
+    /// The name of the limit replaced.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A `u32` field whose type error says the range in words: serde's own ends "expected u32".
+struct WholeU32;
+
+impl Visitor<'_> for WholeU32 {
+    type Value = u32;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a whole number from 0 to {}", u32::MAX)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u32, E> {
+        u32::try_from(v).map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u32, E> {
+        u32::try_from(v).map_err(|_| E::invalid_value(Unexpected::Signed(v), &self))
+    }
+}
+
+fn whole_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    d.deserialize_u32(WholeU32)
+}
+
+fn optional_whole_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    Option::<Whole>::deserialize(d).map(|o| o.map(|w| w.0))
+}
+
+/// [`WholeU32`] as a type, so `Option` handles `null`.
+struct Whole(u32);
+
+impl<'de> Deserialize<'de> for Whole {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        whole_u32(d).map(Whole)
+    }
+}
+
+/// Parses one rules file, reporting every key and syntax problem in it.
+///
+/// # Errors
+/// Every problem found, each naming `file`, and the line, column and descriptor path of
+/// what it is about where that is known.
+pub fn parse(file: &str, content: &str) -> Result<RulesFile, Vec<ConfigError>> {
+    match parse_lenient(file, content) {
+        (Some(rf), errors) if errors.is_empty() => Ok(rf),
+        (_, mut errors) => {
+            error::resolve(&mut errors, file, content);
+            Err(errors)
+        }
+    }
+}
+
+/// Parses one rules file, returning what could be decoded alongside every key and syntax
+/// problem. Unknown and misplaced keys do not stop decoding (the rest of the file is still
+/// checked), so a caller can report the file's semantic errors in the same pass. A file past
+/// the size or nesting bounds of `prescan.rs` is refused unparsed. The errors name the node
+/// they are about; `error::resolve` gives them lines.
+pub fn parse_lenient(file: &str, content: &str) -> (Option<RulesFile>, Vec<ConfigError>) {
+    // Before the parser: pathological nesting costs it quadratic time (see `prescan.rs`).
+    if let Err(e) = super::prescan::check(content) {
+        let err = ConfigError::new(file, format!("error loading config file: {e}"));
+        return (None, vec![err]);
+    }
+    let value: Value = match serde_yaml::from_str(content) {
+        Ok(v) => v,
+        Err(e) => {
+            let err = ConfigError::new(file, format!("error loading config file: {e}"));
+            return (None, vec![err]);
+        }
+    };
+    let mut errors = Vec::new();
+    match &value {
+        // An empty file decodes to the default: the missing domain is reported by compile.
+        Value::Null => return (Some(RulesFile::default()), errors),
+        Value::Mapping(map) => {
+            let domain = map
+                .get("domain")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            keys::check(file, domain, map, &mut errors);
+        }
+        _ => {
+            let err = ConfigError::new(
+                file,
+                "error loading config file: the top level must be a mapping",
+            );
+            return (None, vec![err]);
+        }
+    }
+    // Decoded again from the text (not from `value`) so type errors keep their field path
+    // and line.
+    match serde_yaml::from_str(content) {
+        Ok(rf) => (Some(rf), errors),
+        Err(e) => {
+            errors.push(ConfigError::new(
+                file,
+                format!("error loading config file: {e}"),
+            ));
+            (None, errors)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
