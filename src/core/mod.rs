@@ -10,6 +10,7 @@ pub mod bucket;
 pub mod clock;
 pub mod decide;
 pub mod fleet_view;
+pub mod gcra;
 pub mod limit;
 pub mod state;
 pub mod table;

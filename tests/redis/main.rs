@@ -28,3 +28,4 @@ mod global;
 mod redis_deployments;
 mod redis_harness;
 mod redis_store;
+mod tat_upgrade;

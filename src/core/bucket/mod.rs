@@ -64,9 +64,9 @@
 
 use super::clock::UnixMillis;
 use super::fleet_view::{FleetView, MIN_SAMPLE_MS, PRIOR_SLACK};
+pub use super::gcra::Geometry;
+use super::gcra::{self, NS_PER_MS};
 use super::limit::{Limit, Verdict, MAX_COUNT};
-
-const NS_PER_MS: u64 = 1_000_000;
 
 /// How much of the others' expected unsent spends (half a gap's worth at their rate) a node
 /// keeps out of the room it shares (as for windows, `window/share.rs`).
@@ -132,59 +132,6 @@ const FLOOD_PACE: f64 = 8.0;
 /// rates measured in the young phase lagged the fleet's ramp), at 0.6 1.012×; with no such
 /// bound steady 2× at 20 admitted up to 1.039× (1.002× before runs).
 const ABSORB_PACE: f64 = 0.6;
-
-/// The sizes of a bucket limit, in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Geometry {
-    /// Time to refill one token (`T`), at least 1.
-    pub interval_ns: u64,
-    /// `burst · T`: how far ahead of now the `tat` of an empty bucket is.
-    pub capacity_ns: u64,
-    /// How far ahead the `tat` may go: one capacity below empty (strict debt).
-    pub max_ahead_ns: u64,
-    /// The capacity in tokens.
-    pub burst: u32,
-}
-
-impl Geometry {
-    /// The geometry of a bucket limit (a window limit reads as a bucket of its window).
-    pub fn of(limit: &Limit) -> Geometry {
-        let burst = limit.capacity();
-        let rpu = u64::from(limit.requests_per_unit.max(1));
-        // A window is at most 10 years (`rules/compile.rs`): 3.2e17 ns fits a u64.
-        let window_ns = limit.window_ms.saturating_mul(NS_PER_MS);
-        // Rounded to the nearest nanosecond: 3 a second refill every 333,333,333 ns.
-        let interval_ns = (window_ns.saturating_add(rpu / 2) / rpu).max(1);
-        Geometry::new(interval_ns, burst)
-    }
-
-    /// A bucket of `burst` tokens, one every `interval_ns`: a capacity of `burst` intervals,
-    /// and strict debt down to one more capacity.
-    fn new(interval_ns: u64, burst: u32) -> Geometry {
-        let capacity_ns = interval_ns.saturating_mul(u64::from(burst));
-        Geometry {
-            interval_ns,
-            capacity_ns,
-            max_ahead_ns: capacity_ns.saturating_mul(2),
-            burst,
-        }
-    }
-
-    /// Tokens refilled per second.
-    fn refill_per_sec(&self) -> f64 {
-        1e9 / self.interval_ns as f64
-    }
-
-    /// `tokens · T`, saturating.
-    fn span(&self, tokens: u64) -> u64 {
-        tokens.saturating_mul(self.interval_ns)
-    }
-
-    /// Whole tokens in `ns`, rounded up.
-    fn tokens_up(&self, ns: u64) -> u64 {
-        ns.div_ceil(self.interval_ns)
-    }
-}
 
 /// What one sync of a bucket sends: the tokens this node spent since its last sync.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -266,12 +213,12 @@ impl BucketState {
         let g = Geometry::of(limit);
         let now_ns = now.0.saturating_mul(NS_PER_MS);
         let need = g.span(hits);
-        let view = self.tat.saturating_sub(now_ns);
+        let view = gcra::owed(self.tat, now_ns);
         let estimate = view
             .saturating_add(self.others_since(&g, now, fleet))
             .min(g.max_ahead_ns.max(view));
         let over = limit.requests_per_unit == 0
-            || view.saturating_add(need) > g.capacity_ns
+            || !gcra::fits(&g, view, need)
             || self.over_prior(&g, now, hits, fleet)
             || self.over_share(&g, now, hits, fleet);
         let after = estimate.saturating_add(need);
@@ -309,10 +256,16 @@ impl BucketState {
             // Whatever this node spent before has been refilled: a new run starts.
             self.pending_spend = 0;
         }
-        self.tat = spend(self.tat, now_ns, g.span(hits), g.max_ahead_ns);
+        self.tat = gcra::spend(self.tat, now_ns, now_ns, g.span(hits), g.max_ahead_ns);
         if self.young(fleet) {
             let own = own_geometry(&g, fleet);
-            self.own_tat = spend(self.own_tat, now_ns, own.span(hits), own.max_ahead_ns);
+            self.own_tat = gcra::spend(
+                self.own_tat,
+                now_ns,
+                now_ns,
+                own.span(hits),
+                own.max_ahead_ns,
+            );
         }
         let hits = hits.min(MAX_COUNT) as i64;
         if self.pending_spend == 0 {
@@ -354,10 +307,10 @@ impl BucketState {
     pub fn refund(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
         let g = Geometry::of(limit);
         let now_ns = now.0.saturating_mul(NS_PER_MS);
-        let owed = g.tokens_up(self.tat.saturating_sub(now_ns));
+        let owed = g.tokens_up(gcra::owed(self.tat, now_ns));
         let back = hits.min(owed);
         if back > 0 {
-            self.tat = self.tat.saturating_sub(g.span(back)).max(now_ns);
+            self.tat = gcra::give_back(self.tat, now_ns, now_ns, g.span(back));
             if self.pending_spend == 0 {
                 self.pending_since = now.0;
             }
@@ -486,7 +439,7 @@ impl BucketState {
         // sync of an entity is in flight at a time, `global/sync/shard.rs`: this reply's tokens
         // are in the fleet's `tat`. Another's, were there one, would count whole.)
         let unacked = self.pending_spend.saturating_add(self.inflight).max(0) as u64;
-        self.tat = spend(self.remote, now_ns, g.span(unacked), g.max_ahead_ns);
+        self.tat = gcra::spend(self.remote, now_ns, now_ns, g.span(unacked), g.max_ahead_ns);
         self.synced_at = now.0.max(1);
     }
 
@@ -540,13 +493,6 @@ pub fn verdict_owed(limit: &Limit, now: UnixMillis, owed_ns: u64, hits: u64) -> 
         ..BucketState::default()
     };
     b.check_with(limit, now, hits, &FleetView::ALONE)
-}
-
-/// `tat` after spending `ns` at `now_ns`, at most `max_ahead` ahead of now.
-fn spend(tat: u64, now_ns: u64, ns: u64, max_ahead: u64) -> u64 {
-    tat.max(now_ns)
-        .saturating_add(ns)
-        .min(now_ns.saturating_add(max_ahead).max(tat))
 }
 
 /// A young node's own bucket: its even share of the burst with [`PRIOR_SLACK`] (at least

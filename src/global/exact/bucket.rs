@@ -7,10 +7,11 @@
 //! `owed + h·T ≤ burst·T`; spending them makes `owed + h·T` owed (`tat = max(tat, now) + h·T`);
 //! a refund makes `max(owed − h·T, 0)` owed (`tat = max(tat − h·T, now)`), never past full.
 //! Only admitted tokens are spent: exact rules are never `strict`, so no debt below empty.
-//! All in whole nanoseconds, as local mode decides, so the two agree to the token.
+//! All in whole nanoseconds with local mode's arithmetic (`core/gcra.rs`), so the two agree
+//! to the token.
 
 use super::ExactItem;
-use crate::core::bucket::Geometry;
+use crate::core::gcra::{self, Geometry};
 
 /// How long a bucket's key outlives the moment it is full again (ms): a replica whose clock is
 /// a little behind still finds the `tat` it would count from. Past it, the key is gone, which
@@ -46,19 +47,20 @@ fn need(it: &ExactItem, g: &Geometry) -> u64 {
 /// Whether the item's tokens fit a bucket that owes `owed_ns` (a limit of 0 never fits).
 pub fn fits(it: &ExactItem, owed_ns: u64) -> bool {
     let g = geometry(it);
-    it.requests_per_unit != 0 && owed_ns.saturating_add(need(it, &g)) <= g.capacity_ns
+    it.requests_per_unit != 0 && gcra::fits(&g, owed_ns, need(it, &g))
 }
 
-/// What the bucket owes (ns) once the item's tokens are spent.
+/// What the bucket owes (ns) once the item's tokens are spent (after they fit: at most its
+/// capacity, as exact rules are never strict). The steps count from the request's time, as 0.
 pub fn spent(it: &ExactItem, owed_ns: u64) -> u64 {
     let g = geometry(it);
-    owed_ns.saturating_add(need(it, &g))
+    gcra::spend(owed_ns, 0, 0, need(it, &g), g.capacity_ns)
 }
 
 /// What the bucket owes (ns) once the item's tokens are given back, never past full.
 pub fn refunded(it: &ExactItem, owed_ns: u64) -> u64 {
     let g = geometry(it);
-    owed_ns.saturating_sub(need(it, &g))
+    gcra::give_back(owed_ns, 0, 0, need(it, &g))
 }
 
 /// The expiry of a bucket's key that owes `owed_ns` (ms): until it is full again, and the

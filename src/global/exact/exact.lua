@@ -1,5 +1,5 @@
 -- Checks, and counts all or none of, a request's exact items (`EXACT_SCRIPT`, exact/redis.rs;
--- its twin: `exact::apply`, exact/mod.rs, with exact/bucket.rs).
+-- its twin: `exact::apply`, exact/mod.rs, with exact/bucket.rs). Follows global/redis/gcra.lua.
 local commit = ARGV[1] == '1'
 local n = #KEYS / 2
 local out = {0}
@@ -11,16 +11,11 @@ for i = 1, n do
   local over = 0
   if ARGV[a + 5] == '2' then
     local owed = 0
-    local v = redis.call('GET', KEYS[2 * i - 1])
-    if v then
-      local w, f = string.match(v, '^(%d+)%.?(%d*)$')
-      if w then
-        owed = (tonumber(w) - tonumber(ARGV[a + 4])) * 1000 + tonumber(string.sub(f .. '000', 1, 3))
-        if owed < 0 then owed = 0 end
-      end
-    end
+    local us, ns = tat_parse(redis.call('GET', KEYS[2 * i - 1]))
+    if us then owed = math.max(tat_owed(us, ns, tonumber(ARGV[a + 4])), 0) end
     if ARGV[a + 7] ~= '1' then
-      if tonumber(ARGV[a + 2]) == 0 or owed + hits * tonumber(ARGV[a + 3]) > tonumber(ARGV[a + 6]) then
+      local need = hits * tonumber(ARGV[a + 3])
+      if tonumber(ARGV[a + 2]) == 0 or not gcra_fits(owed, need, tonumber(ARGV[a + 6])) then
         over = 1
         fits = false
       end
@@ -58,23 +53,28 @@ for i = 1, n do
   if ARGV[a + 5] == '2' then
     local owed = curr[i]
     local after = owed
+    local need = hits * tonumber(ARGV[a + 3])
     if ARGV[a + 7] == '1' then
-      after = math.max(owed - hits * tonumber(ARGV[a + 3]), 0)
+      after = gcra_give_back(owed, 0, need)
     elseif commit and fits and hits > 0 then
-      after = owed + hits * tonumber(ARGV[a + 3])
+      after = gcra_spend(owed, 0, need, tonumber(ARGV[a + 6]))
     end
     if after ~= owed then
       if after <= 0 then
         redis.call('DEL', KEYS[2 * i - 1])
       else
-        local us = math.floor(after / 1000)
-        local tat = string.format('%.0f.%03d', tonumber(ARGV[a + 4]) + us, after - us * 1000)
+        local tat = tat_format(tat_at(after, tonumber(ARGV[a + 4])))
         redis.call('SET', KEYS[2 * i - 1], tat, 'PX', math.ceil(after / 1000000) + 1000)
       end
     end
   elseif ARGV[a + 7] == '1' then
     local back = math.min(hits, curr[i])
-    if back > 0 then redis.call('DECRBY', KEYS[2 * i - 1], back) end
+    if back > 0 then
+      -- Each refund takes back at most what the call read; two of one counter in a call
+      -- (a request naming a descriptor twice) stop at 0 together, as the twin's counter.
+      local left = redis.call('DECRBY', KEYS[2 * i - 1], back)
+      if left < 0 then redis.call('INCRBY', KEYS[2 * i - 1], -left) end
+    end
   elseif commit and fits and hits > 0 then
     local v = redis.call('INCRBY', KEYS[2 * i - 1], hits)
     if v == hits then redis.call('PEXPIRE', KEYS[2 * i - 1], ARGV[a + 6]) end

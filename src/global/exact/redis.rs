@@ -29,12 +29,13 @@ use crate::global::sync::store::StoreError;
 /// 2^14 with the longest window; any count with windows up to a day below 10^8).
 ///
 /// A bucket's key holds its `tat` as Unix µs with three decimals (`W.NNN`, whole
-/// nanoseconds): the script splits it so that every step is integer arithmetic on what the
-/// bucket owes, exact while that stays under 2^53 ns (104 days), as local mode's decision is
-/// (`bucket.rs`); a plain double of Unix µs would round each spend to a quarter µs and
+/// nanoseconds), as the sync's buckets do: the shared prelude (`global/redis/gcra.lua`, which
+/// comes first) splits it so that every step is integer arithmetic on what the bucket owes,
+/// exact while that stays under 2^53 ns (104 days), as local mode's decision is
+/// (`core/gcra.rs`); a plain double of Unix µs would round each spend to a quarter µs and
 /// drift. It expires when the bucket is full again, plus a margin; a full bucket's key is
 /// deleted.
-const EXACT_SCRIPT: &str = include_str!("exact.lua");
+const EXACT_SCRIPT: &str = concat!(include_str!("../redis/gcra.lua"), include_str!("exact.lua"));
 
 /// The Redis key of an exact counter.
 pub fn exact_key(prefix: &str, entity: u128, limit: u8, epoch: u64) -> String {

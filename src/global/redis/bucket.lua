@@ -1,5 +1,5 @@
 -- Spends and reads the fleet's token buckets (`BUCKET_SCRIPT`, redis/sync.rs; its twin: the
--- `SyncOp::Bucket` arm of `MemoryStore::sync`, sync/memory.rs).
+-- `SyncOp::Bucket` arm of `MemoryStore::sync`, sync/memory.rs). Follows gcra.lua.
 local me = ARGV[1]
 local back = me .. '-'
 local out = {}
@@ -16,7 +16,7 @@ for i = 1, #KEYS do
   local stated = {tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])}
   local now = tonumber(ARGV[b + 2])
   local v = redis.call('HMGET', k, 't', 'n', me, back)
-  local tat = tonumber(v[1])
+  local us, ns = tat_parse(v[1])
   local spent = tonumber(v[2]) or 0
   local held = stated
   local added = delta
@@ -29,25 +29,26 @@ for i = 1, #KEYS do
     if spend >= 0 then spend = math.max(run, 0) else spend = math.min(run, 0) end
   end
   local write = false
-  if tat == nil then
-    tat = tonumber(ARGV[b + 6])
-    write = tat > now
+  if us == nil then
+    us, ns = tonumber(ARGV[b + 6]), 0
+    write = us > now
   end
   if added ~= 0 or spend ~= 0 then
     if spend ~= 0 then
-      local limit = math.max(now + tonumber(ARGV[b + 5]), tat)
-      local base = math.max(tat, tonumber(ARGV[b + 3]))
-      tat = math.min(math.max(base + spend * tonumber(ARGV[b + 4]), now), limit)
+      local since = (tonumber(ARGV[b + 3]) - now) * 1000
+      local owed = tat_owed(us, ns, now)
+      us, ns = tat_at(gcra_run(owed, since, spend, tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])), now)
     end
     spent = math.max(spent + added, 0)
     redis.call('HSET', k, me, held[1], back, held[2])
     write = true
   end
   if write then
-    redis.call('HSET', k, 't', string.format('%.17g', tat), 'n', spent)
-    redis.call('PEXPIRE', k, math.ceil(math.max(tat - now, 0) / 1000) + tonumber(ARGV[b + 7]))
+    redis.call('HSET', k, 't', tat_format(us, ns), 'n', spent)
+    local ms = math.ceil(math.max(tat_owed(us, ns, now), 0) / 1000000)
+    redis.call('PEXPIRE', k, ms + tonumber(ARGV[b + 7]))
   end
-  out[2 * i - 1] = math.floor(tat)
+  out[2 * i - 1] = us
   out[2 * i] = spent
 end
 return out

@@ -48,7 +48,8 @@
 //! # Token buckets
 //! A bucket (`SyncOp::Bucket`, `core/bucket.rs`) is a hash at
 //! `{prefix}sluice:b1:{<entity>}:<limit>` with two fields: `t`, the fleet's theoretical
-//! arrival time (Unix µs, a decimal: an interval need not be a whole microsecond), and `n`,
+//! arrival time (Unix µs with three decimals, `W.NNN`: whole nanoseconds, as the exact rules'
+//! buckets keep it, `gcra.lua`), and `n`,
 //! the tokens spent so far (for measuring rates); and two per replica that spent in it, its
 //! id and its id followed by `-`: the tokens it spent and gave back, as applied (each modulo
 //! 2^32). A call states the replica's totals of both; the script applies only what they add
@@ -61,8 +62,14 @@
 //! keeps the key until the bucket is full again plus a minute. A bucket the script does not
 //! find is read as the `t` the replica last saw (`floor`): after Redis restarts empty, the
 //! fleet's buckets come back as empty as the replicas last knew them rather than full. Its
-//! calls go in the same pipeline as the windows' (`batches`), and `tests/redis_store.rs`
+//! calls go in the same pipeline as the windows' (`batches`), and `tests/redis/redis_store.rs`
 //! checks both scripts against the in-memory store the simulator runs on.
+//!
+//! Versions before the shared encoding wrote `t` as a double of Unix µs (`%.17g`: `W` or
+//! `W.D`) and spent in doubles of µs. Both read the other's `t` (the old with `tonumber`, the
+//! new as `W`, `W.D` or `W.NNN`) and differ by less than a microsecond, so replicas of both
+//! spend one bucket during a rolling upgrade, with no key version bump
+//! (`tests/redis/tat_upgrade.rs`).
 //!
 //! Each tick also runs a separate script in the same pipeline: the replica's
 //! heartbeat in the sorted set `{prefix}sluice:replicas` (member: the replica's id, score:
@@ -89,15 +96,16 @@ const SYNC_SCRIPT: &str = include_str!("sync.lua");
 const HEARTBEAT_SCRIPT: &str = include_str!("heartbeat.lua");
 
 /// Spends tokens of buckets and reads them (`SyncOp::Bucket`). KEYS: one hash per bucket
-/// (`t`: the `tat` in Unix µs, `n`: tokens spent, and per replica, under its id and its id
-/// followed by `-`, the tokens it spent and gave back as applied, modulo 2^32). ARGV: the
-/// replica's field, then ten per item (delta, now µs, since µs, interval µs, max ahead µs,
+/// (`t`: the `tat`, `W.NNN` Unix µs, `n`: tokens spent, and per replica, under its id and its
+/// id followed by `-`, the tokens it spent and gave back as applied, modulo 2^32). ARGV: the
+/// replica's field, then ten per item (delta, now µs, since µs, interval ns, max ahead ns,
 /// floor µs, ttl ms, spend, tokens spent so far, tokens given back so far). In place of the
 /// delta, what the statement adds to what was applied (`memory::fresh`: a call that timed
 /// out but ran, sent again, spends nothing twice), and the spend corrected by as much
 /// (`memory::run_of`). Returns two integers per key: `tat`, `n`. A bucket that is full and
-/// was never spent is not written.
-const BUCKET_SCRIPT: &str = include_str!("bucket.lua");
+/// was never spent is not written. Its arithmetic and `tat` encoding are `gcra.lua`'s, which
+/// comes first.
+const BUCKET_SCRIPT: &str = concat!(include_str!("gcra.lua"), include_str!("bucket.lua"));
 
 /// Items per script call: bounds the script's run time on the Redis thread.
 const CHUNK: usize = 500;
@@ -216,12 +224,11 @@ fn item_args(cmd: &mut redis::Cmd, kind: Kind, replica: u64, items: &[&SyncItem]
                     stated,
                 } = it.op
                 {
-                    // Microseconds as decimals: an interval need not be whole.
                     cmd.arg(delta)
                         .arg(now_us)
                         .arg(since_us)
-                        .arg(format!("{}", interval_ns as f64 / 1000.0))
-                        .arg(format!("{}", max_ahead_ns as f64 / 1000.0))
+                        .arg(interval_ns)
+                        .arg(max_ahead_ns)
                         .arg(floor_us)
                         .arg(ttl_ms)
                         .arg(spend)

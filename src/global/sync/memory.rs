@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
+use crate::core::gcra;
 use crate::core::Part;
 use crate::global::exact::{apply, ExactCounters, ExactFuture, ExactItem, ExactStore};
 
@@ -24,8 +25,8 @@ fn net(p: &Parts) -> i64 {
 /// A token bucket as the script keeps it.
 #[derive(Debug, Default)]
 pub struct Bucket {
-    /// The `tat` (Unix µs).
-    pub tat: f64,
+    /// The `tat` (Unix ns; the script keeps it to the nanosecond too, `gcra.lua`).
+    pub tat_ns: u64,
     /// The running count of tokens spent.
     pub spent: u64,
     /// Per replica, the tokens spent and given back it stated, as applied.
@@ -207,10 +208,10 @@ impl ShardStore for MemoryStore {
                     ..
                 } => {
                     let key = (it.entity, it.limit);
-                    let now = now_us as f64;
+                    let now = now_us.saturating_mul(1000);
                     let held = b.get(&key);
                     let (mut tat, mut spent) =
-                        held.map_or((floor_us as f64, 0), |h| (h.tat, h.spent));
+                        held.map_or((floor_us.saturating_mul(1000), 0), |h| (h.tat_ns, h.spent));
                     let (delta_in, now_held) = fresh(
                         held.and_then(|h| h.stated.get(&replica).copied()),
                         stated,
@@ -218,28 +219,24 @@ impl ShardStore for MemoryStore {
                     );
                     let spend = run_of(spend, delta, delta_in);
                     if delta_in != 0 || spend != 0 {
-                        // As the script: in floating point microseconds.
-                        if spend != 0 {
-                            let t = interval_ns as f64 / 1000.0;
-                            let limit = now + max_ahead_ns as f64 / 1000.0;
-                            let base = tat.max(since_us as f64);
-                            tat = (base + spend as f64 * t).max(now).min(limit.max(tat));
-                        }
+                        // As the script: in whole nanoseconds.
+                        let since = since_us.saturating_mul(1000);
+                        tat = gcra::run(tat, since, now, spend, interval_ns, max_ahead_ns);
                         spent = (spent as i64).saturating_add(delta_in).max(0) as u64;
                         let e = b.entry(key).or_default();
-                        (e.tat, e.spent) = (tat, spent);
+                        (e.tat_ns, e.spent) = (tat, spent);
                         e.stated.insert(replica, now_held);
                     } else if held.is_none() && tat > now {
                         b.insert(
                             key,
                             Bucket {
-                                tat,
+                                tat_ns: tat,
                                 spent,
                                 ..Bucket::default()
                             },
                         );
                     }
-                    [tat as u64, spent]
+                    [tat / 1000, spent]
                 }
             })
             .collect();

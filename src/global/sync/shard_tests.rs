@@ -139,7 +139,7 @@ async fn a_bucket_call_that_timed_out_but_ran_spends_nothing_twice() {
     let b = &sync.store.buckets.lock()[&(3, 0)];
     // 55 tokens spent at one instant: the bucket is 55 tokens (5.5 s at 10/s) below full.
     assert_eq!(b.spent, 55);
-    assert_eq!(b.tat as u64, clock.now().0 * 1000 + 5_500_000);
+    assert_eq!(b.tat_ns / 1000, clock.now().0 * 1000 + 5_500_000);
 }
 
 #[tokio::test]
