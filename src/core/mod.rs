@@ -3,8 +3,9 @@
 //! always an argument, so every decision can be replayed on a manual clock. See
 //! ARCHITECTURE.md, "The path of a request".
 //!
-//! The modules import one way: `clock`, `limit` and `fleet_view` are leaves; `window` and
-//! `bucket` use them; `state` holds either; `tier`, `table` and `decide` work on `state`.
+//! The modules import one way: `clock`, `limit`, `fleet_view` and `gcra` (the token-bucket
+//! arithmetic) are leaves; `window` and `bucket` use them; `state` holds either; `tier`,
+//! `table` and `decide` work on `state`.
 
 pub mod bucket;
 pub mod clock;
