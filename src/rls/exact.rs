@@ -15,12 +15,13 @@ use std::sync::atomic::Ordering;
 use opentelemetry::KeyValue;
 use parking_lot::Mutex;
 
-use super::evaluate::{pick, Outcome};
 use super::resolve::Target;
 use super::RateLimiter;
 use crate::core::bucket::verdict_owed;
 use crate::core::clock::UnixMillis;
-use crate::core::window::{verdict_on, window_count};
+use crate::core::decide::{pick, Outcome};
+use crate::core::limit::verdict_on;
+use crate::core::window::window_count;
 use crate::core::{Algorithm, Verdict};
 use crate::global::exact::{ExactBucket, ExactCount, ExactReply, ExactStats};
 use crate::global::{ExactItem, StoreError};

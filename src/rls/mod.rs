@@ -1,7 +1,9 @@
 //! The RLS v3 semantics of `ShouldRateLimit`, independent of the transport (gRPC or HTTP JSON),
 //! in four steps, one file each: `validate.rs` (request checks and bounds), `resolve.rs`
 //! (descriptor → rule and entity, limit overrides, `replaces`), `evaluate.rs` (limits checked
-//! and counted on the entity) and `respond.rs` (statuses, overall code, headers). `gate.rs`
+//! and counted on the entity by `core::decide`) and `respond.rs` (statuses, overall code,
+//! headers); each step uses only the ones before it (the decision's `Outcome` and `Count`
+//! are the core's). `gate.rs`
 //! refuses requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
 //! mode against the store ([`RateLimiter::should_rate_limit_async`]).
 //!
@@ -36,12 +38,12 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 use crate::core::clock::{Clock, UnixMillis};
+use crate::core::decide::Count;
 use crate::core::table::{CacheSettings, EntityTable};
 use crate::global::{ExactClient, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{names, RuleStats, SeriesBounds, Telemetry};
-use evaluate::Count;
 use exact::{ExactAnswer, OverCache};
 use gate::Gate;
 use resolve::Target;
@@ -516,7 +518,7 @@ impl RateLimiter {
             };
             // Unlimited (and, defensively, a rule without limits): nothing is counted.
             let outcome = match exact.get(i).and_then(Option::as_ref) {
-                Some(ExactAnswer::Decided(o)) => Some(o.clone()),
+                Some(ExactAnswer::Decided(o)) => Some(*o),
                 // The store failed: decided from memory on the cold-entity prior (`core/prior.rs`).
                 Some(ExactAnswer::Prior) => self.evaluate(t, now, hits[i], count),
                 None => self.evaluate(t, now, hits[i], count),

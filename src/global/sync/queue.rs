@@ -12,8 +12,8 @@ use tokio::sync::Notify;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::core::clock::UnixMillis;
-use crate::core::prior::FleetView;
 use crate::core::table::{EntityState, EntityTable};
+use crate::core::FleetView;
 
 /// Assigns entities to shards by rendezvous hashing: each entity goes to the shard whose
 /// (shard name, entity) hash is highest, so adding a shard moves only the ~1/N of entities

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::core::bucket::Geometry;
 use crate::core::clock::UnixMillis;
-use crate::core::fleet::Part;
+use crate::core::Part;
 use crate::core::{Limit, Plan};
 
 /// One limit of one entity in a sync call.
