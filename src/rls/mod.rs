@@ -519,7 +519,7 @@ impl RateLimiter {
             // Unlimited (and, defensively, a rule without limits): nothing is counted.
             let outcome = match exact.get(i).and_then(Option::as_ref) {
                 Some(ExactAnswer::Decided(o)) => Some(*o),
-                // The store failed: decided from memory on the cold-entity prior (`core/prior.rs`).
+                // The store failed: decided from memory on the cold-entity prior (`core/window/prior.rs`).
                 Some(ExactAnswer::Prior) => self.evaluate(t, now, hits[i], count),
                 None => self.evaluate(t, now, hits[i], count),
             };

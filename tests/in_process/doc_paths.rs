@@ -12,10 +12,8 @@ fn files(dir: &Path, out: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("read a directory of the repository") {
         let path = entry.expect("a directory entry").path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with('.') || name == "target" {
-            continue;
-        }
-        if path.is_dir() {
+        // Build output and Git's own files are named, not listed.
+        if path.is_dir() && name != ".git" && name != "target" {
             files(&path, out);
         }
         let rel = path.strip_prefix(ROOT).expect("under the root");
