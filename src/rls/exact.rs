@@ -309,7 +309,7 @@ impl RateLimiter {
     }
 
     fn exact_stats(&self) -> Option<&ExactStats> {
-        self.exact.get().map(|c| &*c.stats)
+        self.exact.as_ref().map(|c| &*c.stats)
     }
 
     /// Counts `n` descriptors decided by the prior, and logs it at most every 10 s.

@@ -31,7 +31,7 @@ mod respond;
 mod validate;
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -201,14 +201,32 @@ pub struct Compiled {
 /// table of a million entities in 4 s, at about 1 % of a core.
 const SWEEP_BUDGET: usize = 4096;
 
+/// Global mode's ways to the fleet, handed to the limiter at its start (`global::spawn`
+/// returns both).
+pub struct GlobalMode {
+    /// Where entities with news are queued for the background sync.
+    pub queues: Arc<SyncQueues>,
+    /// Exact rules' way to the store; without it `exact: true` changes nothing.
+    pub exact: Option<ExactClient>,
+}
+
+impl From<Arc<SyncQueues>> for GlobalMode {
+    fn from(queues: Arc<SyncQueues>) -> Self {
+        GlobalMode {
+            queues,
+            exact: None,
+        }
+    }
+}
+
 /// The rate limiter: the rules in force, the counters and the clock.
 pub struct RateLimiter {
     rules: ArcSwap<Compiled>,
     entities: EntityTable,
     /// Global mode: where entities with news are queued for the background sync.
     sync: Option<Arc<SyncQueues>>,
-    /// Global mode: exact rules' way to the store ([`RateLimiter::set_exact`]).
-    exact: OnceLock<ExactClient>,
+    /// Global mode: exact rules' way to the store.
+    exact: Option<ExactClient>,
     /// Exact keys known to be over in their window.
     over: OverCache,
     clock: Arc<dyn Clock>,
@@ -229,26 +247,30 @@ impl std::fmt::Debug for RateLimiter {
 // === impl RateLimiter ===
 
 impl RateLimiter {
-    /// A limiter with `rules` in force; with `sync`, in global mode.
+    /// A limiter with `rules` in force; with `global`, in global mode.
     pub fn new(
         rules: RuleSet,
         files: Vec<String>,
         clock: Arc<dyn Clock>,
         opts: Options,
         telemetry: Arc<Telemetry>,
-        sync: Option<Arc<SyncQueues>>,
+        global: Option<GlobalMode>,
     ) -> Arc<Self> {
         let entities = EntityTable::new(opts.cache);
         telemetry.rules.set_bounds(opts.metric_series);
+        let (sync, exact) = global.map_or((None, None), |g| (Some(g.queues), g.exact));
         if let Some(q) = &sync {
             q.attach(entities.clone());
+        }
+        if let Some(client) = &exact {
+            exact::register_metrics(&telemetry, &client.stats);
         }
         let compiled = Self::compile_stats(&telemetry, rules, files, clock.now());
         let limiter = Arc::new(RateLimiter {
             rules: ArcSwap::from_pointee(compiled),
             entities,
             sync,
-            exact: OnceLock::new(),
+            exact,
             over: OverCache::default(),
             clock,
             opts,
@@ -390,15 +412,6 @@ impl RateLimiter {
         &self.telemetry
     }
 
-    /// Global mode: decide exact rules through `client` from now on (once; later calls are
-    /// ignored), and register its metrics. Without it `exact: true` changes nothing.
-    pub fn set_exact(&self, client: ExactClient) {
-        let stats = client.stats.clone();
-        if self.exact.set(client).is_ok() {
-            exact::register_metrics(&self.telemetry, &stats);
-        }
-    }
-
     /// Answers one `ShouldRateLimit` request at the clock's current time: validate →
     /// resolve → evaluate → respond. Exact rules are decided from memory here, as in local
     /// mode; [`RateLimiter::should_rate_limit_async`] sends them to the store.
@@ -432,7 +445,7 @@ impl RateLimiter {
         &self,
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, RequestError> {
-        let Some(client) = self.exact.get() else {
+        let Some(client) = &self.exact else {
             return self.should_rate_limit(req);
         };
         if !self.rules.load().has_exact {
