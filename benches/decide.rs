@@ -1,4 +1,5 @@
-//! Criterion benchmarks of the hot path (ARCHITECTURE.md, "Targets"): `decide` per descriptor with 1M tracked
+//! Criterion benchmarks of the hot path (ARCHITECTURE.md, "Targets"): `core::decide` (the
+//! function the service calls per descriptor) on a rule of one limit with 1M tracked
 //! entities (target ≤ 200 ns median), local and global (synced) states — on bare states, and
 //! through the entity table (the lookup, the shard's lock and the decision, as a request
 //! pays them) — and a whole `ShouldRateLimit` request through the limiter in local mode over
@@ -14,7 +15,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::core::clock::{ManualClock, UnixMillis};
 use sluice::core::table::{CacheSettings, EntityTable};
-use sluice::core::{decide, Algorithm, Limit, LimitState, WindowState};
+use sluice::core::{decide, Algorithm, Count, FleetView, Limit, LimitState, Verdict, WindowState};
 use sluice::rls::{Options, RateLimiter};
 
 const T0: u64 = 1_700_000_040_000;
@@ -28,6 +29,17 @@ fn next(x: &mut u64) -> usize {
     (*x >> 33) as usize % ENTITIES
 }
 
+/// One request of one hit on a rule of `limit` (strict, counted) through `core::decide`, as
+/// `rls/evaluate.rs` makes it: `fleet` is `None` in local mode, the fleet in global mode.
+#[inline]
+fn hit(s: &mut [LimitState], limit: &Limit, now: UnixMillis, fleet: Option<&FleetView>) -> Verdict {
+    let count = Count::Yes { hold_within: false };
+    match decide([(limit, true)], s, now, 1, count, fleet) {
+        Some(d) => d.outcome.verdict,
+        None => unreachable!("one limit"),
+    }
+}
+
 fn bench_decide(c: &mut Criterion) {
     let limit = Limit {
         requests_per_unit: 1_000_000,
@@ -38,19 +50,23 @@ fn bench_decide(c: &mut Criterion) {
     // 1k states stay in cache: the decision's own cost. 1M: what a busy table pays, mostly
     // the miss on the state.
     for n in [1_000, ENTITIES] {
-        let mut local = vec![WindowState::default(); n];
+        let mut local = vec![LimitState::Window(WindowState::default()); n];
         let mut x = 1;
         c.bench_function(&format!("decide: {} entities, local", label(n)), |b| {
-            b.iter(|| decide(&mut local[next(&mut x) % n], &limit, now, 1))
+            b.iter(|| {
+                let i = next(&mut x) % n;
+                hit(&mut local[i..=i], &limit, now, None)
+            })
         });
 
         // Global mode: every state has synced twice, so the shared-headroom path runs.
-        let mut global = vec![WindowState::default(); n];
-        for s in &mut global {
-            for (i, t) in [T0 + 1_000, T0 + 2_000].into_iter().enumerate() {
-                decide(s, &limit, UnixMillis(t), 1);
+        let mut global = vec![LimitState::Window(WindowState::default()); n];
+        for s in global.chunks_mut(1) {
+            for (k, t) in [T0 + 1_000, T0 + 2_000].into_iter().enumerate() {
+                hit(s, &limit, UnixMillis(t), None);
+                let s = &mut s[0];
                 let plan = s.begin_sync(&limit, UnixMillis(t));
-                let total = 10 * (i as u64 + 1);
+                let total = 10 * (k as u64 + 1);
                 s.complete_sync(&limit, &plan, [total, 0], UnixMillis(t));
             }
         }
@@ -60,7 +76,10 @@ fn bench_decide(c: &mut Criterion) {
             b.iter(|| global[next(&mut x) % n].ever_synced())
         });
         c.bench_function(&format!("decide: {} entities, global", label(n)), |b| {
-            b.iter(|| decide(&mut global[next(&mut x) % n], &limit, now, 1))
+            b.iter(|| {
+                let i = next(&mut x) % n;
+                hit(&mut global[i..=i], &limit, now, Some(&FleetView::ALONE))
+            })
         });
     }
 }
@@ -87,10 +106,10 @@ fn table(limit: Limit, synced: bool) -> EntityTable {
             UnixMillis(T0),
             || vec![limit],
             |e| {
-                let s: &mut LimitState = &mut e.state.states[0];
                 if synced {
                     for (n, at) in [T0 + 1_000, T0 + 2_000].into_iter().enumerate() {
-                        decide(s, &limit, UnixMillis(at), 1);
+                        hit(&mut e.state.states, &limit, UnixMillis(at), None);
+                        let s: &mut LimitState = &mut e.state.states[0];
                         let plan = s.begin_sync(&limit, UnixMillis(at));
                         s.complete_sync(&limit, &plan, [10 * (n as u64 + 1), 0], UnixMillis(at));
                     }
@@ -119,6 +138,7 @@ fn bench_table(c: &mut Criterion) {
         ("local bucket", bucket, false),
     ] {
         let t = table(limit, synced);
+        let fleet = synced.then_some(FleetView::ALONE);
         let mut x = 1;
         c.bench_function(&format!("table + decide: 1M entities, {name}"), |b| {
             b.iter(|| {
@@ -126,7 +146,7 @@ fn bench_table(c: &mut Criterion) {
                     key(next(&mut x)),
                     now,
                     || vec![limit],
-                    |e| decide(&mut e.state.states[0], &limit, now, 1),
+                    |e| hit(&mut e.state.states, &limit, now, fleet.as_ref()),
                 )
             })
         });

@@ -110,7 +110,7 @@ fn measure(case: &str) {
         Arc::new(clock.clone()),
         Options::default(),
         telemetry,
-        queues.clone(),
+        queues.clone().map(Into::into),
     );
     // One request reused: only the value changes, so the request itself adds no memory.
     let mut req = RateLimitRequest {

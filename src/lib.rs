@@ -52,7 +52,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
 use crate::global::Global;
-use crate::rls::RateLimiter;
+use crate::rls::{GlobalMode, RateLimiter};
 use crate::rules::model::ConfigError;
 use crate::server::grpc::RlsService;
 use crate::server::http;
@@ -239,11 +239,11 @@ impl Service {
             clock,
             settings.options.clone(),
             telemetry.clone(),
-            global.as_ref().map(|g| g.queues.clone()),
+            global.as_mut().map(|g| GlobalMode {
+                queues: g.queues.clone(),
+                exact: g.exact.take(),
+            }),
         );
-        if let Some(exact) = global.as_mut().and_then(|g| g.exact.take()) {
-            limiter.set_exact(exact);
-        }
         let reload_status = Arc::new(ReloadStatus::default());
         if settings.xds.is_none() {
             // The rules loaded above are the first load: `/rlconfig/status` counts it, as

@@ -1,10 +1,14 @@
-//! Shared test fixtures of the core: minute limits, an aligned start time and a fake store.
+//! Shared test fixtures of the core (and of global mode's tests): minute limits, an aligned
+//! start time, a fake store, and one request on one bare state through [`decide`].
 
 use std::collections::HashMap;
 
+use super::bucket::BucketState;
 use super::clock::UnixMillis;
-use super::fleet::{Part, SyncPlan};
-use super::window::{decide_lenient, Algorithm, Limit, WindowState};
+use super::decide::{decide, Count};
+use super::limit::{Algorithm, Limit, Verdict};
+use super::state::LimitState;
+use super::window::{Part, SyncPlan, WindowState};
 
 pub const MIN: u64 = 60_000;
 
@@ -88,6 +92,64 @@ pub fn admit_all(s: &mut WindowState, l: &Limit, t: UnixMillis) -> u64 {
     // The first hit that does not fit is not counted either: it stands for traffic that
     // stopped there, not for a denied request (which a strict limit would count).
     (0..10_000)
-        .take_while(|_| !decide_lenient(s, l, t, 1).over)
+        .take_while(|_| !hit_lenient(s, l, t, 1).over)
         .count() as u64
+}
+
+/// A state a test holds bare (one limit's), which [`decide`] takes as a one-limit rule's.
+pub trait Bare: Copy {
+    fn wrap(self) -> LimitState;
+    fn unwrap(s: LimitState) -> Self;
+}
+
+impl Bare for LimitState {
+    fn wrap(self) -> LimitState {
+        self
+    }
+    fn unwrap(s: LimitState) -> Self {
+        s
+    }
+}
+
+impl Bare for WindowState {
+    fn wrap(self) -> LimitState {
+        LimitState::Window(self)
+    }
+    fn unwrap(s: LimitState) -> Self {
+        match s {
+            LimitState::Window(w) => w,
+            LimitState::Bucket(_) => unreachable!("a window stays a window"),
+        }
+    }
+}
+
+impl Bare for BucketState {
+    fn wrap(self) -> LimitState {
+        LimitState::Bucket(self)
+    }
+    fn unwrap(s: LimitState) -> Self {
+        match s {
+            LimitState::Bucket(b) => b,
+            LimitState::Window(_) => unreachable!("a bucket stays a bucket"),
+        }
+    }
+}
+
+/// One request of `hits` on a `strict` limit (the default) in local mode, through
+/// [`decide`]: checked, and counted whether admitted or not (the reference's `INCRBY`).
+pub fn hit<S: Bare>(s: &mut S, l: &Limit, t: UnixMillis, hits: u64) -> Verdict {
+    one(s, l, true, t, hits)
+}
+
+/// As [`hit`] on a lenient limit (`strict: false`): denied hits cost nothing.
+pub fn hit_lenient<S: Bare>(s: &mut S, l: &Limit, t: UnixMillis, hits: u64) -> Verdict {
+    one(s, l, false, t, hits)
+}
+
+fn one<S: Bare>(s: &mut S, l: &Limit, strict: bool, t: UnixMillis, hits: u64) -> Verdict {
+    let mut states = [s.wrap()];
+    let count = Count::Yes { hold_within: false };
+    let d = decide([(l, strict)], &mut states, t, hits, count, None).expect("one limit");
+    *s = S::unwrap(states[0]);
+    d.outcome.verdict
 }

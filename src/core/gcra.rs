@@ -29,7 +29,7 @@ impl Geometry {
     pub fn of(limit: &Limit) -> Geometry {
         let burst = limit.capacity();
         let rpu = u64::from(limit.requests_per_unit.max(1));
-        // A window is at most 10 years (`rules/compile.rs`): 3.2e17 ns fits a u64.
+        // A window is at most 10 years (`rules/compile/`): 3.2e17 ns fits a u64.
         let window_ns = limit.window_ms.saturating_mul(NS_PER_MS);
         // Rounded to the nearest nanosecond: 3 a second refill every 333,333,333 ns.
         let interval_ns = (window_ns.saturating_add(rpu / 2) / rpu).max(1);

@@ -4,9 +4,9 @@
 
 use super::bucket::{BucketPlan, BucketState};
 use super::clock::UnixMillis;
-use super::fleet::SyncPlan;
-use super::prior::FleetView;
-use super::window::{Algorithm, Counter, Limit, Verdict, WindowState};
+use super::fleet_view::FleetView;
+use super::limit::{Algorithm, Limit, Verdict};
+use super::window::{SyncPlan, WindowState};
 
 /// The state of one limit of one entity.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,7 +45,7 @@ pub enum Plan {
 }
 
 impl Plan {
-    /// Marks the plan a burst read (`prior.rs`).
+    /// Marks the plan a burst read (`window/prior.rs`).
     pub fn set_burst(&mut self, burst: bool) {
         match self {
             Plan::Window(p) => p.burst = burst,
@@ -197,7 +197,7 @@ impl LimitState {
     }
 
     /// Whether this young entity has own hits not sent, which should go at once when its
-    /// node denies it (`prior.rs`).
+    /// node denies it (`window/prior.rs`).
     pub fn wants_sync_when_denied(&self, fleet: &FleetView) -> bool {
         match self {
             LimitState::Window(w) => w.wants_sync_when_denied(fleet),
@@ -206,7 +206,7 @@ impl LimitState {
     }
 
     /// Whether this young entity has unsent hits enough to send before the next tick
-    /// (`prior.rs`).
+    /// (`window/prior.rs`).
     pub fn wants_early_send(&self, limit: &Limit, fleet: &FleetView) -> bool {
         match self {
             LimitState::Window(w) => w.wants_early_send(limit, fleet),
@@ -215,29 +215,11 @@ impl LimitState {
     }
 
     /// Whether this entity should be re-read before the next tick: young, in a burst; settled,
-    /// spending its share of the room in a surge (`prior.rs`, `bucket_burst.rs`).
+    /// spending its share of the room in a surge (`window/prior.rs`, `bucket/burst.rs`).
     pub fn wants_burst_read(&self, limit: &Limit, now: UnixMillis, fleet: &FleetView) -> bool {
         match self {
             LimitState::Window(w) => w.wants_burst_read(limit, now, fleet),
             LimitState::Bucket(b) => b.wants_burst_read(limit, now, fleet),
         }
-    }
-}
-
-impl Counter for LimitState {
-    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
-        self.check_with(limit, now, hits, &FleetView::ALONE)
-    }
-    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
-        self.record_with(limit, now, hits, &FleetView::ALONE);
-    }
-}
-
-impl Counter for BucketState {
-    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
-        self.check_with(limit, now, hits, &FleetView::ALONE)
-    }
-    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
-        self.record_with(limit, now, hits, &FleetView::ALONE);
     }
 }

@@ -1,8 +1,8 @@
 //! Pressure tiers and the sync cadence they set: how often an entity with news syncs.
 
 use super::clock::UnixMillis;
+use super::limit::Limit;
 use super::state::LimitState;
-use super::window::Limit;
 
 /// How close an entity is to its limit, which sets how often it syncs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -67,7 +67,7 @@ impl SyncPolicy {
     ///
     /// - Until the others' rate is known ([`WindowState::warm`]: never synced, or synced
     ///   once) and the first reply is a tick old ([`WindowState::settled`]: the prior holds
-    ///   until then, `prior.rs`), every tick: a cold entity learns the fleet's count at once
+    ///   until then, `window/prior.rs`), every tick: a cold entity learns the fleet's count at once
     ///   (an early round trip) and the others' rate on the next tick, which is what keeps a
     ///   surge spread over many nodes from running far past the limit before any node
     ///   notices.
@@ -108,7 +108,7 @@ impl SyncPolicy {
 mod tests {
     use super::*;
     use crate::core::fixtures::*;
-    use crate::core::window::{decide, WindowState};
+    use crate::core::window::WindowState;
 
     #[test]
     fn a_cold_entity_syncs_every_tick_until_the_rate_is_known() {
@@ -117,7 +117,7 @@ mod tests {
         let mut store = std::collections::HashMap::new();
         let mut s = WindowState::default();
         let t = T0.plus_millis(5_000);
-        decide(&mut s, &l, t, 1);
+        hit(&mut s, &l, t, 1);
         assert!(policy.due(&LimitState::Window(s), &l, t, 0), "never synced");
         sync(&mut s, &l, &mut store, t);
         let tick = t.plus_millis(policy.tick_ms);
@@ -142,7 +142,7 @@ mod tests {
         // An early round trip, then a tick 300 ms later: the rate is measured (warm), but
         // the count read may not show the others' hits yet.
         let t = T0.plus_millis(5_000);
-        decide(&mut s, &l, t, 1);
+        hit(&mut s, &l, t, 1);
         sync(&mut s, &l, &mut store, t);
         let t2 = t.plus_millis(300);
         sync(&mut s, &l, &mut store, t2);
@@ -171,7 +171,7 @@ mod tests {
         // A quiet entity: this node has 1 of the fleet's 20 hits, read twice 1 s apart.
         *store.entry(T0.0 / MIN).or_default() += 19;
         let t = T0.plus_millis(10_000);
-        decide(&mut s, &l, t, 1);
+        hit(&mut s, &l, t, 1);
         sync(&mut s, &l, &mut store, t);
         let t2 = t.plus_millis(1_000);
         sync(&mut s, &l, &mut store, t2);
@@ -180,7 +180,7 @@ mod tests {
         // likely to be taking about 600 a second — Hot within the Idle interval.
         let t3 = t2.plus_millis(policy.tick_ms);
         for _ in 0..30 {
-            decide(&mut s, &l, t3, 1);
+            hit(&mut s, &l, t3, 1);
         }
         assert_eq!(Tier::of(s.pressure(&l, t3)), Tier::Idle);
         assert!(policy.due(&LimitState::Window(s), &l, t3, t2.0));

@@ -262,7 +262,7 @@ mod tests {
     use super::*;
     use crate::core::clock::{ManualClock, UnixMillis};
     use crate::core::table::{CacheSettings, EntityTable};
-    use crate::core::window::{Algorithm, Limit};
+    use crate::core::{Algorithm, Limit};
     use crate::global::sync::health::ShardStatus;
     use crate::global::sync::memory::MemoryStore;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -339,7 +339,7 @@ mod tests {
             clock.now(),
             || vec![limit],
             |e| {
-                crate::core::decide(&mut e.state.states[0], &limit, clock.now(), 1);
+                crate::core::fixtures::hit(&mut e.state.states[0], &limit, clock.now(), 1);
                 g.queues.mark_dirty(e.key, e.state, false);
             },
         );

@@ -3,7 +3,7 @@
 //! store call per shard, all or none counted; keys known to be over are answered from memory
 //! until their window moves (a bucket: until the `tat` read says the request fits); and when
 //! the store fails, the descriptor is decided from memory like a normal rule's, on the prior
-//! every cold entity gets (`core/prior.rs`: `1.05 × limit / live replicas`, a bucket's own
+//! every cold entity gets (`core/window/prior.rs`: `1.05 × limit / live replicas`, a bucket's own
 //! bucket of `1.05 × burst / live replicas`), and counted so.
 //!
 //! Pure but for the store call, which `mod.rs` awaits between the two halves here
@@ -15,12 +15,13 @@ use std::sync::atomic::Ordering;
 use opentelemetry::KeyValue;
 use parking_lot::Mutex;
 
-use super::evaluate::{pick, Outcome};
 use super::resolve::Target;
 use super::RateLimiter;
 use crate::core::bucket::verdict_owed;
 use crate::core::clock::UnixMillis;
-use crate::core::window::{verdict_on, window_count};
+use crate::core::decide::{pick, Outcome};
+use crate::core::limit::verdict_on;
+use crate::core::window::window_count;
 use crate::core::{Algorithm, Verdict};
 use crate::global::exact::{ExactBucket, ExactCount, ExactReply, ExactStats};
 use crate::global::{ExactItem, StoreError};
@@ -139,7 +140,7 @@ impl OverCache {
 }
 
 /// The item's own verdict on what the store held (`c`): the window's formula, or the
-/// bucket's (`core/bucket.rs`, as local mode reports it: remaining whole tokens, reset until
+/// bucket's (`core/bucket/`, as local mode reports it: remaining whole tokens, reset until
 /// full, retry until the request would fit). A refund is reported with 0 hits.
 fn natural(it: &ExactItem, now: UnixMillis, c: &ExactCount) -> Verdict {
     let limit = it.limit();
@@ -308,7 +309,7 @@ impl RateLimiter {
     }
 
     fn exact_stats(&self) -> Option<&ExactStats> {
-        self.exact.get().map(|c| &*c.stats)
+        self.exact.as_ref().map(|c| &*c.stats)
     }
 
     /// Counts `n` descriptors decided by the prior, and logs it at most every 10 s.

@@ -12,7 +12,7 @@ use super::*;
 use crate::core::clock::ManualClock;
 use crate::global::sync::memory::MemoryStore;
 use crate::global::{ExactClient, ShardRouter, SyncQueues};
-use crate::rls::Options;
+use crate::rls::{GlobalMode, Options};
 
 /// The start of a minute.
 const T0: UnixMillis = UnixMillis(1_700_006_400_000);
@@ -36,21 +36,24 @@ fn fixture_with(yaml: &str, opts: Options) -> Fixture {
     let queues = Arc::new(SyncQueues::new(ShardRouter::new(&names), 1, 10_000));
     let clock = ManualClock::new(T0);
     let telemetry = Arc::new(crate::telemetry::Telemetry::new().unwrap());
-    let limiter = RateLimiter::new(
-        rules,
-        vec![],
-        Arc::new(clock.clone()),
-        opts,
-        telemetry,
-        Some(queues.clone()),
-    );
     let store = Arc::new(MemoryStore::default());
     let client = ExactClient::new(
         vec![store.clone()],
         ShardRouter::new(&names),
         Duration::from_millis(100),
     );
-    limiter.set_exact(client);
+    let global = GlobalMode {
+        queues: queues.clone(),
+        exact: Some(client),
+    };
+    let limiter = RateLimiter::new(
+        rules,
+        vec![],
+        Arc::new(clock.clone()),
+        opts,
+        telemetry,
+        Some(global),
+    );
     Fixture {
         limiter,
         store,
@@ -127,7 +130,7 @@ async fn a_key_known_to_be_over_is_answered_from_memory_until_its_window_moves()
     }
     assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls);
     assert_eq!(stored(&f), vec![2]);
-    let stats = f.limiter.exact.get().unwrap().stats.clone();
+    let stats = f.limiter.exact.as_ref().unwrap().stats.clone();
     assert_eq!(stats.from_memory.load(Ordering::Relaxed), 5);
     // The next window: asked again, and admitted.
     f.clock.advance_ms(1);
@@ -145,7 +148,7 @@ async fn with_the_store_down_the_prior_decides_on_this_replicas_share() {
     assert_eq!(ask(&f, &["c"]).await, vec![(OK, 9)]);
     assert_eq!(ask(&f, &["c"]).await, vec![(OK, 8)]);
     assert_eq!(ask(&f, &["c"]).await, vec![(OVER, 0)]);
-    let stats = f.limiter.exact.get().unwrap().stats.clone();
+    let stats = f.limiter.exact.as_ref().unwrap().stats.clone();
     assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 3);
     let metrics = f.limiter.telemetry().render();
     assert!(
@@ -184,9 +187,11 @@ async fn a_shard_failing_gives_back_what_the_other_counted_and_the_prior_decides
         Arc::new(f.clock.clone()),
         Options::default(),
         Arc::new(crate::telemetry::Telemetry::new().unwrap()),
-        Some(f.queues.clone()),
+        Some(GlobalMode {
+            queues: f.queues.clone(),
+            exact: Some(client),
+        }),
     );
-    limiter.set_exact(client);
     let r = limiter
         .should_rate_limit_async(&req(&["b", other]))
         .await
@@ -195,7 +200,7 @@ async fn a_shard_failing_gives_back_what_the_other_counted_and_the_prior_decides
     // `b`'s shard counted, then gave it back: the store holds nothing for it.
     let held: u64 = stores[up].exact.lock().values().sum();
     assert_eq!(held, 0);
-    let stats = limiter.exact.get().unwrap().stats.clone();
+    let stats = limiter.exact.as_ref().unwrap().stats.clone();
     assert_eq!(stats.given_back.load(Ordering::Relaxed), 1);
     assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 2);
 }
@@ -344,7 +349,7 @@ async fn a_denied_bucket_is_answered_from_memory_until_the_request_would_fit() {
     // One does: asked, and admitted.
     assert_eq!(status(&f.limiter, &req(&["t"])).await.0, OK);
     assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls + 1);
-    let stats = f.limiter.exact.get().unwrap().stats.clone();
+    let stats = f.limiter.exact.as_ref().unwrap().stats.clone();
     assert_eq!(stats.from_memory.load(Ordering::Relaxed), 4);
 }
 
@@ -404,7 +409,7 @@ async fn with_the_store_down_a_bucket_is_decided_by_the_prior() {
     assert_eq!(ask(&f, &["p"]).await, vec![(OK, 7)]);
     assert_eq!(ask(&f, &["p"]).await, vec![(OK, 6)]);
     assert_eq!(ask(&f, &["p"]).await, vec![(OVER, 0)]);
-    let stats = f.limiter.exact.get().unwrap().stats.clone();
+    let stats = f.limiter.exact.as_ref().unwrap().stats.clone();
     assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 3);
     // Spent like a normal rule's tokens: queued for the background sync.
     assert_eq!(f.queues.len(), 1);

@@ -1,7 +1,9 @@
 //! The RLS v3 semantics of `ShouldRateLimit`, independent of the transport (gRPC or HTTP JSON),
 //! in four steps, one file each: `validate.rs` (request checks and bounds), `resolve.rs`
 //! (descriptor → rule and entity, limit overrides, `replaces`), `evaluate.rs` (limits checked
-//! and counted on the entity) and `respond.rs` (statuses, overall code, headers). `gate.rs`
+//! and counted on the entity by `core::decide`) and `respond.rs` (statuses, overall code,
+//! headers); each step uses only the ones before it (the decision's `Outcome` and `Count`
+//! are the core's). `gate.rs`
 //! refuses requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
 //! mode against the store ([`RateLimiter::should_rate_limit_async`]).
 //!
@@ -29,19 +31,19 @@ mod respond;
 mod validate;
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 use crate::core::clock::{Clock, UnixMillis};
+use crate::core::decide::Count;
 use crate::core::table::{CacheSettings, EntityTable};
 use crate::global::{ExactClient, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{names, RuleStats, SeriesBounds, Telemetry};
-use evaluate::Count;
 use exact::{ExactAnswer, OverCache};
 use gate::Gate;
 use resolve::Target;
@@ -199,14 +201,32 @@ pub struct Compiled {
 /// table of a million entities in 4 s, at about 1 % of a core.
 const SWEEP_BUDGET: usize = 4096;
 
+/// Global mode's ways to the fleet, handed to the limiter at its start (`global::spawn`
+/// returns both).
+pub struct GlobalMode {
+    /// Where entities with news are queued for the background sync.
+    pub queues: Arc<SyncQueues>,
+    /// Exact rules' way to the store; without it `exact: true` changes nothing.
+    pub exact: Option<ExactClient>,
+}
+
+impl From<Arc<SyncQueues>> for GlobalMode {
+    fn from(queues: Arc<SyncQueues>) -> Self {
+        GlobalMode {
+            queues,
+            exact: None,
+        }
+    }
+}
+
 /// The rate limiter: the rules in force, the counters and the clock.
 pub struct RateLimiter {
     rules: ArcSwap<Compiled>,
     entities: EntityTable,
     /// Global mode: where entities with news are queued for the background sync.
     sync: Option<Arc<SyncQueues>>,
-    /// Global mode: exact rules' way to the store ([`RateLimiter::set_exact`]).
-    exact: OnceLock<ExactClient>,
+    /// Global mode: exact rules' way to the store.
+    exact: Option<ExactClient>,
     /// Exact keys known to be over in their window.
     over: OverCache,
     clock: Arc<dyn Clock>,
@@ -227,26 +247,30 @@ impl std::fmt::Debug for RateLimiter {
 // === impl RateLimiter ===
 
 impl RateLimiter {
-    /// A limiter with `rules` in force; with `sync`, in global mode.
+    /// A limiter with `rules` in force; with `global`, in global mode.
     pub fn new(
         rules: RuleSet,
         files: Vec<String>,
         clock: Arc<dyn Clock>,
         opts: Options,
         telemetry: Arc<Telemetry>,
-        sync: Option<Arc<SyncQueues>>,
+        global: Option<GlobalMode>,
     ) -> Arc<Self> {
         let entities = EntityTable::new(opts.cache);
         telemetry.rules.set_bounds(opts.metric_series);
+        let (sync, exact) = global.map_or((None, None), |g| (Some(g.queues), g.exact));
         if let Some(q) = &sync {
             q.attach(entities.clone());
+        }
+        if let Some(client) = &exact {
+            exact::register_metrics(&telemetry, &client.stats);
         }
         let compiled = Self::compile_stats(&telemetry, rules, files, clock.now());
         let limiter = Arc::new(RateLimiter {
             rules: ArcSwap::from_pointee(compiled),
             entities,
             sync,
-            exact: OnceLock::new(),
+            exact,
             over: OverCache::default(),
             clock,
             opts,
@@ -388,15 +412,6 @@ impl RateLimiter {
         &self.telemetry
     }
 
-    /// Global mode: decide exact rules through `client` from now on (once; later calls are
-    /// ignored), and register its metrics. Without it `exact: true` changes nothing.
-    pub fn set_exact(&self, client: ExactClient) {
-        let stats = client.stats.clone();
-        if self.exact.set(client).is_ok() {
-            exact::register_metrics(&self.telemetry, &stats);
-        }
-    }
-
     /// Answers one `ShouldRateLimit` request at the clock's current time: validate →
     /// resolve → evaluate → respond. Exact rules are decided from memory here, as in local
     /// mode; [`RateLimiter::should_rate_limit_async`] sends them to the store.
@@ -430,7 +445,7 @@ impl RateLimiter {
         &self,
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, RequestError> {
-        let Some(client) = self.exact.get() else {
+        let Some(client) = &self.exact else {
             return self.should_rate_limit(req);
         };
         if !self.rules.load().has_exact {
@@ -516,8 +531,8 @@ impl RateLimiter {
             };
             // Unlimited (and, defensively, a rule without limits): nothing is counted.
             let outcome = match exact.get(i).and_then(Option::as_ref) {
-                Some(ExactAnswer::Decided(o)) => Some(o.clone()),
-                // The store failed: decided from memory on the cold-entity prior (`core/prior.rs`).
+                Some(ExactAnswer::Decided(o)) => Some(*o),
+                // The store failed: decided from memory on the cold-entity prior (`core/window/prior.rs`).
                 Some(ExactAnswer::Prior) => self.evaluate(t, now, hits[i], count),
                 None => self.evaluate(t, now, hits[i], count),
             };

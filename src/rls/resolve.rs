@@ -7,11 +7,10 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
-use super::respond::rule_unit;
 use super::{Compiled, RateLimiter};
 use crate::core::{Algorithm, Limit};
 use crate::rules::identity;
-use crate::rules::{LimitSpec, Rule};
+use crate::rules::{LimitSpec, Rule, Unit};
 use crate::telemetry::RuleStats;
 
 /// What a descriptor resolved to.
@@ -145,5 +144,19 @@ impl RateLimiter {
                 Target::Rule(m.rule, m.entity, stats)
             }
         }
+    }
+}
+
+/// A request-supplied limit's unit as the rules name it (the inverse of `respond.rs`'s
+/// `pb_unit`); an unknown unit (validate() refuses it) reads as seconds.
+fn rule_unit(u: PbUnit) -> Unit {
+    match u {
+        PbUnit::Unknown | PbUnit::Second => Unit::Second,
+        PbUnit::Minute => Unit::Minute,
+        PbUnit::Hour => Unit::Hour,
+        PbUnit::Day => Unit::Day,
+        PbUnit::Week => Unit::Week,
+        PbUnit::Month => Unit::Month,
+        PbUnit::Year => Unit::Year,
     }
 }

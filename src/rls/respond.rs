@@ -10,9 +10,9 @@ use envoy_types::pb::google::protobuf::value::Kind;
 use envoy_types::pb::google::protobuf::{Duration as PbDuration, ListValue, Struct, Value};
 use std::collections::HashMap;
 
-use super::evaluate::Outcome;
 use super::resolve::Target;
 use super::{HeaderNames, Options};
+use crate::core::decide::Outcome;
 use crate::rules::{Rule, Unit};
 
 /// Statuses gathered in request order, with what the overall code needs.
@@ -123,18 +123,6 @@ fn pb_unit(u: Unit) -> PbUnit {
         Unit::Week => PbUnit::Week,
         Unit::Month => PbUnit::Month,
         Unit::Year => PbUnit::Year,
-    }
-}
-
-pub(super) fn rule_unit(u: PbUnit) -> Unit {
-    match u {
-        PbUnit::Unknown | PbUnit::Second => Unit::Second,
-        PbUnit::Minute => Unit::Minute,
-        PbUnit::Hour => Unit::Hour,
-        PbUnit::Day => Unit::Day,
-        PbUnit::Week => Unit::Week,
-        PbUnit::Month => Unit::Month,
-        PbUnit::Year => Unit::Year,
     }
 }
 

@@ -153,7 +153,7 @@ impl Fleet {
                 Arc::new(clock),
                 Options::default(),
                 telemetry,
-                Some(global.queues),
+                Some(global.queues.into()),
             ));
         }
         let fleet = Fleet {

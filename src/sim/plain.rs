@@ -18,7 +18,7 @@ use super::exact::exact_estimate;
 use super::fleet::SimClock;
 use super::store::SimStore;
 use crate::core::clock::{Clock, UnixMillis};
-use crate::core::fleet::Part;
+use crate::core::Part;
 use crate::core::{Algorithm, Limit, Tier};
 use crate::global::{ShardStore, SyncItem, SyncOp};
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use sluice::core::clock::{ManualClock, UnixMillis};
-use sluice::core::{decide, decide_lenient, Algorithm, Limit, WindowState, MAX_COUNT};
+use sluice::core::{decide, Algorithm, Count, Limit, LimitState, Verdict, WindowState, MAX_COUNT};
 
 const W: u64 = 10_000;
 const T0: u64 = 1_700_000_000_000;
@@ -49,6 +49,17 @@ impl Model {
         let c = self.per_window.entry(t / W).or_default();
         *c -= hits.min(*c);
     }
+}
+
+/// One request of `hits` on a rule of one limit through `core::decide`, in local mode.
+fn hit(state: &mut WindowState, limit: &Limit, strict: bool, t: UnixMillis, hits: u64) -> Verdict {
+    let mut states = [LimitState::Window(*state)];
+    let count = Count::Yes { hold_within: false };
+    let d = decide([(limit, strict)], &mut states, t, hits, count, None).unwrap();
+    if let LimitState::Window(w) = states[0] {
+        *state = w;
+    }
+    d.outcome.verdict
 }
 
 /// One step: (time step in ms, hits, a refund rather than a hit).
@@ -94,11 +105,7 @@ proptest! {
             }
             let expected_over =
                 rpu == 0 || model.estimate(&limit, t) + u128::from(hits) > u128::from(rpu);
-            let v = if strict {
-                decide(&mut state, &limit, UnixMillis(t), hits)
-            } else {
-                decide_lenient(&mut state, &limit, UnixMillis(t), hits)
-            };
+            let v = hit(&mut state, &limit, strict, UnixMillis(t), hits);
             prop_assert_eq!(v.over, expected_over, "at t={} hits={}", t, hits);
             if !v.over || strict {
                 model.count(t, hits);

@@ -17,6 +17,7 @@ mod common {
 }
 
 mod accounting;
+mod doc_paths;
 mod dynamic_metadata;
 mod entity_table;
 mod fuzz_regressions;

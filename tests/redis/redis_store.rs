@@ -5,7 +5,7 @@
 use crate::common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use sluice::core::fleet::Part;
+use sluice::core::Part;
 use sluice::global::redis::{RedisOptions, RedisStore};
 use sluice::global::sync::memory::MemoryStore;
 use sluice::global::{ShardStore, SyncItem, SyncOp};

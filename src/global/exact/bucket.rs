@@ -2,7 +2,7 @@
 //! bucket item, which the in-memory store runs (`exact::apply`) and the Lua script mirrors
 //! (`redis.rs`, `exact.lua`).
 //!
-//! The store keeps the bucket's `tat` (`core/bucket.rs`: the moment it is full again). With
+//! The store keeps the bucket's `tat` (`core/bucket/`: the moment it is full again). With
 //! `owed = max(tat − now, 0)` and `T` the refill interval, `h` tokens fit when
 //! `owed + h·T ≤ burst·T`; spending them makes `owed + h·T` owed (`tat = max(tat, now) + h·T`);
 //! a refund makes `max(owed − h·T, 0)` owed (`tat = max(tat − h·T, now)`), never past full.

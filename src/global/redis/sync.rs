@@ -46,7 +46,7 @@
 //! rolling upgrade cannot hit `WRONGTYPE`, and the old keys expire on their own.
 //!
 //! # Token buckets
-//! A bucket (`SyncOp::Bucket`, `core/bucket.rs`) is a hash at
+//! A bucket (`SyncOp::Bucket`, `core/bucket/`) is a hash at
 //! `{prefix}sluice:b1:{<entity>}:<limit>` with two fields: `t`, the fleet's theoretical
 //! arrival time (Unix µs with three decimals, `W.NNN`: whole nanoseconds, as the exact rules'
 //! buckets keep it, `gcra.lua`), and `n`,

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::store::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
-use crate::core::fleet::Part;
 use crate::core::gcra;
+use crate::core::Part;
 
 /// A counter: each replica's part (its hits and refunds so far).
 pub type Parts = HashMap<u64, Part>;

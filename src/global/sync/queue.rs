@@ -2,7 +2,7 @@
 //! rendezvous-hash router that picks an entity's shard, the sync counters, and what the
 //! heartbeats say of the fleet (live replicas, the last departure), read by the hot path as a
 //! [`FleetView`]. A cold entity queued wakes its shard's task for an early round trip, and
-//! a young one in a burst for burst reads (`core/prior.rs`).
+//! a young one in a burst for burst reads (`core/window/prior.rs`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -12,8 +12,8 @@ use tokio::sync::Notify;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::core::clock::UnixMillis;
-use crate::core::prior::FleetView;
 use crate::core::table::{EntityState, EntityTable};
+use crate::core::FleetView;
 
 /// Assigns entities to shards by rendezvous hashing: each entity goes to the shard whose
 /// (shard name, entity) hash is highest, so adding a shard moves only the ~1/N of entities
@@ -114,9 +114,9 @@ pub struct SyncQueues {
     tick_ms: AtomicU64,
     /// Per shard: a cold entity was queued (an early round trip is wanted).
     wake: Vec<Notify>,
-    /// Per shard: a young entity wants a burst read (`core/prior.rs`).
+    /// Per shard: a young entity wants a burst read (`core/window/prior.rs`).
     burst: Vec<Notify>,
-    /// Per shard: a young entity has hits to send before the next tick (`core/prior.rs`).
+    /// Per shard: a young entity has hits to send before the next tick (`core/window/prior.rs`).
     send: Vec<Notify>,
     /// This replica's id, random per process start (`store::new_replica_id`).
     replica: u64,
@@ -207,7 +207,7 @@ impl SyncQueues {
 
     /// A young entity (queued: it stays so until settled) has hits to send before the next
     /// tick: its replica denies it, or its unsent hits are a quarter of its prior
-    /// (`core/prior.rs`). Wakes its shard's task for a send trip, an early round trip of
+    /// (`core/window/prior.rs`). Wakes its shard's task for a send trip, an early round trip of
     /// which a shard makes up to `MAX_SEND_TRIPS` between two ticks (`global/sync/shard.rs`),
     /// apart from the one a cold entity wakes.
     pub fn want_early_trip(&self, key: u128, per_second: bool) {

@@ -18,7 +18,7 @@
 //! final flush removes the heartbeat. A cold entity queued between ticks wakes the task for
 //! an early round trip (the due entities only, no heartbeat), at most one between two ticks.
 //! A young entity running into its prior in a burst wakes it for *burst reads* (the same,
-//! and their replies measure the others however soon they come: `core/prior.rs`), at most
+//! and their replies measure the others however soon they come: `core/window/prior.rs`), at most
 //! one every [`BURST_MIN_GAP`] and [`MAX_BURST_TRIPS`] between two ticks. Burst reads are
 //! the one exception to a call at a time: up to [`READS_IN_FLIGHT`] go at once, the later
 //! one reading again the entities the earlier still holds in flight (`EntityState::in_flight`
@@ -27,7 +27,7 @@
 //! until none is under way.
 //!
 //! Accuracy trade-off: between two syncs a node knows other nodes' hits only by extrapolating
-//! the rate it saw between replies; `core/fleet.rs` and `core/prior.rs` explain the estimate.
+//! the rate it saw between replies; `core/window/share.rs` and `core/window/prior.rs` explain the estimate.
 //!
 //! [`WindowState::begin_sync`]: crate::core::WindowState::begin_sync
 //! [`SyncPolicy`]: crate::core::tier::SyncPolicy
@@ -50,7 +50,7 @@ use crate::core::tier::Tier;
 use crate::core::{Limit, Plan};
 use crate::global::config::SyncSettings;
 
-/// The most burst reads (`core/prior.rs`) a shard makes between two ticks: half of what
+/// The most burst reads (`core/window/prior.rs`) a shard makes between two ticks: half of what
 /// [`BURST_MIN_GAP`] lets through in the 100 ms after a young entity's first reply during
 /// which it may want them (`BURST_WINDOW_MS`). A burst stops wanting them once a reply shows
 /// the limit reached: a 10× burst on a limit of 1,000 takes about 9 a replica in the
@@ -59,7 +59,7 @@ pub const MAX_BURST_TRIPS: u32 = 50;
 
 /// The most send trips a shard makes between two ticks: early round trips for young
 /// entities whose replica denies them, or whose unsent hits reached a quarter of their
-/// prior (`core/prior.rs`, `SyncQueues::want_early_trip`). Apart from the one early trip a
+/// prior (`core/window/prior.rs`, `SyncQueues::want_early_trip`). Apart from the one early trip a
 /// cold entity wakes, so that a flood of new values never takes a young entity's sends:
 /// on two replicas a send taken that way left a young replica's 173 hits unsent for half a
 /// tick, and the other replica settled on a read without them (1.155× the limit).
@@ -132,7 +132,7 @@ enum Trip {
     /// Woken by a cold entity between ticks: the due entities only, if any.
     Early,
     /// Woken by a young entity running into its prior: the due entities only, if any, and
-    /// the replies measure the others' rate however soon they come (`core/prior.rs`).
+    /// the replies measure the others' rate however soon they come (`core/window/prior.rs`).
     Burst,
     /// Shutdown: everything pending, and the heartbeat removed.
     Flush,
@@ -551,7 +551,7 @@ impl<S: ShardStore> ShardSync<S> {
                     return false;
                 }
                 // In a fleet, an entity stays queued until its first reply is a tick old:
-                // until then its node keeps to the prior (`core/prior.rs`), so a quiet
+                // until then its node keeps to the prior (`core/window/prior.rs`), so a quiet
                 // entity read once must not stay there until its next hit.
                 let settling = self.queues.live_replicas() > 1
                     && st.states.iter().any(|w| !w.settled(tick_ms));

@@ -35,7 +35,7 @@ fn paused() -> (EntityTable, Arc<SyncQueues>, ShardSync<FakeStore>, Paused) {
 
 fn hit_at(cache: &EntityTable, queues: &SyncQueues, key: u128, now: UnixMillis) {
     on(cache, key, now, |st| {
-        crate::core::decide(&mut st.states[0], &limit(), now, 1);
+        crate::core::fixtures::hit(&mut st.states[0], &limit(), now, 1);
         queues.mark_dirty(key, st, false);
     });
 }
@@ -120,7 +120,7 @@ async fn in_a_fleet_an_entity_stays_queued_until_its_first_reply_is_a_tick_old()
     let (cache, queues, sync, clock) = setup();
     let hit = |key| {
         on(&cache, key, clock.now(), |st| {
-            crate::core::decide(&mut st.states[0], &limit(), clock.now(), 1);
+            crate::core::fixtures::hit(&mut st.states[0], &limit(), clock.now(), 1);
             queues.mark_dirty(key, st, false);
         });
     };

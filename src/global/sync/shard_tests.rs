@@ -3,7 +3,7 @@
 use super::*;
 use crate::core::clock::{ManualClock, UnixMillis};
 use crate::core::table::{CacheSettings, EntityTable};
-use crate::core::window::{Algorithm, Limit};
+use crate::core::{Algorithm, Limit};
 use crate::global::sync::clock_offset::measure_offset;
 use crate::global::sync::memory::MemoryStore as FakeStore;
 use crate::global::sync::queue::ShardRouter;
@@ -53,7 +53,7 @@ pub(crate) fn on<R>(
 fn hit(cache: &EntityTable, queues: &SyncQueues, key: u128, clock: &ManualClock, n: u64) {
     on(cache, key, clock.now(), |st| {
         for _ in 0..n {
-            crate::core::decide(&mut st.states[0], &limit(), clock.now(), 1);
+            crate::core::fixtures::hit(&mut st.states[0], &limit(), clock.now(), 1);
         }
         queues.mark_dirty(key, st, false);
     });
@@ -102,7 +102,7 @@ async fn a_call_that_timed_out_but_ran_is_not_counted_again_when_resent() {
     assert_eq!(sync.store.total(1, 0, T0 / 60_000), 100);
     // And the replica sees its own hits once: 100 of 100 used.
     let count = on(&cache, 1, clock.now(), |st| {
-        crate::core::decide(&mut st.states[0], &limit(), clock.now(), 0).count_after
+        crate::core::fixtures::hit(&mut st.states[0], &limit(), clock.now(), 0).count_after
     });
     assert_eq!(count, 100);
 }
@@ -122,7 +122,7 @@ async fn a_bucket_call_that_timed_out_but_ran_spends_nothing_twice() {
             || vec![l],
             |e| {
                 for _ in 0..n {
-                    crate::core::decide(&mut e.state.states[0], &l, clock.now(), 1);
+                    crate::core::fixtures::hit(&mut e.state.states[0], &l, clock.now(), 1);
                 }
                 queues.mark_dirty(3, e.state, false);
             },
@@ -174,7 +174,7 @@ async fn a_store_that_restarts_empty_gets_this_nodes_hits_back_with_the_next_hit
         .unwrap()
         .insert(
             2,
-            crate::core::fleet::Part {
+            crate::core::Part {
                 hits: 40,
                 refunds: 0,
             },

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::core::bucket::Geometry;
 use crate::core::clock::UnixMillis;
-use crate::core::fleet::Part;
+use crate::core::Part;
 use crate::core::{Limit, Plan};
 
 /// One limit of one entity in a sync call.
@@ -47,7 +47,7 @@ pub enum SyncOp {
         /// Expiry of a counter the call creates: two windows.
         ttl_ms: u64,
     },
-    /// A token bucket (`core/bucket.rs`): in place of `delta`, what `stated` holds that the
+    /// A token bucket (`core/bucket/`): in place of `delta`, what `stated` holds that the
     /// store has not applied for this replica yet (`memory::fresh`); spend `spend` tokens
     /// (corrected by as much) from `since_us` —
     /// `tat = max(tat, since) + spend × interval`, at most `max_ahead` past now (a refund,

@@ -145,7 +145,7 @@ impl Compiler<'_> {
             );
             return None;
         }
-        // A token takes at least a nanosecond to refill (`core/bucket.rs`).
+        // A token takes at least a nanosecond to refill (`core/bucket/`).
         if bucket && u64::from(requests_per_unit) * 1000 > window_ms * MAX_BUCKET_RATE {
             self.error_at(
                 &at_key(at, "requests_per_unit"),

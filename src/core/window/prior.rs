@@ -1,7 +1,6 @@
-//! What a replica knows of the fleet ([`FleetView`]: the live replicas its heartbeats count,
-//! the sync tick, the last departure) and the things decided from it: the **prior** a
-//! cold entity is decided on, the **burst reads** that re-split the room while it is young,
-//! and how much of the others' measured rate still applies after replicas left.
+//! What a window decides from the fleet view (`fleet_view.rs`): the **prior** a cold entity
+//! is decided on, the **burst reads** that re-split the room while it is young, and how
+//! much of the others' measured rate still applies after replicas left.
 //!
 //! # The prior
 //! A node that has not read an entity's count knows nothing of the other replicas' hits.
@@ -12,7 +11,7 @@
 //! never-seen value is admitted). Why a whole tick after the first reply: an entity's first sync goes out at once
 //! (an early round trip), when the others' hits are still mostly pending on their nodes; a
 //! read a tick later holds every replica's hits up to at least that first reply, so the share
-//! measured from it (own hits over the fleet's count, `fleet.rs`) means something. The
+//! measured from it (own hits over the fleet's count, `share.rs`) means something. The
 //! measured shares take over then. That read holds the others' hits only up to their last
 //! sync, so a node denying a young entity sends what it admitted at once
 //! ([`WindowState::wants_sync_when_denied`]) rather than at its next tick.
@@ -50,7 +49,7 @@
 //! a young replica sends its hits once they are a quarter of its prior
 //! ([`WindowState::wants_early_send`], a send trip, `global/sync/shard.rs`), a settled one whose
 //! others add 5 % of the limit or more in a tick re-reads the count, sending its own, as it
-//! spends an eighth of its share of the room (`fleet.rs`, `WindowState::read_due`), and a
+//! spends an eighth of its share of the room (`share.rs`, `WindowState::read_due`), and a
 //! rate sample over less than a second is blended with the rate before (the others' syncs
 //! land in lumps). The two slow surges of the simulator then admit 1.000–1.003× (30 seeds).
 //!
@@ -61,21 +60,11 @@
 //! `(live − 1) / (before − 1)`: the departed replicas' part of it, taken as even, is no
 //! longer projected forward.
 
-use super::clock::UnixMillis;
-use super::fleet::MIN_SAMPLE_MS;
-use super::window::{Limit, WindowState};
-
-/// The fewest own hits that make a young entity worth a burst read, and half the smallest
-/// prior that does. With fewer, a re-read changes a decision or two at most, and a read
-/// taken while other replicas have not re-read yet (their few hits not in it) gives out
-/// more than the prior would: 4 replicas on a limit of 40 admitted up to 1.13× (1.10× on
-/// the prior alone).
-pub const BURST_MIN_OWN: u64 = 8;
-
-/// How long after an entity's first reply burst reads are taken. A burst that reaches the
-/// limit later than this (a few hundred hits a second, not a few thousand) is decided on the
-/// prior, as before burst reads; the bound also bounds what they cost (`global/sync/shard.rs`).
-pub const BURST_WINDOW_MS: u64 = 100;
+use super::{Limit, Slot, WindowState};
+use crate::core::clock::UnixMillis;
+use crate::core::fleet_view::{
+    FleetView, BURST_MIN_OWN, BURST_SPREAD, BURST_WINDOW_MS, MIN_SAMPLE_MS,
+};
 
 /// How many gaps between burst reads a burst read decides alone: past that (the reads
 /// stopped, or the store is unreachable) the prior bounds the node again too.
@@ -91,74 +80,10 @@ const BURST_FRESH: u64 = 4;
 /// time, 1.7 admitted 1.09–1.12×).
 const BURST_SLACK: f64 = 1.7;
 
-/// How many standard deviations of a binomial share a node may go above its even share of
-/// the room a reply left: `sqrt(room / live)` each, at most [`BURST_SLACK`]'s part. The
-/// uneven shares are what the slack is for, and they grow as the square root of the room,
-/// not as the room: on a room of a few hits a share the slack bounds; on a limit of 400 per
-/// extra replica, the spread, which took the simulator's bursts there from 1.07–1.08× to
-/// 1.04–1.05× admitted at 0.2–0.4 % false denials.
-pub(super) const BURST_SPREAD: f64 = 2.0;
-
 /// The others' hits a reply does not show yet, in gaps between this node's replies at the
 /// others' measured rate: a replica's hits since its last call, half a gap on average when
 /// all the replicas hit by a burst re-read as often.
 const BURST_LAG: f64 = 0.5;
-
-/// How far above its even share of the limit a young entity's node may go. A burst lands
-/// on the replicas in binomial shares, and a node above `limit / N` denies hits the exact
-/// limiter admits while another is below it. 5 % more, at the cost of at most 5 % admitted
-/// over the limit while the whole fleet is young, took the simulator's within-a-tick bursts
-/// (six seeds) from 0.5–3.7 % false denials to 0–1.2 % at 2 replicas, 1.2–5.3 % to 0–4.1 %
-/// at 4, 5.2–7.2 % to 3.5–5.4 % at 20 and 7.4–10.7 % to 5.2–8.5 % at 50.
-pub const PRIOR_SLACK: f64 = 1.05;
-
-/// What a node knows of the fleet when it decides: an argument, never read from shared
-/// state inside the core.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FleetView {
-    /// Live replicas (this one included), as the last heartbeat reply counted them; ≥ 1.
-    pub live: u32,
-    /// The sync tick (ms): how long after an entity's first reply its count is trusted.
-    pub tick_ms: u64,
-    /// The live count just before the last time it dropped (0: it never dropped).
-    pub before: u32,
-    /// When the count last dropped (Unix ms of the reply that showed it).
-    pub dropped_at: u64,
-}
-
-impl FleetView {
-    /// A node alone (local mode, or a fleet whose size is not known yet): no prior.
-    pub const ALONE: FleetView = FleetView {
-        live: 1,
-        tick_ms: 1000,
-        before: 0,
-        dropped_at: 0,
-    };
-
-    /// The hits a node may admit in a window before the fleet's count is known: its even
-    /// share of the limit with [`PRIOR_SLACK`], at least 1.
-    pub fn prior(&self, rpu: u32) -> u64 {
-        let even = f64::from(rpu) * PRIOR_SLACK / f64::from(self.live.max(1));
-        (even as u64).max(1)
-    }
-
-    /// The share of the room a node takes when it has no measured share: `1 / live`.
-    #[inline]
-    pub fn prior_share(&self) -> f64 {
-        1.0 / f64::from(self.live.max(1))
-    }
-
-    /// How much of the others' rate measured at `measured_at` (Unix ms) still applies: less
-    /// than 1 when replicas left since.
-    #[inline]
-    pub fn rate_factor(&self, measured_at: u64) -> f64 {
-        if self.before > self.live && self.before >= 2 && measured_at < self.dropped_at {
-            f64::from(self.live.max(1) - 1) / f64::from(self.before - 1)
-        } else {
-            1.0
-        }
-    }
-}
 
 // === impl WindowState ===
 
@@ -269,7 +194,7 @@ impl WindowState {
         hits: u64,
         fleet: &FleetView,
     ) -> bool {
-        let since = |_: usize, s: &super::window::Slot| (s.inflight + s.pending).max(0) as u64;
+        let since = |_: usize, s: &Slot| (s.inflight + s.pending).max(0) as u64;
         let (since_prev, since_curr) = self.pair(epoch, since);
         let own = Self::window(limit, now, epoch, since_prev, since_curr);
         let room = self.room_read(limit, now, epoch, fleet);
@@ -312,7 +237,7 @@ impl WindowState {
 mod tests {
     use super::*;
     use crate::core::fixtures::*;
-    use crate::core::fleet::SyncPlan;
+    use crate::core::window::SyncPlan;
     use std::collections::HashMap;
 
     fn fleet(live: u32) -> FleetView {

@@ -1,12 +1,12 @@
-//! Burst reads of a token bucket (`prior.rs`, "Burst reads", for windows): while an entity
+//! Burst reads of a token bucket (`window/prior.rs`, "Burst reads", for windows): while an entity
 //! is young and its node runs into its prior, re-reads of the fleet's bucket a round trip
 //! apart replace the prior with an even share of the room the last read left; once settled,
 //! a node spending its allowance asks for the same reads, so a flood is split on them.
 
 use super::{BucketState, Geometry};
 use crate::core::clock::UnixMillis;
-use crate::core::prior::{FleetView, BURST_SPREAD, BURST_WINDOW_MS};
-use crate::core::window::Limit;
+use crate::core::fleet_view::{FleetView, BURST_SPREAD, BURST_WINDOW_MS};
+use crate::core::limit::Limit;
 
 /// How far above its even share of the room a young node's burst reads let it go, at most
 /// (a window's is `BURST_SLACK`, 1.7). A bucket's room at 20 replicas is a few tokens a

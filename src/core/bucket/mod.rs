@@ -21,12 +21,12 @@
 //! returns both values. The earlier ones were refilled before that moment: spent again on
 //! top of the others' later spends, a warm bucket's trickle read as debt under a flood. A node
 //! decides from the fleet's `tat` as last read plus its own spends since (its *view*), with
-//! the same three guards as a window (`fleet.rs`, `prior.rs`):
+//! the same three guards as a window (`window/share.rs`, `window/prior.rs`):
 //! - **young** (no reply yet, or the first one less than a tick old): with no reply, the
 //!   node acts as a bucket of its own of `1.05 × burst / live` tokens refilling at
 //!   `1.05 × rate / live`; with one, it spends since that reply at most its even share of the
 //!   room the reply left, with a binomial spread. Running into its prior within 100 ms of
-//!   its first reply, it asks for *burst reads* a round trip apart (`bucket_burst.rs`), so a
+//!   its first reply, it asks for *burst reads* a round trip apart (`burst.rs`), so a
 //!   burst is split on what the fleet has left, not on the prior;
 //! - **settled**: it spends, since its last reply, its share of the room the fleet's bucket
 //!   has had since then — the tokens left at the read, less the others' spends not sent yet
@@ -39,34 +39,37 @@
 //!   full it stays.
 //!   Once it spent an eighth of that (or of its even share of the room, if less), or when it
 //!   would deny a hit while the bucket refilled since its read, it asks for a *settled burst
-//!   read* (`bucket_burst.rs`): a fleet flooded everywhere at once re-splits the room a round
+//!   read* (`burst.rs`): a fleet flooded everywhere at once re-splits the room a round
 //!   trip later instead of each node spending its spread before the next tick shows the
 //!   others';
 //! - **alone** (one live replica): exact.
 //!
 //! ```
 //! use sluice::core::clock::UnixMillis;
-//! use sluice::core::window::{decide_lenient, Algorithm, Limit};
-//! use sluice::core::bucket::BucketState;
+//! use sluice::core::decide::{decide, Count};
+//! use sluice::core::{Algorithm, Limit, LimitState};
 //!
-//! // 10 a second, bursts of 30.
+//! // 10 a second, bursts of 30; a lenient limit (denied tokens cost nothing).
 //! let limit = Limit { requests_per_unit: 10, window_ms: 1000, algorithm: Algorithm::TokenBucket { burst: 30 } };
-//! let mut b = BucketState::default();
+//! let mut b = [LimitState::restored(&limit, None)];
+//! let mut admitted = |t| {
+//!     let count = Count::Yes { hold_within: false };
+//!     let mut hit = || decide([(&limit, false)], &mut b, t, 1, count, None).unwrap().outcome;
+//!     (0..40).filter(|_| !hit().over).count()
+//! };
 //! let t = UnixMillis::from_secs(600);
-//! assert_eq!((0..40).filter(|_| !decide_lenient(&mut b, &limit, t, 1).over).count(), 30);
-//! let later = t.plus_millis(1000);
-//! assert_eq!((0..40).filter(|_| !decide_lenient(&mut b, &limit, later, 1).over).count(), 10);
+//! assert_eq!(admitted(t), 30);
+//! assert_eq!(admitted(t.plus_millis(1000)), 10);
 //! ```
 
 use super::clock::UnixMillis;
-use super::fleet::MIN_SAMPLE_MS;
+use super::fleet_view::{FleetView, MIN_SAMPLE_MS, PRIOR_SLACK};
 pub use super::gcra::Geometry;
 use super::gcra::{self, NS_PER_MS};
-use super::prior::{FleetView, PRIOR_SLACK};
-use super::window::{Limit, Verdict, MAX_COUNT};
+use super::limit::{Limit, Verdict, MAX_COUNT};
 
 /// How much of the others' expected unsent spends (half a gap's worth at their rate) a node
-/// keeps out of the room it shares (as for windows, `fleet.rs`).
+/// keeps out of the room it shares (as for windows, `window/share.rs`).
 const UNSENT_RESERVED: f64 = 0.75;
 
 /// The smallest share of the room a node keeps, so a node that was quiet for a while can
@@ -94,7 +97,7 @@ const SHARE_SPREAD: f64 = 3.0;
 /// 1.1–2.0 % with all of it (the warm flood at 20: 1.038–1.091× the exact bucket without
 /// it, 1.057–1.105× with it; the other scenarios within 0.5 points either way). The price:
 /// the floored shares add up to more than 1 when the measured ones are uneven, which the
-/// burst reads of a flood take back (`bucket_burst.rs`).
+/// burst reads of a flood take back (`burst.rs`).
 const EVEN_FLOOR: f64 = 1.0;
 
 /// The time constant (ms) of the spend rates a share is measured from, at least: long enough
@@ -154,7 +157,7 @@ pub struct BucketPlan {
     /// `delta`, so a call that timed out but ran and is then sent again, a late duplicate or
     /// two calls applied out of order spend nothing twice.
     pub stated: [u32; 2],
-    /// A burst read (`prior.rs`): its reply measures rates however soon it comes.
+    /// A burst read (`window/prior.rs`): its reply measures rates however soon it comes.
     pub burst: bool,
 }
 
@@ -188,7 +191,7 @@ pub struct BucketState {
     /// This node's acknowledged spends per second, averaged the same way.
     own_per_sec: f32,
     /// The other nodes' spends per second between the last two replies, not averaged: what
-    /// a young bucket's burst reads project over the round trip they lag (`bucket_burst.rs`).
+    /// a young bucket's burst reads project over the round trip they lag (`burst.rs`).
     others_pace: f32,
     /// Time between the last two replies (ms, saturating); 0 until there were two.
     gap_ms: u16,
@@ -479,132 +482,6 @@ impl BucketState {
         }
         self.gap_ms = gap;
     }
-
-    /// The others' spends expected since the last reply at their measured rate (ns).
-    fn others_since(&self, g: &Geometry, now: UnixMillis, fleet: &FleetView) -> u64 {
-        if self.synced_at == 0 || self.others_per_sec <= 0.0 {
-            return 0;
-        }
-        let factor = fleet.rate_factor(self.synced_at);
-        let ms = now.0.saturating_sub(self.synced_at) as f64;
-        let tokens = f64::from(self.others_per_sec) * factor * ms / 1000.0;
-        (tokens * g.interval_ns as f64).min(g.max_ahead_ns as f64) as u64
-    }
-
-    pub(super) fn young(&self, fleet: &FleetView) -> bool {
-        fleet.live > 1 && !self.settled(fleet.tick_ms)
-    }
-
-    /// While young: whether `hits` more would overdraw this node's own bucket of its prior
-    /// share (see the module docs).
-    fn over_prior(&self, g: &Geometry, now: UnixMillis, hits: u64, fleet: &FleetView) -> bool {
-        if !self.young(fleet) {
-            return false;
-        }
-        // Once a reply came, its room decides (burst reads, `bucket_burst.rs`).
-        if self.synced_at != 0 {
-            return self.over_burst_share(g, now, hits, fleet);
-        }
-        let own = own_geometry(g, fleet);
-        let now_ns = now.0.saturating_mul(NS_PER_MS);
-        self.own_tat
-            .saturating_sub(now_ns)
-            .saturating_add(own.span(hits))
-            > own.capacity_ns
-    }
-
-    /// Once settled, in a fleet: whether `hits` more would take this node's spends since its
-    /// last reply past its allowance ([`BucketState::settled_allowance`]).
-    fn over_share(&self, g: &Geometry, now: UnixMillis, hits: u64, fleet: &FleetView) -> bool {
-        if self.synced_at == 0 || self.young(fleet) {
-            return false;
-        }
-        let Some(allowed) = self.settled_allowance(g, now, fleet) else {
-            return false;
-        };
-        let own = self.inflight.saturating_add(self.pending).max(0) as f64;
-        own + hits as f64 > allowed + self.rounding()
-    }
-
-    /// A settled node's allowance since its last reply: its share of the room the fleet's
-    /// bucket has had since then, plus a binomial share's spread of at most
-    /// [`burst::BUCKET_BURST_SLACK`]'s part of that share. `None`: this node has the whole
-    /// bucket. Spending a part of it wants a burst read (`bucket_burst.rs`), so the room is
-    /// re-split a round trip later rather than a tick.
-    pub(super) fn settled_allowance(
-        &self,
-        g: &Geometry,
-        now: UnixMillis,
-        fleet: &FleetView,
-    ) -> Option<f64> {
-        let share = self.share(fleet);
-        if share >= 1.0 {
-            return None;
-        }
-        let rate = f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
-        // The others sync every tick while they spend (`pressure_ahead`): at most a tick's
-        // spends each, half of one on average, were not in the store when it was read.
-        let half_gap = u64::from(self.gap_ms).min(fleet.tick_ms) as f64 / 2.0;
-        let unsent = UNSENT_RESERVED * rate * half_gap / 1000.0;
-        let room = (self.room_since_read(g, now, fleet.tick_ms) - unsent).max(0.0);
-        let even = share * room;
-        // A flood needs no spread: every node has hits for its share and more.
-        let pace = f64::from(self.others_pace) * fleet.rate_factor(self.synced_at);
-        let damp = (FLOOD_PACE * g.refill_per_sec() / pace.max(f64::MIN_POSITIVE)).min(1.0);
-        let spread =
-            damp * (SHARE_SPREAD * even.sqrt()).min((burst::BUCKET_BURST_SLACK - 1.0) * even);
-        Some(even + spread)
-    }
-
-    /// The tokens the fleet's bucket owed when the last reply read it (above the burst: in
-    /// debt).
-    fn owed_at_read(&self, g: &Geometry) -> f64 {
-        let read_ns = self.synced_at.saturating_mul(NS_PER_MS);
-        self.remote.saturating_sub(read_ns) as f64 / g.interval_ns as f64
-    }
-
-    /// The tokens the fleet may have spent since the last reply: what the bucket held then
-    /// (below 0 in debt) and its refill since. Not capped at the burst: a fleet that keeps
-    /// spending keeps the bucket from filling, so the whole refill is spendable. A bucket
-    /// left full wastes its refill, so that refill stops a gap (at least a tick) after the
-    /// reply, when another is due; past it, the room is the refill since the read up to a
-    /// full bucket (a node that had nothing to sync during a pause still reads the bucket it
-    /// emptied, long refilled since).
-    pub(super) fn room_since_read(&self, g: &Geometry, now: UnixMillis, tick_ms: u64) -> f64 {
-        let owed = self.owed_at_read(g);
-        let horizon = u64::from(self.gap_ms).max(tick_ms);
-        let elapsed = now.0.saturating_sub(self.synced_at).min(horizon);
-        let refill = (elapsed.saturating_mul(NS_PER_MS)) as f64 / g.interval_ns as f64;
-        // A read older than that: the whole refill since, up to a full bucket. After a pause
-        // the bucket is full again, whatever was read, and the shares split all of it.
-        let all_ns = now
-            .0
-            .saturating_sub(self.synced_at)
-            .saturating_mul(NS_PER_MS);
-        let since = (f64::from(g.burst) - owed + all_ns as f64 / g.interval_ns as f64)
-            .min(f64::from(g.burst));
-        (f64::from(g.burst) - owed + refill).max(since)
-    }
-
-    /// The fraction of a token below which a share rounds down, in [0, 1): each node rounds
-    /// with an offset of its own (from its last reply's time), so that over the fleet the
-    /// fractions of a token cancel out rather than all round alike.
-    fn rounding(&self) -> f64 {
-        (self.synced_at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// This node's part of the fleet's recent spending; `1 / live` before any was measured.
-    fn share(&self, fleet: &FleetView) -> f64 {
-        let own = f64::from(self.own_per_sec);
-        let all = own + f64::from(self.others_per_sec) * fleet.rate_factor(self.synced_at);
-        if fleet.live <= 1 && self.others_per_sec <= 0.0 {
-            return 1.0;
-        }
-        if all <= 0.0 {
-            return fleet.prior_share();
-        }
-        (own / all).clamp(SHARE_FLOOR.max(EVEN_FLOOR * fleet.prior_share()), 1.0)
-    }
 }
 
 /// Local mode's verdict on `hits` tokens of a bucket whose `tat` is `owed_ns` ahead of `now`
@@ -627,9 +504,8 @@ fn own_geometry(g: &Geometry, fleet: &FleetView) -> Geometry {
     Geometry::new(interval_ns, burst)
 }
 
-#[path = "bucket_burst.rs"]
 mod burst;
+mod share;
 
 #[cfg(test)]
-#[path = "bucket_tests.rs"]
 mod tests;

@@ -11,7 +11,7 @@
 //!
 //! Eviction (a full table, on insert, from the new key's shard) takes what costs nothing first: an entity whose
 //! windows have passed or whose buckets are full forgets nothing. Otherwise the least
-//! recently used of a sample goes, and its counts are folded into the shard's [`Sketch`]; a
+//! recently used of a sample goes, and its counts are folded into the shard's sketch (`sketch.rs`); a
 //! returning value starts from the sketch's estimate, never below what it had, while a value
 //! never seen reads (almost always) nothing. Entities queued for a sync or in one are never
 //! evicted: their hits have not reached the store yet.
@@ -20,17 +20,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hashbrown::HashTable;
 use parking_lot::{Mutex, RwLock};
 
 use super::clock::UnixMillis;
-use super::state::{LimitState, Summary};
-use super::window::Limit;
+use super::limit::Limit;
+use super::state::LimitState;
+use shard::{Record, Shard};
 
-/// Records per chunk: chunks are never reallocated, so growing a shard copies nothing and
-/// its memory is what its records use, plus at most one partly filled chunk.
-const CHUNK_BITS: usize = 8;
-const CHUNK: usize = 1 << CHUNK_BITS;
+mod shard;
+mod sketch;
 
 /// Records an eviction looks at (all of them in a smaller shard): enough that a free one is
 /// usually among them, few enough that an insert into a full table stays cheap.
@@ -161,168 +159,8 @@ pub struct TableStats {
     pub over_bound: AtomicU64,
 }
 
-/// One entity.
-#[derive(Debug)]
-struct Record {
-    /// The key's two halves (not a `u128`: its 16-byte alignment would pad every record).
-    key: [u64; 2],
-    set: u32,
-    /// Last use (Unix seconds): the eviction's recency, the sweep's idleness.
-    used_s: u32,
-    state: EntityState,
-}
-
-impl Record {
-    fn key(&self) -> u128 {
-        (u128::from(self.key[1]) << 64) | u128::from(self.key[0])
-    }
-
-    /// Whether forgetting it changes no decision at `now`: every window passed, every bucket
-    /// full.
-    fn holds_nothing(&self, limits: &[Limit], now: UnixMillis) -> bool {
-        self.state
-            .states
-            .iter()
-            .zip(limits)
-            .all(|(s, l)| s.summary(l, now).is_none())
-    }
-}
-
-/// The record at position `pos` of a shard's chunks.
-fn record_at(chunks: &[Vec<Record>], pos: usize) -> &Record {
-    &chunks[pos >> CHUNK_BITS][pos & (CHUNK - 1)]
-}
-
-/// The index's hash of the record at `pos`, for the index's rehashing.
-fn hash_at(chunks: &[Vec<Record>], pos: u32) -> u64 {
-    hash_of(record_at(chunks, pos as usize).key())
-}
-
-/// The index's hash of a key: the entity key is already a hash (XXH3-128); its low half
-/// places it in the shard, its high half picks the shard.
-fn hash_of(key: u128) -> u64 {
-    key as u64
-}
-
 fn secs(now: UnixMillis) -> u32 {
     (now.0 / 1000).min(u64::from(u32::MAX)) as u32
-}
-
-/// A conservative summary of evicted entities: four rows of cells, each holding the largest
-/// value folded into it. A point query takes the smallest of its four cells, which is never
-/// below what was folded for that point (every one of its cells holds at least that), and
-/// for a point never folded is the largest of a few colliding others: small unless all four
-/// of its cells met heavy ones. Window counts carry when they stop mattering, so dead cells
-/// are reused; a bucket's value is when it is full again, dead by itself once past.
-#[derive(Debug)]
-struct Sketch {
-    width: usize,
-    windows: Box<[WindowCell]>,
-    buckets: Box<[u64]>,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct WindowCell {
-    /// When the count stops mattering (Unix seconds).
-    until_s: u32,
-    count: u32,
-}
-
-const ROWS: usize = 4;
-
-/// A 64-bit mix (splitmix64's finaliser): the cells of a point in each row.
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-impl Sketch {
-    fn new(width: usize) -> Self {
-        Sketch {
-            width,
-            windows: vec![WindowCell::default(); ROWS * width].into_boxed_slice(),
-            buckets: vec![0; ROWS * width].into_boxed_slice(),
-        }
-    }
-
-    fn cells(&self, key: u128, limit: usize, epoch: u64) -> [usize; ROWS] {
-        let h = mix(key as u64 ^ mix((key >> 64) as u64 ^ mix(epoch ^ ((limit as u64) << 56))));
-        // A mix of its own per row: with rows derived from one another (double hashing), two
-        // points that meet in one row meet in all of them far more often, and a heavy point
-        // then reads as the other's estimate.
-        std::array::from_fn(|r| {
-            let row = mix(h ^ (r as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            r * self.width + (row % self.width as u64) as usize
-        })
-    }
-
-    fn fold(&mut self, key: u128, limit: usize, l: &Limit, summary: Summary, now_s: u32) {
-        match summary {
-            Summary::Window { epoch, counts } => {
-                for (e, count) in [(epoch.wrapping_sub(1), counts[0]), (epoch, counts[1])] {
-                    // A count matters until the end of the epoch after its own (the sliding
-                    // window reads the previous epoch).
-                    let until = (e.saturating_add(2).saturating_mul(l.window_ms)).div_ceil(1000);
-                    let until_s = until.min(u64::from(u32::MAX)) as u32;
-                    let count = count.min(u64::from(u32::MAX)) as u32;
-                    if count == 0 || until_s < now_s {
-                        continue;
-                    }
-                    for c in self.cells(key, limit, e) {
-                        let cell = &mut self.windows[c];
-                        if cell.until_s < now_s {
-                            *cell = WindowCell { until_s, count };
-                        } else {
-                            cell.until_s = cell.until_s.max(until_s);
-                            cell.count = cell.count.max(count);
-                        }
-                    }
-                }
-            }
-            Summary::Bucket { full_at_ms } => {
-                for c in self.cells(key, limit, u64::MAX) {
-                    self.buckets[c] = self.buckets[c].max(full_at_ms);
-                }
-            }
-        }
-    }
-
-    fn query(&self, key: u128, limit: usize, l: &Limit, now: UnixMillis) -> Option<Summary> {
-        let now_s = secs(now);
-        match l.algorithm {
-            super::Algorithm::TokenBucket { .. } => {
-                let full_at_ms = self
-                    .cells(key, limit, u64::MAX)
-                    .iter()
-                    .map(|&c| self.buckets[c])
-                    .min()
-                    .unwrap_or(0);
-                (full_at_ms > now.0).then_some(Summary::Bucket { full_at_ms })
-            }
-            _ => {
-                let epoch = now.0 / l.window_ms;
-                let count = |e: u64| {
-                    self.cells(key, limit, e)
-                        .iter()
-                        .map(|&c| {
-                            let cell = self.windows[c];
-                            if cell.until_s >= now_s {
-                                u64::from(cell.count)
-                            } else {
-                                0
-                            }
-                        })
-                        .min()
-                        .unwrap_or(0)
-                };
-                let counts = [count(epoch.wrapping_sub(1)), count(epoch)];
-                (counts != [0, 0]).then_some(Summary::Window { epoch, counts })
-            }
-        }
-    }
 }
 
 /// The rules' limit sets, interned (a handful: one per distinct set of limits).
@@ -341,107 +179,6 @@ impl LimitSets {
         self.sets.push(limits.into());
         self.ids.insert(limits.into(), id);
         id
-    }
-}
-
-struct Shard {
-    index: HashTable<u32>,
-    chunks: Vec<Vec<Record>>,
-    len: usize,
-    /// Where the next eviction sample starts.
-    hand: usize,
-    /// Where the sweep goes on.
-    sweep: usize,
-    /// Allocated at the first eviction of a live entity.
-    sketch: Option<Box<Sketch>>,
-}
-
-impl Shard {
-    fn new() -> Self {
-        Shard {
-            index: HashTable::new(),
-            chunks: Vec::new(),
-            len: 0,
-            hand: 0,
-            sweep: 0,
-            sketch: None,
-        }
-    }
-
-    fn at(&self, pos: usize) -> &Record {
-        record_at(&self.chunks, pos)
-    }
-
-    fn at_mut(&mut self, pos: usize) -> &mut Record {
-        &mut self.chunks[pos >> CHUNK_BITS][pos & (CHUNK - 1)]
-    }
-
-    fn find(&self, key: u128) -> Option<usize> {
-        let chunks = &self.chunks;
-        self.index
-            .find(hash_of(key), |&p| {
-                record_at(chunks, p as usize).key() == key
-            })
-            .map(|&p| p as usize)
-    }
-
-    fn push(&mut self, record: Record) -> usize {
-        let pos = self.len;
-        let hash = hash_of(record.key());
-        if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
-            self.chunks.push(Vec::with_capacity(CHUNK));
-        }
-        self.chunks
-            .last_mut()
-            .expect("a chunk with room")
-            .push(record);
-        self.len += 1;
-        let chunks = &self.chunks;
-        self.index
-            .insert_unique(hash, pos as u32, |&p| hash_at(chunks, p));
-        pos
-    }
-
-    /// Removes the record at `pos`; the last record takes its place.
-    fn remove(&mut self, pos: usize) -> Record {
-        let last = self.len - 1;
-        let hash = hash_of(self.at(pos).key());
-        if let Ok(entry) = self.index.find_entry(hash, |&p| p as usize == pos) {
-            entry.remove();
-        }
-        if pos != last {
-            let moved = hash_of(self.at(last).key());
-            if let Some(p) = self.index.find_mut(moved, |&p| p as usize == last) {
-                *p = pos as u32;
-            }
-        }
-        let tail = self.chunks.last_mut().expect("a record to remove");
-        let mut record = tail.pop().expect("a record to remove");
-        if tail.is_empty() {
-            self.chunks.pop();
-        }
-        self.len -= 1;
-        if pos != last {
-            record = std::mem::replace(self.at_mut(pos), record);
-        }
-        if self.index.capacity() > 64 && self.index.len() < self.index.capacity() / 4 {
-            let chunks = &self.chunks;
-            self.index.shrink_to_fit(|&p| hash_at(chunks, p));
-        }
-        record
-    }
-
-    /// Folds what `record` still counts into the sketch.
-    fn fold(&mut self, record: &Record, limits: &[Limit], now: UnixMillis, width: usize) {
-        let key = record.key();
-        let now_s = secs(now);
-        for (i, (state, limit)) in record.state.states.iter().zip(limits).enumerate() {
-            if let Some(summary) = state.summary(limit, now) {
-                self.sketch
-                    .get_or_insert_with(|| Box::new(Sketch::new(width)))
-                    .fold(key, i, limit, summary, now_s);
-            }
-        }
     }
 }
 
@@ -722,5 +459,4 @@ impl EntityTable {
 }
 
 #[cfg(test)]
-#[path = "table_tests.rs"]
 mod tests;

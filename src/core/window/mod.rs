@@ -1,5 +1,7 @@
-//! Window counters: the state of one limit of one entity, `check`/`record`/`refund`, and
-//! `decide`. Global mode's additions to the same state live in `fleet.rs`.
+//! Window counters: the state of one limit of one entity, and `check`/`record`/`refund`.
+//! Global mode's additions to the same state live in its children: `sync.rs` (the
+//! sync accounting), `share.rs` (the others' rate, the shared room, pressure) and `prior.rs`
+//! (the prior and the burst reads).
 //!
 //! No locks, no I/O, no clock reads: `now` is an argument, so every decision is reproducible
 //! with a manual clock. Nothing here allocates.
@@ -14,9 +16,9 @@
 //! In both, a request of `hits` is over the limit when `count + hits > limit` (the reference's
 //! `count > limit` after its `INCRBY`); reaching the limit exactly is within it, and a limit
 //! of 0 always denies. [`WindowState::check`] only looks; [`WindowState::record`] counts.
-//! Whether denied hits are counted is the caller's choice (a rule's `strict`, `rls/evaluate.rs`):
-//! [`decide`] counts every hit, as the reference's `INCRBY` does, and [`decide_lenient`] only
-//! admitted ones.
+//! Whether denied hits are counted is the caller's choice (a rule's `strict`, in
+//! `core/decide.rs`): a strict limit counts every hit, as the
+//! reference's `INCRBY` does, and a lenient one only admitted ones.
 //!
 //! # Saturation
 //! Counts saturate at [`MAX_COUNT`] (2^53 − 1) and never wrap: an addend too large for the
@@ -26,81 +28,15 @@
 //! below zero.
 //!
 
+mod prior;
+mod share;
+mod sync;
+
+pub use sync::{Part, SyncPlan};
+
 use super::clock::UnixMillis;
-use super::prior::FleetView;
-
-/// How a limit counts hits over time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Algorithm {
-    /// The 2-epoch sliding window counter (the default).
-    #[default]
-    SlidingWindow,
-    /// Windows aligned to the epoch, reset at each boundary (envoyproxy/ratelimit's behaviour).
-    FixedWindow,
-    /// A token bucket of `burst` tokens refilled at `requests_per_unit` per window
-    /// (`bucket.rs`).
-    TokenBucket {
-        /// The capacity, in tokens.
-        burst: u32,
-    },
-}
-
-/// One limit: `requests_per_unit` hits per window of `window_ms`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Limit {
-    /// Hits allowed per window.
-    pub requests_per_unit: u32,
-    /// Window length in milliseconds; never 0.
-    pub window_ms: u64,
-    /// How hits are counted.
-    pub algorithm: Algorithm,
-}
-
-impl Limit {
-    /// The most a limit admits at once: a bucket's burst, a window's `requests_per_unit`.
-    pub fn capacity(&self) -> u32 {
-        match self.algorithm {
-            Algorithm::TokenBucket { burst } => burst,
-            _ => self.requests_per_unit,
-        }
-    }
-}
-
-/// A limit's counters as `decide` sees them: window counters or a token bucket.
-pub trait Counter {
-    /// Checks `hits` at `now` without counting them (alone: local mode).
-    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict;
-    /// Counts `hits` at `now`.
-    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64);
-}
-
-impl Counter for WindowState {
-    #[inline]
-    fn check(&mut self, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
-        WindowState::check(self, limit, now, hits)
-    }
-    #[inline]
-    fn record(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
-        WindowState::record(self, limit, now, hits);
-    }
-}
-
-/// The outcome of checking `hits` against one limit at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Verdict {
-    /// The (estimated) count including these hits.
-    pub count_after: u64,
-    /// Whether the hits go over the limit.
-    pub over: bool,
-    /// Hits left in the window after these (0 when over).
-    pub remaining: u32,
-    /// Milliseconds until the current window ends (1..=W); for a bucket, until it is full
-    /// again (0: full).
-    pub reset_ms: u64,
-    /// When over: milliseconds until the same request could be admitted (`Retry-After`): the
-    /// window's end, or the time a bucket takes to hold the tokens. 0 when admitted.
-    pub retry_ms: u64,
-}
+use super::fleet_view::FleetView;
+use super::limit::{Algorithm, Limit, Verdict, MAX_COUNT};
 
 /// Counts of one epoch, split by where they are in the sync pipeline.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -113,9 +49,6 @@ pub(super) struct Slot {
     /// Own hits not yet sent.
     pub(super) pending: i64,
 }
-
-/// The most a counter holds: hits past it are not counted (see the module docs).
-pub const MAX_COUNT: u64 = (1 << 53) - 1;
 
 impl Slot {
     /// `remote + inflight + pending`, never below 0. Each part is within ±[`MAX_COUNT`]
@@ -173,7 +106,7 @@ pub struct WindowState {
     pub(super) own: [i32; 2],
     /// Own refunds in each slot's epoch (saturating): with `own` they give what a sync states
     /// to the store, this node's hits and refunds so far, both only ever growing
-    /// ([`SyncPlan::parts`](super::fleet::SyncPlan::parts)).
+    /// ([`SyncPlan::parts`](sync::SyncPlan::parts)).
     pub(super) refunded: [u32; 2],
     /// When the last sync reply arrived (Unix ms); 0 before the first.
     pub(super) synced_at: u64,
@@ -483,58 +416,6 @@ pub fn window_count(limit: &Limit, now: UnixMillis, prev: u64, curr: u64) -> u64
     WindowState::window(limit, now, now.0 / limit.window_ms, prev, curr)
 }
 
-/// The verdict of `hits` on top of a window count `count` (see [`window_count`]): the same
-/// rule as [`WindowState::check`] in local mode.
-pub fn verdict_on(limit: &Limit, now: UnixMillis, count: u64, hits: u64) -> Verdict {
-    let count_after = count.saturating_add(hits);
-    let rpu = u64::from(limit.requests_per_unit);
-    let over = rpu == 0 || count_after > rpu;
-    let reset_ms = limit.window_ms - now.0 % limit.window_ms;
-    Verdict {
-        count_after,
-        over,
-        remaining: if over { 0 } else { (rpu - count_after) as u32 },
-        reset_ms,
-        retry_ms: if over { reset_ms } else { 0 },
-    }
-}
-
-/// Checks `hits` against one limit at `now` and counts them, admitted or not (a `strict`
-/// limit, the default; the reference's `INCRBY`).
-///
-/// ```
-/// use sluice::core::clock::UnixMillis;
-/// use sluice::core::window::{decide, Algorithm, Limit, WindowState};
-///
-/// let limit = Limit { requests_per_unit: 2, window_ms: 60_000, algorithm: Algorithm::FixedWindow };
-/// let mut state = WindowState::default();
-/// let t = UnixMillis::from_secs(600);
-/// assert!(!decide(&mut state, &limit, t, 1).over);
-/// assert_eq!(decide(&mut state, &limit, t, 1).remaining, 0);
-/// assert!(decide(&mut state, &limit, t, 1).over);
-/// assert_eq!(state.current_count(&limit, t), 3, "the denied hit is counted too");
-/// assert!(!decide(&mut state, &limit, t.plus_millis(60_000), 1).over);
-/// ```
-pub fn decide<C: Counter>(state: &mut C, limit: &Limit, now: UnixMillis, hits: u64) -> Verdict {
-    let verdict = state.check(limit, now, hits);
-    state.record(limit, now, hits);
-    verdict
-}
-
-/// As [`decide`], but denied hits cost nothing (`strict: false`).
-pub fn decide_lenient<C: Counter>(
-    state: &mut C,
-    limit: &Limit,
-    now: UnixMillis,
-    hits: u64,
-) -> Verdict {
-    let verdict = state.check(limit, now, hits);
-    if !verdict.over {
-        state.record(limit, now, hits);
-    }
-    verdict
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,11 +425,11 @@ mod tests {
     fn reaching_the_limit_exactly_is_ok_with_zero_left() {
         let mut s = WindowState::default();
         for left in (0..3).rev() {
-            let v = decide(&mut s, &fixed(3), T0, 1);
+            let v = hit(&mut s, &fixed(3), T0, 1);
             assert!(!v.over);
             assert_eq!(v.remaining, left);
         }
-        let v = decide(&mut s, &fixed(3), T0, 1);
+        let v = hit(&mut s, &fixed(3), T0, 1);
         assert!(v.over);
         assert_eq!((v.remaining, v.count_after), (0, 4));
     }
@@ -566,10 +447,10 @@ mod tests {
         let mut s = WindowState::default();
         let l = fixed(2);
         for _ in 0..5 {
-            decide(&mut s, &l, T0.plus_millis(59_000), 1);
+            hit(&mut s, &l, T0.plus_millis(59_000), 1);
         }
         assert_eq!(s.current_count(&l, T0.plus_millis(59_000)), 5);
-        let v = decide(&mut s, &l, T0.plus_millis(60_000), 1);
+        let v = hit(&mut s, &l, T0.plus_millis(60_000), 1);
         assert!(!v.over);
         assert_eq!(v.remaining, 1);
     }
@@ -579,16 +460,16 @@ mod tests {
         let l = sliding(10);
         let mut s = WindowState::default();
         for _ in 0..10 {
-            assert!(!decide(&mut s, &l, T0, 1).over);
+            assert!(!hit(&mut s, &l, T0, 1).over);
         }
         assert!(s.check(&l, T0, 1).over, "the 11th hit is over");
         // A quarter into the next window, 75 % of the previous 10 still count: 7 (floored).
         let q = T0.plus_millis(MIN + MIN / 4);
         assert_eq!(s.check(&l, q, 0).count_after, 7);
         for _ in 0..3 {
-            assert!(!decide(&mut s, &l, q, 1).over);
+            assert!(!hit(&mut s, &l, q, 1).over);
         }
-        assert!(decide(&mut s, &l, q, 1).over);
+        assert!(hit(&mut s, &l, q, 1).over);
         // Two windows later everything has aged out.
         assert_eq!(s.check(&l, T0.plus_millis(3 * MIN), 0).count_after, 0);
     }
@@ -597,20 +478,20 @@ mod tests {
     fn denied_hits_are_counted_unless_lenient() {
         let l = sliding(1);
         let (mut strict, mut lenient) = (WindowState::default(), WindowState::default());
-        decide(&mut strict, &l, T0, 1);
-        decide_lenient(&mut lenient, &l, T0, 1);
+        hit(&mut strict, &l, T0, 1);
+        hit_lenient(&mut lenient, &l, T0, 1);
         for _ in 0..100 {
-            assert!(decide(&mut strict, &l, T0, 1).over);
-            assert!(decide_lenient(&mut lenient, &l, T0, 1).over);
+            assert!(hit(&mut strict, &l, T0, 1).over);
+            assert!(hit_lenient(&mut lenient, &l, T0, 1).over);
         }
         // Half-way through the next window half of the previous epoch still counts: the 101
         // hits (all counted, as the reference's INCRBY) keep denying; of the lenient 1
         // admitted hit, nothing is left.
         let half = T0.plus_millis(MIN + MIN / 2);
         assert_eq!(strict.check(&l, half, 0).count_after, 50);
-        assert!(decide(&mut strict, &l, half, 1).over);
+        assert!(hit(&mut strict, &l, half, 1).over);
         assert_eq!(lenient.check(&l, half, 0).count_after, 0);
-        assert!(!decide_lenient(&mut lenient, &l, half, 1).over);
+        assert!(!hit_lenient(&mut lenient, &l, half, 1).over);
     }
 
     #[test]
@@ -619,11 +500,11 @@ mod tests {
         // 0 hits is over until the window moves on.
         let mut s = WindowState::default();
         let l = fixed(10);
-        assert!(!decide(&mut s, &l, T0, 6).over);
-        let v = decide(&mut s, &l, T0, 6);
+        assert!(!hit(&mut s, &l, T0, 6).over);
+        let v = hit(&mut s, &l, T0, 6);
         assert_eq!((v.over, v.remaining, v.count_after), (true, 0, 12));
-        assert!(decide(&mut s, &l, T0, 0).over);
-        assert!(!decide(&mut s, &l, T0.plus_millis(MIN), 0).over);
+        assert!(hit(&mut s, &l, T0, 0).over);
+        assert!(!hit(&mut s, &l, T0.plus_millis(MIN), 0).over);
     }
 
     #[test]
@@ -631,12 +512,12 @@ mod tests {
         let mut s = WindowState::default();
         let l = fixed(1);
         for _ in 0..3 {
-            let v = decide(&mut s, &l, T0, 0);
+            let v = hit(&mut s, &l, T0, 0);
             assert!(!v.over);
             assert_eq!(v.remaining, 1);
         }
-        decide(&mut s, &l, T0, 1);
-        let v = decide(&mut s, &l, T0, 0);
+        hit(&mut s, &l, T0, 1);
+        let v = hit(&mut s, &l, T0, 0);
         assert_eq!((v.over, v.remaining), (false, 0));
     }
 
@@ -645,7 +526,7 @@ mod tests {
         let mut s = WindowState::default();
         for hits in [0, 1, 5] {
             for l in [fixed(0), sliding(0)] {
-                assert!(decide(&mut s, &l, T0, hits).over);
+                assert!(hit(&mut s, &l, T0, hits).over);
             }
         }
     }
@@ -655,26 +536,26 @@ mod tests {
         let l = sliding(10);
         let (mut strict, mut lenient) = (WindowState::default(), WindowState::default());
         for s in [&mut strict, &mut lenient] {
-            assert!(!decide(s, &l, T0, 8).over);
+            assert!(!hit(s, &l, T0, 8).over);
         }
-        assert!(decide(&mut strict, &l, T0, 5).over);
-        assert!(decide_lenient(&mut lenient, &l, T0, 5).over);
+        assert!(hit(&mut strict, &l, T0, 5).over);
+        assert!(hit_lenient(&mut lenient, &l, T0, 5).over);
         // Counted, the denied 5 leave no room; not counted, 2 more still fit.
-        assert!(decide(&mut strict, &l, T0, 2).over);
-        assert!(!decide_lenient(&mut lenient, &l, T0, 2).over);
+        assert!(hit(&mut strict, &l, T0, 2).over);
+        assert!(!hit_lenient(&mut lenient, &l, T0, 2).over);
     }
 
     #[test]
     fn a_huge_addend_saturates_the_count_instead_of_wrapping() {
         for l in [fixed(100), sliding(100)] {
             let mut s = WindowState::default();
-            assert!(decide(&mut s, &l, T0, 101).over);
+            assert!(hit(&mut s, &l, T0, 101).over);
             // 101 + (2^64 − 101) would wrap to 0 in u64 (and was -101 as an i64).
-            let v = decide(&mut s, &l, T0, u64::MAX - 100);
+            let v = hit(&mut s, &l, T0, u64::MAX - 100);
             assert_eq!((v.over, v.remaining), (true, 0));
             assert_eq!(s.current_count(&l, T0), MAX_COUNT);
             for hits in [0, 1, u64::MAX] {
-                assert!(decide(&mut s, &l, T0, hits).over, "{hits}");
+                assert!(hit(&mut s, &l, T0, hits).over, "{hits}");
             }
             assert_eq!(s.current_count(&l, T0), MAX_COUNT);
             assert_eq!(s.pending(), MAX_COUNT as i64);
@@ -685,13 +566,13 @@ mod tests {
     fn a_huge_refund_empties_the_count_and_never_adds() {
         for l in [fixed(100), sliding(100)] {
             let mut s = WindowState::default();
-            decide(&mut s, &l, T0, 7);
+            hit(&mut s, &l, T0, 7);
             // 2^63 as an i64 is negative: subtracting it used to add 2^63 hits.
             s.refund(&l, T0, 1 << 63);
             assert_eq!(s.current_count(&l, T0), 0);
             s.refund(&l, T0, u64::MAX);
             assert_eq!((s.current_count(&l, T0), s.pending()), (0, 0));
-            assert!(!decide(&mut s, &l, T0, 100).over);
+            assert!(!hit(&mut s, &l, T0, 100).over);
         }
     }
 
@@ -699,8 +580,8 @@ mod tests {
     fn a_clock_step_back_keeps_counts() {
         let mut s = WindowState::default();
         let l = fixed(1);
-        decide(&mut s, &l, T0.plus_millis(MIN), 1);
-        assert!(decide(&mut s, &l, T0, 1).over);
+        hit(&mut s, &l, T0.plus_millis(MIN), 1);
+        assert!(hit(&mut s, &l, T0, 1).over);
     }
 
     #[test]

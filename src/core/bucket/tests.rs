@@ -1,8 +1,8 @@
 //! Tests of `bucket.rs`: the bucket on a manual clock, against a model, and its sync.
 
 use super::*;
-use crate::core::fixtures::T0;
-use crate::core::window::{decide, decide_lenient, Algorithm};
+use crate::core::fixtures::{hit, hit_lenient, T0};
+use crate::core::limit::Algorithm;
 use proptest::prelude::*;
 
 /// `rate` tokens a second, bursts of `burst`.
@@ -17,7 +17,7 @@ fn bucket(rate: u32, burst: u32) -> Limit {
 /// Single-token requests at `t` until one is denied (lenient); how many were admitted.
 fn drain(b: &mut BucketState, l: &Limit, t: UnixMillis) -> u64 {
     (0..100_000)
-        .take_while(|_| !decide_lenient(b, l, t, 1).over)
+        .take_while(|_| !hit_lenient(b, l, t, 1).over)
         .count() as u64
 }
 
@@ -52,13 +52,13 @@ fn tokens_come_back_at_the_refill_rate() {
 fn a_request_is_admitted_whole_or_not_at_all() {
     let l = bucket(10, 30);
     let mut b = BucketState::default();
-    assert!(!decide_lenient(&mut b, &l, T0, 25).over);
-    let v = decide_lenient(&mut b, &l, T0, 6);
+    assert!(!hit_lenient(&mut b, &l, T0, 25).over);
+    let v = hit_lenient(&mut b, &l, T0, 6);
     assert!(v.over);
     // None of the 6 was taken: 5 still fit, and 6 would fit 0.1 s later.
     assert_eq!(v.retry_ms, 100);
     assert_eq!(b.check_with(&l, T0, 5, &FleetView::ALONE).remaining, 0);
-    assert!(!decide_lenient(&mut b, &l, T0, 5).over);
+    assert!(!hit_lenient(&mut b, &l, T0, 5).over);
     // More than the burst never fits; it is told the time until the bucket is full.
     let v = b.check_with(&l, T0, 31, &FleetView::ALONE);
     assert_eq!((v.over, v.retry_ms), (true, 3000));
@@ -69,16 +69,16 @@ fn strict_charges_denied_requests_down_to_one_capacity_below_empty() {
     let l = bucket(10, 30);
     let (mut strict, mut lenient) = (BucketState::default(), BucketState::default());
     for _ in 0..100 {
-        decide(&mut strict, &l, T0, 1);
-        decide_lenient(&mut lenient, &l, T0, 1);
+        hit(&mut strict, &l, T0, 1);
+        hit_lenient(&mut lenient, &l, T0, 1);
     }
     // A second later the lenient bucket has 10 tokens; the strict one is still 20 short
     // (it owed 60, capped at two capacities).
     let t = T0.plus_millis(1_000);
     assert_eq!(lenient.owed(&l, t), 20);
     assert_eq!(strict.owed(&l, t), 50);
-    assert!(decide(&mut strict, &l, t, 1).over);
-    assert!(!decide_lenient(&mut lenient, &l, t, 1).over);
+    assert!(hit(&mut strict, &l, t, 1).over);
+    assert!(!hit_lenient(&mut lenient, &l, t, 1).over);
     // A strict client that stops gets its whole burst back once its debt is repaid.
     assert_eq!(drain(&mut strict, &l, t.plus_millis(5_100)), 30);
 }
@@ -87,7 +87,7 @@ fn strict_charges_denied_requests_down_to_one_capacity_below_empty() {
 fn a_refund_gives_tokens_back_never_past_full() {
     let l = bucket(10, 30);
     let mut b = BucketState::default();
-    decide_lenient(&mut b, &l, T0, 20);
+    hit_lenient(&mut b, &l, T0, 20);
     b.refund(&l, T0, 5);
     assert_eq!(b.owed(&l, T0), 15);
     b.refund(&l, T0, u64::MAX);
@@ -98,11 +98,11 @@ fn a_refund_gives_tokens_back_never_past_full() {
 #[test]
 fn zero_rate_or_burst_always_denies_and_a_huge_addend_saturates() {
     let mut b = BucketState::default();
-    assert!(decide_lenient(&mut b, &bucket(0, 10), T0, 1).over);
-    assert!(decide_lenient(&mut b, &bucket(10, 0), T0, 1).over);
+    assert!(hit_lenient(&mut b, &bucket(0, 10), T0, 1).over);
+    assert!(hit_lenient(&mut b, &bucket(10, 0), T0, 1).over);
     let l = bucket(10, 30);
     let mut b = BucketState::default();
-    assert!(decide(&mut b, &l, T0, u64::MAX).over);
+    assert!(hit(&mut b, &l, T0, u64::MAX).over);
     assert_eq!(b.owed(&l, T0), 60, "debt stops at one capacity below empty");
 }
 
@@ -130,7 +130,7 @@ struct Model {
 
 impl Model {
     /// Whether `hits` at `now_ms` are over; `forced` decides instead (a knife edge).
-    fn decide(
+    fn over(
         &mut self,
         l: (u32, u32),
         now_ms: u64,
@@ -165,13 +165,13 @@ proptest! {
         for (gap, hits) in steps {
             now += gap;
             let t = UnixMillis(now);
-            let v = if strict { decide(&mut b, &l, t, hits) } else { decide_lenient(&mut b, &l, t, hits) };
+            let v = if strict { hit(&mut b, &l, t, hits) } else { hit_lenient(&mut b, &l, t, hits) };
             // The model's level in floats, sluice's interval rounded to whole nanoseconds:
             // skip the knife edges where rounding decides.
             let before = m.level + (now - m.at_ms) as f64 * f64::from(rate) / 1000.0;
             let edge = (before.min(f64::from(burst)) - hits as f64).abs() < 1e-4;
             // At an edge the model follows sluice's decision, so the two stay in step.
-            let want = m.decide((rate, burst), now, hits, strict, edge.then_some(v.over));
+            let want = m.over((rate, burst), now, hits, strict, edge.then_some(v.over));
             prop_assert_eq!(v.over, want, "at {} ms, {} hits", now - T0.0, hits);
             if !v.over {
                 prop_assert!(u64::from(v.remaining) <= u64::from(burst));
@@ -239,7 +239,7 @@ fn a_failed_sync_is_resent_and_a_lost_bucket_is_restored() {
     let l = bucket(10, 30);
     let mut store = (0.0, 0);
     let mut b = BucketState::default();
-    decide_lenient(&mut b, &l, T0, 20);
+    hit_lenient(&mut b, &l, T0, 20);
     let plan = b.begin_sync();
     b.fail_sync(&plan);
     assert_eq!(b.pending(), 20);

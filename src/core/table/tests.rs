@@ -1,5 +1,6 @@
 //! The entity table's tests: lookups, eviction order, the sketch's over-estimate, the sweep.
 
+use super::sketch::mix;
 use super::*;
 use crate::core::{Algorithm, FleetView};
 
