@@ -22,6 +22,7 @@ mod dynamic_metadata;
 mod entity_table;
 mod fuzz_regressions;
 mod grpc;
+mod http_endpoints;
 mod http_limits;
 mod limiter_props;
 mod prometheus_ref;

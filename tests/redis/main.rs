@@ -1,5 +1,5 @@
 //! Integration tests against real redis-server processes started by the harness
-//! (`tests/common/redis.rs`): global mode, exact rules, buckets shared through Redis, Sentinel,
+//! (`tests/common/redis/`): global mode, exact rules, buckets shared through Redis, Sentinel,
 //! Cluster, the image swap for envoyproxy/ratelimit (its binary on Redis and xDS), and the
 //! harness itself. One crate, so the library is linked once for all of them.
 

@@ -1,4 +1,4 @@
-//! Tests of the Redis test harness itself (tests/common/redis.rs): real redis-server processes
+//! Tests of the Redis test harness itself (tests/common/redis/): real redis-server processes
 //! on free loopback ports, standalone, with auth, over TLS, and as a cluster.
 use std::collections::HashSet;
 use std::io::ErrorKind;

@@ -1,0 +1,154 @@
+//! The chart as a whole: `helm lint --strict`, values the schema or the templates refuse,
+//! renders validated strictly against the Kubernetes 1.30 schemas, and the shipped example
+//! rules passing `sluice check`.
+
+use std::collections::BTreeMap;
+
+use crate::manifests::{rendered_rules, str_at};
+use crate::tools::{
+    all_on, helm_lint, helm_template_run, render, sluice_check, validate_builtin_kinds,
+};
+
+fn assert_lints_clean(args: &[&str], what: &str) {
+    let out = helm_lint(args);
+    assert!(
+        out.status.success(),
+        "helm lint --strict {what} failed:\n{}",
+        out.describe()
+    );
+    assert!(
+        out.stdout.contains("0 chart(s) failed"),
+        "{}",
+        out.describe()
+    );
+}
+
+#[test]
+fn chart_lints_strict_with_default_values() {
+    assert_lints_clean(&[], "with default values");
+}
+
+#[test]
+fn chart_lints_strict_with_every_option_on() {
+    assert_lints_clean(&all_on(), "-f all-on-values.yaml");
+}
+
+#[test]
+fn values_schema_and_templates_reject_bad_values() {
+    for bad in [
+        "redis.type=MEMCACHE",
+        "replicas=3",
+        "config.logFormat=xml",
+        "istio.envoyFilter.context=WAYPOINT",
+        "tracing.protocol=zipkin",
+        "tracing.endpoint=https://collector:4318",
+        "tracing.samplingRate=2",
+    ] {
+        let out = helm_lint(&["--set", bad]);
+        assert!(
+            !out.status.success(),
+            "helm lint accepted --set {bad}:\n{}",
+            out.describe()
+        );
+        let out = helm_template_run(&["--set", bad]);
+        assert!(
+            !out.status.success(),
+            "helm template accepted --set {bad}:\n{}",
+            out.describe()
+        );
+    }
+    // A grace period that does not outlast the drain would let the kubelet kill sluice
+    // before its final Redis flush: the render fails and says why.
+    let out = helm_template_run(&["--set", "terminationGracePeriodSeconds=20"]);
+    assert!(
+        !out.status.success(),
+        "grace 20s = drain 20s was accepted:\n{}",
+        out.describe()
+    );
+    assert!(
+        out.stderr.contains("terminationGracePeriodSeconds"),
+        "{}",
+        out.describe()
+    );
+}
+
+#[test]
+fn default_render_passes_kubernetes_1_30_strict_validation() {
+    let m = render(&[]);
+    let custom = validate_builtin_kinds(&m);
+    assert!(
+        custom.is_empty(),
+        "defaults must not need CRDs, got {}",
+        custom.len()
+    );
+    for kind in [
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "ServiceAccount",
+        "PodDisruptionBudget",
+    ] {
+        assert!(m.has_kind(kind), "default render has no {kind}");
+    }
+    for kind in [
+        "HorizontalPodAutoscaler",
+        "NetworkPolicy",
+        "Secret",
+        "EnvoyFilter",
+        "ServiceMonitor",
+    ] {
+        assert!(
+            !m.has_kind(kind),
+            "{kind} is rendered by default but must be opt-in"
+        );
+    }
+}
+
+#[test]
+fn every_option_on_render_passes_kubernetes_1_30_strict_validation() {
+    let m = render(&all_on());
+    let custom = validate_builtin_kinds(&m);
+    let mut kinds: Vec<&str> = custom.iter().map(|o| str_at(o, "kind")).collect();
+    kinds.sort();
+    assert_eq!(kinds, ["EnvoyFilter", "ServiceMonitor"]);
+    for kind in [
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "ServiceAccount",
+        "PodDisruptionBudget",
+        "HorizontalPodAutoscaler",
+        "NetworkPolicy",
+    ] {
+        assert!(m.has_kind(kind), "all-on render has no {kind}");
+    }
+}
+
+#[test]
+fn chart_example_rules_pass_sluice_check() {
+    for (label, args) in [
+        ("default values", vec![]),
+        ("all-on values", all_on().to_vec()),
+    ] {
+        let m = render(&args);
+        let rules = rendered_rules(&m);
+        let out = sluice_check(&rules);
+        assert!(
+            out.status.success(),
+            "`sluice check` rejected the chart's rules ({label}):\n{}\n{rules:#?}",
+            out.describe()
+        );
+    }
+    // The check is real: a broken file fails it.
+    let bad = BTreeMap::from([(
+        "bad.yaml".to_owned(),
+        "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n".to_owned(),
+    )]);
+    let out = sluice_check(&bad);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "`sluice check` accepted an invalid unit:\n{}",
+        out.describe()
+    );
+}

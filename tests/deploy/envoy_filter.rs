@@ -1,0 +1,301 @@
+//! The Istio `EnvoyFilter` (gateway and sidecar): its structure, then its patch values handed
+//! to the real Envoy in a minimal bootstrap (`envoy --mode validate`).
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use serde_json::json;
+use serde_yaml::Value;
+
+use crate::manifests::{at, i64_at, opt_at, rendered_rules, seq_at, str_at, string_map};
+use crate::tools::{all_on, render, require_envoy, run};
+use crate::{NAMESPACE, RELEASE};
+
+/// The patch values of the EnvoyFilter, by applyTo (HTTP_FILTER, CLUSTER, VIRTUAL_HOST).
+fn envoy_filter_patches(ef: &Value) -> BTreeMap<String, &Value> {
+    let mut patches = BTreeMap::new();
+    for p in seq_at(ef, "spec.configPatches") {
+        let apply_to = str_at(p, "applyTo").to_owned();
+        assert!(
+            patches
+                .insert(apply_to.clone(), at(p, "patch.value"))
+                .is_none(),
+            "two {apply_to} patches"
+        );
+    }
+    patches
+}
+
+/// A static cluster on loopback; `h2` for gRPC.
+fn static_cluster(name: &str, port: u16, h2: bool) -> serde_json::Value {
+    let mut c = json!({
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
+                "socket_address": {"address": "127.0.0.1", "port_value": port}
+            }}}]}]
+        }
+    });
+    if h2 {
+        c["typed_extension_protocol_options"] = json!({
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}}
+            }
+        });
+    }
+    c
+}
+
+/// A minimal bootstrap: one HTTP listener whose chain is [rate-limit filter, router], one
+/// virtual host (with the patch's rate_limits merged in) routing to an upstream cluster,
+/// and the given extra clusters.
+fn bootstrap(
+    http_filter: &Value,
+    vhost_patch: Option<&Value>,
+    clusters: Vec<serde_json::Value>,
+) -> serde_json::Value {
+    let mut vhost = json!({
+        "name": "all",
+        "domains": ["*"],
+        // A route must point at an upstream cluster to be rate limited.
+        "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "app"}}]
+    });
+    if let Some(patch) = vhost_patch {
+        let patch = serde_json::to_value(patch).expect("patch as JSON");
+        for (k, v) in patch.as_object().expect("VIRTUAL_HOST patch is a map") {
+            vhost[k] = v.clone();
+        }
+    }
+    let mut all_clusters = vec![static_cluster("app", 18080, false)];
+    all_clusters.extend(clusters);
+    json!({
+        "static_resources": {
+            "listeners": [{
+                "name": "ingress",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "ingress",
+                        "route_config": {"name": "local", "virtual_hosts": [vhost]},
+                        "http_filters": [
+                            serde_json::to_value(http_filter).expect("filter as JSON"),
+                            {
+                                "name": "envoy.filters.http.router",
+                                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}
+                            }
+                        ]
+                    }
+                }]}]
+            }],
+            "clusters": all_clusters
+        }
+    })
+}
+
+/// `envoy --mode validate` on `config`; panics with Envoy's output unless it is OK.
+fn envoy_validate(config: &serde_json::Value) {
+    require_envoy();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("envoy.json");
+    std::fs::write(&file, serde_json::to_string_pretty(config).unwrap()).expect("write bootstrap");
+    let mut cmd = Command::new("envoy");
+    cmd.args([
+        "--mode",
+        "validate",
+        "--disable-hot-restart",
+        "-l",
+        "warning",
+        "-c",
+    ])
+    .arg(&file);
+    let out = run(cmd, "envoy --mode validate");
+    assert!(
+        out.status.success() && out.stdout.contains("OK"),
+        "envoy rejected the EnvoyFilter's configuration:\n{}\n--- bootstrap ---\n{}",
+        out.describe(),
+        serde_json::to_string_pretty(config).unwrap()
+    );
+}
+
+/// The rate-limit filter's checks shared by the gateway and sidecar cases; returns the
+/// cluster name the filter calls.
+fn check_ratelimit_filter(
+    filter: &Value,
+    domain: &str,
+    rules: &BTreeMap<String, String>,
+) -> String {
+    assert_eq!(str_at(filter, "name"), "envoy.filters.http.ratelimit");
+    assert_eq!(
+        str_at(filter, "typed_config.@type"),
+        "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit"
+    );
+    assert_eq!(str_at(filter, "typed_config.domain"), domain);
+    assert_eq!(
+        str_at(
+            filter,
+            "typed_config.rate_limit_service.transport_api_version"
+        ),
+        "V3"
+    );
+    let domain_line = format!("domain: {domain}");
+    assert!(
+        rules
+            .values()
+            .any(|r| r.lines().any(|l| l.trim() == domain_line)),
+        "no rules file has `{domain_line}`: the filter's requests would match nothing"
+    );
+    str_at(
+        filter,
+        "typed_config.rate_limit_service.grpc_service.envoy_grpc.cluster_name",
+    )
+    .to_owned()
+}
+
+/// Checks a gateway EnvoyFilter rendered with `args` and has Envoy validate its filter,
+/// cluster and actions. `namespace`, `listener_port` and `deny` are what the values ask.
+fn check_gateway_envoyfilter(
+    args: &[&str],
+    namespace: &str,
+    listener_port: Option<i64>,
+    deny: bool,
+) {
+    let m = render(args);
+    let rules = rendered_rules(&m);
+    let ef = m.one("EnvoyFilter");
+    assert_eq!(str_at(ef, "apiVersion"), "networking.istio.io/v1alpha3");
+    assert_eq!(str_at(ef, "metadata.namespace"), namespace);
+    assert_eq!(
+        string_map(at(ef, "spec.workloadSelector.labels")),
+        BTreeMap::from([("istio".to_owned(), "ingressgateway".to_owned())])
+    );
+    for p in seq_at(ef, "spec.configPatches") {
+        assert_eq!(str_at(p, "match.context"), "GATEWAY");
+        let op = match str_at(p, "applyTo") {
+            "HTTP_FILTER" => "INSERT_BEFORE",
+            "CLUSTER" => "ADD",
+            "VIRTUAL_HOST" => "MERGE",
+            other => panic!("unexpected patch applyTo {other}"),
+        };
+        assert_eq!(str_at(p, "patch.operation"), op);
+    }
+    let filter_patch = seq_at(ef, "spec.configPatches")
+        .iter()
+        .find(|p| str_at(p, "applyTo") == "HTTP_FILTER")
+        .unwrap();
+    assert_eq!(
+        str_at(filter_patch, "match.listener.filterChain.filter.name"),
+        "envoy.filters.network.http_connection_manager"
+    );
+    assert_eq!(
+        str_at(
+            filter_patch,
+            "match.listener.filterChain.filter.subFilter.name"
+        ),
+        "envoy.filters.http.router"
+    );
+    assert_eq!(
+        opt_at(filter_patch, "match.listener.portNumber").and_then(Value::as_i64),
+        listener_port
+    );
+
+    let patches = envoy_filter_patches(ef);
+    let filter = patches["HTTP_FILTER"];
+    let cluster = patches["CLUSTER"];
+    let vhost = patches["VIRTUAL_HOST"];
+    let cluster_name = check_ratelimit_filter(filter, "edge", &rules);
+    assert_eq!(
+        at(filter, "typed_config.failure_mode_deny").as_bool(),
+        Some(deny)
+    );
+
+    // The filter calls the added cluster (Envoy's validate mode does not check that the
+    // gRPC cluster exists), which resolves the headless Service on the gRPC port.
+    assert_eq!(str_at(cluster, "name"), cluster_name);
+    assert_eq!(str_at(cluster, "type"), "STRICT_DNS");
+    let addr = at(
+        cluster,
+        "load_assignment.endpoints.0.lb_endpoints.0.endpoint.address.socket_address",
+    );
+    let headless = m.get("Service", &format!("{RELEASE}-headless"));
+    assert_eq!(str_at(headless, "spec.clusterIP"), "None");
+    assert_eq!(
+        str_at(addr, "address"),
+        format!("{RELEASE}-headless.{NAMESPACE}.svc.cluster.local")
+    );
+    assert_eq!(
+        i64_at(addr, "port_value"),
+        i64_at(headless, "spec.ports.0.port")
+    );
+    assert_eq!(str_at(headless, "spec.ports.0.name"), "grpc");
+    assert!(
+        opt_at(cluster, "typed_extension_protocol_options").is_some(),
+        "gRPC needs an HTTP/2 upstream"
+    );
+    assert!(!seq_at(vhost, "rate_limits").is_empty());
+
+    let clusters = vec![serde_json::to_value(cluster).expect("cluster as JSON")];
+    envoy_validate(&bootstrap(filter, Some(vhost), clusters));
+}
+
+#[test]
+fn gateway_envoyfilter_with_default_values_passes_envoy_validate() {
+    check_gateway_envoyfilter(
+        &["--set", "istio.envoyFilter.enabled=true"],
+        NAMESPACE,
+        None,
+        false,
+    );
+}
+
+#[test]
+fn gateway_envoyfilter_with_every_option_on_passes_envoy_validate() {
+    check_gateway_envoyfilter(&all_on(), "istio-system", Some(8080), true);
+}
+
+#[test]
+fn sidecar_envoyfilter_with_mesh_cluster_passes_envoy_validate() {
+    let m = render(&[
+        "--set",
+        "istio.envoyFilter.enabled=true",
+        "--set",
+        "istio.envoyFilter.context=SIDECAR_INBOUND",
+        "--set",
+        "istio.envoyFilter.cluster=mesh",
+        "--set",
+        "istio.envoyFilter.workloadSelector.app=shop",
+    ]);
+    let rules = rendered_rules(&m);
+    let ef = m.one("EnvoyFilter");
+    assert_eq!(str_at(ef, "metadata.namespace"), NAMESPACE);
+    assert_eq!(
+        string_map(at(ef, "spec.workloadSelector.labels")),
+        BTreeMap::from([("app".into(), "shop".into())])
+    );
+    let patches = envoy_filter_patches(ef);
+    assert!(
+        !patches.contains_key("CLUSTER"),
+        "mesh mode must use Istio's own cluster"
+    );
+    for p in seq_at(ef, "spec.configPatches") {
+        assert_eq!(str_at(p, "match.context"), "SIDECAR_INBOUND");
+    }
+    let cluster_name = check_ratelimit_filter(patches["HTTP_FILTER"], "edge", &rules);
+    // Istio names the Service's outbound cluster outbound|<port>||<fqdn>.
+    assert_eq!(
+        cluster_name,
+        format!("outbound|8081||{RELEASE}.{NAMESPACE}.svc.cluster.local")
+    );
+    // Stand in for Istio's cluster so the bootstrap is complete.
+    let clusters = vec![static_cluster(&cluster_name, 18081, true)];
+    envoy_validate(&bootstrap(
+        patches["HTTP_FILTER"],
+        patches.get("VIRTUAL_HOST").copied(),
+        clusters,
+    ));
+}
