@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Offline `helm lint` and `helm template` for the chart tests (tests/deploy/main.rs).
+"""Offline `helm lint` and `helm template` for the chart tests (tests/deploy/).
 
 No helm binary and no cluster: both commands run the Helm v4 Go library shipped in the
 PyPI wheel `helm-python-sdk` (`import helm_python`). scripts/test.sh installs it into
