@@ -7,7 +7,7 @@ use std::process::Command;
 use serde_json::json;
 use serde_yaml::Value;
 
-use crate::manifests::{at, i64_at, opt_at, rendered_rules, seq_at, str_at, string_map};
+use crate::manifests::{at, i64_at, opt_at, rendered_rules, seq_at, str_at, string_map, Manifests};
 use crate::tools::{all_on, render, require_envoy, run};
 use crate::{NAMESPACE, RELEASE};
 
@@ -168,6 +168,27 @@ fn check_gateway_envoyfilter(
     let m = render(args);
     let rules = rendered_rules(&m);
     let ef = m.one("EnvoyFilter");
+    check_gateway_patches(ef, namespace, listener_port);
+
+    let patches = envoy_filter_patches(ef);
+    let filter = patches["HTTP_FILTER"];
+    let cluster = patches["CLUSTER"];
+    let vhost = patches["VIRTUAL_HOST"];
+    let cluster_name = check_ratelimit_filter(filter, "edge", &rules);
+    assert_eq!(
+        at(filter, "typed_config.failure_mode_deny").as_bool(),
+        Some(deny)
+    );
+    check_cluster_resolves_the_headless_service(&m, cluster, &cluster_name);
+    assert!(!seq_at(vhost, "rate_limits").is_empty());
+
+    let clusters = vec![serde_json::to_value(cluster).expect("cluster as JSON")];
+    envoy_validate(&bootstrap(filter, Some(vhost), clusters));
+}
+
+/// The EnvoyFilter's namespace, its selector of the gateway's pods, and each patch's
+/// context and operation; the filter goes before the router of the listener asked for.
+fn check_gateway_patches(ef: &Value, namespace: &str, listener_port: Option<i64>) {
     assert_eq!(str_at(ef, "apiVersion"), "networking.istio.io/v1alpha3");
     assert_eq!(str_at(ef, "metadata.namespace"), namespace);
     assert_eq!(
@@ -203,19 +224,11 @@ fn check_gateway_envoyfilter(
         opt_at(filter_patch, "match.listener.portNumber").and_then(Value::as_i64),
         listener_port
     );
+}
 
-    let patches = envoy_filter_patches(ef);
-    let filter = patches["HTTP_FILTER"];
-    let cluster = patches["CLUSTER"];
-    let vhost = patches["VIRTUAL_HOST"];
-    let cluster_name = check_ratelimit_filter(filter, "edge", &rules);
-    assert_eq!(
-        at(filter, "typed_config.failure_mode_deny").as_bool(),
-        Some(deny)
-    );
-
-    // The filter calls the added cluster (Envoy's validate mode does not check that the
-    // gRPC cluster exists), which resolves the headless Service on the gRPC port.
+/// The filter calls the added cluster (Envoy's validate mode does not check that the
+/// gRPC cluster exists), which resolves the headless Service on the gRPC port.
+fn check_cluster_resolves_the_headless_service(m: &Manifests, cluster: &Value, cluster_name: &str) {
     assert_eq!(str_at(cluster, "name"), cluster_name);
     assert_eq!(str_at(cluster, "type"), "STRICT_DNS");
     let addr = at(
@@ -237,10 +250,6 @@ fn check_gateway_envoyfilter(
         opt_at(cluster, "typed_extension_protocol_options").is_some(),
         "gRPC needs an HTTP/2 upstream"
     );
-    assert!(!seq_at(vhost, "rate_limits").is_empty());
-
-    let clusters = vec![serde_json::to_value(cluster).expect("cluster as JSON")];
-    envoy_validate(&bootstrap(filter, Some(vhost), clusters));
 }
 
 #[test]

@@ -4,9 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use serde_yaml::Value;
+
 use crate::manifests::{
     at, env_value, env_var, i64_at, opt_at, rendered_rules, seconds, selects, seq_at,
-    sluice_container, str_at, string_map,
+    sluice_container, str_at, string_map, Manifests,
 };
 use crate::tools::{all_on, render};
 use crate::{NAMESPACE, RELEASE};
@@ -17,15 +19,30 @@ fn deployment_has_probes_ports_hardened_security_and_rules_mounted_as_directory(
     let deploy = m.deployment();
     let pod = at(deploy, "spec.template.spec");
     let c = sluice_container(deploy);
+    let pod_labels = string_map(at(deploy, "spec.template.metadata.labels"));
 
-    // Default command: `sluice serve --config <the mounted directory>`.
+    check_command(c);
+    check_ports_and_probes(c);
+    check_service_selects_the_pods(&m, deploy, &pod_labels);
+    check_grace_outlasts_the_drain(pod, c);
+    check_hardened_security(pod, c);
+    check_resources_and_spread(pod, c, &pod_labels);
+    check_rules_mounted_as_directory(&m, pod, c);
+    check_local_mode_without_redis_or_otlp(c);
+}
+
+/// Default command: `sluice serve --config <the mounted directory>`.
+fn check_command(c: &Value) {
     let args: Vec<&str> = seq_at(c, "args")
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(args, ["serve", "--config", "/etc/sluice/rules"]);
+}
 
-    // Ports, named so probes and the Service refer to them by name.
+/// Ports, named so probes and the Service refer to them by name; probes: readiness on
+/// /readyz, liveness (and startup) on /livez, on the HTTP port.
+fn check_ports_and_probes(c: &Value) {
     let ports: BTreeMap<&str, i64> = seq_at(c, "ports")
         .iter()
         .map(|p| (str_at(p, "name"), i64_at(p, "containerPort")))
@@ -34,15 +51,20 @@ fn deployment_has_probes_ports_hardened_security_and_rules_mounted_as_directory(
     assert_eq!(env_value(c, "GRPC_PORT"), "8081");
     assert_eq!(env_value(c, "PORT"), "8080");
 
-    // Probes: readiness on /readyz, liveness (and startup) on /livez, on the HTTP port.
     assert_eq!(str_at(c, "readinessProbe.httpGet.path"), "/readyz");
     assert_eq!(str_at(c, "livenessProbe.httpGet.path"), "/livez");
     assert_eq!(str_at(c, "startupProbe.httpGet.path"), "/livez");
     for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
         assert_eq!(str_at(c, &format!("{probe}.httpGet.port")), "http");
     }
+}
 
-    // The Service exposes grpc 8081 and http 8080 and selects the pods.
+/// The Service exposes grpc 8081 and http 8080 and selects the pods.
+fn check_service_selects_the_pods(
+    m: &Manifests,
+    deploy: &Value,
+    pod_labels: &BTreeMap<String, String>,
+) {
     let svc = m.get("Service", RELEASE);
     let svc_ports: BTreeMap<&str, (i64, &str)> = seq_at(svc, "spec.ports")
         .iter()
@@ -57,25 +79,28 @@ fn deployment_has_probes_ports_hardened_security_and_rules_mounted_as_directory(
         svc_ports,
         BTreeMap::from([("grpc", (8081, "grpc")), ("http", (8080, "http"))])
     );
-    let pod_labels = string_map(at(deploy, "spec.template.metadata.labels"));
     assert!(
-        selects(&string_map(at(svc, "spec.selector")), &pod_labels),
+        selects(&string_map(at(svc, "spec.selector")), pod_labels),
         "Service selects no pod"
     );
     assert!(selects(
         &string_map(at(deploy, "spec.selector.matchLabels")),
-        &pod_labels
+        pod_labels
     ));
+}
 
-    // Termination grace outlasts sluice's own drain (SHUTDOWN_GRACE).
+/// Termination grace outlasts sluice's own drain (SHUTDOWN_GRACE).
+fn check_grace_outlasts_the_drain(pod: &Value, c: &Value) {
     let drain = seconds(env_value(c, "SHUTDOWN_GRACE"));
     let grace = i64_at(pod, "terminationGracePeriodSeconds");
     assert!(
         grace > drain,
         "terminationGracePeriodSeconds {grace} <= SHUTDOWN_GRACE {drain}s"
     );
+}
 
-    // Non-root, read-only root filesystem, nothing extra.
+/// Non-root, read-only root filesystem, nothing extra.
+fn check_hardened_security(pod: &Value, c: &Value) {
     assert_eq!(
         at(pod, "securityContext.runAsNonRoot").as_bool(),
         Some(true)
@@ -103,8 +128,10 @@ fn deployment_has_probes_ports_hardened_security_and_rules_mounted_as_directory(
         at(pod, "automountServiceAccountToken").as_bool(),
         Some(false)
     );
+}
 
-    // Resources are set; pods spread over zones and nodes.
+/// Resources are set; pods spread over zones and nodes.
+fn check_resources_and_spread(pod: &Value, c: &Value, pod_labels: &BTreeMap<String, String>) {
     assert!(
         opt_at(c, "resources.requests.cpu").is_some()
             && opt_at(c, "resources.limits.memory").is_some()
@@ -120,12 +147,14 @@ fn deployment_has_probes_ports_hardened_security_and_rules_mounted_as_directory(
     for t in seq_at(pod, "topologySpreadConstraints") {
         assert!(selects(
             &string_map(at(t, "labelSelector.matchLabels")),
-            &pod_labels
+            pod_labels
         ));
     }
+}
 
-    // Rules: the ConfigMap mounted as a directory (never subPath), so the kubelet's
-    // ..data symlink swap reaches sluice's reload.
+/// Rules: the ConfigMap mounted as a directory (never subPath), so the kubelet's
+/// ..data symlink swap reaches sluice's reload.
+fn check_rules_mounted_as_directory(m: &Manifests, pod: &Value, c: &Value) {
     let mount = seq_at(c, "volumeMounts")
         .iter()
         .find(|v| str_at(v, "name") == "rules")
@@ -140,9 +169,11 @@ fn deployment_has_probes_ports_hardened_security_and_rules_mounted_as_directory(
         .find(|v| str_at(v, "name") == "rules")
         .expect("rules volume");
     assert_eq!(str_at(volume, "configMap.name"), format!("{RELEASE}-rules"));
-    rendered_rules(&m);
+    rendered_rules(m);
+}
 
-    // Local mode by default: no Redis settings at all; no OTLP either.
+/// Local mode by default: no Redis settings at all; no OTLP either.
+fn check_local_mode_without_redis_or_otlp(c: &Value) {
     for name in ["REDIS_URL", "REDIS_TYPE", "REDIS_AUTH", "REDIS_TLS"] {
         assert!(env_var(c, name).is_none(), "{name} set without redis.urls");
     }
@@ -160,6 +191,15 @@ fn every_option_on_sets_redis_auth_from_secret_and_env_settings() {
     let m = render(&all_on());
     let deploy = m.deployment();
     let c = sluice_container(deploy);
+    check_redis_auth_from_the_existing_secret(&m, c);
+    check_env_settings(c);
+    check_grace_and_anti_affinity(deploy, c);
+    check_password_goes_into_a_chart_secret();
+}
+
+/// Redis in cluster mode over TLS, its password by secretKeyRef from the Secret named in
+/// values, which the chart then does not create.
+fn check_redis_auth_from_the_existing_secret(m: &Manifests, c: &Value) {
     assert_eq!(
         env_value(c, "REDIS_URL"),
         "redis-0.redis.data.svc.cluster.local:6379,redis-1.redis.data.svc.cluster.local:6379,redis-2.redis.data.svc.cluster.local:6379"
@@ -180,7 +220,10 @@ fn every_option_on_sets_redis_auth_from_secret_and_env_settings() {
         !m.has_kind("Secret"),
         "an existing Secret was named: the chart must not create one"
     );
+}
 
+/// Every setting the values turn on reaches the env.
+fn check_env_settings(c: &Value) {
     for (name, value) in [
         ("LOG_LEVEL", "debug"),
         ("LOG_FORMAT", "text"),
@@ -213,8 +256,10 @@ fn every_option_on_sets_redis_auth_from_secret_and_env_settings() {
         ),
         "metadata.name"
     );
+}
 
-    // Grace outlasts the preStop sleep plus the drain.
+/// Grace outlasts the preStop sleep plus the drain; one pod per node.
+fn check_grace_and_anti_affinity(deploy: &Value, c: &Value) {
     let pod = at(deploy, "spec.template.spec");
     let pre_stop = i64_at(c, "lifecycle.preStop.sleep.seconds");
     let grace = i64_at(pod, "terminationGracePeriodSeconds");
@@ -229,8 +274,10 @@ fn every_option_on_sets_redis_auth_from_secret_and_env_settings() {
         ),
         "kubernetes.io/hostname"
     );
+}
 
-    // A password given in values goes into a chart-made Secret, still by secretKeyRef.
+/// A password given in values goes into a chart-made Secret, still by secretKeyRef.
+fn check_password_goes_into_a_chart_secret() {
     let m = render(&[
         "--set",
         "redis.urls={redis:6379}",
@@ -281,6 +328,13 @@ fn hpa_pdb_networkpolicy_and_servicemonitor_target_the_right_objects() {
     let deploy = m.deployment();
     let pod_labels = string_map(at(deploy, "spec.template.metadata.labels"));
 
+    check_hpa_scales_the_deployment(&m, deploy);
+    check_pdb_selects_the_pods(&m, &pod_labels);
+    check_network_policy_selects_the_pods(&m, &pod_labels);
+    check_service_monitor_scrapes_the_main_service(&m);
+}
+
+fn check_hpa_scales_the_deployment(m: &Manifests, deploy: &Value) {
     let hpa = m.one("HorizontalPodAutoscaler");
     assert_eq!(str_at(hpa, "apiVersion"), "autoscaling/v2");
     assert_eq!(str_at(hpa, "spec.scaleTargetRef.kind"), "Deployment");
@@ -292,19 +346,23 @@ fn hpa_pdb_networkpolicy_and_servicemonitor_target_the_right_objects() {
         opt_at(deploy, "spec.replicas").is_none(),
         "replicas set while the HPA owns them"
     );
+}
 
+fn check_pdb_selects_the_pods(m: &Manifests, pod_labels: &BTreeMap<String, String>) {
     let pdb = m.one("PodDisruptionBudget");
     assert_eq!(str_at(pdb, "apiVersion"), "policy/v1");
     assert!(selects(
         &string_map(at(pdb, "spec.selector.matchLabels")),
-        &pod_labels
+        pod_labels
     ));
     assert_eq!(i64_at(pdb, "spec.minAvailable"), 2);
+}
 
+fn check_network_policy_selects_the_pods(m: &Manifests, pod_labels: &BTreeMap<String, String>) {
     let np = m.one("NetworkPolicy");
     assert!(selects(
         &string_map(at(np, "spec.podSelector.matchLabels")),
-        &pod_labels
+        pod_labels
     ));
     let ingress_ports: Vec<&str> = seq_at(np, "spec.ingress")
         .iter()
@@ -316,10 +374,12 @@ fn hpa_pdb_networkpolicy_and_servicemonitor_target_the_right_objects() {
         .map(|t| t.as_str().unwrap())
         .collect();
     assert_eq!(types, ["Ingress", "Egress"]);
+}
 
-    // ServiceMonitor (a CRD, so kubernetes-validate cannot check it): the fields the
-    // Prometheus Operator needs, pointing at the main Service's http port and not at the
-    // headless Service (which would scrape every pod twice).
+/// ServiceMonitor (a CRD, so kubernetes-validate cannot check it): the fields the
+/// Prometheus Operator needs, pointing at the main Service's http port and not at the
+/// headless Service (which would scrape every pod twice).
+fn check_service_monitor_scrapes_the_main_service(m: &Manifests) {
     let sm = m.one("ServiceMonitor");
     assert_eq!(str_at(sm, "apiVersion"), "monitoring.coreos.com/v1");
     assert_eq!(str_at(sm, "metadata.namespace"), "monitoring");
