@@ -2,7 +2,8 @@
 //! ratelimit's environment variables, `query`, `load`, exit codes, and SIGTERM.
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::common::{free_port, http, repo, wait_until};
@@ -214,19 +215,36 @@ fn help_never_shows_a_secret() {
 
 #[test]
 fn serve_with_reference_env_then_query_load_and_sigterm() {
-    // envoyproxy/ratelimit's layout: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
     let root = tempfile::tempdir().unwrap();
-    let rules = root.path().join("ratelimit/config");
+    write_rules_in_the_reference_layout(root.path());
+    let (grpc, port) = (free_port(), free_port());
+    let mut child = serve_with_reference_env(root.path(), grpc, port);
+    check_ready_with_the_rules(port);
+
+    let addr = format!("http://127.0.0.1:{grpc}");
+    check_query_counts_and_says_over_limit(&addr);
+    check_load_reports_its_rate(&addr);
+
+    let log = sigterm_with_an_idle_connection_then_log(&mut child, grpc);
+    check_serve_log(&log, grpc, port);
+}
+
+/// envoyproxy/ratelimit's layout: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+fn write_rules_in_the_reference_layout(root: &Path) {
+    let rules = root.join("ratelimit/config");
     std::fs::create_dir_all(&rules).unwrap();
     std::fs::write(
         rules.join("r.yaml"),
         "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 2, algorithm: fixed_window}\n",
     )
     .unwrap();
-    let (grpc, port) = (free_port(), free_port());
-    let mut child = sluice()
+}
+
+/// `sluice serve` configured only through the reference's environment variables.
+fn serve_with_reference_env(root: &Path, grpc: u16, port: u16) -> Child {
+    sluice()
         .arg("serve")
-        .env("RUNTIME_ROOT", root.path())
+        .env("RUNTIME_ROOT", root)
         .env("RUNTIME_SUBDIRECTORY", "ratelimit")
         .env("GRPC_HOST", "127.0.0.1")
         .env("GRPC_PORT", grpc.to_string())
@@ -240,7 +258,11 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
         .env("USE_STATSD", "false")
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Ready on /readyz, with the rules read from the reference's layout on /rlconfig.
+fn check_ready_with_the_rules(port: u16) {
     let http_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     wait_until(20, "ready", || {
         matches!(http(http_addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
@@ -250,11 +272,14 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
         rl.contains("load.user: unit=DAY requests_per_unit=2"),
         "{rl}"
     );
+}
 
-    let addr = format!("http://127.0.0.1:{grpc}");
+/// `sluice query` against the limit of 2 a day: a check, two hits, then over the limit
+/// with the response headers.
+fn check_query_counts_and_says_over_limit(addr: &str) {
     let query_with = |flags: &[&str]| {
         let out = sluice()
-            .args(["query", "--addr", &addr, "--domain", "load", "user=q"])
+            .args(["query", "--addr", addr, "--domain", "load", "user=q"])
             .args(flags)
             .output()
             .unwrap();
@@ -276,12 +301,15 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
     let over = query();
     assert_eq!(over["overallCode"], "OVER_LIMIT");
     assert_eq!(over["responseHeadersToAdd"][3]["key"], "Retry-After");
+}
 
+/// `sluice load` for a second: its summary line has a rate, the ok count and p99.
+fn check_load_reports_its_rate(addr: &str) {
     let out = sluice()
         .args([
             "load",
             "--addr",
-            &addr,
+            addr,
             "--domain",
             "load",
             "--values",
@@ -301,9 +329,11 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
     );
     let total: u64 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(total > 0, "{text}");
+}
 
-    // SIGTERM with an idle client connection open: the process drains and exits cleanly,
-    // well within its grace period.
+/// SIGTERM with an idle client connection open: the process drains and exits cleanly,
+/// well within its grace period. Returns what it logged.
+fn sigterm_with_an_idle_connection_then_log(child: &mut Child, grpc: u16) -> String {
     let _idle = std::net::TcpStream::connect(("127.0.0.1", grpc)).unwrap();
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -325,6 +355,12 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
     assert!(status.success(), "exit status {status:?}");
     let mut log = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
+    log
+}
+
+/// The log tells of the signal and the stop, the addresses, and the reference's variable
+/// that has no effect (and not of the one that means what sluice does anyway).
+fn check_serve_log(log: &str, grpc: u16, port: u16) {
     assert!(log.contains("SIGTERM") && log.contains("stopped"), "{log}");
     // The listen addresses as a user writes them, not `Some(127.0.0.1:…)`.
     assert!(

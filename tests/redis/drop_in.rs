@@ -6,6 +6,7 @@
 //! of 8080/8081) and the files' paths are the test's.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use crate::common::certs;
 use crate::common::procs::Proc;
@@ -17,7 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit::Minute;
 
 /// One ShouldRateLimit over a new TLS connection that trusts `ca`: the overall code.
-async fn call_tls(addr: SocketAddr, ca: &std::path::Path) -> i32 {
+async fn call_tls(addr: SocketAddr, ca: &Path) -> i32 {
     let req = RateLimitRequest {
         domain: "x".into(),
         descriptors: vec![desc(&[("k", "v")])],
@@ -42,8 +43,39 @@ async fn envoy_gateways_ratelimit_deployment_runs_sluice_unchanged() {
         "serverAuth,clientAuth",
         "DNS:localhost,IP:127.0.0.1",
     );
-    let xds_server = certs::server(dir.path(), "xds", &ca);
-    let ads = AdsServer::start_tls(
+    let ads = start_xds_over_mtls(dir.path(), &ca).await;
+    ads.set("v1", &[config("x", &[("k", Minute, 1)])]);
+    let redis = RedisServer::start();
+    let redis_url = redis.url().trim_start_matches("redis://").to_string();
+
+    let bin = link_as_bin_ratelimit(dir.path());
+    let (grpc_port, http_port, prom_port) = (free_port(), free_port(), free_port());
+    let http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
+    let grpc: SocketAddr = format!("127.0.0.1:{grpc_port}").parse().unwrap();
+    let prom: SocketAddr = format!("127.0.0.1:{prom_port}").parse().unwrap();
+    let proc = spawn_with_gateways_env(
+        &bin,
+        (grpc_port, http, prom_port),
+        &ads,
+        &pair,
+        &ca,
+        &redis_url,
+    );
+    let logged = || std::fs::read_to_string(proc.log.path()).unwrap_or_default();
+
+    wait_for_health_and_the_xds_rules(http, &ads).await;
+    assert_eq!(call_tls(grpc, &ca.cert).await, 1, "OK\n{}", logged());
+    assert_eq!(call_tls(grpc, &ca.cert).await, 2, "OVER_LIMIT");
+    wait_for_both_hits_in_redis(&redis).await;
+    check_the_references_metric_names(prom).await;
+    // What sluice does not read is said at start, not silently dropped.
+    assert!(logged().contains("PROMETHEUS_MAPPER_YAML"), "{}", logged());
+}
+
+/// The xDS management server, which asks for the client certificate `ca` signed.
+async fn start_xds_over_mtls(dir: &Path, ca: &certs::Pair) -> AdsServer {
+    let xds_server = certs::server(dir, "xds", ca);
+    AdsServer::start_tls(
         sluice::server::tls::GrpcTls {
             cert: xds_server.cert,
             key: xds_server.key,
@@ -52,21 +84,30 @@ async fn envoy_gateways_ratelimit_deployment_runs_sluice_unchanged() {
         },
         None,
     )
-    .await;
-    ads.set("v1", &[config("x", &[("k", Minute, 1)])]);
-    let redis = RedisServer::start();
-    let redis_url = redis.url().trim_start_matches("redis://").to_string();
+    .await
+}
 
-    // `/bin/ratelimit`: a link to the binary under the reference's name.
-    let bin = dir.path().join("ratelimit");
+/// `/bin/ratelimit`: a link to the binary under the reference's name.
+fn link_as_bin_ratelimit(dir: &Path) -> PathBuf {
+    let bin = dir.join("ratelimit");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &bin).unwrap();
-    let (grpc_port, http_port, prom_port) = (free_port(), free_port(), free_port());
-    let http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
-    let grpc: SocketAddr = format!("127.0.0.1:{grpc_port}").parse().unwrap();
-    let prom: SocketAddr = format!("127.0.0.1:{prom_port}").parse().unwrap();
-    let path = |p: &std::path::Path| p.display().to_string();
+    bin
+}
+
+/// `bin` run with no arguments and Envoy Gateway's environment, plus the free ports (gRPC,
+/// HTTP and Prometheus) instead of the defaults.
+fn spawn_with_gateways_env(
+    bin: &Path,
+    (grpc_port, http, prom_port): (u16, SocketAddr, u16),
+    ads: &AdsServer,
+    pair: &certs::Pair,
+    ca: &certs::Pair,
+    redis_url: &str,
+) -> Proc {
+    let http_port = http.port();
+    let path = |p: &Path| p.display().to_string();
     let log = tempfile::NamedTempFile::new().unwrap();
-    let child = std::process::Command::new(&bin)
+    let child = std::process::Command::new(bin)
         .env_clear()
         .envs([
             ("RUNTIME_ROOT", "/data"),
@@ -89,7 +130,7 @@ async fn envoy_gateways_ratelimit_deployment_runs_sluice_unchanged() {
             ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", &path(&ca.cert)),
             ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
             ("REDIS_SOCKET_TYPE", "tcp"),
-            ("REDIS_URL", &redis_url),
+            ("REDIS_URL", redis_url),
             ("USE_PROMETHEUS", "true"),
             ("PROMETHEUS_ADDR", &format!(":{prom_port}")),
             ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
@@ -100,10 +141,12 @@ async fn envoy_gateways_ratelimit_deployment_runs_sluice_unchanged() {
         .stderr(log.reopen().unwrap())
         .spawn()
         .unwrap();
-    let proc = Proc { child, http, log };
-    let logged = || std::fs::read_to_string(proc.log.path()).unwrap_or_default();
+    Proc { child, http, log }
+}
 
-    // Envoy Gateway's probes: /healthcheck on the HTTP port.
+/// Envoy Gateway's probes (/healthcheck on the HTTP port) answer, the ADS stream opens and
+/// the rules it brings over mTLS are in force.
+async fn wait_for_health_and_the_xds_rules(http: SocketAddr, ads: &AdsServer) {
     wait_until_async(30, "/healthcheck to answer 200", || async {
         matches!(
             http_async(http, "GET", "/healthcheck", "").await,
@@ -127,9 +170,10 @@ async fn envoy_gateways_ratelimit_deployment_runs_sluice_unchanged() {
         )
     })
     .await;
-    assert_eq!(call_tls(grpc, &ca.cert).await, 1, "OK\n{}", logged());
-    assert_eq!(call_tls(grpc, &ca.cert).await, 2, "OVER_LIMIT");
-    // Both hits reach Redis in the background (a counter hash, one field a replica).
+}
+
+/// Both hits reach Redis in the background (a counter hash, one field a replica).
+async fn wait_for_both_hits_in_redis(redis: &RedisServer) {
     wait_until_async(30, "the counts to reach Redis", || async {
         let keys = redis.cli(&["--scan", "--pattern", "*sluice:v2:{*"]);
         keys.lines().any(|k| {
@@ -142,13 +186,14 @@ async fn envoy_gateways_ratelimit_deployment_runs_sluice_unchanged() {
         })
     })
     .await;
-    // The reference's Prometheus names on PROMETHEUS_ADDR.
+}
+
+/// The reference's Prometheus names on PROMETHEUS_ADDR.
+async fn check_the_references_metric_names(prom: SocketAddr) {
     let (status, _, text) = http_async(prom, "GET", "/metrics", "").await.unwrap();
     assert_eq!(status, 200);
     assert!(
         text.contains(r#"ratelimit_service_rate_limit_over_limit{domain="x",key1="k"} 1"#),
         "{text}"
     );
-    // What sluice does not read is said at start, not silently dropped.
-    assert!(logged().contains("PROMETHEUS_MAPPER_YAML"), "{}", logged());
 }
