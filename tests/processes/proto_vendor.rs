@@ -1,7 +1,12 @@
 //! The vendored protos: the descriptor set served by reflection is the one they compile to,
 //! and the xDS resource sluice decodes with envoy-types' types is the one vendored.
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value};
+use envoy_types::pb::ratelimit::config::ratelimit::v3 as rl;
+use prost::Message as _;
 
 use crate::common;
 
@@ -30,15 +35,34 @@ fn descriptor_set_matches_the_vendored_protos() {
 /// expected JSON, and the same JSON encoded there decodes in Rust to the same message.
 #[test]
 fn the_rate_limit_config_types_match_the_vendored_proto() {
-    use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value};
-    use envoy_types::pb::ratelimit::config::ratelimit::v3 as rl;
-    use prost::Message as _;
-
     common::require_tool("python3", "apt-get install python3");
+    let message = every_field_set();
+
+    let dir = tempfile::tempdir().unwrap();
+    compile_rls_conf_for_python(dir.path());
+    let out = round_trip_through_python(dir.path(), &message);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), EXPECTED_JSON);
+    let back =
+        rl::RateLimitConfig::decode(&*std::fs::read(dir.path().join("from_python.bin")).unwrap())
+            .unwrap();
+    assert_eq!(back, message);
+}
+
+/// `every_field_set()` as the vendored proto's JSON (field names as in the proto, keys
+/// sorted).
+const EXPECTED_JSON: &str = r#"{"descriptors": [{"descriptors": [{"key": "inner"}], "detailed_metric": true, "key": "k", "metadata": {"l": ["y"], "s": "x"}, "quota_mode": true, "rate_limit": {"name": "p", "replaces": [{"name": "q"}], "requests_per_unit": 7, "unit": "WEEK", "unlimited": true}, "shadow_mode": true, "value": "v"}], "domain": "d", "name": "n"}"#;
+
+/// A RateLimitConfig with every field of every message set (and a nested descriptor).
+fn every_field_set() -> rl::RateLimitConfig {
     let string = |s: &str| Value {
         kind: Some(Kind::StringValue(s.into())),
     };
-    let message = rl::RateLimitConfig {
+    rl::RateLimitConfig {
         name: "n".into(),
         domain: "d".into(),
         descriptors: vec![rl::RateLimitDescriptor {
@@ -73,20 +97,26 @@ fn the_rate_limit_config_types_match_the_vendored_proto() {
                 .into(),
             }),
         }],
-    };
-    let expected = r#"{"descriptors": [{"descriptors": [{"key": "inner"}], "detailed_metric": true, "key": "k", "metadata": {"l": ["y"], "s": "x"}, "quota_mode": true, "rate_limit": {"name": "p", "replaces": [{"name": "q"}], "requests_per_unit": 7, "unit": "WEEK", "unlimited": true}, "shadow_mode": true, "value": "v"}], "domain": "d", "name": "n"}"#;
+    }
+}
 
-    let dir = tempfile::tempdir().unwrap();
+/// rls_conf.proto compiled to Python modules in `dir`, by grpc_tools' protoc.
+fn compile_rls_conf_for_python(dir: &Path) {
     let status = Command::new("python3")
         .args(["-m", "grpc_tools.protoc", "-I."])
-        .arg(format!("--python_out={}", dir.path().display()))
+        .arg(format!("--python_out={}", dir.display()))
         .arg("ratelimit/config/ratelimit/v3/rls_conf.proto")
         .current_dir(common::repo().join("proto-vendor"))
         .status()
         .unwrap();
     assert!(status.success(), "grpc_tools.protoc failed: install it with `pip install grpcio-tools` (scripts/test.sh does)");
-    std::fs::write(dir.path().join("from_rust.bin"), message.encode_to_vec()).unwrap();
-    std::fs::write(dir.path().join("expected.json"), expected).unwrap();
+}
+
+/// Python reads `message` encoded in Rust and prints it as JSON, and encodes
+/// `EXPECTED_JSON` to from_python.bin in `dir`.
+fn round_trip_through_python(dir: &Path, message: &rl::RateLimitConfig) -> Output {
+    std::fs::write(dir.join("from_rust.bin"), message.encode_to_vec()).unwrap();
+    std::fs::write(dir.join("expected.json"), EXPECTED_JSON).unwrap();
     let script = r#"
 import json, sys
 from google.protobuf import json_format
@@ -97,19 +127,9 @@ print(json.dumps(json_format.MessageToDict(m, preserving_proto_field_name=True),
 e = json_format.Parse(open("expected.json").read(), pb.RateLimitConfig())
 open("from_python.bin", "wb").write(e.SerializeToString())
 "#;
-    let out = Command::new("python3")
+    Command::new("python3")
         .args(["-c", script])
-        .current_dir(dir.path())
+        .current_dir(dir)
         .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), expected);
-    let back =
-        rl::RateLimitConfig::decode(&*std::fs::read(dir.path().join("from_python.bin")).unwrap())
-            .unwrap();
-    assert_eq!(back, message);
+        .unwrap()
 }

@@ -92,11 +92,33 @@ pub(super) fn make_tls_files(dir: &Path) -> TlsFiles {
 
 /// Like `make_tls_files`, the server certificate naming `san` (openssl's subjectAltName form).
 fn make_tls_files_for(dir: &Path, san: &str) -> TlsFiles {
-    let openssl = require("openssl");
-    let run = |args: &[&str]| {
-        let out = Command::new(&openssl)
+    let openssl = Openssl {
+        bin: require("openssl"),
+        dir,
+    };
+    make_ca(&openssl);
+    make_server_csr(&openssl);
+    sign_server_cert(&openssl, san);
+    TlsFiles {
+        ca_cert: dir.join("ca.crt"),
+        cert: dir.join("server.crt"),
+        key: dir.join("server.key"),
+        client: None,
+    }
+}
+
+/// The openssl CLI, run in the directory the files go to.
+struct Openssl<'a> {
+    bin: PathBuf,
+    dir: &'a Path,
+}
+
+impl Openssl<'_> {
+    /// Runs openssl with `args`; panics with its output if it fails.
+    fn run(&self, args: &[&str]) {
+        let out = Command::new(&self.bin)
             .args(args)
-            .current_dir(dir)
+            .current_dir(self.dir)
             .stdin(Stdio::null())
             .output()
             .unwrap_or_else(|e| panic!("run openssl: {e}"));
@@ -108,16 +130,22 @@ fn make_tls_files_for(dir: &Path, san: &str) -> TlsFiles {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
+    }
+}
+
+/// A new ECDSA P-256 key, unencrypted (`req -newkey`).
+const EC_KEY: [&str; 5] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+];
+
+/// ca.crt/ca.key: a self-signed CA that may sign certificates.
+fn make_ca(openssl: &Openssl) {
     let mut ca = vec!["req", "-x509", "-new"];
-    ca.extend(ec);
+    ca.extend(EC_KEY);
     ca.extend([
         "-keyout",
         "ca.key",
@@ -132,9 +160,13 @@ fn make_tls_files_for(dir: &Path, san: &str) -> TlsFiles {
         "-addext",
         "keyUsage=critical,keyCertSign,cRLSign",
     ]);
-    run(&ca);
+    openssl.run(&ca);
+}
+
+/// server.key and the request for its certificate, server.csr.
+fn make_server_csr(openssl: &Openssl) {
     let mut csr = vec!["req", "-new"];
-    csr.extend(ec);
+    csr.extend(EC_KEY);
     csr.extend([
         "-keyout",
         "server.key",
@@ -143,9 +175,14 @@ fn make_tls_files_for(dir: &Path, san: &str) -> TlsFiles {
         "-subj",
         "/CN=localhost",
     ]);
-    run(&csr);
+    openssl.run(&csr);
+}
+
+/// server.crt: server.csr signed by the CA, with the v3 extensions (in server.ext) that
+/// strict verifiers accept and `san` as its subjectAltName.
+fn sign_server_cert(openssl: &Openssl, san: &str) {
     std::fs::write(
-        dir.join("server.ext"),
+        openssl.dir.join("server.ext"),
         format!(
             "basicConstraints=critical,CA:FALSE\n\
              keyUsage=critical,digitalSignature,keyEncipherment\n\
@@ -155,7 +192,7 @@ fn make_tls_files_for(dir: &Path, san: &str) -> TlsFiles {
     )
     .expect("write server.ext");
     let serial = format!("0x{:x}", RandomState::new().build_hasher().finish() >> 1);
-    run(&[
+    openssl.run(&[
         "x509",
         "-req",
         "-in",
@@ -173,12 +210,6 @@ fn make_tls_files_for(dir: &Path, san: &str) -> TlsFiles {
         "-extfile",
         "server.ext",
     ]);
-    TlsFiles {
-        ca_cert: dir.join("ca.crt"),
-        cert: dir.join("server.crt"),
-        key: dir.join("server.key"),
-        client: None,
-    }
 }
 
 /// A client certificate (clientAuth) signed by the CA `make_tls_files` left in `dir`:
