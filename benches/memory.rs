@@ -14,11 +14,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::core::clock::{Clock, ManualClock, UnixMillis};
 use sluice::core::SyncPolicy;
 use sluice::global::{
-    self, Heartbeat, ShardStore, StoreError, Stores, SyncConfig, SyncItem, SyncOp, SyncQueues,
-    SyncSettings,
+    self, Global, Heartbeat, ShardStore, StoreError, Stores, SyncConfig, SyncItem, SyncOp,
+    SyncQueues, SyncSettings,
 };
 use sluice::rls::{Options, RateLimiter};
+use sluice::rules::RuleSet;
 use sluice::telemetry::Telemetry;
+use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
 const ENTITIES: usize = 1_000_000;
@@ -71,38 +73,16 @@ async fn drained(queues: &SyncQueues) {
 }
 
 fn measure(case: &str) {
-    let rule = if case.ends_with("bucket") {
-        "{algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 100}"
-    } else {
-        "{unit: minute, requests_per_unit: 100}"
-    };
-    let yaml = format!("domain: m\ndescriptors:\n  - key: user\n    rate_limit: {rule}\n");
     let clock = ManualClock::new(UnixMillis(1_700_000_040_000));
-    let rules = sluice::rules::compile_sources(&[("rules.yaml".into(), yaml)], false).unwrap();
+    let rules = rules_for(case);
     let telemetry = Arc::new(Telemetry::new().unwrap());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .unwrap();
-    // Global mode as the service starts it, on a store that keeps nothing; its sync ticks
-    // every millisecond (of real time), so that the queue drains whenever the bench lets the
-    // runtime run.
-    let global = case.starts_with("global").then(|| {
-        let settings = SyncSettings {
-            policy: SyncPolicy {
-                tick_ms: 1,
-                ..SyncPolicy::default()
-            },
-            ..SyncSettings::default()
-        };
-        rt.block_on(global::spawn(
-            SyncConfig::new(settings, 1_000_000),
-            Stores::one(Arc::new(NullStore)),
-            Arc::new(clock.clone()),
-            &telemetry,
-            CancellationToken::new(),
-        ))
-    });
+    let global = case
+        .starts_with("global")
+        .then(|| start_global(&rt, &clock, &telemetry));
     let queues = global.as_ref().map(|g| g.queues.clone());
     let limiter = RateLimiter::new(
         rules,
@@ -112,6 +92,61 @@ fn measure(case: &str) {
         telemetry,
         queues.clone().map(Into::into),
     );
+    let (before, after) = track_every_value(&limiter, &clock, queues.as_deref(), &rt);
+    // The default bound is 1M: the value sent before the measure made room for the last.
+    assert_eq!(
+        limiter.entity_count(),
+        ENTITIES as u64,
+        "every value tracked"
+    );
+    println!(
+        "{case}: {ENTITIES} entities, RSS grew {:.1} MiB, {:.0} bytes per entity (bound: {})",
+        (after - before) as f64 / (1024.0 * 1024.0),
+        (after - before) as f64 / ENTITIES as f64,
+        if case.starts_with("local") { 200 } else { 250 }
+    );
+    let _ = clock.now();
+}
+
+/// The case's one rule on `user`: a token bucket or a minute window.
+fn rules_for(case: &str) -> RuleSet {
+    let rule = if case.ends_with("bucket") {
+        "{algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 100}"
+    } else {
+        "{unit: minute, requests_per_unit: 100}"
+    };
+    let yaml = format!("domain: m\ndescriptors:\n  - key: user\n    rate_limit: {rule}\n");
+    sluice::rules::compile_sources(&[("rules.yaml".into(), yaml)], false).unwrap()
+}
+
+/// Global mode as the service starts it, on a store that keeps nothing; its sync ticks
+/// every millisecond (of real time), so that the queue drains whenever the bench lets the
+/// runtime run.
+fn start_global(rt: &Runtime, clock: &ManualClock, telemetry: &Arc<Telemetry>) -> Global {
+    let settings = SyncSettings {
+        policy: SyncPolicy {
+            tick_ms: 1,
+            ..SyncPolicy::default()
+        },
+        ..SyncSettings::default()
+    };
+    rt.block_on(global::spawn(
+        SyncConfig::new(settings, 1_000_000),
+        Stores::one(Arc::new(NullStore)),
+        Arc::new(clock.clone()),
+        telemetry,
+        CancellationToken::new(),
+    ))
+}
+
+/// Sends each of the `ENTITIES` values once (after one sent before the measure), the sync
+/// draining the queue as it goes; the resident set before and after.
+fn track_every_value(
+    limiter: &RateLimiter,
+    clock: &ManualClock,
+    queues: Option<&SyncQueues>,
+    rt: &Runtime,
+) -> (u64, u64) {
     // One request reused: only the value changes, so the request itself adds no memory.
     let mut req = RateLimitRequest {
         domain: "m".into(),
@@ -138,28 +173,15 @@ fn measure(case: &str) {
         if v % 10_000 == 0 {
             // The sync drains the queue, as a running service's does; 1 ms of time.
             clock.advance_ms(1);
-            if let Some(q) = &queues {
+            if let Some(q) = queues {
                 rt.block_on(drained(q));
             }
         }
     }
-    if let Some(q) = &queues {
+    if let Some(q) = queues {
         rt.block_on(drained(q));
     }
-    let after = rss();
-    // The default bound is 1M: the value sent before the measure made room for the last.
-    assert_eq!(
-        limiter.entity_count(),
-        ENTITIES as u64,
-        "every value tracked"
-    );
-    println!(
-        "{case}: {ENTITIES} entities, RSS grew {:.1} MiB, {:.0} bytes per entity (bound: {})",
-        (after - before) as f64 / (1024.0 * 1024.0),
-        (after - before) as f64 / ENTITIES as f64,
-        if case.starts_with("local") { 200 } else { 250 }
-    );
-    let _ = clock.now();
+    (before, rss())
 }
 
 fn main() {
