@@ -428,7 +428,7 @@ impl RateLimiter {
         let now = self.clock.now();
         let compiled = self.rules.load();
         let targets = self.resolve_all(&compiled, req);
-        Ok(self.decide(req, &targets, &hits_of(req), now, &[]))
+        Ok(self.answer(req, &targets, &hits_of(req), now, &[]))
     }
 
     /// Like [`RateLimiter::should_rate_limit`], but in global mode a request with exact
@@ -459,10 +459,10 @@ impl RateLimiter {
         let hits = hits_of(req);
         let refund = |i: usize| req.descriptors[i].is_negative_hits;
         let Some(mut plan) = self.exact_plan(&targets, &hits, refund, now) else {
-            return Ok(self.decide(req, &targets, &hits, now, &[]));
+            return Ok(self.answer(req, &targets, &hits, now, &[]));
         };
         if let Some(answers) = self.exact_from_memory(&plan, now) {
-            return Ok(self.decide(req, &targets, &hits, now, &answers));
+            return Ok(self.answer(req, &targets, &hits, now, &answers));
         }
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a normal descriptor over holds the
         // exact ones back too.
@@ -472,7 +472,7 @@ impl RateLimiter {
         let reply = client.check_and_count(&plan.items, plan.commit).await;
         let _open = self.gate.enter().ok_or(RequestError::ShuttingDown)?;
         let answers = self.exact_answers(&plan, reply, now);
-        Ok(self.decide(req, &targets, &hits, now, &answers))
+        Ok(self.answer(req, &targets, &hits, now, &answers))
     }
 
     /// Counts the request and validates it.
@@ -505,7 +505,7 @@ impl RateLimiter {
 
     /// Evaluates every target (exact ones by their answers, when given) and builds the
     /// response.
-    fn decide(
+    fn answer(
         &self,
         req: &RateLimitRequest,
         targets: &[Target<'_>],

@@ -24,6 +24,7 @@ mod fuzz_regressions;
 mod grpc;
 mod http_endpoints;
 mod http_limits;
+mod layers;
 mod limiter_props;
 mod prometheus_ref;
 mod reference;
