@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+mod bucket;
 mod compile;
 pub mod error;
 pub mod identity;
@@ -29,12 +30,13 @@ pub mod model;
 pub mod prescan;
 mod tree;
 
+pub use bucket::{MAX_BUCKET_ENTRIES, MAX_BUCKET_LOOKUPS};
 pub use compile::{compile_sources, with_prior_errors};
 pub use tree::MAX_WILDCARD_CHECKS;
 
 use crate::core::{Algorithm, Limit};
 use identity::EntityKey;
-use tree::{KeyLevel, Kind};
+use tree::{KeyLevel, Kind, Node};
 
 /// The window unit of a limit, as in the RLS proto.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -184,6 +186,36 @@ pub struct Match<'a> {
     pub entity: u128,
 }
 
+/// A walk down one domain's tree: the level it has reached and the counter key so far.
+/// [`RuleSet::find`] walks in the descriptor's order; [`RuleSet::find_bucket`] searches for
+/// the order, cloning the walk at each branch. Both step through here, so a bucket and the
+/// equivalent descriptor select the same nodes and count in the same counter.
+#[derive(Debug, Clone)]
+struct Walk<'s> {
+    level: &'s HashMap<String, KeyLevel>,
+    key: EntityKey,
+}
+
+// === impl Walk ===
+
+impl<'s> Walk<'s> {
+    /// The node the entry `key: value` selects at this level: none if the level does not
+    /// name `key`; else the exact value, the first wildcard that matches, or the key-only
+    /// node, in that order.
+    fn select(&self, key: &str, value: &str) -> Option<&'s Node> {
+        self.level.get(key)?.lookup(value)
+    }
+
+    /// Goes down into `node`, which `value` selected. A key-only or wildcard node counts one
+    /// counter per value (unless it shares one), so the value joins the entity key.
+    fn enter(&mut self, node: &'s Node, value: &str) {
+        if node.kind != Kind::Exact && !node.share_threshold {
+            self.key.value(value);
+        }
+        self.level = &node.children;
+    }
+}
+
 /// The compiled rules of every domain. Immutable; replaced whole on reload.
 #[derive(Debug, Default)]
 pub struct RuleSet {
@@ -216,25 +248,35 @@ impl RuleSet {
 
     /// The rule that applies to a descriptor, if any. Allocation-free.
     pub fn find<E: EntryRef>(&self, domain: &str, entries: &[E]) -> Option<Match<'_>> {
-        let mut level = self.domains.get(domain)?;
-        let mut key = EntityKey::new();
+        let mut walk = self.walk(domain)?;
         for (i, entry) in entries.iter().enumerate() {
-            let node = level.get(entry.key())?.lookup(entry.value())?;
-            if node.kind != Kind::Exact && !node.share_threshold {
-                key.value(entry.value());
-            }
+            let node = walk.select(entry.key(), entry.value())?;
+            walk.enter(node, entry.value());
             if i + 1 == entries.len() {
-                let index = node.rule?;
-                let rule = &self.rules[index];
-                return Some(Match {
-                    rule,
-                    index,
-                    entity: key.finish(rule.id),
-                });
+                return self.matched(node, walk.key);
             }
-            level = &node.children;
         }
         None
+    }
+
+    /// A walk from the top of `domain`'s tree, if the domain has rules.
+    fn walk(&self, domain: &str) -> Option<Walk<'_>> {
+        Some(Walk {
+            level: self.domains.get(domain)?,
+            key: EntityKey::new(),
+        })
+    }
+
+    /// The match of a walk whose last entry selected `node`: the node's rule, if it has one
+    /// (a limit applies only at the descriptor's last entry), and the counter of `key`.
+    fn matched(&self, node: &Node, key: EntityKey) -> Option<Match<'_>> {
+        let index = node.rule?;
+        let rule = &self.rules[index];
+        Some(Match {
+            rule,
+            index,
+            entity: key.finish(rule.id),
+        })
     }
 
     /// The metrics key of a match whose rule asks for values in metrics
