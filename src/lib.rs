@@ -10,6 +10,8 @@
 //!   tree (`tree`) and counter identity (`identity`).
 //! - `rls/`: the ShouldRateLimit semantics, transport-independent: validate → resolve →
 //!   evaluate → respond.
+//! - `rlqs/`: Envoy's Rate Limit Quota Service, transport-independent: usage reports checked
+//!   (`report`); bucket ids resolve through the rules' tree (`RuleSet::find_bucket`).
 //! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
 //!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`). Its
 //!   settings are its own (`global::Config`); `global::spawn` starts it.
@@ -30,6 +32,7 @@
 pub mod cli;
 pub mod core;
 pub mod global;
+pub mod rlqs;
 pub mod rls;
 pub mod rules;
 pub mod server;

@@ -1,0 +1,17 @@
+//! Envoy's Rate Limit Quota Service (RLQS, `envoy.service.rate_limit_quota.v3`): the
+//! protocol's semantics, independent of the transport, as `rls/` is for `ShouldRateLimit`.
+//!
+//! A bucket id (a `map<string, string>`) resolves to a rule through the same descriptor tree
+//! and counts in the same counter as the equivalent descriptor: `RuleSet::find_bucket` in
+//! `rules/`. So far this module holds the first step of a stream's message:
+//! - `report.rs`: one `RateLimitQuotaUsageReports` checked against the protocol and the bounds,
+//!   into typed per-bucket usage, or the `INVALID_ARGUMENT` message that names the problem.
+//!
+//! Layers: `rlqs` uses the core (`core`, `rules`) and `telemetry` only, never the I/O edges.
+
+pub mod report;
+
+pub use report::{
+    check, Counts, Report, ReportError, Usage, MAX_BUCKET_BYTES, MAX_TIME_ELAPSED,
+    MAX_USAGES_PER_REPORT,
+};
