@@ -86,7 +86,9 @@ struct Search<'s, 'e> {
     entries: &'e [(&'e str, &'e str)],
     /// Lookups left.
     lookups: usize,
-    /// The budget ran out: the search answers no match.
+    /// The budget ran out: the search answers no match, and stops at once. (Every later
+    /// step would find nothing anyway, since it must look up before it can match, but the
+    /// steps above would go on trying their other candidates.)
     exhausted: bool,
 }
 
