@@ -6,12 +6,20 @@
 //! `rules/`. So far this module holds the first step of a stream's message:
 //! - `report.rs`: one `RateLimitQuotaUsageReports` checked against the protocol and the bounds,
 //!   into typed per-bucket usage, or the `INVALID_ARGUMENT` message that names the problem.
+//! - `share.rs`: the pure arithmetic of dividing one limit among the streams sharing a bucket:
+//!   each stream's demand from its reports, its fraction of the fleet's room, and the
+//!   assignment (token bucket or blanket rule, TTL) Envoy gets for it.
 //!
 //! Layers: `rlqs` uses the core (`core`, `rules`) and `telemetry` only, never the I/O edges.
 
 pub mod report;
+pub mod share;
 
 pub use report::{
     check, Counts, Report, ReportError, Usage, MAX_BUCKET_BYTES, MAX_TIME_ELAPSED,
     MAX_USAGES_PER_REPORT,
+};
+pub use share::{
+    assign, carried_tokens, changed, split, strategy_proto, whole_secs, Assignment, Demand, Rest,
+    Room, Strategy, MAX_FILL_INTERVAL_S,
 };

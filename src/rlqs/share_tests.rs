@@ -1,0 +1,461 @@
+//! Tests of the sharing arithmetic, with a manual `now`: the demand estimate, the split, the
+//! assignment under Envoy 1.40's whole-second reading, and the properties that hold them
+//! together (never more than the room; an idle stream's share reused within two reports).
+
+use proptest::prelude::{prop, prop_assert, prop_assert_eq, proptest};
+
+use super::*;
+
+/// Envoy 1.40's real reporting cadence.
+const INTERVAL: Duration = Duration::from_secs(5);
+
+fn counts(allowed: u64, denied: u64) -> Counts {
+    Counts { allowed, denied }
+}
+
+fn at(secs: u64) -> UnixMillis {
+    UnixMillis::from_secs(secs)
+}
+
+/// A demand after a first report (elapsed 0) at t = 0 and one report of `requests` every
+/// interval after it, the last at `at(5 × requests.len())`.
+fn demand_after(requests: &[u64]) -> Demand {
+    let mut d = Demand::default();
+    d.observe(counts(1, 0), Duration::ZERO, at(0));
+    for (i, &r) in requests.iter().enumerate() {
+        d.observe(counts(r, 0), INTERVAL, at(5 * (i as u64 + 1)));
+    }
+    d
+}
+
+// === Demand ===
+
+#[test]
+fn a_first_report_gives_no_rate_yet() {
+    let mut d = Demand::default();
+    assert_eq!(d.rate(at(0)), None);
+    d.observe(counts(7, 3), Duration::ZERO, at(0));
+    assert_eq!(d.rate(at(0)), None);
+    assert_eq!(d.rate(at(4)), None);
+}
+
+#[test]
+fn a_report_over_an_interval_gives_allowed_plus_denied_per_second() {
+    let d = demand_after(&[0]);
+    assert_eq!(d.rate(at(5)), Some(0.0));
+    let mut d = Demand::default();
+    d.observe(counts(60, 40), INTERVAL, at(5));
+    assert_eq!(d.rate(at(5)), Some(20.0));
+}
+
+#[test]
+fn a_busy_stream_is_followed_at_its_first_busy_report() {
+    let d = demand_after(&[10, 10, 10, 500]);
+    assert_eq!(d.rate(at(20)), Some(100.0));
+}
+
+#[test]
+fn an_idle_stream_falls_to_half_then_to_zero_within_two_reports() {
+    let d = demand_after(&[100, 100, 100]);
+    assert_eq!(d.rate(at(15)), Some(20.0));
+    let d = demand_after(&[100, 100, 100, 0]);
+    assert_eq!(d.rate(at(20)), Some(10.0));
+    let d = demand_after(&[100, 100, 100, 0, 0]);
+    assert_eq!(d.rate(at(25)), Some(0.0));
+}
+
+#[test]
+fn the_estimate_weighs_reports_by_their_elapsed_time() {
+    let mut d = Demand::default();
+    d.observe(counts(10, 0), Duration::from_secs(1), at(1));
+    d.observe(counts(0, 0), Duration::from_secs(4), at(5));
+    // 10 requests over 5 s, not the mean of 10/s and 0/s.
+    assert_eq!(d.rate(at(5)), Some(2.0));
+}
+
+#[test]
+fn a_stream_that_stops_reporting_is_idle_after_two_of_its_intervals() {
+    let d = demand_after(&[100]);
+    assert_eq!(d.rate(at(15)), Some(20.0));
+    assert_eq!(d.rate(at(16)), Some(0.0));
+}
+
+#[test]
+fn counts_near_2_pow_64_give_a_finite_demand() {
+    let mut d = Demand::default();
+    d.observe(counts(u64::MAX, u64::MAX), Duration::from_millis(1), at(0));
+    d.observe(counts(u64::MAX, 1), Duration::from_millis(1), at(0));
+    let rate = d.rate(at(0)).unwrap();
+    assert!(rate.is_finite() && rate > 0.0, "{rate}");
+    let f = split(10.0, &[Some(rate), Some(1.0)], Rest::default());
+    assert!(f.iter().all(|x| x.is_finite()), "{f:?}");
+    assert!(f.iter().sum::<f64>() <= 1.0);
+}
+
+// === split ===
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn over_the_rate_shares_follow_demand() {
+    let f = split(20.0, &[Some(30.0), Some(10.0)], Rest::default());
+    assert!(close(f[0], 0.75) && close(f[1], 0.25), "{f:?}");
+}
+
+#[test]
+fn under_the_rate_each_gets_its_demand_and_an_even_part_of_the_rest() {
+    let f = split(10.0, &[Some(2.0), Some(4.0)], Rest::default());
+    assert!(close(f[0], 0.4) && close(f[1], 0.6), "{f:?}");
+}
+
+#[test]
+fn the_rest_of_the_fleet_counts_in_the_split() {
+    let rest = Rest {
+        streams: 1,
+        demand: 30.0,
+    };
+    let f = split(10.0, &[Some(10.0)], rest);
+    assert!(close(f[0], 0.25), "{f:?}");
+    // Under the rate, the slack is split among every stream of the fleet, not only ours.
+    let rest = Rest {
+        streams: 3,
+        demand: 0.0,
+    };
+    let f = split(8.0, &[Some(0.0)], rest);
+    assert!(close(f[0], 0.25), "{f:?}");
+}
+
+#[test]
+fn a_stream_without_a_rate_gets_an_even_share_as_its_prior() {
+    // Alone: all of it.
+    assert_eq!(split(10.0, &[None], Rest::default()), vec![1.0]);
+    // Among four streams known, all idle: a quarter.
+    let rest = Rest {
+        streams: 2,
+        demand: 0.0,
+    };
+    let f = split(8.0, &[None, Some(0.0)], rest);
+    assert!(close(f[0], 0.25 + 6.0 / 8.0 / 4.0), "{f:?}");
+    // Among busy ones: its prior (2 = 8 / 4) weighed against their demand.
+    let rest = Rest {
+        streams: 2,
+        demand: 20.0,
+    };
+    let f = split(8.0, &[None, Some(10.0)], rest);
+    assert!(close(f[0], 2.0 / 32.0) && close(f[1], 10.0 / 32.0), "{f:?}");
+}
+
+#[test]
+fn no_rate_no_share() {
+    assert_eq!(
+        split(0.0, &[Some(5.0), None], Rest::default()),
+        vec![0.0; 2]
+    );
+    assert_eq!(split(f64::NAN, &[Some(5.0)], Rest::default()), vec![0.0]);
+    assert!(split(5.0, &[], Rest::default()).is_empty());
+}
+
+#[test]
+fn bad_demands_are_taken_as_none_or_bounded() {
+    let f = split(
+        10.0,
+        &[Some(f64::NAN), Some(-3.0), Some(f64::INFINITY)],
+        Rest {
+            streams: 0,
+            demand: f64::NAN,
+        },
+    );
+    assert!(
+        close(f[0], 0.0) && close(f[1], 0.0) && close(f[2], 1.0),
+        "{f:?}"
+    );
+}
+
+// === Room ===
+
+fn window(rpu: u32, window_ms: u64) -> Limit {
+    Limit {
+        requests_per_unit: rpu,
+        window_ms,
+        algorithm: Algorithm::SlidingWindow,
+    }
+}
+
+#[test]
+fn a_window_room_is_the_limit_less_the_fleet_count_at_its_steady_rate() {
+    let room = Room::window(&window(600, 60_000), 450, 12_000);
+    assert_eq!(room.now, 150);
+    assert!(close(room.rate, 10.0));
+    assert_eq!(room.until_ms, 12_000);
+    assert_eq!(Room::window(&window(600, 60_000), 900, 1).now, 0);
+}
+
+#[test]
+fn a_bucket_room_is_its_tokens_up_to_its_burst_refilled_one_token_at_a_time() {
+    let limit = Limit {
+        requests_per_unit: 3,
+        window_ms: 1000,
+        algorithm: Algorithm::TokenBucket { burst: 20 },
+    };
+    let room = Room::bucket(&limit, 50);
+    assert_eq!(room.now, 20);
+    assert!(close(room.rate, 3.0));
+    assert_eq!(room.until_ms, 334);
+}
+
+// === assign ===
+
+fn room(now: u64, rate: f64) -> Room {
+    Room {
+        now,
+        rate,
+        until_ms: 2500,
+    }
+}
+
+fn bucket(max_tokens: u32, tokens_per_fill: u32, fill_interval_s: u32) -> Strategy {
+    Strategy::TokenBucket {
+        max_tokens,
+        tokens_per_fill,
+        fill_interval_s,
+    }
+}
+
+#[test]
+fn a_share_becomes_a_token_bucket_of_its_part_of_the_room_and_rate() {
+    let a = assign(&room(100, 10.0), 0.5, Duration::from_secs(15));
+    assert_eq!(a.strategy, bucket(50, 5, 1));
+    assert_eq!(a.ttl_s, 15);
+}
+
+#[test]
+fn a_rate_under_one_token_a_second_uses_a_longer_fill_interval() {
+    let a = assign(&room(100, 1.0), 0.3, INTERVAL);
+    assert_eq!(a.strategy, bucket(30, 1, 4));
+    let a = assign(&room(100, 1.0), 0.01, INTERVAL);
+    assert_eq!(a.strategy, bucket(1, 1, 100));
+}
+
+#[test]
+fn a_fractional_rate_picks_the_fill_interval_that_loses_least() {
+    // 1.5/s: 3 every 2 s, not 1 every second.
+    let a = assign(&room(100, 3.0), 0.5, INTERVAL);
+    assert_eq!(a.strategy, bucket(50, 3, 2));
+    // 2.0/s exactly: the shortest interval of equals.
+    let a = assign(&room(100, 4.0), 0.5, INTERVAL);
+    assert_eq!(a.strategy, bucket(50, 2, 1));
+}
+
+#[test]
+fn a_fill_never_exceeds_the_bucket() {
+    let a = assign(&room(2, 100.0), 1.0, INTERVAL);
+    assert_eq!(a.strategy, bucket(2, 2, 1));
+}
+
+#[test]
+fn no_room_left_denies_all_until_room_returns_rounded_up() {
+    let a = assign(&room(0, 10.0), 1.0, INTERVAL);
+    assert_eq!(a.strategy, Strategy::DenyAll);
+    assert_eq!(a.ttl_s, 3);
+    let mut r = room(0, 10.0);
+    r.until_ms = 0;
+    assert_eq!(assign(&r, 1.0, INTERVAL).ttl_s, 1);
+    r.until_ms = 1000;
+    assert_eq!(assign(&r, 1.0, INTERVAL).ttl_s, 1);
+}
+
+#[test]
+fn a_share_of_no_token_denies_until_the_next_assignment() {
+    for (r, fraction) in [(room(100, 10.0), 0.0), (room(3, 10.0), 0.2)] {
+        let a = assign(&r, fraction, INTERVAL);
+        assert_eq!(a.strategy, Strategy::DenyAll);
+        assert_eq!(a.ttl_s, 5);
+    }
+    // Slower than a token per MAX_FILL_INTERVAL_S.
+    let rate = 0.5 / f64::from(MAX_FILL_INTERVAL_S);
+    let a = assign(&room(100, rate), 1.0, INTERVAL);
+    assert_eq!(a.strategy, Strategy::DenyAll);
+}
+
+#[test]
+fn ttls_are_whole_seconds_never_under_one() {
+    assert_eq!(whole_secs(Duration::ZERO), 1);
+    assert_eq!(whole_secs(Duration::from_millis(200)), 1);
+    assert_eq!(whole_secs(Duration::from_millis(1001)), 2);
+    assert_eq!(whole_secs(Duration::from_secs(u64::MAX)), u32::MAX);
+    assert_eq!(assign(&room(10, 1.0), 1.0, Duration::ZERO).ttl_s, 1);
+}
+
+// === the proto, changed, carried_tokens ===
+
+#[test]
+fn strategies_convert_to_the_proto() {
+    let pb = strategy_proto(&bucket(50, 3, 2));
+    let Some(PbStrategy::TokenBucket(tb)) = pb.strategy else {
+        panic!("{pb:?}");
+    };
+    assert_eq!(tb.max_tokens, 50);
+    assert_eq!(tb.tokens_per_fill, Some(UInt32Value { value: 3 }));
+    assert_eq!(
+        tb.fill_interval,
+        Some(PbDuration {
+            seconds: 2,
+            nanos: 0
+        })
+    );
+    let deny = strategy_proto(&Strategy::DenyAll).strategy;
+    assert_eq!(
+        deny,
+        Some(PbStrategy::BlanketRule(BlanketRule::DenyAll as i32))
+    );
+    let allow = strategy_proto(&Strategy::AllowAll).strategy;
+    assert_eq!(
+        allow,
+        Some(PbStrategy::BlanketRule(BlanketRule::AllowAll as i32))
+    );
+    // Never a zero Envoy would read as unlimited or as expired.
+    let Some(PbStrategy::TokenBucket(tb)) = strategy_proto(&bucket(0, 0, 0)).strategy else {
+        panic!();
+    };
+    assert_eq!(tb.fill_interval.unwrap().seconds, 1);
+    assert_eq!(tb.tokens_per_fill.unwrap().value, 1);
+    let a = Assignment {
+        strategy: Strategy::DenyAll,
+        ttl_s: 0,
+    };
+    assert_eq!(a.ttl_proto().seconds, 1);
+}
+
+#[test]
+fn only_a_different_assignment_is_changed() {
+    let a = assign(&room(100, 10.0), 0.5, INTERVAL);
+    assert!(!changed(&a, &assign(&room(100, 10.0), 0.5, INTERVAL)));
+    assert!(changed(&a, &assign(&room(100, 10.0), 0.4, INTERVAL)));
+    assert!(changed(&a, &assign(&room(100, 10.0), 0.5, 2 * INTERVAL)));
+    assert!(changed(&a, &assign(&room(0, 10.0), 0.5, INTERVAL)));
+}
+
+#[test]
+fn a_replacement_bucket_carries_the_old_ones_level() {
+    assert_eq!(carried_tokens(100, 40, 50), 20);
+    assert_eq!(carried_tokens(3, 1, 10), 3);
+    assert_eq!(carried_tokens(0, 0, 10), 0);
+    assert_eq!(carried_tokens(10, 99, 7), 7);
+    assert_eq!(carried_tokens(u32::MAX, u32::MAX, u32::MAX), u32::MAX);
+}
+
+// === together ===
+
+/// Each stream's rate under an assignment, in tokens per second.
+fn rate_of(a: &Assignment) -> f64 {
+    match a.strategy {
+        Strategy::TokenBucket {
+            tokens_per_fill,
+            fill_interval_s,
+            ..
+        } => f64::from(tokens_per_fill) / f64::from(fill_interval_s),
+        Strategy::DenyAll => 0.0,
+        Strategy::AllowAll => f64::INFINITY,
+    }
+}
+
+fn max_of(a: &Assignment) -> u64 {
+    match a.strategy {
+        Strategy::TokenBucket { max_tokens, .. } => u64::from(max_tokens),
+        _ => 0,
+    }
+}
+
+#[test]
+fn an_idle_streams_share_goes_to_the_busy_one_within_two_reports() {
+    // Two Envoys at 2× a 10/s limit; then the first goes idle.
+    let r = room(1000, 10.0);
+    let (mut idle, mut busy) = (Demand::default(), Demand::default());
+    let mut t = 0;
+    for d in [&mut idle, &mut busy] {
+        d.observe(counts(1, 0), Duration::ZERO, at(t));
+    }
+    for _ in 0..3 {
+        t += 5;
+        idle.observe(counts(50, 50), INTERVAL, at(t));
+        busy.observe(counts(50, 50), INTERVAL, at(t));
+    }
+    let f = split(10.0, &[idle.rate(at(t)), busy.rate(at(t))], Rest::default());
+    assert!(close(f[0], 0.5) && close(f[1], 0.5), "{f:?}");
+    for _ in 0..2 {
+        t += 5;
+        idle.observe(counts(0, 0), INTERVAL, at(t));
+        busy.observe(counts(50, 50), INTERVAL, at(t));
+    }
+    let f = split(10.0, &[idle.rate(at(t)), busy.rate(at(t))], Rest::default());
+    assert_eq!(f, vec![0.0, 1.0]);
+    let a = assign(&r, f[1], INTERVAL);
+    assert_eq!(a.strategy, bucket(1000, 10, 1));
+    assert_eq!(assign(&r, f[0], INTERVAL).strategy, Strategy::DenyAll);
+}
+
+proptest! {
+    /// The assigned rates and buckets of this replica's streams never sum past the room's.
+    #[test]
+    fn assignments_never_exceed_the_room(
+        now in 0u64..100_000,
+        rate in 0.0f64..10_000.0,
+        demands in prop::collection::vec(prop::option::of(0.0f64..1e6), 0..40),
+        rest_streams in 0u64..100,
+        rest_demand in 0.0f64..1e6,
+    ) {
+        let r = room(now, rate);
+        let rest = Rest { streams: rest_streams, demand: rest_demand };
+        let fractions = split(rate, &demands, rest);
+        prop_assert_eq!(fractions.len(), demands.len());
+        prop_assert!(fractions.iter().sum::<f64>() <= 1.0 + 1e-9);
+        let assigned: Vec<Assignment> =
+            fractions.iter().map(|&f| assign(&r, f, INTERVAL)).collect();
+        let total_rate: f64 = assigned.iter().map(rate_of).sum();
+        prop_assert!(total_rate <= rate * (1.0 + 1e-9), "{total_rate} > {rate}");
+        let total_max: u64 = assigned.iter().map(max_of).sum();
+        prop_assert!(total_max <= now, "{total_max} > {now}");
+        for a in &assigned {
+            prop_assert!(a.ttl_s >= 1);
+            if let Strategy::TokenBucket { max_tokens, tokens_per_fill, fill_interval_s } =
+                a.strategy
+            {
+                prop_assert!((1..=MAX_FILL_INTERVAL_S).contains(&fill_interval_s));
+                prop_assert!(tokens_per_fill >= 1 && tokens_per_fill <= max_tokens);
+            }
+        }
+    }
+
+    /// Whatever the busy streams' demands and the interval, two idle reports free an idle
+    /// stream's share for the busy ones once the fleet wants more than the rate.
+    #[test]
+    fn an_idle_share_is_reused_within_two_reports(
+        busy in prop::collection::vec(1u64..100_000, 1..10),
+        idle_before in 0u64..100_000,
+        interval_s in 1u64..10,
+    ) {
+        let interval = Duration::from_secs(interval_s);
+        let mut streams: Vec<Demand> = vec![Demand::default(); busy.len() + 1];
+        let mut t = 0;
+        for d in &mut streams {
+            d.observe(counts(1, 0), Duration::ZERO, at(t));
+        }
+        for round in 0..4 {
+            t += interval_s;
+            let idle_now = if round < 2 { idle_before } else { 0 };
+            streams[0].observe(counts(idle_now, 0), interval, at(t));
+            for (d, &b) in streams[1..].iter_mut().zip(&busy) {
+                d.observe(counts(b, 0), interval, at(t));
+            }
+        }
+        let demands: Vec<Option<f64>> = streams.iter().map(|d| d.rate(at(t))).collect();
+        prop_assert_eq!(demands[0], Some(0.0));
+        // A rate under the busy streams' demand: the fleet wants more than it.
+        let rate = busy.iter().sum::<u64>() as f64 / interval_s as f64 / 2.0;
+        let f = split(rate, &demands, Rest::default());
+        prop_assert_eq!(f[0], 0.0);
+        prop_assert!((f[1..].iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+}
