@@ -273,7 +273,9 @@ pub fn whole_secs(d: Duration) -> u32 {
     u32::try_from(secs).unwrap_or(u32::MAX).max(1)
 }
 
-/// The assignment for a stream with `fraction` of the fleet's `room`, lasting `ttl`.
+/// The assignment for a stream with `fraction` of the fleet's `room`, lasting `ttl`: its
+/// tokens at once are `fraction` of the room's, rounded down (see [`assign_all`] for this
+/// replica's streams together, which hands out what the rounding leaves).
 ///
 /// Every rounding goes down, so a stream never gets more than `fraction` of the room's rate
 /// nor of its tokens at once. No room left: `DenyAll` until room returns (`room.until_ms`,
@@ -281,30 +283,72 @@ pub fn whole_secs(d: Duration) -> u32 {
 /// assignment). A share that rounds to no token, or to less than one token per
 /// [`MAX_FILL_INTERVAL_S`]: `DenyAll` for `ttl`, until the next assignment.
 pub fn assign(room: &Room, fraction: f64, ttl: Duration) -> Assignment {
-    let ttl_s = whole_secs(ttl);
+    let fraction = clamp_fraction(fraction);
+    let max_tokens = (room.now as f64 * fraction).floor();
+    with_tokens(room, fraction, max_tokens as u64, ttl)
+}
+
+/// The assignments of this replica's streams, with `fractions` of the fleet's `room` (from
+/// [`split`]), lasting `ttl`: as [`assign`], but the tokens at once that rounding each share
+/// down leaves go one each to the streams with the largest remainders (the first of equals),
+/// as long as the sum stays within the streams' fractions of the room together. So a room
+/// of a few tokens among many streams admits those few instead of denying every stream.
+pub fn assign_all(room: &Room, fractions: &[f64], ttl: Duration) -> Vec<Assignment> {
+    let fractions: Vec<f64> = fractions.iter().map(|&f| clamp_fraction(f)).collect();
+    let exact: Vec<f64> = fractions.iter().map(|f| room.now as f64 * f).collect();
+    let mut tokens: Vec<u64> = exact.iter().map(|x| x.floor() as u64).collect();
+    // The epsilon forgives the sum's float error (ten fractions of 0.1 sum to 0.999…), at
+    // the cost of at most a billionth of a token.
+    let together = (room.now as f64 * fractions.iter().sum::<f64>().min(1.0) + 1e-9).floor() as u64;
+    let left = together
+        .min(room.now)
+        .saturating_sub(tokens.iter().sum::<u64>());
+    let mut order: Vec<usize> = (0..exact.len()).collect();
+    // Largest remainder first; `sort_by` is stable, so the first of equals leads.
+    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())));
+    for &i in order
+        .iter()
+        .take(usize::try_from(left).unwrap_or(usize::MAX))
+    {
+        tokens[i] += 1;
+    }
+    fractions
+        .iter()
+        .zip(tokens)
+        .map(|(&f, t)| with_tokens(room, f, t, ttl))
+        .collect()
+}
+
+/// A fraction as [`assign`] takes it: between 0 and 1, `NaN` as 0.
+fn clamp_fraction(fraction: f64) -> f64 {
+    if fraction > 0.0 {
+        fraction.min(1.0)
+    } else {
+        0.0
+    }
+}
+
+/// The assignment for `fraction` of `room`'s rate and `max_tokens` at once (see [`assign`]).
+fn with_tokens(room: &Room, fraction: f64, max_tokens: u64, ttl: Duration) -> Assignment {
     if room.now == 0 {
         return Assignment {
             strategy: Strategy::DenyAll,
             ttl_s: whole_secs(Duration::from_millis(room.until_ms)),
         };
     }
-    let fraction = if fraction > 0.0 {
-        fraction.min(1.0)
-    } else {
-        0.0
-    };
-    let max_tokens = (room.now as f64 * fraction)
-        .floor()
-        .min(f64::from(u32::MAX)) as u32;
+    let max_tokens = u32::try_from(max_tokens).unwrap_or(u32::MAX);
     let strategy = match fill(room.rate * fraction, max_tokens) {
-        Some((tokens_per_fill, fill_interval_s)) if max_tokens > 0 => Strategy::TokenBucket {
+        Some((tokens_per_fill, fill_interval_s)) => Strategy::TokenBucket {
             max_tokens,
             tokens_per_fill,
             fill_interval_s,
         },
-        _ => Strategy::DenyAll,
+        None => Strategy::DenyAll,
     };
-    Assignment { strategy, ttl_s }
+    Assignment {
+        strategy,
+        ttl_s: whole_secs(ttl),
+    }
 }
 
 /// `rate` tokens per second as (`tokens_per_fill`, whole seconds of `fill_interval`), at most

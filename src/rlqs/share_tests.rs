@@ -288,6 +288,36 @@ fn ttls_are_whole_seconds_never_under_one() {
     assert_eq!(assign(&room(10, 1.0), 1.0, Duration::ZERO).ttl_s, 1);
 }
 
+#[test]
+fn assigning_together_hands_out_the_tokens_rounding_leaves() {
+    // 5 tokens among 10 equal streams: alone each rounds to none.
+    let r = room(5, 10.0);
+    assert_eq!(assign(&r, 0.1, INTERVAL).strategy, Strategy::DenyAll);
+    let all = assign_all(&r, &[0.1; 10], INTERVAL);
+    assert_eq!(all.iter().map(max_of).sum::<u64>(), 5);
+    assert!(
+        all[..5].iter().all(|a| a.strategy == bucket(1, 1, 1)),
+        "{all:?}"
+    );
+    assert!(
+        all[5..].iter().all(|a| a.strategy == Strategy::DenyAll),
+        "{all:?}"
+    );
+    // The largest remainders first: 0.5 × 3 = 1.5 and 0.3 × 3 = 0.9 get 2 and 1, not 1 and 2.
+    let all = assign_all(&room(3, 10.0), &[0.5, 0.3, 0.2], INTERVAL);
+    assert_eq!(all.iter().map(max_of).collect::<Vec<_>>(), vec![1, 1, 1]);
+    // Never past the streams' fractions together: 0.1 + 0.1 of 5 is one token, not two.
+    let all = assign_all(&room(5, 10.0), &[0.1, 0.1], INTERVAL);
+    assert_eq!(all.iter().map(max_of).sum::<u64>(), 1);
+    // With no room, every stream is denied until it returns.
+    let all = assign_all(&room(0, 10.0), &[0.5, 0.5], INTERVAL);
+    assert!(all.iter().all(|a| *a
+        == Assignment {
+            strategy: Strategy::DenyAll,
+            ttl_s: 3
+        }));
+}
+
 // === the proto, changed, carried_tokens ===
 
 #[test]
@@ -411,13 +441,15 @@ proptest! {
         let fractions = split(rate, &demands, rest);
         prop_assert_eq!(fractions.len(), demands.len());
         prop_assert!(fractions.iter().sum::<f64>() <= 1.0 + 1e-9);
-        let assigned: Vec<Assignment> =
+        let alone: Vec<Assignment> =
             fractions.iter().map(|&f| assign(&r, f, INTERVAL)).collect();
-        let total_rate: f64 = assigned.iter().map(rate_of).sum();
+        let together = assign_all(&r, &fractions, INTERVAL);
+        let total_rate: f64 = together.iter().map(rate_of).sum();
         prop_assert!(total_rate <= rate * (1.0 + 1e-9), "{total_rate} > {rate}");
-        let total_max: u64 = assigned.iter().map(max_of).sum();
+        let total_max: u64 = together.iter().map(max_of).sum();
         prop_assert!(total_max <= now, "{total_max} > {now}");
-        for a in &assigned {
+        prop_assert!(total_max >= alone.iter().map(max_of).sum::<u64>());
+        for a in alone.iter().chain(&together) {
             prop_assert!(a.ttl_s >= 1);
             if let Strategy::TokenBucket { max_tokens, tokens_per_fill, fill_interval_s } =
                 a.strategy
