@@ -158,7 +158,10 @@ fn steady_rate(limit: &Limit) -> f64 {
 pub struct Rest {
     /// The other replicas' streams on the bucket.
     pub streams: u64,
-    /// Their total demand, in requests per second.
+    /// Their total demand, in requests per second. A stream there without a rate yet counts
+    /// at its prior (the limit's rate over the streams known) if its replica says so, else as
+    /// nothing: then this replica's views of the fleet, taken together, may give out up to
+    /// that prior more than the rate until the new stream's first rated report.
     pub demand: f64,
 }
 
@@ -391,6 +394,25 @@ fn fill(rate: f64, max_tokens: u32) -> Option<(u32, u32)> {
 /// stream that spent its burst does not get it back by a change of share.
 pub fn changed(last: &Assignment, new: &Assignment) -> bool {
     last != new
+}
+
+/// Whether `new` must be sent now, `last` having been sent at `sent_at` (`None`: nothing sent
+/// for the bucket yet), when the next chance to send is `next_ms` away (the stream's next
+/// report, Envoy 1.40's 5 s, or a timer the caller sets): when it [`changed`], or when
+/// `last`'s TTL runs out before then. A lapsed assignment is not a deny: Envoy falls back to
+/// the filter's expired-assignment behaviour (allow-all unless configured), so a `DenyAll`
+/// until room returns, shorter than a report interval, needs such a timer at its end.
+pub fn must_send(
+    last: Option<(&Assignment, UnixMillis)>,
+    new: &Assignment,
+    now: UnixMillis,
+    next_ms: u64,
+) -> bool {
+    let Some((last, sent_at)) = last else {
+        return true;
+    };
+    let expires = sent_at.0.saturating_add(u64::from(last.ttl_s) * 1000);
+    changed(last, new) || expires <= now.0.saturating_add(next_ms)
 }
 
 /// The tokens a replacement token bucket of `new_max` starts with when the one it replaces,

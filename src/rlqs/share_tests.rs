@@ -368,6 +368,23 @@ fn only_a_different_assignment_is_changed() {
 }
 
 #[test]
+fn an_assignment_is_sent_when_new_changed_or_about_to_lapse() {
+    let a = assign(&room(100, 10.0), 0.5, Duration::from_secs(15));
+    let b = assign(&room(100, 10.0), 0.4, Duration::from_secs(15));
+    let next = 5000;
+    assert!(must_send(None, &a, at(0), next));
+    assert!(!must_send(Some((&a, at(0))), &a, at(5), next));
+    assert!(must_send(Some((&a, at(0))), &b, at(5), next));
+    // Its 15 s would run out before the report due at 15 s + 5 s: refresh it now.
+    assert!(!must_send(Some((&a, at(0))), &a, at(9), next));
+    assert!(must_send(Some((&a, at(0))), &a, at(10), next));
+    // A deny until room returns in 2 s, with the next report 5 s away: a timer is due.
+    let deny = assign(&room(0, 10.0), 1.0, INTERVAL);
+    assert!(must_send(Some((&deny, at(0))), &deny, at(0), next));
+    assert!(!must_send(Some((&deny, at(0))), &deny, at(0), 1000));
+}
+
+#[test]
 fn a_replacement_bucket_carries_the_old_ones_level() {
     assert_eq!(carried_tokens(100, 40, 50), 20);
     assert_eq!(carried_tokens(3, 1, 10), 3);
@@ -441,6 +458,18 @@ proptest! {
         let fractions = split(rate, &demands, rest);
         prop_assert_eq!(fractions.len(), demands.len());
         prop_assert!(fractions.iter().sum::<f64>() <= 1.0 + 1e-9);
+        // With what the same view leaves the rest of the fleet, still at most the whole.
+        let streams = (demands.len() as u64 + rest_streams) as f64;
+        let prior = rate / streams;
+        let total = demands.iter().map(|d| d.unwrap_or(prior)).sum::<f64>() + rest_demand;
+        let rests = if total <= rate {
+            (rest_demand + rest_streams as f64 * (rate - total) / streams) / rate
+        } else {
+            rest_demand / total
+        };
+        if rate > 0.0 && !demands.is_empty() {
+            prop_assert!(fractions.iter().sum::<f64>() + rests <= 1.0 + 1e-9);
+        }
         let alone: Vec<Assignment> =
             fractions.iter().map(|&f| assign(&r, f, INTERVAL)).collect();
         let together = assign_all(&r, &fractions, INTERVAL);
