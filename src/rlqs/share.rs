@@ -122,6 +122,12 @@ impl Room {
     /// its window ending in `reset_ms` (`Verdict::reset_ms`). The rate is the limit's steady
     /// one, `requests_per_unit` per window: the room left is the burst the fleet may take on
     /// top, and once the count reaches the limit the streams are denied until the reset.
+    ///
+    /// What this admits past the limit is what the streams' buckets admit before the count
+    /// that reached it is reported: at most a report interval at the rate, `interval / W` of
+    /// the limit (1.08× for a minute at Envoy's 5 s). A window as short as a report interval
+    /// needs its burst capped too (a full bucket plus a window of refill is twice the limit):
+    /// left to the simulator's scenarios to measure and tune.
     pub fn window(limit: &Limit, count: u64, reset_ms: u64) -> Room {
         Room {
             now: u64::from(limit.requests_per_unit).saturating_sub(count),
