@@ -20,6 +20,6 @@ pub use report::{
     MAX_USAGES_PER_REPORT,
 };
 pub use share::{
-    assign, assign_all, carried_tokens, changed, must_send, split, strategy_proto, whole_secs,
-    Assignment, Demand, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
+    assign, assign_all, carried_tokens, must_send, split, strategy_proto, whole_secs, Assignment,
+    Demand, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
 };

@@ -390,24 +390,18 @@ fn fill(rate: f64, max_tokens: u32) -> Option<(u32, u32)> {
     Some(best)
 }
 
-/// Whether `new` differs from `last`, the assignment last sent for the bucket, and so must be
-/// sent. Sending the same strategy again is harmless (Envoy 1.40 keeps its running bucket when
-/// the settings are identical) and refreshes the TTL, so a caller also resends an unchanged
-/// assignment before `last`'s TTL runs out.
-///
-/// A token bucket with different settings replaces Envoy's running one, which then starts at
-/// `floor(new max_tokens × old remaining / old max_tokens)` tokens ([`carried_tokens`]): a
-/// stream that spent its burst does not get it back by a change of share.
-pub fn changed(last: &Assignment, new: &Assignment) -> bool {
-    last != new
-}
-
 /// Whether `new` must be sent now, `last` having been sent at `sent_at` (`None`: nothing sent
 /// for the bucket yet), when the next chance to send is `next_ms` away (the stream's next
-/// report, Envoy 1.40's 5 s, or a timer the caller sets): when it [`changed`], or when
+/// report, Envoy 1.40's 5 s, or a timer the caller sets): when it differs from `last`, or when
 /// `last`'s TTL runs out before then. A lapsed assignment is not a deny: Envoy falls back to
 /// the filter's expired-assignment behaviour (allow-all unless configured), so a `DenyAll`
 /// until room returns, shorter than a report interval, needs such a timer at its end.
+///
+/// Sending the same strategy again is harmless (Envoy 1.40 keeps its running bucket when the
+/// settings are identical) and refreshes the TTL. A token bucket with different settings
+/// replaces Envoy's running one, which then starts at `floor(new max_tokens × old remaining /
+/// old max_tokens)` tokens ([`carried_tokens`]): a stream that spent its burst does not get it
+/// back by a change of share.
 pub fn must_send(
     last: Option<(&Assignment, UnixMillis)>,
     new: &Assignment,
@@ -418,7 +412,7 @@ pub fn must_send(
         return true;
     };
     let expires = sent_at.0.saturating_add(u64::from(last.ttl_s) * 1000);
-    changed(last, new) || expires <= now.0.saturating_add(next_ms)
+    last != new || expires <= now.0.saturating_add(next_ms)
 }
 
 /// The tokens a replacement token bucket of `new_max` starts with when the one it replaces,

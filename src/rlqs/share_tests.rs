@@ -318,7 +318,7 @@ fn assigning_together_hands_out_the_tokens_rounding_leaves() {
         }));
 }
 
-// === the proto, changed, carried_tokens ===
+// === the proto, what is sent, carried_tokens ===
 
 #[test]
 fn strategies_convert_to_the_proto() {
@@ -361,10 +361,12 @@ fn strategies_convert_to_the_proto() {
 #[test]
 fn only_a_different_assignment_is_changed() {
     let a = assign(&room(100, 10.0), 0.5, INTERVAL);
-    assert!(!changed(&a, &assign(&room(100, 10.0), 0.5, INTERVAL)));
-    assert!(changed(&a, &assign(&room(100, 10.0), 0.4, INTERVAL)));
-    assert!(changed(&a, &assign(&room(100, 10.0), 0.5, 2 * INTERVAL)));
-    assert!(changed(&a, &assign(&room(0, 10.0), 0.5, INTERVAL)));
+    // Sent just now, with its TTL far off: only a difference makes it go out again.
+    let changed = |new: &Assignment| must_send(Some((&a, at(0))), new, at(0), 0);
+    assert!(!changed(&assign(&room(100, 10.0), 0.5, INTERVAL)));
+    assert!(changed(&assign(&room(100, 10.0), 0.4, INTERVAL)));
+    assert!(changed(&assign(&room(100, 10.0), 0.5, 2 * INTERVAL)));
+    assert!(changed(&assign(&room(0, 10.0), 0.5, INTERVAL)));
 }
 
 #[test]
