@@ -28,7 +28,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Send one ShouldRateLimit request and print the response.
     Query(QueryArgs),
-    /// Drive ShouldRateLimit and print throughput and latency percentiles.
+    /// Drive ShouldRateLimit and print throughput and latency percentiles (`--rlqs`: drive
+    /// the quota service with a fleet of reporting streams).
     #[cfg(feature = "tools")]
     Load(LoadArgs),
     /// Run the fleet simulator (global mode vs. the plain design) and print its table.
@@ -106,8 +107,22 @@ pub struct LoadArgs {
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
     /// Total requests per second (open loop); unset: as fast as responses come (closed loop).
+    /// With `--rlqs`: the fleet's requests a second the reports stand for (required).
     #[arg(long)]
     pub rate: Option<u64>,
+    /// Drive the quota service (RLQS) instead: `--streams` Envoys, each reporting its
+    /// `--buckets` buckets `{key: v<i>}` every `--report-interval`.
+    #[arg(long)]
+    pub rlqs: bool,
+    /// With `--rlqs`: streams (Envoys), one connection each.
+    #[arg(long, default_value_t = 10)]
+    pub streams: usize,
+    /// With `--rlqs`: buckets each stream reports.
+    #[arg(long, default_value_t = 1000)]
+    pub buckets: u64,
+    /// With `--rlqs`: time between a stream's reports.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub report_interval: Duration,
 }
 
 #[cfg(test)]

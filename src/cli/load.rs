@@ -1,4 +1,5 @@
-//! `sluice load`: an open-loop load generator for ShouldRateLimit with latency percentiles.
+//! `sluice load`: an open-loop load generator for ShouldRateLimit with latency percentiles
+//! (`--rlqs` hands over to `load_rlqs.rs`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -37,6 +38,9 @@ struct Worker {
 
 /// `sluice load`: drives ShouldRateLimit and prints throughput and latency percentiles.
 pub async fn load(args: LoadArgs) -> ExitCode {
+    if args.rlqs {
+        return super::load_rlqs::load_rlqs(&args).await;
+    }
     if args.concurrency == 0 || args.connections == 0 || args.values == 0 {
         eprintln!("sluice load: --concurrency, --connections and --values must be at least 1");
         return ExitCode::from(64);

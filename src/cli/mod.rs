@@ -1,10 +1,12 @@
 //! The command line (`args.rs`: the top-level command and the client subcommands' flags) and
 //! the clients: `sluice check` (validate rules), `sluice query` (one request) and `sluice load`
-//! (a load generator with latency percentiles).
+//! (a load generator with latency percentiles; `--rlqs`: a fleet of quota-service streams).
 
 mod args;
 #[cfg(feature = "tools")]
 pub mod load;
+#[cfg(feature = "tools")]
+pub mod load_rlqs;
 
 #[cfg(feature = "tools")]
 pub use load::load;

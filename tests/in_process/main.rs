@@ -26,6 +26,7 @@ mod http_endpoints;
 mod http_limits;
 mod layers;
 mod limiter_props;
+mod load_rlqs;
 mod prometheus_ref;
 mod reference;
 mod reload;
