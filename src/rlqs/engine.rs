@@ -3,7 +3,6 @@
 //! member gets; the bounds on streams and buckets; the counters of the service's metrics; and
 //! the presence this replica publishes to the fleet (`global::PresenceSource`).
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -65,7 +64,10 @@ pub struct QuotaStats {
 /// latest split.
 #[derive(Default)]
 struct Shares {
-    members: HashMap<u64, Demand>,
+    /// By member id, ascending: the order the split is computed in. A vector, not a map: a
+    /// counter has a few members (one per stream on it), every report of each reads them
+    /// all, and one allocation keeps them in a few cache lines.
+    members: Vec<(u64, Demand)>,
     rest: Rest,
     cache: Option<Cache>,
 }
@@ -73,7 +75,8 @@ struct Shares {
 struct Cache {
     at: UnixMillis,
     room: u64,
-    assigned: HashMap<u64, Assignment>,
+    /// One per member, in `Shares::members`' order (a change of members drops the cache).
+    assigned: Vec<Assignment>,
 }
 
 // === impl Quotas ===
@@ -120,7 +123,9 @@ impl Quotas {
     pub(super) fn leave(&self, entity: u128, member: u64) {
         let mut counters = self.counters.lock();
         if let Some(shares) = counters.get_mut(&entity) {
-            shares.members.remove(&member);
+            if let Ok(at) = shares.position(member) {
+                shares.members.remove(at);
+            }
             shares.cache = None;
             if shares.members.is_empty() {
                 counters.remove(&entity);
@@ -146,29 +151,22 @@ impl Quotas {
         let ttl = self.config.assignment_ttl;
         let mut counters = self.counters.lock();
         let shares = counters.entry(entity).or_default();
-        let demand = match shares.members.entry(member) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                shares.cache = None;
-                e.insert(Demand::default())
-            }
-        };
+        let at = shares.position(member).unwrap_or_else(|at| {
+            shares.cache = None;
+            shares.members.insert(at, (member, Demand::default()));
+            at
+        });
         if let Some((counts, elapsed)) = usage {
-            demand.observe(counts, elapsed, now);
+            shares.members[at].1.observe(counts, elapsed, now);
         }
-        if let Some(a) = shares.cached(member, room.now, now) {
+        if let Some(a) = shares.cached(at, room.now, now) {
             return a;
         }
-        let mut ids: Vec<u64> = shares.members.keys().copied().collect();
-        ids.sort_unstable();
-        let demands: Vec<Option<f64>> = ids.iter().map(|id| shares.members[id].rate(now)).collect();
+        let demands: Vec<Option<f64>> = shares.members.iter().map(|(_, d)| d.rate(now)).collect();
         let fractions = split(room.rate, &demands, shares.rest);
-        let assigned: HashMap<u64, Assignment> = ids
-            .into_iter()
-            .zip(assign_all(&room, &fractions, ttl))
-            .collect();
+        let assigned = assign_all(&room, &fractions, ttl);
         let mine = assigned
-            .get(&member)
+            .get(at)
             .copied()
             .unwrap_or_else(|| self.blanket(Strategy::DenyAll));
         shares.cache = Some(Cache {
@@ -204,7 +202,7 @@ impl Quotas {
         counters
             .iter()
             .map(|(&entity, s)| {
-                let demand = s.members.values().filter_map(|d| d.rate(now)).sum();
+                let demand = s.members.iter().filter_map(|(_, d)| d.rate(now)).sum();
                 let streams = u32::try_from(s.members.len()).unwrap_or(u32::MAX);
                 (entity, streams, demand)
             })
@@ -228,8 +226,14 @@ impl Quotas {
 // === impl Shares ===
 
 impl Shares {
-    /// `member`'s assignment in the cached split, if that is recent and on about this room.
-    fn cached(&self, member: u64, room: u64, now: UnixMillis) -> Option<Assignment> {
+    /// Where `member` is in `members`, or where it would go.
+    fn position(&self, member: u64) -> Result<usize, usize> {
+        self.members.binary_search_by_key(&member, |(id, _)| *id)
+    }
+
+    /// The assignment of the member at `at` in the cached split, if that is recent and on
+    /// about this room.
+    fn cached(&self, at: usize, room: u64, now: UnixMillis) -> Option<Assignment> {
         let cache = self.cache.as_ref()?;
         if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
             return None;
@@ -238,7 +242,7 @@ impl Shares {
         if (cache.room == 0) != (room == 0) || moved {
             return None;
         }
-        cache.assigned.get(&member).copied()
+        cache.assigned.get(at).copied()
     }
 }
 

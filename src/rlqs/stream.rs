@@ -4,7 +4,9 @@
 //! ([`Stream::refresh`]: new shares, TTL renewals, deny-alls that end, abandons). Each returns
 //! the bucket actions to send. No transport: `server/rlqs.rs` carries the messages.
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +16,8 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use hashbrown::HashTable;
+use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 use crate::core::clock::UnixMillis;
 use crate::rls::Compiled;
@@ -42,13 +46,22 @@ pub struct Stream {
     domain: Option<String>,
     /// The rules the buckets were resolved against.
     rules: Arc<Compiled>,
-    buckets: HashMap<Vec<(String, String)>, Tracked>,
+    /// Its buckets, by [`Stream::fingerprint`] of their ids: a report's bucket is found
+    /// without building a key or reading the tracked id's map (Envoy reports every bucket
+    /// every interval, and each map read is a cache miss or more).
+    buckets: HashTable<Tracked>,
+    /// The stream's own seed of `fingerprint`, so a client cannot choose buckets that collide.
+    seed: u64,
+    /// Reused by `fingerprint` to lay out an entry's bytes.
+    scratch: Vec<u8>,
     /// Usages refused at a bound, not logged yet.
     refused: u64,
 }
 
 /// A bucket of the stream.
 struct Tracked {
+    /// `Stream::fingerprint(id.bucket)`: the bucket's identity in the stream.
+    fingerprint: u128,
     id: BucketId,
     /// Its membership in a counter's shares: unique in the process.
     member: u64,
@@ -79,7 +92,11 @@ impl Stream {
             rules: quotas.limiter.rules(),
             quotas: quotas.clone(),
             domain: None,
-            buckets: HashMap::new(),
+            buckets: HashTable::new(),
+            // A random u64 without a dependency: std's hasher keys are random per process and
+            // move on with each `RandomState`.
+            seed: RandomState::new().hash_one(0u8),
+            scratch: Vec::new(),
             refused: 0,
         })
     }
@@ -114,25 +131,32 @@ impl Stream {
         self.follow_rules();
         let mut actions = Vec::new();
         for usage in &report.usages {
-            let mut key: Vec<(String, String)> = usage
-                .bucket
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            key.sort_unstable();
-            if !self.buckets.contains_key(&key) && !self.admit_bucket() {
-                continue;
-            }
+            let fingerprint = self.fingerprint(usage.bucket);
+            let same = |t: &Tracked| t.fingerprint == fingerprint;
+            let tracked = match self.buckets.find_entry(fingerprint as u64, same) {
+                Ok(found) => found.into_mut(),
+                Err(absent) => {
+                    let table = absent.into_table();
+                    if !admit_bucket(&q, table.len(), &mut self.refused) {
+                        continue;
+                    }
+                    let new = Tracked {
+                        fingerprint,
+                        id: BucketId {
+                            bucket: usage.bucket.clone(),
+                        },
+                        member: q.next_id(),
+                        resolved: None,
+                        last: None,
+                        active_at: now,
+                    };
+                    let rehash = |t: &Tracked| t.fingerprint as u64;
+                    table
+                        .insert_unique(fingerprint as u64, new, rehash)
+                        .into_mut()
+                }
+            };
             let domain = self.domain.as_deref().unwrap_or_default();
-            let tracked = self.buckets.entry(key).or_insert_with(|| Tracked {
-                id: BucketId {
-                    bucket: usage.bucket.clone(),
-                },
-                member: q.next_id(),
-                resolved: None,
-                last: None,
-                active_at: now,
-            });
             if usage.counts.demand() > 0 {
                 tracked.active_at = now;
             }
@@ -165,11 +189,10 @@ impl Stream {
         self.follow_rules();
         let domain = self.domain.clone().unwrap_or_default();
         let idle_ms = u64::try_from(q.config.abandon_after.as_millis()).unwrap_or(u64::MAX);
+        let idle = |t: &Tracked| now.0.saturating_sub(t.active_at.0) >= idle_ms;
         let mut actions = Vec::new();
-        let mut abandoned = Vec::new();
-        for (key, tracked) in &mut self.buckets {
-            if now.0.saturating_sub(tracked.active_at.0) >= idle_ms {
-                abandoned.push(key.clone());
+        for tracked in self.buckets.iter_mut() {
+            if idle(tracked) {
                 continue;
             }
             let a = assess(&q, &self.rules, &domain, tracked, None, now);
@@ -182,33 +205,35 @@ impl Stream {
                 actions.push(send(&q, tracked, a, now));
             }
         }
-        for key in abandoned {
-            if let Some(t) = self.buckets.remove(&key) {
-                self.forget(&t);
-                q.stats.abandons.fetch_add(1, Ordering::Relaxed);
-                actions.push(BucketAction {
-                    bucket_id: Some(t.id),
-                    bucket_action: Some(Action::AbandonAction(AbandonAction {})),
-                });
-            }
+        let abandoned: Vec<Tracked> = self.buckets.extract_if(|t| idle(t)).collect();
+        for t in abandoned {
+            forget(&q, &t);
+            q.stats.abandons.fetch_add(1, Ordering::Relaxed);
+            actions.push(BucketAction {
+                bucket_id: Some(t.id),
+                bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+            });
         }
         actions
     }
 
-    /// Whether one more bucket fits in the bounds (counted if it does).
-    fn admit_bucket(&mut self) -> bool {
-        let q = &self.quotas;
-        let fits = self.buckets.len() < q.config.max_buckets_per_stream
-            && q.buckets.fetch_add(1, Ordering::Relaxed) < q.config.max_buckets;
-        if !fits {
-            if self.buckets.len() < q.config.max_buckets_per_stream {
-                // The fetch_add above counted it: take it back.
-                q.buckets.fetch_sub(1, Ordering::Relaxed);
-            }
-            q.stats.buckets_refused.fetch_add(1, Ordering::Relaxed);
-            self.refused += 1;
+    /// A bucket id's identity in the stream, as an entity's is its XXH3-128 (`rules/identity.rs`):
+    /// per entry `u64 LE length ‖ key ‖ u64 LE length ‖ value` under the stream's seed. A
+    /// map's entries come in no order, so the entries' hashes are added up: the same map,
+    /// whatever its order, has the same fingerprint. Two ids that differ share one with odds
+    /// of about 2^-128, against a seed the client cannot see.
+    fn fingerprint(&mut self, bucket: &HashMap<String, String>) -> u128 {
+        let mut sum = 0u128;
+        for (k, v) in bucket {
+            let b = &mut self.scratch;
+            b.clear();
+            b.extend_from_slice(&(k.len() as u64).to_le_bytes());
+            b.extend_from_slice(k.as_bytes());
+            b.extend_from_slice(&(v.len() as u64).to_le_bytes());
+            b.extend_from_slice(v.as_bytes());
+            sum = sum.wrapping_add(xxh3_128_with_seed(b, self.seed));
         }
-        fits
+        sum
     }
 
     /// After a rules reload, every bucket is resolved again (its share moves with it).
@@ -219,25 +244,42 @@ impl Stream {
         }
         self.rules = now;
         let q = self.quotas.clone();
-        for t in self.buckets.values_mut() {
+        for t in self.buckets.iter_mut() {
             if let Some(Some((_, entity))) = t.resolved.take() {
                 q.leave(entity, t.member);
             }
         }
     }
+}
 
-    fn forget(&self, t: &Tracked) {
-        if let Some(Some((_, entity))) = t.resolved {
-            self.quotas.leave(entity, t.member);
+/// Whether one more bucket fits in the bounds, `tracked` being the stream's (counted in the
+/// service's if it does; else counted in `refused`).
+fn admit_bucket(q: &Quotas, tracked: usize, refused: &mut u64) -> bool {
+    let fits = tracked < q.config.max_buckets_per_stream
+        && q.buckets.fetch_add(1, Ordering::Relaxed) < q.config.max_buckets;
+    if !fits {
+        if tracked < q.config.max_buckets_per_stream {
+            // The fetch_add above counted it: take it back.
+            q.buckets.fetch_sub(1, Ordering::Relaxed);
         }
-        self.quotas.buckets.fetch_sub(1, Ordering::Relaxed);
+        q.stats.buckets_refused.fetch_add(1, Ordering::Relaxed);
+        *refused += 1;
     }
+    fits
+}
+
+/// Takes a bucket that goes out of its counter's shares and of the service's count.
+fn forget(q: &Quotas, t: &Tracked) {
+    if let Some(Some((_, entity))) = t.resolved {
+        q.leave(entity, t.member);
+    }
+    q.buckets.fetch_sub(1, Ordering::Relaxed);
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        for t in self.buckets.values() {
-            self.forget(t);
+        for t in &self.buckets {
+            forget(&self.quotas, t);
         }
         self.quotas.streams.fetch_sub(1, Ordering::Relaxed);
     }

@@ -332,3 +332,22 @@ fn a_report_that_fills_the_room_denies_at_once_however_recent_the_split() {
     );
     assert!(is_blanket(&full[0], BlanketRule::DenyAll), "{full:?}");
 }
+
+#[test]
+fn a_bucket_is_found_again_whatever_its_maps_order() {
+    let (q, _) = setup(Config::default());
+    let mut s = Stream::open(&q).unwrap();
+    // Two maps of the same entries, filled in opposite orders (each with its own hasher, as
+    // prost decodes them): one bucket, and a third entry makes another.
+    let pairs = [("tenant", "acme"), ("method", "GET"), ("path", "/a")];
+    let forward = bucket(&pairs[..2]);
+    let backward = bucket(&[pairs[1], pairs[0]]);
+    s.report(&report(vec![usage(forward, 1, 0, 0)]), T0)
+        .unwrap();
+    s.report(&report(vec![usage(backward.clone(), 1, 0, 1)]), T0)
+        .unwrap();
+    assert_eq!((s.bucket_count(), q.bucket_count()), (1, 1));
+    s.report(&report(vec![usage(bucket(&pairs), 1, 0, 0)]), T0)
+        .unwrap();
+    assert_eq!((s.bucket_count(), q.bucket_count()), (2, 2));
+}
