@@ -64,19 +64,27 @@ pub struct QuotaStats {
 /// latest split.
 #[derive(Default)]
 struct Shares {
-    /// By member id, ascending: the order the split is computed in. A vector, not a map: a
-    /// counter has a few members (one per stream on it), every report of each reads them
-    /// all, and one allocation keeps them in a few cache lines.
-    members: Vec<(u64, Demand)>,
+    /// By id, ascending: the order the split is computed in. A vector, not a map: a counter
+    /// has a few members (one per stream on it), a split reads them all, and one allocation
+    /// holding each member's demand beside its cached assignment is one cache miss the less
+    /// on a report's path (memory, not instructions, is most of that path's time).
+    members: Vec<Member>,
     rest: Rest,
+    /// When the members' `assigned` were computed, and on what room (a change of members
+    /// drops it).
     cache: Option<Cache>,
+}
+
+struct Member {
+    id: u64,
+    demand: Demand,
+    /// Its assignment in the latest split: valid while `Shares::cache` is.
+    assigned: Option<Assignment>,
 }
 
 struct Cache {
     at: UnixMillis,
     room: u64,
-    /// One per member, in `Shares::members`' order (a change of members drops the cache).
-    assigned: Vec<Assignment>,
 }
 
 // === impl Quotas ===
@@ -153,28 +161,36 @@ impl Quotas {
         let shares = counters.entry(entity).or_default();
         let at = shares.position(member).unwrap_or_else(|at| {
             shares.cache = None;
-            shares.members.insert(at, (member, Demand::default()));
+            let new = Member {
+                id: member,
+                demand: Demand::default(),
+                assigned: None,
+            };
+            shares.members.insert(at, new);
             at
         });
         if let Some((counts, elapsed)) = usage {
-            shares.members[at].1.observe(counts, elapsed, now);
+            shares.members[at].demand.observe(counts, elapsed, now);
         }
         if let Some(a) = shares.cached(at, room.now, now) {
             return a;
         }
-        let demands: Vec<Option<f64>> = shares.members.iter().map(|(_, d)| d.rate(now)).collect();
+        let demands: Vec<Option<f64>> = shares.members.iter().map(|m| m.demand.rate(now)).collect();
         let fractions = split(room.rate, &demands, shares.rest);
-        let assigned = assign_all(&room, &fractions, ttl);
-        let mine = assigned
-            .get(at)
-            .copied()
-            .unwrap_or_else(|| self.blanket(Strategy::DenyAll));
+        for (m, a) in shares
+            .members
+            .iter_mut()
+            .zip(assign_all(&room, &fractions, ttl))
+        {
+            m.assigned = Some(a);
+        }
         shares.cache = Some(Cache {
             at: now,
             room: room.now,
-            assigned,
         });
-        mine
+        shares.members[at]
+            .assigned
+            .unwrap_or_else(|| self.blanket(Strategy::DenyAll))
     }
 
     /// A blanket rule lasting the configured TTL.
@@ -202,7 +218,7 @@ impl Quotas {
         counters
             .iter()
             .map(|(&entity, s)| {
-                let demand = s.members.iter().filter_map(|(_, d)| d.rate(now)).sum();
+                let demand = s.members.iter().filter_map(|m| m.demand.rate(now)).sum();
                 let streams = u32::try_from(s.members.len()).unwrap_or(u32::MAX);
                 (entity, streams, demand)
             })
@@ -228,7 +244,7 @@ impl Quotas {
 impl Shares {
     /// Where `member` is in `members`, or where it would go.
     fn position(&self, member: u64) -> Result<usize, usize> {
-        self.members.binary_search_by_key(&member, |(id, _)| *id)
+        self.members.binary_search_by_key(&member, |m| m.id)
     }
 
     /// The assignment of the member at `at` in the cached split, if that is recent and on
@@ -242,7 +258,7 @@ impl Shares {
         if (cache.room == 0) != (room == 0) || moved {
             return None;
         }
-        cache.assigned.get(at).copied()
+        self.members.get(at)?.assigned
     }
 }
 
