@@ -17,7 +17,7 @@ use crate::global::{self, Global};
 use crate::rls::RateLimiter;
 use crate::rules::{self, model::ConfigError};
 use crate::server::grpc::{self, RlsService};
-use crate::server::grpc_conn::GrpcLimits;
+use crate::server::grpc_conn::{GrpcLimits, InflightLimit};
 use crate::server::rlqs::QuotaService;
 use crate::server::shutdown::Readiness;
 use crate::server::{self, http};
@@ -257,7 +257,8 @@ pub(crate) fn spawn_sweeper(limiter: Arc<RateLimiter>, stop: CancellationToken) 
 }
 
 /// Starts the gRPC server: the RLS service, the quota service (when given), health and
-/// reflection; over TLS when `tls` is set.
+/// reflection; over TLS when `tls` is set. Returns the task and its bound on requests in
+/// flight, which tells shutdown when the unary calls are done.
 pub(crate) fn serve_grpc(
     listener: TcpListener,
     tls: Option<&server::tls::GrpcTls>,
@@ -267,18 +268,17 @@ pub(crate) fn serve_grpc(
     >,
     rls: RlsService,
     quota: Option<QuotaService>,
-) -> Result<ServerTask<tonic::transport::Error>, RunError> {
+) -> Result<(ServerTask<tonic::transport::Error>, InflightLimit), RunError> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(grpc::FILE_DESCRIPTOR_SET)
     };
     let stop = CancellationToken::new();
+    let inflight = server::grpc_conn::InflightLimit::new(limits.max_concurrent_requests);
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(limits.max_concurrent_streams))
         .timeout(limits.request_timeout)
-        .layer(server::grpc_conn::InflightLimit::new(
-            limits.max_concurrent_requests,
-        ))
+        .layer(inflight.clone())
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
@@ -297,7 +297,7 @@ pub(crate) fn serve_grpc(
             tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
         }
     };
-    Ok(ServerTask { stop, task })
+    Ok((ServerTask { stop, task }, inflight))
 }
 
 /// The HTTP listeners' bounds (the admin port, and the reference's Prometheus port).
