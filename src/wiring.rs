@@ -258,10 +258,12 @@ pub(crate) fn serve_grpc(
     >,
     rls: RlsService,
 ) -> Result<ServerTask<tonic::transport::Error>, RunError> {
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(grpc::FILE_DESCRIPTOR_SET)
-    };
+    // What reflection lists: the services registered below (RLQS joins when it is).
+    let served = [grpc::RLS_SERVICE];
+    let (v1, v1alpha) = (
+        tonic_reflection::pb::v1::server_reflection_server::SERVICE_NAME,
+        tonic_reflection::pb::v1alpha::server_reflection_server::SERVICE_NAME,
+    );
     let stop = CancellationToken::new();
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(limits.max_concurrent_streams))
@@ -270,8 +272,12 @@ pub(crate) fn serve_grpc(
             limits.max_concurrent_requests,
         ))
         .add_service(health)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
+        .add_service(grpc::reflection(&served).with_service_name(v1).build_v1()?)
+        .add_service(
+            grpc::reflection(&served)
+                .with_service_name(v1alpha)
+                .build_v1alpha()?,
+        )
         .add_service(rls.into_server());
     let signal = stop.clone().cancelled_owned();
     let task = match tls {
