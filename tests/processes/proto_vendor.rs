@@ -1,6 +1,7 @@
 //! The vendored protos: the descriptor set served by reflection is the one they compile to and
 //! holds every one of them, and the messages sluice decodes and encodes with envoy-types' types
-//! (the xDS resource, RLQS's reports and responses) are the ones vendored, field by field.
+//! (the xDS resource, RLS's requests and responses, RLQS's reports and responses) are the ones
+//! vendored, field by field.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -10,8 +11,10 @@ use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{
 };
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, RateLimitUnit, TokenBucket};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3 as rlqs;
+use envoy_types::pb::envoy::service::ratelimit::v3 as rls;
 use envoy_types::pb::google::protobuf::{
-    value::Kind, Duration, FileDescriptorSet, ListValue, Struct, UInt32Value, Value,
+    value::Kind, Duration, FileDescriptorSet, ListValue, Struct, Timestamp, UInt32Value,
+    UInt64Value, Value,
 };
 use envoy_types::pb::ratelimit::config::ratelimit::v3 as rl;
 use prost::Message;
@@ -268,6 +271,115 @@ fn rlqs_response_every_field_set() -> rlqs::RateLimitQuotaResponse {
                 bucket_action: Some(Action::AbandonAction(AbandonAction {})),
             },
         ],
+    }
+}
+
+/// The RLS protos vendored and envoy-types' Rust messages the service decodes requests with
+/// agree field by field (see `agrees_field_by_field`).
+#[test]
+fn the_rls_request_types_match_the_vendored_protos() {
+    agrees_field_by_field(
+        &RLS_PROTOS,
+        "envoy.service.ratelimit.v3.rls_pb2.RateLimitRequest",
+        &rls_request_every_field_set(),
+        RLS_REQUEST_JSON,
+    );
+}
+
+/// The same for the responses the service encodes.
+#[test]
+fn the_rls_response_types_match_the_vendored_protos() {
+    agrees_field_by_field(
+        &RLS_PROTOS,
+        "envoy.service.ratelimit.v3.rls_pb2.RateLimitResponse",
+        &rls_response_every_field_set(),
+        RLS_RESPONSE_JSON,
+    );
+}
+
+/// rls.proto and what it imports from proto-vendor/.
+const RLS_PROTOS: [&str; 4] = [
+    "envoy/service/ratelimit/v3/rls.proto",
+    "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
+    "envoy/config/core/v3/base.proto",
+    "envoy/type/v3/ratelimit_unit.proto",
+];
+
+/// `rls_request_every_field_set()` as the vendored protos' JSON.
+const RLS_REQUEST_JSON: &str = r#"{"descriptors": [{"entries": [{"key": "k", "value": "v"}], "hits_addend": "18446744073709551615", "is_negative_hits": true, "limit": {"requests_per_unit": 4294967295, "unit": "DAY"}}], "domain": "d", "hits_addend": 3}"#;
+
+/// `rls_response_every_field_set()` as the vendored protos' JSON.
+const RLS_RESPONSE_JSON: &str = r#"{"dynamic_metadata": {"m": true}, "overall_code": "OVER_LIMIT", "quota": {"id": "q", "requests": 5, "valid_until": "2023-11-14T22:13:20Z"}, "raw_body": "Ym9keQ==", "request_headers_to_add": [{"key": "req", "raw_value": "cmF3", "value": "v"}], "response_headers_to_add": [{"key": "resp", "raw_value": "cmF3", "value": "v"}], "statuses": [{"code": "OK", "current_limit": {"name": "n", "requests_per_unit": 7, "unit": "WEEK"}, "duration_until_reset": "59s", "limit_remaining": 6, "quota": {"id": "q", "requests": 5, "valid_until": "2023-11-14T22:13:20Z"}}]}"#;
+
+/// A RateLimitRequest with every field of every message set.
+fn rls_request_every_field_set() -> rls::RateLimitRequest {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry, RateLimitOverride,
+    };
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    rls::RateLimitRequest {
+        domain: "d".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "k".into(),
+                value: "v".into(),
+            }],
+            limit: Some(RateLimitOverride {
+                requests_per_unit: u32::MAX,
+                unit: RateLimitUnit::Day as i32,
+            }),
+            hits_addend: Some(UInt64Value { value: u64::MAX }),
+            is_negative_hits: true,
+        }],
+        hits_addend: 3,
+    }
+}
+
+/// A RateLimitResponse with every field of every message set.
+fn rls_response_every_field_set() -> rls::RateLimitResponse {
+    use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+    use rls::rate_limit_response::{
+        quota::ExpirationSpecifier, rate_limit::Unit, Code, DescriptorStatus, Quota, RateLimit,
+    };
+    let header = |k: &str| HeaderValue {
+        key: k.into(),
+        value: "v".into(),
+        raw_value: b"raw".to_vec(),
+    };
+    let quota = Quota {
+        requests: 5,
+        id: "q".into(),
+        expiration_specifier: Some(ExpirationSpecifier::ValidUntil(Timestamp {
+            seconds: 1_700_000_000,
+            nanos: 0,
+        })),
+    };
+    rls::RateLimitResponse {
+        overall_code: Code::OverLimit as i32,
+        statuses: vec![DescriptorStatus {
+            code: Code::Ok as i32,
+            current_limit: Some(RateLimit {
+                name: "n".into(),
+                requests_per_unit: 7,
+                unit: Unit::Week as i32,
+            }),
+            limit_remaining: 6,
+            duration_until_reset: duration(59, 0),
+            quota: Some(quota.clone()),
+        }],
+        response_headers_to_add: vec![header("resp")],
+        request_headers_to_add: vec![header("req")],
+        raw_body: b"body".to_vec(),
+        dynamic_metadata: Some(Struct {
+            fields: [(
+                "m".to_string(),
+                Value {
+                    kind: Some(Kind::BoolValue(true)),
+                },
+            )]
+            .into(),
+        }),
+        quota: Some(quota),
     }
 }
 
