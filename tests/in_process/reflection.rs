@@ -1,6 +1,6 @@
 //! gRPC reflection on the real server: what it lists (the services registered, itself
-//! included) and what it resolves from the vendored descriptor set (the RLQS protos, by symbol
-//! and by file, whether or not the service is registered).
+//! included; the quota service only when it is on) and what it resolves from the vendored
+//! descriptor set (the RLQS protos, by symbol and by file, whether or not the service is on).
 
 use std::collections::BTreeSet;
 
@@ -105,10 +105,10 @@ async fn reflection_lists_the_served_services_and_itself() {
     s.stop().await.unwrap();
 }
 
-/// Fails until the quota service is registered in `wiring::serve_grpc` (its name joins the
-/// `served` list there): reflection lists only what is served.
+/// The quota service is listed when it is served (the default), and not with
+/// `RLQS_ENABLED=false`: a client should not discover a service that answers `UNIMPLEMENTED`.
 #[tokio::test]
-async fn reflection_lists_rlqs_once_the_service_is_registered() {
+async fn reflection_lists_rlqs_only_when_it_is_served() {
     let s = Server::start(RULES, |_| {}).await;
     let ch = channel(&s).await;
     let v1 = listed_v1(&ch).await;
@@ -116,13 +116,22 @@ async fn reflection_lists_rlqs_once_the_service_is_registered() {
     let v1alpha = listed_v1alpha(&ch).await;
     assert!(v1alpha.iter().any(|n| n == RLQS_SERVICE), "{v1alpha:?}");
     s.stop().await.unwrap();
+
+    let s = Server::start(RULES, |settings| settings.rlqs = None).await;
+    let ch = channel(&s).await;
+    let v1 = listed_v1(&ch).await;
+    assert!(!v1.iter().any(|n| n == RLQS_SERVICE), "{v1:?}");
+    let v1alpha = listed_v1alpha(&ch).await;
+    assert!(!v1alpha.iter().any(|n| n == RLQS_SERVICE), "{v1alpha:?}");
+    s.stop().await.unwrap();
 }
 
 /// The RLQS service resolves by symbol to rlqs.proto, and its imports by name, down to the
-/// well-known types: a client (grpcurl) can describe and call it from reflection alone.
+/// well-known types: a client (grpcurl) can describe and call it from reflection alone. From
+/// the descriptor set, so even with the service off.
 #[tokio::test]
 async fn reflection_resolves_the_rlqs_protos_from_the_descriptor_set() {
-    let s = Server::start(RULES, |_| {}).await;
+    let s = Server::start(RULES, |settings| settings.rlqs = None).await;
     let ch = channel(&s).await;
     let rlqs = one_file(
         ask(
