@@ -3,6 +3,7 @@
 //! member gets; the bounds on streams and buckets; the counters of the service's metrics; and
 //! the presence this replica publishes to the fleet (`global::PresenceSource`).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -140,14 +141,15 @@ impl Quotas {
         let ttl = self.config.assignment_ttl;
         let mut counters = self.counters.lock();
         let shares = counters.entry(entity).or_default();
-        if !shares.members.contains_key(&member) {
-            shares.members.insert(member, Demand::default());
-            shares.cache = None;
-        }
-        if let Some((counts, elapsed)) = usage {
-            if let Some(demand) = shares.members.get_mut(&member) {
-                demand.observe(counts, elapsed, now);
+        let demand = match shares.members.entry(member) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                shares.cache = None;
+                e.insert(Demand::default())
             }
+        };
+        if let Some((counts, elapsed)) = usage {
+            demand.observe(counts, elapsed, now);
         }
         if let Some(a) = shares.cached(member, now) {
             return a;

@@ -74,7 +74,7 @@ fn strategies(actions: &[BucketAction]) -> Vec<Option<Pb>> {
     actions
         .iter()
         .map(|a| match a.bucket_action.as_ref().unwrap() {
-            Action::QuotaAssignmentAction(q) => q.rate_limit_strategy.clone().unwrap().strategy,
+            Action::QuotaAssignmentAction(q) => q.rate_limit_strategy.unwrap().strategy,
             Action::AbandonAction(_) => None,
         })
         .collect()
