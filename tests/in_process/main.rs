@@ -30,6 +30,7 @@ mod prometheus_ref;
 mod reference;
 mod reflection;
 mod reload;
+mod rlqs;
 mod shutdown;
 mod simulate;
 mod statsd;
