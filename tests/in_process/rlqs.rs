@@ -2,22 +2,11 @@
 //! assignments on a stream, the counters it shares with `ShouldRateLimit`, bad reports,
 //! the stream bound, health, metrics, `RLQS_ENABLED=false`, and shutdown ending streams.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Code, Streaming};
+use tonic::Code;
 
+use crate::common::rlqs::{self, strategy, Quota};
 use crate::common::{desc, http_async, Server};
 
 const RULES: &str = r"
@@ -27,60 +16,16 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10, algorithm: fixed_window}
 ";
 
-fn usage(tenant: &str, allowed: u64, elapsed_s: Option<i64>) -> BucketQuotaUsage {
-    BucketQuotaUsage {
-        bucket_id: Some(BucketId {
-            bucket: HashMap::from([("tenant".to_string(), tenant.to_string())]),
-        }),
-        time_elapsed: elapsed_s.map(|seconds| PbDuration { seconds, nanos: 0 }),
-        num_requests_allowed: allowed,
-        num_requests_denied: 0,
-    }
+fn usage(tenant: &str, allowed: u64, elapsed_s: Option<i64>) -> rlqs::BucketQuotaUsage {
+    rlqs::usage("tenant", tenant, allowed, elapsed_s)
 }
 
-fn report(usages: Vec<BucketQuotaUsage>) -> RateLimitQuotaUsageReports {
-    RateLimitQuotaUsageReports {
-        domain: "edge".into(),
-        bucket_quota_usages: usages,
-    }
-}
-
-/// An open stream: reports go in through `tx`, responses come out of `rx`.
-struct Quota {
-    tx: mpsc::Sender<RateLimitQuotaUsageReports>,
-    rx: Streaming<RateLimitQuotaResponse>,
+fn report(usages: Vec<rlqs::BucketQuotaUsage>) -> rlqs::RateLimitQuotaUsageReports {
+    rlqs::report("edge", usages)
 }
 
 async fn open(server: &Server) -> Result<Quota, tonic::Status> {
-    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{}", server.grpc))
-        .await
-        .unwrap();
-    let (tx, reports) = mpsc::channel(4);
-    let rx = client
-        .stream_rate_limit_quotas(ReceiverStream::new(reports))
-        .await?
-        .into_inner();
-    Ok(Quota { tx, rx })
-}
-
-impl Quota {
-    /// Sends `msg` and returns the next response (or the stream's end as a status).
-    async fn ask(
-        &mut self,
-        msg: RateLimitQuotaUsageReports,
-    ) -> Result<Option<RateLimitQuotaResponse>, tonic::Status> {
-        self.tx.send(msg).await.unwrap();
-        tokio::time::timeout(Duration::from_secs(10), self.rx.message())
-            .await
-            .expect("an answer within 10 s")
-    }
-}
-
-fn strategy(r: &RateLimitQuotaResponse) -> Strategy {
-    match r.bucket_action[0].bucket_action.as_ref().unwrap() {
-        Action::QuotaAssignmentAction(a) => a.rate_limit_strategy.unwrap().strategy.unwrap(),
-        Action::AbandonAction(_) => panic!("an abandon"),
-    }
+    rlqs::open(server.grpc).await
 }
 
 #[tokio::test]
@@ -217,9 +162,7 @@ async fn shutdown_ends_open_streams_cleanly() {
         .unwrap()
         .is_some());
     let stopped = tokio::spawn(server.stop());
-    let end = tokio::time::timeout(Duration::from_secs(10), q.rx.message())
-        .await
-        .expect("the stream ends within 10 s");
+    let end = q.next().await;
     assert!(matches!(end, Ok(None)), "ended with OK: {end:?}");
     stopped.await.unwrap().unwrap();
 }

@@ -13,6 +13,7 @@ mod common {
     pub mod certs;
     pub mod procs;
     pub mod redis;
+    pub mod rlqs;
     mod server;
     pub use server::Server;
     pub mod tls_client;
