@@ -24,7 +24,7 @@
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,8 +125,10 @@ impl<S> Clone for PresenceLoop<S> {
 
 /// What the loop remembers between ticks, per shard.
 struct Shards {
-    /// The counters it published streams on, and has not removed since.
-    published: Vec<HashSet<u128>>,
+    /// The counters it published streams on and has not removed since, with when that
+    /// publication expires (Unix ms): past it, the store dropped them already, so they are
+    /// forgotten here too (which bounds this by what the engine named within a TTL).
+    published: Vec<HashMap<u128, u64>>,
     /// Whether its last call failed (so a failure is logged once until it answers).
     failing: Vec<bool>,
 }
@@ -157,7 +159,7 @@ impl<S: ShardStore> PresenceLoop<S> {
         let _ = futures_util::FutureExt::now_or_never(self.hub.inner.attached.notified());
         let tick = Duration::from_millis(self.settings.policy.tick_ms.max(1));
         let mut shards = Shards {
-            published: vec![HashSet::new(); self.stores.len()],
+            published: vec![HashMap::new(); self.stores.len()],
             failing: vec![false; self.stores.len()],
         };
         let mut next = tokio::time::Instant::now();
@@ -185,71 +187,85 @@ impl<S: ShardStore> PresenceLoop<S> {
     /// One round: `local` published (and what it no longer holds removed), one call per
     /// shard with items, all at once; each reply handed to `source` as it comes.
     async fn round(&self, source: &dyn PresenceSource, local: Vec<Presence>, shards: &mut Shards) {
+        let now_ms = self.clock.now().0;
+        let ttl = ttl_ms(self.settings.policy.tick_ms);
+        for published in &mut shards.published {
+            published.retain(|_, expires| *expires > now_ms);
+        }
         let batches = self.batches(local, &shards.published);
         // Published from the moment it is sent: a call that timed out may have run, so
         // only a removal that answered forgets a counter.
         for b in &batches {
             let published = &mut shards.published[b.shard];
-            published.extend(
-                b.items
-                    .iter()
-                    .filter(|it| it.streams > 0)
-                    .map(|it| it.entity),
-            );
+            let sent = b.items.iter().filter(|it| it.streams > 0);
+            published.extend(sent.map(|it| (it.entity, now_ms + ttl)));
         }
-        let now_ms = self.clock.now().0;
-        let ttl = ttl_ms(self.settings.policy.tick_ms);
-        let stats = &self.hub.inner.stats;
         let mut calls: FuturesUnordered<_> = batches
             .into_iter()
             .map(|b| async move {
-                let store = &self.stores[b.shard];
-                let call = store.presence(self.queues.replica_id(), &b.items, now_ms, ttl);
-                let result = match tokio::time::timeout(self.settings.timeout, call).await {
-                    Ok(Ok(o)) if o.len() == b.items.len() => Ok(o),
-                    Ok(Ok(o)) => Err(StoreError::Backend(format!(
-                        "store answered {} presences for {} items",
-                        o.len(),
-                        b.items.len()
-                    ))),
-                    Ok(Err(e)) => Err(e),
-                    Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
-                };
+                let result = self.call(&b, now_ms, ttl).await;
                 (b, result)
             })
             .collect();
         while let Some((b, result)) = calls.next().await {
-            let name = self.stores[b.shard].name();
-            stats
-                .items_sent
-                .fetch_add(b.items.len() as u64, Ordering::Relaxed);
-            let failing = &mut shards.failing[b.shard];
-            match result {
-                Ok(others) => {
-                    stats.calls_ok.fetch_add(1, Ordering::Relaxed);
-                    if std::mem::take(failing) {
-                        tracing::info!(shard = %name, "RLQS presence answering again");
-                    }
-                    let published = &mut shards.published[b.shard];
-                    for it in b.items.iter().filter(|it| it.streams == 0) {
-                        published.remove(&it.entity);
-                    }
-                    let mine: Vec<(u128, Others)> = b.items[..b.asked]
-                        .iter()
-                        .zip(others)
-                        .map(|(it, o)| (it.entity, o))
-                        .collect();
-                    if !mine.is_empty() {
-                        source.others(&mine);
-                    }
+            self.take_reply(source, shards, b, result);
+        }
+    }
+
+    /// One shard's store call, within the timeout.
+    async fn call(&self, b: &Batch, now_ms: u64, ttl: u64) -> Result<Vec<Others>, StoreError> {
+        let store = &self.stores[b.shard];
+        let call = store.presence(self.queues.replica_id(), &b.items, now_ms, ttl);
+        match tokio::time::timeout(self.settings.timeout, call).await {
+            Ok(Ok(o)) if o.len() == b.items.len() => Ok(o),
+            Ok(Ok(o)) => Err(StoreError::Backend(format!(
+                "store answered {} presences for {} items",
+                o.len(),
+                b.items.len()
+            ))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
+        }
+    }
+
+    /// Takes one shard's answer: the others' sums to `source` (for the counters it named),
+    /// the removals that answered forgotten; or the failure counted and logged once.
+    fn take_reply(
+        &self,
+        source: &dyn PresenceSource,
+        shards: &mut Shards,
+        b: Batch,
+        result: Result<Vec<Others>, StoreError>,
+    ) {
+        let stats = &self.hub.inner.stats;
+        let name = self.stores[b.shard].name();
+        stats
+            .items_sent
+            .fetch_add(b.items.len() as u64, Ordering::Relaxed);
+        let failing = &mut shards.failing[b.shard];
+        match result {
+            Ok(others) => {
+                stats.calls_ok.fetch_add(1, Ordering::Relaxed);
+                if std::mem::take(failing) {
+                    tracing::info!(shard = %name, "RLQS presence answering again");
                 }
-                Err(e) => {
-                    stats.calls_failed.fetch_add(1, Ordering::Relaxed);
-                    if !std::mem::replace(failing, true) {
-                        tracing::warn!(shard = %name, error = %e, "RLQS presence call failed; keeping the fleet's last streams until the shard answers");
-                    } else {
-                        tracing::debug!(shard = %name, error = %e, "RLQS presence call failed again");
-                    }
+                let published = &mut shards.published[b.shard];
+                for it in b.items.iter().filter(|it| it.streams == 0) {
+                    published.remove(&it.entity);
+                }
+                let named = &b.items[..b.asked];
+                let mine: Vec<(u128, Others)> =
+                    named.iter().map(|it| it.entity).zip(others).collect();
+                if !mine.is_empty() {
+                    source.others(&mine);
+                }
+            }
+            Err(e) => {
+                stats.calls_failed.fetch_add(1, Ordering::Relaxed);
+                if !std::mem::replace(failing, true) {
+                    tracing::warn!(shard = %name, error = %e, "RLQS presence call failed; keeping the fleet's last streams until the shard answers");
+                } else {
+                    tracing::debug!(shard = %name, error = %e, "RLQS presence call failed again");
                 }
             }
         }
@@ -257,7 +273,10 @@ impl<S: ShardStore> PresenceLoop<S> {
 
     /// The calls of a round: `local` by shard (a counter named twice summed), then on each
     /// shard a removal for every counter published there that `local` no longer names.
-    fn batches(&self, local: Vec<Presence>, published: &[HashSet<u128>]) -> Vec<Batch> {
+    fn batches(&self, local: Vec<Presence>, published: &[HashMap<u128, u64>]) -> Vec<Batch> {
+        if self.stores.is_empty() {
+            return Vec::new();
+        }
         let mut by_shard: Vec<Vec<Presence>> = vec![Vec::new(); self.stores.len()];
         let mut seen: HashMap<u128, (usize, usize)> = HashMap::with_capacity(local.len());
         for p in local {
@@ -279,7 +298,7 @@ impl<S: ShardStore> PresenceLoop<S> {
             .enumerate()
             .filter_map(|(shard, mut items)| {
                 let asked = items.len();
-                let gone = published[shard].iter().filter(|e| !seen.contains_key(e));
+                let gone = published[shard].keys().filter(|e| !seen.contains_key(e));
                 items.extend(gone.map(|&entity| Presence {
                     entity,
                     streams: 0,

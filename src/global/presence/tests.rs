@@ -168,7 +168,7 @@ fn calls(s: &MemoryStore) -> u64 {
 #[tokio::test(start_paused = true)]
 async fn nothing_is_called_until_a_source_is_attached_then_once_a_tick() {
     let store = Arc::new(MemoryStore::default());
-    let l = replica(1, &[store.clone()]);
+    let l = replica(1, std::slice::from_ref(&store));
     let (hub, stop) = (l.hub.clone(), CancellationToken::new());
     let task = tokio::spawn(l.run(stop.clone()));
     ms(10_000).await;
@@ -233,7 +233,10 @@ async fn counters_go_to_their_sync_shard_one_call_per_shard_with_items() {
 #[tokio::test(start_paused = true)]
 async fn replicas_on_one_store_see_each_others_streams_and_a_dead_one_expires() {
     let store = Arc::new(MemoryStore::default());
-    let (a, b) = (replica(1, &[store.clone()]), replica(2, &[store.clone()]));
+    let (a, b) = (
+        replica(1, std::slice::from_ref(&store)),
+        replica(2, std::slice::from_ref(&store)),
+    );
     let (ea, eb) = (Arc::new(Engine::default()), Arc::new(Engine::default()));
     ea.set(vec![p(7, 3, 30.0)]);
     eb.set(vec![p(7, 1, 5.0), p(8, 2, 1.0)]);
@@ -261,7 +264,7 @@ async fn replicas_on_one_store_see_each_others_streams_and_a_dead_one_expires() 
 #[tokio::test(start_paused = true)]
 async fn a_counter_the_engine_drops_is_removed_at_the_next_tick() {
     let store = Arc::new(MemoryStore::default());
-    let l = replica(1, &[store.clone()]);
+    let l = replica(1, std::slice::from_ref(&store));
     let (hub, stop) = (l.hub.clone(), CancellationToken::new());
     let engine = Arc::new(Engine::default());
     engine.set(vec![p(7, 1, 1.0), p(8, 1, 1.0)]);
@@ -282,7 +285,7 @@ async fn a_counter_the_engine_drops_is_removed_at_the_next_tick() {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_fails_is_counted_and_the_engine_keeps_its_last_values() {
     let store = Arc::new(MemoryStore::default());
-    let l = replica(1, &[store.clone()]);
+    let l = replica(1, std::slice::from_ref(&store));
     let (hub, stop) = (l.hub.clone(), CancellationToken::new());
     let engine = Arc::new(Engine::default());
     engine.set(vec![p(7, 1, 1.0)]);
@@ -368,7 +371,7 @@ async fn a_store_that_never_answers_times_out_each_tick_and_stop_still_ends() {
 #[tokio::test(start_paused = true)]
 async fn a_counter_named_twice_is_summed() {
     let store = Arc::new(MemoryStore::default());
-    let l = replica(1, &[store.clone()]);
+    let l = replica(1, std::slice::from_ref(&store));
     let (hub, stop) = (l.hub.clone(), CancellationToken::new());
     let engine = Arc::new(Engine::default());
     engine.set(vec![p(7, 1, 1.5), p(7, 2, 2.0)]);
@@ -376,6 +379,29 @@ async fn a_counter_named_twice_is_summed() {
     let task = tokio::spawn(l.run(stop.clone()));
     ms(1).await;
     assert_eq!(call(&store, 2, &[p(7, 0, 0.0)], T0)[0], others(3, 3.5));
+    stop.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_removal_that_fails_is_retried_until_the_entry_expired_then_forgotten() {
+    let store = Arc::new(MemoryStore::default());
+    let l = replica(1, std::slice::from_ref(&store));
+    let (hub, stop) = (l.hub.clone(), CancellationToken::new());
+    let engine = Arc::new(Engine::default());
+    engine.set(vec![p(7, 1, 1.0)]);
+    hub.attach(engine.clone());
+    let task = tokio::spawn(l.run(stop.clone()));
+    ms(1).await;
+    store.down.store(true, Ordering::Relaxed);
+    engine.set(vec![p(8, 1, 1.0)]);
+    let sent = || hub.stats().items_sent.load(Ordering::Relaxed);
+    // Ticks at 1 s and 2 s: 8, and 7's removal again (a call that failed may not have run).
+    ms(2_000).await;
+    assert_eq!(sent(), 1 + 2 + 2);
+    // At 3 s, 7's entry expired in the store: no removal is due any more.
+    ms(1_000).await;
+    assert_eq!(sent(), 1 + 2 + 2 + 1);
     stop.cancel();
     task.await.unwrap();
 }
