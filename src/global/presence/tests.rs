@@ -405,3 +405,35 @@ async fn a_removal_that_fails_is_retried_until_the_entry_expired_then_forgotten(
     stop.cancel();
     task.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn global_spawn_runs_the_loop_idle_until_attached_and_it_leaves_at_stop() {
+    use crate::global::{spawn, Stores, SyncConfig};
+    let store = Arc::new(MemoryStore::default());
+    let config = SyncConfig::new(SyncSettings::default(), 1_000);
+    let telemetry = crate::telemetry::Telemetry::new().expect("a metrics pipeline");
+    let stop = CancellationToken::new();
+    let clock = Arc::new(Paused(tokio::time::Instant::now()));
+    let g = spawn(
+        config,
+        Stores::one(store.clone()),
+        clock,
+        &telemetry,
+        stop.clone(),
+    )
+    .await;
+    ms(5_000).await;
+    // The sync ran its ticks; no presence call without an engine.
+    assert!(store.replicas.lock().len() == 1);
+    assert_eq!(calls(&store), 0);
+    let engine = Arc::new(Engine::default());
+    engine.set(vec![p(7, 2, 1.0)]);
+    g.presence.attach(engine.clone());
+    ms(1).await;
+    assert_eq!((calls(&store), engine.replies()), (1, 1));
+    assert!(store.presence.lock().contains_key(&7));
+    stop.cancel();
+    g.join().await;
+    // Stopped cleanly: its streams no longer count anywhere.
+    assert!(store.presence.lock().is_empty());
+}
