@@ -29,6 +29,7 @@ mod limiter_props;
 mod prometheus_ref;
 mod reference;
 mod reload;
+mod rlqs;
 mod shutdown;
 mod simulate;
 mod statsd;
