@@ -28,6 +28,7 @@ mod layers;
 mod limiter_props;
 mod prometheus_ref;
 mod reference;
+mod reflection;
 mod reload;
 mod rlqs;
 mod shutdown;
