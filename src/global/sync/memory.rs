@@ -119,7 +119,8 @@ fn publish(
         let p = Published {
             streams: it.streams,
             demand_milli: it.demand_milli(),
-            expires_ms: now_ms.saturating_add(ttl_ms),
+            // As the script: a TTL of at least a millisecond.
+            expires_ms: now_ms.saturating_add(ttl_ms.max(1)),
         };
         fields.insert(replica, p);
     } else {
