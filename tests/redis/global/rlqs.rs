@@ -57,3 +57,53 @@ async fn shutdown_ends_quota_streams_after_the_final_flush() {
     );
     stopped.await.unwrap().unwrap();
 }
+
+/// The rate of a token-bucket assignment, tokens a second.
+fn rate_of(r: &crate::common::rlqs::RateLimitQuotaResponse) -> f64 {
+    use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+    match crate::common::rlqs::strategy(r) {
+        Strategy::TokenBucket(t) => {
+            f64::from(t.tokens_per_fill.unwrap().value) / t.fill_interval.unwrap().seconds as f64
+        }
+        other => panic!("not a token bucket: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn envoys_on_two_replicas_split_one_limit_through_the_presence_exchange() {
+    const SHARED: &str = "domain: q\ndescriptors:\n  - key: t\n    rate_limit: {unit: minute, requests_per_unit: 600}\n";
+    let redis = RedisServer::start();
+    let a = Server::start(SHARED, global_mode(vec![redis.url()], false, 2)).await;
+    let b = Server::start(SHARED, global_mode(vec![redis.url()], false, 2)).await;
+    let (mut qa, mut qb) = (open(a.grpc).await.unwrap(), open(b.grpc).await.unwrap());
+    // Each Envoy wants 10 a second, the whole limit's rate: alone, each would get it all.
+    let busy = |first: bool| {
+        report(
+            "q",
+            vec![usage("t", "x", 50, Some(if first { 0 } else { 5 }))],
+        )
+    };
+    let alone = qa.ask(busy(true)).await.unwrap().unwrap();
+    qb.ask(busy(true)).await.unwrap().unwrap();
+    assert!(rate_of(&alone) >= 9.0, "alone: {}", rate_of(&alone));
+    // Once each replica has heard of the other's stream (a presence tick, 50 ms here), a
+    // report gets each Envoy half.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut rates = (0.0, 0.0);
+    while !((3.0..=7.0).contains(&rates.0) && (3.0..=7.0).contains(&rates.1)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the two Envoys did not come to share the 10 a second: {rates:?}"
+        );
+        // An answer only when a share moved: keep the last of each.
+        if let Some(r) = qa.ask(busy(false)).await.unwrap() {
+            rates.0 = rate_of(&r);
+        }
+        if let Some(r) = qb.ask(busy(false)).await.unwrap() {
+            rates.1 = rate_of(&r);
+        }
+    }
+    assert!(rates.0 + rates.1 <= 10.0 + 1e-9, "{rates:?}");
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
