@@ -88,11 +88,11 @@ async fn envoys_on_two_replicas_split_one_limit_through_the_presence_exchange() 
     assert!(rate_of(&alone) >= 9.0, "alone: {}", rate_of(&alone));
     // Once each replica has heard of the other's stream (a presence tick, 50 ms here), a
     // report gets each Envoy half.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     let mut rates = (0.0, 0.0);
     while !((3.0..=7.0).contains(&rates.0) && (3.0..=7.0).contains(&rates.1)) {
         assert!(
-            std::time::Instant::now() < deadline,
+            tokio::time::Instant::now() < deadline,
             "the two Envoys did not come to share the 10 a second: {rates:?}"
         );
         // An answer only when a share moved: keep the last of each.
