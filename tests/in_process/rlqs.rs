@@ -166,3 +166,131 @@ async fn shutdown_ends_open_streams_cleanly() {
     assert!(matches!(end, Ok(None)), "ended with OK: {end:?}");
     stopped.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_hundred_thousand_buckets_on_one_stream_stay_within_the_bound() {
+    let server = Server::start(RULES, |s| {
+        s.rlqs.as_mut().unwrap().max_buckets_per_stream = 1000;
+    })
+    .await;
+    let mut q = open(&server).await.unwrap();
+    let report_of = |chunk: usize| {
+        report(
+            (0..50_000)
+                .map(|i| usage(&format!("t{chunk}-{i}"), 1, Some(0)))
+                .collect(),
+        )
+    };
+    let first = q.ask(report_of(0)).await.unwrap().unwrap();
+    assert_eq!(
+        first.bucket_action.len(),
+        1000,
+        "the first 1,000 buckets get assignments"
+    );
+    // The next 50,000 get none: no answer to wait for, the metrics say when it was taken.
+    q.tx.send(report_of(1)).await.unwrap();
+    let refused = "sluice_rlqs_refused_total{what=\"bucket\"} 99000";
+    crate::common::wait_until_async(30, refused, || async {
+        let (_, _, metrics) = http_async(server.http, "GET", "/metrics", "")
+            .await
+            .unwrap();
+        metrics.contains(refused) && metrics.contains("sluice_rlqs_buckets 1000")
+    })
+    .await;
+    // The stream goes on, and others are served.
+    assert!(open(&server)
+        .await
+        .unwrap()
+        .ask(report(vec![usage("acme", 1, Some(0))]))
+        .await
+        .unwrap()
+        .is_some());
+    drop(q);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn oversized_reports_end_the_stream_naming_the_problem() {
+    let server = Server::start(RULES, |_| {}).await;
+    let many = (0..65_537)
+        .map(|i| usage(&format!("t{i}"), 1, Some(0)))
+        .collect();
+    let e = open(&server)
+        .await
+        .unwrap()
+        .ask(report(many))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.message().contains("65537 bucket usages"),
+        "{}",
+        e.message()
+    );
+    let mut wide = usage("acme", 1, Some(0));
+    let id = wide.bucket_id.as_mut().unwrap();
+    id.bucket
+        .extend((0..5000).map(|i| (format!("k{i}"), "v".to_string())));
+    let e = open(&server)
+        .await
+        .unwrap()
+        .ask(report(vec![wide]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("5001 entries"), "{}", e.message());
+    // Counts near 2^64 saturate: the bucket is denied, nothing wraps.
+    let mut huge = usage("acme", u64::MAX, Some(5));
+    huge.num_requests_denied = u64::MAX;
+    let answer = open(&server)
+        .await
+        .unwrap()
+        .ask(report(vec![huge]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        strategy(&answer),
+        Strategy::BlanketRule(BlanketRule::DenyAll as i32)
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn thousands_of_streams_stop_at_the_bound() {
+    let server = Server::start(RULES, |s| {
+        s.rlqs.as_mut().unwrap().max_streams = 1000;
+    })
+    .await;
+    let mut open_streams = Vec::new();
+    let mut refused = 0;
+    for _ in 0..1200 {
+        match open(&server).await {
+            Ok(q) => open_streams.push(q),
+            Err(e) => {
+                assert_eq!(e.code(), Code::ResourceExhausted);
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((open_streams.len(), refused), (1000, 200));
+    let (_, _, metrics) = http_async(server.http, "GET", "/metrics", "")
+        .await
+        .unwrap();
+    assert!(metrics.contains("sluice_rlqs_streams 1000"), "{metrics}");
+    // RLS is unaffected.
+    let answer = server
+        .client()
+        .await
+        .should_rate_limit(RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![desc(&[("tenant", "solo")])],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.overall_code, 1);
+    drop(open_streams);
+    server.stop().await.unwrap();
+}
