@@ -16,7 +16,7 @@ use crate::rls::{QuotaCount, RateLimiter};
 
 use super::config::Config;
 use super::report::Counts;
-use super::share::{assign_all, split, Assignment, Demand, Rest, Room, Strategy};
+use super::share::{assign_all, differs, split, Assignment, Demand, Rest, Room, Strategy};
 
 /// How long one computation of a counter's assignments serves its members: each member's
 /// refresh (every second) and report (every 5 s) would otherwise split the counter among all
@@ -64,22 +64,26 @@ pub struct QuotaStats {
 /// latest split.
 #[derive(Default)]
 struct Shares {
-    /// By id, ascending: the order the split is computed in. A vector, not a map: a counter
+    /// By id, ascending: the order the split is computed in. A vector, not maps: a counter
     /// has a few members (one per stream on it), a split reads them all, and one allocation
-    /// holding each member's demand beside its cached assignment is one cache miss the less
-    /// on a report's path (memory, not instructions, is most of that path's time).
+    /// holding each member's demand beside its assignment in the latest split is fewer cache
+    /// misses on a report's path (memory, not instructions, is most of that path's time).
     members: Vec<Member>,
     rest: Rest,
-    /// When the members' `assigned` were computed, and on what room (a change of members
-    /// drops it).
+    /// When the latest split was computed, and on what room; kept when it goes stale (the
+    /// next is compared with it).
     cache: Option<Cache>,
+    /// A member joined or left, or the rest of the fleet moved: the split is computed again.
+    stale: bool,
 }
 
 struct Member {
     id: u64,
     demand: Demand,
-    /// Its assignment in the latest split: valid while `Shares::cache` is.
+    /// Its assignment in the latest split (`None`: it joined since).
     assigned: Option<Assignment>,
+    /// A later split moved its assignment: for its stream's next refresh.
+    moved: bool,
 }
 
 struct Cache {
@@ -134,11 +138,22 @@ impl Quotas {
             if let Ok(at) = shares.position(member) {
                 shares.members.remove(at);
             }
-            shares.cache = None;
+            shares.stale = true;
             if shares.members.is_empty() {
                 counters.remove(&entity);
             }
         }
+    }
+
+    /// Whether a split since `member`'s last look moved its assignment (and forgets it).
+    pub(super) fn moved(&self, entity: u128, member: u64) -> bool {
+        let mut counters = self.counters.lock();
+        let Some(shares) = counters.get_mut(&entity) else {
+            return false;
+        };
+        shares
+            .position(member)
+            .is_ok_and(|at| std::mem::take(&mut shares.members[at].moved))
     }
 
     /// The assignment of `member` of `entity` (made one of its sharers if it is not yet)
@@ -160,11 +175,12 @@ impl Quotas {
         let mut counters = self.counters.lock();
         let shares = counters.entry(entity).or_default();
         let at = shares.position(member).unwrap_or_else(|at| {
-            shares.cache = None;
+            shares.stale = true;
             let new = Member {
                 id: member,
                 demand: Demand::default(),
                 assigned: None,
+                moved: false,
             };
             shares.members.insert(at, new);
             at
@@ -177,13 +193,16 @@ impl Quotas {
         }
         let demands: Vec<Option<f64>> = shares.members.iter().map(|m| m.demand.rate(now)).collect();
         let fractions = split(room.rate, &demands, shares.rest);
-        for (m, a) in shares
-            .members
-            .iter_mut()
-            .zip(assign_all(&room, &fractions, ttl))
-        {
+        let assigned = assign_all(&room, &fractions, ttl);
+        for (i, (m, a)) in shares.members.iter_mut().zip(assigned).enumerate() {
+            // The other members whose share this split moved are sent theirs at their
+            // stream's next refresh; the others' streams have nothing to look at.
+            if i != at && m.assigned.is_none_or(|w| differs(&w.strategy, &a.strategy)) {
+                m.moved = true;
+            }
             m.assigned = Some(a);
         }
+        shares.stale = false;
         shares.cache = Some(Cache {
             at: now,
             room: room.now,
@@ -232,7 +251,7 @@ impl Quotas {
             if let Some(shares) = counters.get_mut(entity) {
                 if shares.rest != *rest {
                     shares.rest = *rest;
-                    shares.cache = None;
+                    shares.stale = true;
                 }
             }
         }
@@ -250,7 +269,7 @@ impl Shares {
     /// The assignment of the member at `at` in the cached split, if that is recent and on
     /// about this room.
     fn cached(&self, at: usize, room: u64, now: UnixMillis) -> Option<Assignment> {
-        let cache = self.cache.as_ref()?;
+        let cache = self.cache.as_ref().filter(|_| !self.stale)?;
         if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
             return None;
         }

@@ -10,6 +10,7 @@ mod common {
     mod helpers;
     pub use helpers::*;
     pub mod certs;
+    pub mod rlqs;
     mod server;
     pub use server::Server;
     pub mod tls_client;
@@ -29,6 +30,7 @@ mod limiter_props;
 mod load_rlqs;
 mod prometheus_ref;
 mod reference;
+mod reflection;
 mod reload;
 mod rlqs;
 mod shutdown;
