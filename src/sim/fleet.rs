@@ -172,6 +172,11 @@ impl Fleet {
             .is_ok_and(|r| r.overall_code == Code::Ok as i32)
     }
 
+    /// Node `node`'s limiter: the quota scenarios (`rlqs.rs`) serve Envoy streams on it.
+    pub fn limiter(&self, node: usize) -> &Arc<RateLimiter> {
+        &self.limiters[node]
+    }
+
     /// Node `node` stops cleanly: its sync task flushes and removes its heartbeat.
     pub fn stop(&self, node: usize) {
         self.stops[node].cancel();
