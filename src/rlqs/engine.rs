@@ -24,6 +24,10 @@ use super::share::{assign_all, split, Assignment, Demand, Rest, Room, Strategy};
 /// its members again, O(members²) a second on a bucket many Envoys share.
 const CACHE_MS: u64 = 250;
 
+/// How far the room may move before a cached split is computed again regardless of its
+/// age: a report that fills the room must turn the shares to deny-all at once.
+const CACHE_ROOM: f64 = 1.0 / 16.0;
+
 /// The quota service's state, shared by every stream (`stream.rs` holds each stream's own).
 pub struct Quotas {
     pub(super) limiter: Arc<RateLimiter>,
@@ -68,6 +72,7 @@ struct Shares {
 
 struct Cache {
     at: UnixMillis,
+    room: u64,
     assigned: HashMap<u64, Assignment>,
 }
 
@@ -151,7 +156,7 @@ impl Quotas {
         if let Some((counts, elapsed)) = usage {
             demand.observe(counts, elapsed, now);
         }
-        if let Some(a) = shares.cached(member, now) {
+        if let Some(a) = shares.cached(member, room.now, now) {
             return a;
         }
         let mut ids: Vec<u64> = shares.members.keys().copied().collect();
@@ -166,7 +171,11 @@ impl Quotas {
             .get(&member)
             .copied()
             .unwrap_or_else(|| self.blanket(Strategy::DenyAll));
-        shares.cache = Some(Cache { at: now, assigned });
+        shares.cache = Some(Cache {
+            at: now,
+            room: room.now,
+            assigned,
+        });
         mine
     }
 
@@ -219,9 +228,14 @@ impl Quotas {
 // === impl Shares ===
 
 impl Shares {
-    fn cached(&self, member: u64, now: UnixMillis) -> Option<Assignment> {
+    /// `member`'s assignment in the cached split, if that is recent and on about this room.
+    fn cached(&self, member: u64, room: u64, now: UnixMillis) -> Option<Assignment> {
         let cache = self.cache.as_ref()?;
         if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
+            return None;
+        }
+        let moved = cache.room.abs_diff(room) as f64 > CACHE_ROOM * cache.room.max(room) as f64;
+        if (cache.room == 0) != (room == 0) || moved {
             return None;
         }
         cache.assigned.get(&member).copied()
