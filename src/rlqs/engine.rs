@@ -17,7 +17,7 @@ use crate::rls::{QuotaCount, RateLimiter};
 
 use super::config::Config;
 use super::report::Counts;
-use super::share::{assign_all, split, Assignment, Demand, Rest, Room, Strategy};
+use super::share::{assign_all, over_rate, split, Assignment, Demand, Rest, Room, Strategy};
 
 /// How long one computation of a counter's assignments serves its members: each member's
 /// refresh (every second) and report (every 5 s) would otherwise split the counter among all
@@ -73,6 +73,8 @@ struct Shares {
 struct Cache {
     at: UnixMillis,
     room: u64,
+    /// Whether the fleet's demand was over the rate (`share::over_rate`).
+    pressed: bool,
     assigned: HashMap<u64, Assignment>,
 }
 
@@ -163,6 +165,7 @@ impl Quotas {
         ids.sort_unstable();
         let demands: Vec<Option<f64>> = ids.iter().map(|id| shares.members[id].rate(now)).collect();
         let fractions = split(room.rate, &demands, shares.rest);
+        let pressed = over_rate(room.rate, &demands, shares.rest);
         let assigned: HashMap<u64, Assignment> = ids
             .into_iter()
             .zip(assign_all(&room, &fractions, ttl))
@@ -174,9 +177,18 @@ impl Quotas {
         shares.cache = Some(Cache {
             at: now,
             room: room.now,
+            pressed,
             assigned,
         });
         mine
+    }
+
+    /// Whether the fleet's demand on `entity` was over its rate at its latest split (no split:
+    /// over, the safe side: every change goes out).
+    pub(super) fn pressed(&self, entity: u128) -> bool {
+        let counters = self.counters.lock();
+        let cache = counters.get(&entity).and_then(|s| s.cache.as_ref());
+        cache.is_none_or(|c| c.pressed)
     }
 
     /// A blanket rule lasting the configured TTL.

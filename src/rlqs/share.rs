@@ -22,6 +22,8 @@ use crate::core::limit::{Algorithm, Limit};
 
 use super::report::Counts;
 
+pub use super::replace::{carried_tokens, hold, must_send, to_send};
+
 /// The longest `fill_interval` emitted, in seconds. A share slower than one token per this
 /// long is no share: the stream is denied until its next assignment instead.
 pub const MAX_FILL_INTERVAL_S: u32 = 3600;
@@ -214,6 +216,19 @@ pub fn split(rate: f64, demands: &[Option<f64>], rest: Rest) -> Vec<f64> {
         .collect()
 }
 
+/// Whether the fleet's demand (this replica's streams', `None` at their prior as in
+/// [`split`], and the rest of the fleet's) is over `rate`: then [`split`] divides the rate by
+/// demand and every stream's share is the room's guard; under it, each stream has more than
+/// its demand. No rate, or no stream: over.
+pub fn over_rate(rate: f64, demands: &[Option<f64>], rest: Rest) -> bool {
+    if rate.is_nan() || rate <= 0.0 || demands.is_empty() {
+        return true;
+    }
+    let prior = rate / ((demands.len() as f64) + rest.streams as f64);
+    let wanted: f64 = demands.iter().map(|d| d.map_or(prior, sanitize)).sum();
+    wanted + sanitize(rest.demand) > rate
+}
+
 /// A demand as the split takes it: finite, between 0 and [`MAX_DEMAND`].
 fn sanitize(demand: f64) -> f64 {
     if demand > 0.0 {
@@ -376,19 +391,13 @@ fn with_tokens(room: &Room, fraction: f64, max_tokens: u64, ttl: Duration) -> As
 /// `rate` tokens per second as (`tokens_per_fill`, whole seconds of `fill_interval`), at most
 /// `rate` and with at most `max_tokens` per fill; `None` when that is no token at all.
 ///
-/// At one token per second or more, the fill interval of 1 to [`MAX_PRECISION_FILL_S`]
-/// seconds that loses the least to rounding (the shortest of equals); below, one token per
-/// the whole seconds that take at least one token.
+/// The fill interval of 1 to [`MAX_PRECISION_FILL_S`] seconds that loses the least to
+/// rounding (the shortest of equals); when none of them takes a token, one token per the
+/// whole seconds that take at least one. So 0.84 a second is 4 every 5 s (0.8), not one
+/// every 2 s (0.5): a share rounded down that far starves a stream under the limit.
 fn fill(rate: f64, max_tokens: u32) -> Option<(u32, u32)> {
     if rate.is_nan() || rate <= 0.0 || max_tokens == 0 {
         return None;
-    }
-    if rate < 1.0 {
-        let interval = (1.0 / rate).ceil();
-        if interval > f64::from(MAX_FILL_INTERVAL_S) {
-            return None;
-        }
-        return Some((1, interval as u32));
     }
     let mut best = (0u32, 1u32);
     for interval in 1..=MAX_PRECISION_FILL_S {
@@ -400,85 +409,14 @@ fn fill(rate: f64, max_tokens: u32) -> Option<(u32, u32)> {
             best = (tokens, interval);
         }
     }
-    Some(best)
-}
-
-/// Whether `new` must be sent now, `last` having been sent at `sent_at` (`None`: nothing sent
-/// for the bucket yet), when the next chance to send is `next_ms` away (the stream's next
-/// report, Envoy 1.40's 5 s, or a timer the caller sets): when it differs from `last` (another
-/// kind, or a token bucket moved by more than [`CHANGE`]), when it must end sooner than
-/// `last` does, or when `last`'s TTL runs out before then. A deny-all until room returns sent
-/// again a second later ends when it did: no news. A lapsed assignment is not a deny: Envoy falls back to
-/// the filter's expired-assignment behaviour (allow-all unless configured), so a `DenyAll`
-/// until room returns, shorter than a report interval, needs such a timer at its end.
-///
-/// Sending the same strategy again is harmless (Envoy 1.40 keeps its running bucket when the
-/// settings are identical) and refreshes the TTL. A token bucket with different settings
-/// replaces Envoy's running one, which then starts at `floor(new max_tokens × old remaining /
-/// old max_tokens)` tokens ([`carried_tokens`]): a stream that spent its burst does not get it
-/// back by a change of share.
-pub fn must_send(
-    last: Option<(&Assignment, UnixMillis)>,
-    new: &Assignment,
-    now: UnixMillis,
-    next_ms: u64,
-) -> bool {
-    let Some((last, sent_at)) = last else {
-        return true;
-    };
-    let expires = sent_at.0.saturating_add(u64::from(last.ttl_s) * 1000);
-    let new_expires = now.0.saturating_add(u64::from(new.ttl_s) * 1000);
-    differs(&last.strategy, &new.strategy)
-        || expires <= now.0.saturating_add(next_ms)
-        // Only an end that comes sooner is news (TTLs count whole seconds): a later one
-        // goes out with the renewal.
-        || new_expires.saturating_add(1000) < expires
-}
-
-/// How far a token bucket's rate or capacity may move before the new one is sent: a window's
-/// room shrinks with every hit counted, and resending each small change would replace
-/// Envoy's bucket every second (each replacement rounds its tokens down) and send a message
-/// per bucket per second, which the protocol is there to avoid.
-const CHANGE: f64 = 1.0 / 8.0;
-
-/// Whether `new` is another strategy than `last`: another kind, or a token bucket whose rate
-/// or capacity moved by more than [`CHANGE`] of the larger (and by more than one token).
-fn differs(last: &Strategy, new: &Strategy) -> bool {
-    match (last, new) {
-        (
-            Strategy::TokenBucket {
-                max_tokens: m0,
-                tokens_per_fill: t0,
-                fill_interval_s: f0,
-            },
-            Strategy::TokenBucket {
-                max_tokens: m1,
-                tokens_per_fill: t1,
-                fill_interval_s: f1,
-            },
-        ) => {
-            let moved = |a: f64, b: f64, unit: f64| (a - b).abs() > (CHANGE * a.max(b)).max(unit);
-            let rate = |t: &u32, f: &u32| f64::from(*t) / f64::from((*f).max(1));
-            moved(f64::from(*m0), f64::from(*m1), 1.0)
-                || moved(
-                    rate(t0, f0),
-                    rate(t1, f1),
-                    1.0 / f64::from(MAX_FILL_INTERVAL_S),
-                )
-        }
-        _ => last != new,
+    if best.0 > 0 {
+        return Some(best);
     }
-}
-
-/// The tokens a replacement token bucket of `new_max` starts with when the one it replaces,
-/// of `old_max`, held `old_remaining`: Envoy 1.40's `floor(new max × old remaining / old
-/// max)`.
-pub fn carried_tokens(old_max: u32, old_remaining: u32, new_max: u32) -> u32 {
-    if old_max == 0 {
-        return 0;
+    let interval = (1.0 / rate).ceil();
+    if interval > f64::from(MAX_FILL_INTERVAL_S) {
+        return None;
     }
-    let carried = u64::from(new_max) * u64::from(old_remaining.min(old_max)) / u64::from(old_max);
-    carried as u32
+    Some((1, interval as u32))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use crate::rls::Compiled;
 
 use super::engine::Quotas;
 use super::report::{check, Counts, ReportError};
-use super::share::{must_send, strategy_proto, Assignment, Strategy};
+use super::share::{hold, must_send, strategy_proto, to_send, Assignment, Strategy};
 
 /// How often a stream's assignments are looked at again between its reports.
 pub const REFRESH: Duration = Duration::from_secs(1);
@@ -144,6 +144,7 @@ impl Stream {
                 Some((usage.counts, usage.elapsed)),
                 now,
             );
+            let a = held(&q, tracked, a);
             // The next chance to send is the next refresh.
             if must_send(
                 tracked.last.as_ref().map(|(a, t)| (a, *t)),
@@ -173,6 +174,7 @@ impl Stream {
                 continue;
             }
             let a = assess(&q, &self.rules, &domain, tracked, None, now);
+            let a = held(&q, tracked, a);
             if must_send(
                 tracked.last.as_ref().map(|(a, t)| (a, *t)),
                 &a,
@@ -279,8 +281,20 @@ fn assess(
     }
 }
 
-/// The action carrying `a` for `tracked`, remembered as sent at `now`.
+/// `a` as it should replace what `tracked` last got, given whether its counter's fleet
+/// demand is over the rate (`share::hold`).
+fn held(q: &Quotas, tracked: &Tracked, a: Assignment) -> Assignment {
+    let pressed = match tracked.resolved {
+        Some(Some((_, entity))) => q.pressed(entity),
+        _ => true,
+    };
+    hold(tracked.last.as_ref().map(|(last, _)| last), a, pressed)
+}
+
+/// The action carrying `a` (or, when only its TTL is news, the settings Envoy runs: see
+/// `to_send`) for `tracked`, remembered as sent at `now`.
 fn send(q: &Quotas, tracked: &mut Tracked, a: Assignment, now: UnixMillis) -> BucketAction {
+    let a = to_send(tracked.last.as_ref().map(|(last, _)| last), a);
     tracked.last = Some((a, now));
     q.sent(&a);
     BucketAction {
