@@ -17,7 +17,10 @@ use crate::rls::{QuotaCount, RateLimiter};
 
 use super::config::Config;
 use super::report::Counts;
-use super::share::{assign_all, over_rate, split, Assignment, Demand, Rest, Room, Strategy};
+use super::share::{
+    assign_all, assign_capped, first_grant_cap, over_rate, split, Assignment, Demand, Rest, Room,
+    Strategy,
+};
 
 /// How long one computation of a counter's assignments serves its members: each member's
 /// refresh (every second) and report (every 5 s) would otherwise split the counter among all
@@ -68,6 +71,18 @@ struct Shares {
     members: HashMap<u64, Demand>,
     rest: Rest,
     cache: Option<Cache>,
+    /// The tokens at once each member's Envoy was last handed (a new bucket's capacity) and
+    /// how many it reported admitted since: what it may still take at once, which the room's
+    /// count does not know yet.
+    grants: HashMap<u64, Grant>,
+    /// Whether the presence exchange has told what the rest of the fleet has (`rest`).
+    rest_known: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Grant {
+    tokens: u64,
+    used: u64,
 }
 
 struct Cache {
@@ -123,6 +138,7 @@ impl Quotas {
         let mut counters = self.counters.lock();
         if let Some(shares) = counters.get_mut(&entity) {
             shares.members.remove(&member);
+            shares.grants.remove(&member);
             shares.cache = None;
             if shares.members.is_empty() {
                 counters.remove(&entity);
@@ -157,6 +173,9 @@ impl Quotas {
         };
         if let Some((counts, elapsed)) = usage {
             demand.observe(counts, elapsed, now);
+            if let Some(g) = shares.grants.get_mut(&member) {
+                g.used = g.used.saturating_add(counts.allowed);
+            }
         }
         if let Some(a) = shares.cached(member, room.now, now) {
             return a;
@@ -166,10 +185,40 @@ impl Quotas {
         let demands: Vec<Option<f64>> = ids.iter().map(|id| shares.members[id].rate(now)).collect();
         let fractions = split(room.rate, &demands, shares.rest);
         let pressed = over_rate(room.rate, &demands, shares.rest);
-        let assigned: HashMap<u64, Assignment> = ids
-            .into_iter()
-            .zip(assign_all(&room, &fractions, ttl))
-            .collect();
+        let mut assigned: Vec<Assignment> = assign_all(&room, &fractions, ttl);
+        // Young streams get cautious grants (`share::first_grant_cap`): the room less what
+        // the others may still take at once, and without a rate yet an even part of it.
+        let young: Vec<bool> = ids.iter().map(|id| shares.members[id].young()).collect();
+        if young.contains(&true) {
+            let sharers = (ids.len() as u64)
+                .max(self.stream_count() as u64)
+                .saturating_add(shares.rest.streams);
+            // Until the presence exchange told what the other replicas have, each may be
+            // granting the same room.
+            let replicas = if shares.rest_known {
+                1
+            } else {
+                self.limiter.live_replicas()
+            };
+            let room_here = room.now / u64::from(replicas.max(1));
+            let first = first_grant_cap(room_here, sharers, 1);
+            let held: Vec<u64> = ids.iter().map(|id| shares.outstanding(*id)).collect();
+            let all_held: u64 = held.iter().sum();
+            for (i, a) in assigned.iter_mut().enumerate() {
+                if !young[i] {
+                    continue;
+                }
+                let mut cap = room_here.saturating_sub(all_held - held[i]).max(1);
+                if demands[i].is_none() {
+                    cap = cap.min(first);
+                }
+                if matches!(a.strategy, Strategy::TokenBucket { max_tokens, .. } if u64::from(max_tokens) > cap)
+                {
+                    *a = assign_capped(&room, fractions[i], cap, ttl);
+                }
+            }
+        }
+        let assigned: HashMap<u64, Assignment> = ids.into_iter().zip(assigned).collect();
         let mine = assigned
             .get(&member)
             .copied()
@@ -181,6 +230,27 @@ impl Quotas {
             assigned,
         });
         mine
+    }
+
+    /// `member`'s Envoy of `entity` now runs `a`, a new bucket (not the same settings
+    /// renewed): what it may take at once starts again from `a`'s capacity.
+    pub(super) fn granted(&self, entity: u128, member: u64, a: &Assignment) {
+        let mut counters = self.counters.lock();
+        let Some(shares) = counters.get_mut(&entity) else {
+            return;
+        };
+        match a.strategy {
+            Strategy::TokenBucket { max_tokens, .. } => {
+                let grant = Grant {
+                    tokens: u64::from(max_tokens),
+                    used: 0,
+                };
+                shares.grants.insert(member, grant);
+            }
+            _ => {
+                shares.grants.remove(&member);
+            }
+        }
     }
 
     /// Whether the fleet's demand on `entity` was over its rate at its latest split (no split:
@@ -228,6 +298,7 @@ impl Quotas {
         let mut counters = self.counters.lock();
         for (entity, rest) in others {
             if let Some(shares) = counters.get_mut(entity) {
+                shares.rest_known = true;
                 if shares.rest != *rest {
                     shares.rest = *rest;
                     shares.cache = None;
@@ -240,6 +311,13 @@ impl Quotas {
 // === impl Shares ===
 
 impl Shares {
+    /// What `member`'s Envoy may still take at once from its last grant, by what it reported.
+    fn outstanding(&self, member: u64) -> u64 {
+        self.grants
+            .get(&member)
+            .map_or(0, |g| g.tokens.saturating_sub(g.used))
+    }
+
     /// `member`'s assignment in the cached split, if that is recent and on about this room.
     fn cached(&self, member: u64, room: u64, now: UnixMillis) -> Option<Assignment> {
         let cache = self.cache.as_ref()?;

@@ -80,6 +80,13 @@ impl Demand {
         ];
     }
 
+    /// Whether fewer than two reports with a rate came: the stream's share is still settling
+    /// (its first rate may be a burst's), so its grants are held to the room the others'
+    /// grants leave (`engine.rs`).
+    pub fn young(&self) -> bool {
+        self.samples[1].is_none()
+    }
+
     /// The demand in requests per second at `now`; `None` until a report with a rate came.
     pub fn rate(&self, now: UnixMillis) -> Option<f64> {
         let latest = self.samples[0]?;
@@ -354,6 +361,30 @@ pub fn assign_all(room: &Room, fractions: &[f64], ttl: Duration) -> Vec<Assignme
         .zip(tokens)
         .map(|(&f, t)| with_tokens(room, f, t, ttl))
         .collect()
+}
+
+/// The most tokens at once a stream without a rate yet may get from a room of `room_now`
+/// (the first grant of a cold bucket, or a new Envoy's): an even part of the room among the
+/// streams that may share it (`sharers`: the counter's streams in the fleet, or every stream
+/// open on this replica and the rest of the fleet's on the counter, whichever is more) and
+/// the live `replicas` (each may be granting the same room before the fleet's counts meet),
+/// at least one token.
+///
+/// Why: a first grant is taken at once by a burst, and the streams that report after it get
+/// their shares of the same room before the earlier grants are revised (at their streams'
+/// next refresh, up to a second later, when a burst is long over). Granting the whole room
+/// to the first stream, half of it to the second, and so on handed a cold bucket's burst
+/// over ten Envoys on two replicas twice the limit (the simulator's "cold burst").
+pub fn first_grant_cap(room_now: u64, sharers: u64, replicas: u32) -> u64 {
+    let ways = sharers.max(1).saturating_mul(u64::from(replicas.max(1)));
+    (room_now / ways).max(1)
+}
+
+/// [`assign`] with the tokens at once capped at `cap`.
+pub fn assign_capped(room: &Room, fraction: f64, cap: u64, ttl: Duration) -> Assignment {
+    let fraction = clamp_fraction(fraction);
+    let max_tokens = ((room.now as f64 * fraction).floor() as u64).min(cap);
+    with_tokens(room, fraction, max_tokens, ttl)
 }
 
 /// A fraction as [`assign`] takes it: between 0 and 1, `NaN` as 0.

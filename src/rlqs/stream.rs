@@ -295,6 +295,12 @@ fn held(q: &Quotas, tracked: &Tracked, a: Assignment) -> Assignment {
 /// `to_send`) for `tracked`, remembered as sent at `now`.
 fn send(q: &Quotas, tracked: &mut Tracked, a: Assignment, now: UnixMillis) -> BucketAction {
     let a = to_send(tracked.last.as_ref().map(|(last, _)| last), a);
+    let replaced = tracked
+        .last
+        .is_none_or(|(last, _)| last.strategy != a.strategy);
+    if let (true, Some(Some((_, entity)))) = (replaced, tracked.resolved) {
+        q.granted(entity, tracked.member, &a);
+    }
     tracked.last = Some((a, now));
     q.sent(&a);
     BucketAction {
