@@ -116,43 +116,59 @@ pub fn carried_tokens(old_max: u32, old_remaining: u32, new_max: u32) -> u32 {
 }
 
 /// `new` as it should replace `last` while the fleet's demand is under the rate (`pressed`
-/// false): a token bucket whose rate went down, to no less than half the rate Envoy runs,
-/// keeps that rate (with `new`'s capacity), so only a higher rate, a rate halved, a capacity
-/// that must shrink or another kind replaces Envoy's bucket. The streams' rates together
-/// may then exceed the limit's, by less than twice, while their demand fits in it; once it
-/// does not, every change goes out, and the room guards the window meanwhile.
+/// false): a token bucket's rate, or its capacity, that went down to no less than half of
+/// what Envoy runs keeps what Envoy runs, so only a higher rate or capacity, one halved, or
+/// another kind replaces Envoy's bucket. The streams' rates and capacities together may
+/// then exceed the limit's rate and the room, by less than twice, while their demand fits in
+/// the rate; once it does not, every change goes out (and a young stream's grants are held
+/// to what the others' leave, `engine.rs`).
 ///
-/// Why: under the rate a lower rate protects nothing (the streams' demand fits), while each
-/// replacement drops the fraction of a token being refilled and rounds the carried level
-/// down (`carried_tokens`). Demand estimates of a few requests a report swing by half and
-/// more, so following them down and up again replaced a quiet stream's bucket about every
-/// second at 1 s reports and drained it: the simulator measured 10 % of the limit falsely
-/// denied at 0.8× the limit. When the fleet's demand is over the rate, every change goes out.
+/// Why: under the rate, a lower rate or capacity protects nothing (the demand fits), while
+/// each replacement drops the fraction of a token being refilled and carries the level in
+/// proportion, rounded down (`carried_tokens`): a capacity halved takes half of a quiet
+/// stream's unused tokens. Demand estimates of a few requests a report swing by half and
+/// more, so following them down and up again replaced quiet streams' buckets about every
+/// second at 1 s reports and drained them: the simulator measured 10 % of the limit falsely
+/// denied at 0.8x the limit (0.5 % now).
 pub fn hold(last: Option<&Assignment>, new: Assignment, pressed: bool) -> Assignment {
+    let (
+        Some(Strategy::TokenBucket {
+            max_tokens: m0,
+            tokens_per_fill: t0,
+            fill_interval_s: f0,
+        }),
+        Strategy::TokenBucket {
+            max_tokens: m1,
+            tokens_per_fill: t1,
+            fill_interval_s: f1,
+        },
+    ) = (last.map(|l| l.strategy), new.strategy)
+    else {
+        return new;
+    };
+    if pressed {
+        return new;
+    }
     let rate = |t: u32, f: u32| f64::from(t) / f64::from(f.max(1));
-    match (last.map(|l| l.strategy), new.strategy) {
-        (
-            Some(Strategy::TokenBucket {
-                tokens_per_fill: t0,
-                fill_interval_s: f0,
-                ..
-            }),
-            Strategy::TokenBucket {
-                max_tokens,
-                tokens_per_fill: t1,
-                fill_interval_s: f1,
-            },
-        ) if !pressed && rate(t1, f1) < rate(t0, f0) && 2.0 * rate(t1, f1) >= rate(t0, f0) => {
-            Assignment {
-                strategy: Strategy::TokenBucket {
-                    max_tokens,
-                    tokens_per_fill: t0,
-                    fill_interval_s: f0,
-                },
-                ttl_s: new.ttl_s,
-            }
-        }
-        _ => new,
+    // Lowered to no less than half: the running one stays.
+    let keep = |old: f64, new: f64| new < old && 2.0 * new >= old;
+    let (tokens_per_fill, fill_interval_s) = if keep(rate(t0, f0), rate(t1, f1)) {
+        (t0, f0)
+    } else {
+        (t1, f1)
+    };
+    let max_tokens = if keep(f64::from(m0), f64::from(m1)) {
+        m0
+    } else {
+        m1
+    };
+    Assignment {
+        strategy: Strategy::TokenBucket {
+            max_tokens,
+            tokens_per_fill,
+            fill_interval_s,
+        },
+        ttl_s: new.ttl_s,
     }
 }
 

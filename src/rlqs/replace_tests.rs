@@ -65,18 +65,23 @@ fn a_capacity_must_shrink_by_an_eighth_or_double_to_be_news() {
 }
 
 #[test]
-fn under_the_rate_a_lower_rate_keeps_the_running_one() {
+fn under_the_rate_a_lower_rate_or_capacity_keeps_the_running_one() {
     let running = bucket(40, 5, 1);
     let lower = bucket(30, 3, 1);
-    // Under the rate: the capacity follows, the rate Envoy runs stays.
-    let held = hold(Some(&running), lower, false);
-    assert_eq!(held, bucket(30, 5, 1));
-    // Halved or more: news, as for a stream whose demand fell away.
-    let halved = bucket(30, 2, 1);
-    assert_eq!(hold(Some(&running), halved, false), halved);
-    // Over it, or a higher rate, or nothing before: as computed.
+    // Under the rate, lowered to no less than half: what Envoy runs stays.
+    assert_eq!(hold(Some(&running), lower, false), running);
+    // Halved or more: news, as for a stream whose demand fell away; each on its own.
+    assert_eq!(
+        hold(Some(&running), bucket(30, 2, 1), false),
+        bucket(40, 2, 1)
+    );
+    assert_eq!(
+        hold(Some(&running), bucket(19, 3, 1), false),
+        bucket(19, 5, 1)
+    );
+    // Over the rate, or a higher rate or capacity, or nothing before: as computed.
     assert_eq!(hold(Some(&running), lower, true), lower);
-    let higher = bucket(30, 7, 1);
+    let higher = bucket(50, 7, 1);
     assert_eq!(hold(Some(&running), higher, false), higher);
     assert_eq!(hold(None, lower, false), lower);
     let deny = Assignment {
