@@ -18,8 +18,8 @@ use crate::rls::{QuotaCount, RateLimiter};
 use super::config::Config;
 use super::report::Counts;
 use super::share::{
-    assign_all, assign_capped, first_grant_cap, over_rate, split, Assignment, Demand, Rest, Room,
-    Strategy,
+    assign_capped, assign_split, burst_fractions, first_grant_cap, over_rate, split, Assignment,
+    Demand, Rest, Room, Strategy,
 };
 
 /// How long one computation of a counter's assignments serves its members: each member's
@@ -185,7 +185,9 @@ impl Quotas {
         let demands: Vec<Option<f64>> = ids.iter().map(|id| shares.members[id].rate(now)).collect();
         let fractions = split(room.rate, &demands, shares.rest);
         let pressed = over_rate(room.rate, &demands, shares.rest);
-        let mut assigned: Vec<Assignment> = assign_all(&room, &fractions, ttl);
+        let fleet_streams = (ids.len() as u64).saturating_add(shares.rest.streams);
+        let burst = burst_fractions(&fractions, fleet_streams);
+        let mut assigned: Vec<Assignment> = assign_split(&room, &fractions, &burst, ttl);
         // Young streams get cautious grants (`share::first_grant_cap`): the room less what
         // the others may still take at once, and without a rate yet an even part of it.
         let young: Vec<bool> = ids.iter().map(|id| shares.members[id].young()).collect();
@@ -214,7 +216,7 @@ impl Quotas {
                 }
                 if matches!(a.strategy, Strategy::TokenBucket { max_tokens, .. } if u64::from(max_tokens) > cap)
                 {
-                    *a = assign_capped(&room, fractions[i], cap, ttl);
+                    *a = assign_capped(&room, fractions[i], burst[i], cap, ttl);
                 }
             }
         }

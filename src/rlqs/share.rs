@@ -338,12 +338,23 @@ pub fn assign(room: &Room, fraction: f64, ttl: Duration) -> Assignment {
 /// as long as the sum stays within the streams' fractions of the room together. So a room
 /// of a few tokens among many streams admits those few instead of denying every stream.
 pub fn assign_all(room: &Room, fractions: &[f64], ttl: Duration) -> Vec<Assignment> {
-    let fractions: Vec<f64> = fractions.iter().map(|&f| clamp_fraction(f)).collect();
-    let exact: Vec<f64> = fractions.iter().map(|f| room.now as f64 * f).collect();
+    assign_split(room, fractions, fractions, ttl)
+}
+
+/// As [`assign_all`], with each stream's rate from `fractions` and its tokens at once from
+/// `burst` (its fraction of the room's tokens; see [`burst_fractions`]).
+pub fn assign_split(
+    room: &Room,
+    fractions: &[f64],
+    burst: &[f64],
+    ttl: Duration,
+) -> Vec<Assignment> {
+    let burst: Vec<f64> = burst.iter().map(|&f| clamp_fraction(f)).collect();
+    let exact: Vec<f64> = burst.iter().map(|f| room.now as f64 * f).collect();
     let mut tokens: Vec<u64> = exact.iter().map(|x| x.floor() as u64).collect();
     // The epsilon forgives the sum's float error (ten fractions of 0.1 sum to 0.999…), at
     // the cost of at most a billionth of a token.
-    let together = (room.now as f64 * fractions.iter().sum::<f64>().min(1.0) + 1e-9).floor() as u64;
+    let together = (room.now as f64 * burst.iter().sum::<f64>().min(1.0) + 1e-9).floor() as u64;
     let left = together
         .min(room.now)
         .saturating_sub(tokens.iter().sum::<u64>());
@@ -359,7 +370,24 @@ pub fn assign_all(room: &Room, fractions: &[f64], ttl: Duration) -> Vec<Assignme
     fractions
         .iter()
         .zip(tokens)
-        .map(|(&f, t)| with_tokens(room, f, t, ttl))
+        .map(|(&f, t)| with_tokens(room, clamp_fraction(f), t, ttl))
+        .collect()
+}
+
+/// Each stream's fraction of the room's tokens at once, from its fraction of the rate
+/// (`fractions`, from [`split`]) among `streams` in the fleet: half in proportion to the
+/// rate's, half evenly. They sum to at most 1 as the rate's do.
+///
+/// Why: a stream's rate follows demand estimates that swing with a few requests a report,
+/// and a busy stream's swings move every quiet one's share of what is left. A capacity
+/// following them shrinks a quiet stream's bucket to a few tokens (each replacement carries
+/// its level in proportion) and a burst of three requests is then denied under the limit; an
+/// even half keeps every stream a burst's worth of the room whatever the busy one's estimate.
+pub fn burst_fractions(fractions: &[f64], streams: u64) -> Vec<f64> {
+    let even = 1.0 / streams.max(fractions.len() as u64).max(1) as f64;
+    fractions
+        .iter()
+        .map(|&f| (clamp_fraction(f) + even) / 2.0)
         .collect()
 }
 
@@ -380,11 +408,17 @@ pub fn first_grant_cap(room_now: u64, sharers: u64, replicas: u32) -> u64 {
     (room_now / ways).max(1)
 }
 
-/// [`assign`] with the tokens at once capped at `cap`.
-pub fn assign_capped(room: &Room, fraction: f64, cap: u64, ttl: Duration) -> Assignment {
-    let fraction = clamp_fraction(fraction);
-    let max_tokens = ((room.now as f64 * fraction).floor() as u64).min(cap);
-    with_tokens(room, fraction, max_tokens, ttl)
+/// The assignment for `fraction` of the room's rate and `burst` of its tokens at once,
+/// those capped at `cap`.
+pub fn assign_capped(
+    room: &Room,
+    fraction: f64,
+    burst: f64,
+    cap: u64,
+    ttl: Duration,
+) -> Assignment {
+    let max_tokens = ((room.now as f64 * clamp_fraction(burst)).floor() as u64).min(cap);
+    with_tokens(room, clamp_fraction(fraction), max_tokens, ttl)
 }
 
 /// A fraction as [`assign`] takes it: between 0 and 1, `NaN` as 0.
