@@ -193,7 +193,7 @@ impl Filter {
     }
 
     /// The assignment in force at `now_ms` as (rate a second, tokens now): `None` for no
-    /// token bucket (allow-all, deny-all or no bucket). For the scenarios' measurements.
+    /// token bucket (allow-all, deny-all or no bucket).
     pub fn tokens(&self, now_ms: u64) -> Option<(f64, f64)> {
         let b = self.bucket.as_ref()?;
         if b.expires_ms.is_some_and(|at| now_ms >= at) {
