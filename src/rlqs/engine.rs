@@ -4,7 +4,7 @@
 //! the presence this replica publishes to the fleet (`global::PresenceSource`).
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +18,8 @@ use crate::rls::{QuotaCount, RateLimiter};
 use super::config::Config;
 use super::report::Counts;
 use super::share::{
-    assign_capped, assign_split, burst_fractions, first_grant_cap, over_rate, split, Assignment,
-    Demand, Rest, Room, Strategy,
+    assign_capped, assign_split, burst_fractions, differs, first_grant_cap, over_rate, split,
+    Assignment, Demand, Rest, Room, Strategy,
 };
 
 /// How long one computation of a counter's assignments serves its members: each member's
@@ -70,7 +70,12 @@ pub struct QuotaStats {
 struct Shares {
     members: HashMap<u64, Demand>,
     rest: Rest,
+    /// The latest split, kept when it goes stale: the next is compared with it.
     cache: Option<Cache>,
+    /// A member joined or left, or the rest of the fleet moved: the split is computed again.
+    stale: bool,
+    /// Members whose assignment a later split moved, for their stream's next refresh.
+    moved: HashSet<u64>,
     /// The tokens at once each member's Envoy was last handed (a new bucket's capacity) and
     /// how many it reported admitted since: what it may still take at once, which the room's
     /// count does not know yet.
@@ -139,11 +144,20 @@ impl Quotas {
         if let Some(shares) = counters.get_mut(&entity) {
             shares.members.remove(&member);
             shares.grants.remove(&member);
-            shares.cache = None;
+            shares.moved.remove(&member);
+            shares.stale = true;
             if shares.members.is_empty() {
                 counters.remove(&entity);
             }
         }
+    }
+
+    /// Whether a split since `member`'s last look moved its assignment (and forgets it).
+    pub(super) fn moved(&self, entity: u128, member: u64) -> bool {
+        let mut counters = self.counters.lock();
+        counters
+            .get_mut(&entity)
+            .is_some_and(|shares| shares.moved.remove(&member))
     }
 
     /// The assignment of `member` of `entity` (made one of its sharers if it is not yet)
@@ -167,7 +181,7 @@ impl Quotas {
         let demand = match shares.members.entry(member) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {
-                shares.cache = None;
+                shares.stale = true;
                 e.insert(Demand::default())
             }
         };
@@ -225,6 +239,16 @@ impl Quotas {
             .get(&member)
             .copied()
             .unwrap_or_else(|| self.blanket(Strategy::DenyAll));
+        // The other members whose share this split moved are sent theirs at their stream's
+        // next refresh; the others' streams have nothing to look at.
+        let before = shares.cache.as_ref().map(|c| &c.assigned);
+        for (&id, a) in &assigned {
+            let was = before.and_then(|b| b.get(&id));
+            if id != member && was.is_none_or(|w| differs(&w.strategy, &a.strategy)) {
+                shares.moved.insert(id);
+            }
+        }
+        shares.stale = false;
         shares.cache = Some(Cache {
             at: now,
             room: room.now,
@@ -303,7 +327,7 @@ impl Quotas {
                 shares.rest_known = true;
                 if shares.rest != *rest {
                     shares.rest = *rest;
-                    shares.cache = None;
+                    shares.stale = true;
                 }
             }
         }
@@ -322,7 +346,7 @@ impl Shares {
 
     /// `member`'s assignment in the cached split, if that is recent and on about this room.
     fn cached(&self, member: u64, room: u64, now: UnixMillis) -> Option<Assignment> {
-        let cache = self.cache.as_ref()?;
+        let cache = self.cache.as_ref().filter(|_| !self.stale)?;
         if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
             return None;
         }

@@ -56,7 +56,7 @@ const GROW: f64 = 2.0;
 /// Whether `new` is another strategy than `last`: another kind, or a token bucket whose rate
 /// moved by more than [`CHANGE`] of the larger, or whose capacity shrank by more than
 /// [`CHANGE`] of it or grew past [`GROW`] times it (each by more than one token).
-fn differs(last: &Strategy, new: &Strategy) -> bool {
+pub fn differs(last: &Strategy, new: &Strategy) -> bool {
     match (last, new) {
         (
             Strategy::TokenBucket {

@@ -22,7 +22,7 @@ use crate::core::limit::{Algorithm, Limit};
 
 use super::report::Counts;
 
-pub use super::replace::{carried_tokens, hold, must_send, to_send};
+pub use super::replace::{carried_tokens, differs, hold, must_send, to_send};
 
 /// The longest `fill_interval` emitted, in seconds. A share slower than one token per this
 /// long is no share: the stream is denied until its next assignment instead.
