@@ -18,8 +18,8 @@ use crate::rls::{QuotaCount, RateLimiter};
 use super::config::Config;
 use super::report::Counts;
 use super::share::{
-    assign_capped, assign_split, burst_fractions, differs, first_grant_cap, over_rate, split,
-    Assignment, Demand, Rest, Room, Strategy,
+    assign_capped, assign_split, burst_fractions, catch_up, differs, first_grant_cap, over_rate,
+    split, Assignment, Demand, Rest, Room, Strategy,
 };
 
 /// How long one computation of a counter's assignments serves its members: each member's
@@ -197,6 +197,14 @@ impl Quotas {
         let mut ids: Vec<u64> = shares.members.keys().copied().collect();
         ids.sort_unstable();
         let demands: Vec<Option<f64>> = ids.iter().map(|id| shares.members[id].rate(now)).collect();
+        let young: Vec<bool> = ids.iter().map(|id| shares.members[id].young()).collect();
+        // Settled streams also get the room their buckets left unused back as rate
+        // (`share::catch_up`); young ones' grants are what must stay cautious.
+        let room = if young.contains(&true) {
+            room
+        } else {
+            catch_up(&room, &count.limit)
+        };
         let fractions = split(room.rate, &demands, shares.rest);
         let pressed = over_rate(room.rate, &demands, shares.rest);
         let fleet_streams = (ids.len() as u64).saturating_add(shares.rest.streams);
@@ -204,7 +212,6 @@ impl Quotas {
         let mut assigned: Vec<Assignment> = assign_split(&room, &fractions, &burst, ttl);
         // Young streams get cautious grants (`share::first_grant_cap`): the room less what
         // the others may still take at once, and without a rate yet an even part of it.
-        let young: Vec<bool> = ids.iter().map(|id| shares.members[id].young()).collect();
         if young.contains(&true) {
             let sharers = (ids.len() as u64)
                 .max(self.stream_count() as u64)

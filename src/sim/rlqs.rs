@@ -4,7 +4,8 @@
 //!
 //! Each replica is what `fleet.rs` starts for the window scenarios (a `RateLimiter` in global
 //! mode, `global::spawn`'s sync task over the simulated store) plus the quota service's
-//! [`Quotas`] on that limiter; each Envoy's stream is a production [`Stream`] of its replica's
+//! [`Quotas`] on that limiter, attached to the replica's presence exchange (the fleet's
+//! streams and demand per counter, once a tick through the store) as the service attaches it; each Envoy's stream is a production [`Stream`] of its replica's
 //! `Quotas`, driven as `server/rlqs.rs` drives it: a task that takes the reports as they
 //! arrive and calls `refresh` every [`REFRESH`], sending back what either returns. Messages
 //! between an Envoy and sluice take [`LATENCY_MS`] each way, in order. Each Envoy reports its
@@ -39,6 +40,7 @@ use super::traffic::{phases, SplitMix64};
 use super::{windows, Scenario, WindowStats, T0};
 use crate::core::clock::UnixMillis;
 use crate::core::Limit;
+use crate::rlqs::presence::Published;
 use crate::rlqs::{Config, Quotas, Stream, REFRESH};
 
 /// One way between an Envoy and its replica, in ms.
@@ -219,6 +221,10 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
         let quotas: Vec<Arc<Quotas>> = (0..s.replicas)
             .map(|r| Quotas::new(fleet.limiter(r).clone(), Config::default()))
             .collect();
+        // Each replica's engine on its presence exchange, as the service attaches it.
+        for (r, q) in quotas.iter().enumerate() {
+            fleet.presence(r).attach(Arc::new(Published(q.clone())));
+        }
         let mut rng = SplitMix64(s.seed ^ 0x726c_7173);
         let envoys: Vec<Envoy> = (0..s.envoys)
             .map(|e| {
