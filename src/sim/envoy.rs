@@ -16,6 +16,7 @@
 //! - An assignment past its TTL (whole seconds) falls back to allow-all, the filter's default
 //!   expired-assignment behaviour; a token bucket assigned after that starts full.
 //! - An abandon action drops the bucket: its next request is a first request again.
+//! - Reports carry `time_elapsed` in whole seconds, rounded down (`rlqs.rs` writes them).
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{
     BlanketRule, Strategy as PbStrategy,

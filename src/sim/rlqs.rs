@@ -407,16 +407,19 @@ fn ms_since(zero: Instant) -> u64 {
 }
 
 /// The report message carrying one usage of the scenarios' bucket (`k=e` of domain `sim`,
-/// the rule `fleet::rules_yaml` writes).
+/// the rule `fleet::rules_yaml` writes), its `time_elapsed` in whole seconds as Envoy's
+/// filter sends it (`duration_cast<seconds>` of the time since the bucket's last report): a
+/// bucket's first periodic report, less than a second after its creation, says 0 too.
 fn usage_reports(u: Usage) -> RateLimitQuotaUsageReports {
     let bucket = [("k".to_string(), "e".to_string())].into_iter().collect();
     RateLimitQuotaUsageReports {
         domain: "sim".into(),
         bucket_quota_usages: vec![BucketQuotaUsage {
             bucket_id: Some(BucketId { bucket }),
+            // Whole seconds, rounded down, as Envoy's filter fills it in.
             time_elapsed: Some(PbDuration {
                 seconds: (u.elapsed_ms / 1000) as i64,
-                nanos: ((u.elapsed_ms % 1000) * 1_000_000) as i32,
+                nanos: 0,
             }),
             num_requests_allowed: u.allowed,
             num_requests_denied: u.denied,

@@ -128,4 +128,3 @@ fn the_same_scenario_gives_the_same_report() {
     s.windows = 1;
     assert_eq!(run(&s), run(&s));
 }
-
