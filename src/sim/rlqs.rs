@@ -37,9 +37,9 @@ use super::exact::Exact;
 use super::fleet::{Fleet, SimClock};
 use super::store::SimStore;
 use super::traffic::{phases, SplitMix64};
-use super::{windows, Scenario, WindowStats, T0};
+use super::{period_ms, windows, Scenario, WindowStats, T0};
 use crate::core::clock::UnixMillis;
-use crate::core::Limit;
+use crate::core::{Algorithm, Limit};
 use crate::rlqs::presence::Published;
 use crate::rlqs::{Config, Quotas, Stream, REFRESH};
 
@@ -138,11 +138,17 @@ pub struct RlqsReport {
     pub replicas: usize,
     /// Each Envoy's report interval, ms.
     pub report_ms: u64,
-    /// The limit per window.
+    /// The limit per window (a bucket's refill per window).
     pub limit: u32,
+    /// The rule's algorithm, for the table: `sliding`, `fixed` or `bucket`.
+    pub rule: &'static str,
+    /// The limit's window (ms): a bucket refills `limit` per window.
+    pub window_ms: u64,
+    /// The reported period (ms): the window, or a bucket's ten fill times (`sim::period_ms`).
+    pub period_ms: u64,
     /// Whether the offered hits stay under the limit.
     pub under_limit: bool,
-    /// Window by window.
+    /// Window by window (a bucket's: period by period).
     pub windows: Vec<WindowStats>,
     /// Hits the fleet admitted, second by second.
     pub admitted_per_s: Vec<u64>,
@@ -153,14 +159,30 @@ pub struct RlqsReport {
 }
 
 impl RlqsReport {
-    /// Admitted hits in window `i` over the limit.
+    /// Admitted hits in window `i` over its reference ([`RlqsReport::reference`]).
     pub fn admitted(&self, i: usize) -> f64 {
-        self.windows[i].admitted as f64 / f64::from(self.limit.max(1))
+        self.windows[i].admitted as f64 / self.reference(i) as f64
     }
 
-    /// False denials in window `i` over the limit.
+    /// False denials in window `i` over its reference.
     pub fn false_denials(&self, i: usize) -> f64 {
-        self.windows[i].false_denials as f64 / f64::from(self.limit.max(1))
+        self.windows[i].false_denials as f64 / self.reference(i) as f64
+    }
+
+    /// Offered hits in window `i` over the limit in a period (a bucket's refill in one).
+    pub fn offered(&self, i: usize) -> f64 {
+        let per_period =
+            f64::from(self.limit) * self.period_ms as f64 / self.window_ms.max(1) as f64;
+        self.windows[i].offered as f64 / per_period.max(1.0)
+    }
+
+    /// What window `i` is measured against, as the window scenarios measure it: the limit, or
+    /// what an exact bucket fed the same arrivals admitted in the period (at least 1).
+    pub fn reference(&self, i: usize) -> u64 {
+        match self.rule {
+            "bucket" => self.windows[i].exact_admitted.max(1),
+            _ => u64::from(self.limit.max(1)),
+        }
     }
 }
 
@@ -249,6 +271,13 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
         replicas: s.replicas,
         report_ms: s.report_ms,
         limit: s.limit.requests_per_unit,
+        rule: match s.limit.algorithm {
+            Algorithm::SlidingWindow => "sliding",
+            Algorithm::FixedWindow => "fixed",
+            Algorithm::TokenBucket { .. } => "bucket",
+        },
+        window_ms: s.limit.window_ms,
+        period_ms: period_ms(&fleet_scenario),
         under_limit: s.under_limit(),
         windows,
         admitted_per_s,
@@ -266,7 +295,7 @@ async fn drive(
     envoys: &[Envoy],
     zero: Instant,
 ) -> (Vec<WindowStats>, Vec<u64>) {
-    let end = s.windows * s.limit.window_ms;
+    let end = s.windows * period_ms(fleet);
     let mut exact = Exact::new(fleet);
     let mut per_s = vec![0u64; end.div_ceil(1000) as usize];
     for &(t, e) in arrivals.iter().take_while(|&&(t, _)| t < end) {
@@ -299,7 +328,7 @@ fn sample_others(
     let rates = Arc::new(Mutex::new(Vec::new()));
     let filters: Vec<Arc<Mutex<Filter>>> =
         envoys.iter().skip(1).map(|e| e.filter.clone()).collect();
-    let end = s.windows * s.limit.window_ms;
+    let end = s.windows * period_ms(&s.fleet());
     let out = rates.clone();
     tokio::spawn(async move {
         let mut t = idle_ms;

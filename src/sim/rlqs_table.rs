@@ -73,12 +73,56 @@ pub fn scenarios_at(report_ms: u64) -> Vec<RlqsScenario> {
         }],
         0x21_0008,
     ));
+    out.extend(other_rules(report_ms));
     out.push(idle_and_join(report_ms));
     out.push(RlqsScenario {
         windows: 1,
         ..base("cold burst 2x in 100 ms", 10, vec![burst(2.0)], 0x21_00b0)
     });
     out
+}
+
+/// The same bucket key on a fixed window and on a token bucket (600 a minute, burst 100):
+/// twice the rate, and under it, over ten Envoys on two replicas at `report_ms`.
+fn other_rules(report_ms: u64) -> Vec<RlqsScenario> {
+    let fixed = Limit {
+        algorithm: Algorithm::FixedWindow,
+        ..LIMIT
+    };
+    let bucket = Limit {
+        algorithm: Algorithm::TokenBucket { burst: 100 },
+        ..LIMIT
+    };
+    let run = |name, limit, times_limit, seed| RlqsScenario {
+        name,
+        envoys: 10,
+        replicas: 2,
+        limit,
+        report_ms,
+        flows: vec![Flow {
+            hot_share: Some(0.5),
+            ..flow(0, 300_000, times_limit, (0, 10))
+        }],
+        idle_at_ms: None,
+        windows: 3,
+        seed,
+    };
+    vec![
+        run("fixed window: 2x, one Envoy 50 %", fixed, 2.0, 0x21_00f2),
+        run("fixed window: 0.8x, one Envoy 50 %", fixed, 0.8, 0x21_00f8),
+        run(
+            "token bucket, burst 100: 2x, one Envoy 50 %",
+            bucket,
+            2.0,
+            0x21_00b2,
+        ),
+        run(
+            "token bucket, burst 100: 0.8x, one Envoy 50 %",
+            bucket,
+            0.8,
+            0x21_00b8,
+        ),
+    ]
 }
 
 /// A cold bucket hit by `times` its limit within the first 100 ms, over ten Envoys.
@@ -125,10 +169,12 @@ pub fn run_rlqs() -> String {
         "Quota service (RLQS) simulation: simulated Envoy 1.40 rate_limit_quota filters \
          (token buckets and blanket rules as Envoy enforces them, reports every interval), \
          each on one stream to one replica of sluice (the production limiter, sync task and \
-         quota streams, on simulated time). One bucket, 600 a minute, sliding window.\n\
+         quota streams, on simulated time). One bucket key, 600 a minute: a sliding window unless the scenario says otherwise.\n\
          Admitted and false denials (hits the exact limiter would have admitted) per window, \
-         as a share of the limit; idle share reused: reporting intervals after an Envoy goes \
-         idle until the fleet admits 90 % of the limit's rate again.\n\n",
+         as a share of the limit (a token bucket's: per period of ten fill times, as a share \
+         of what an exact bucket fed the same arrivals admitted); idle share reused: reporting \
+         intervals after an Envoy goes idle until the token buckets the others run add up to \
+         90 % of the limit's rate.\n\n",
     );
     out.push_str(&render_rlqs(&reports));
     out
@@ -142,8 +188,8 @@ pub fn render_rlqs(reports: &[RlqsReport]) -> String {
          | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n",
     );
     for r in reports {
-        let offered: u64 = r.windows.iter().map(|w| w.offered).sum();
-        let offered = offered as f64 / (f64::from(r.limit) * r.windows.len().max(1) as f64);
+        let n = r.windows.len().max(1) as f64;
+        let offered = (0..r.windows.len()).map(|i| r.offered(i)).sum::<f64>() / n;
         let admitted: Vec<String> = (0..r.windows.len())
             .map(|i| format!("{:.3}", r.admitted(i)))
             .collect();
