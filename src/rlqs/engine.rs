@@ -203,7 +203,7 @@ impl Quotas {
         let room = if young.contains(&true) {
             room
         } else {
-            catch_up(&room, &count.limit)
+            catch_up(&room)
         };
         let fractions = split(room.rate, &demands, shares.rest);
         let pressed = over_rate(room.rate, &demands, shares.rest);

@@ -175,28 +175,25 @@ impl Room {
     }
 }
 
-/// How many seconds a window's unused room is handed back over as rate ([`catch_up`]).
+/// How many seconds a counter's unused room is handed back over as rate ([`catch_up`]).
 pub const CATCH_UP_S: f64 = 10.0;
 
-/// `room` with a window limit's room handed back as rate on top of the steady one: `now`
-/// tokens over [`CATCH_UP_S`]. A bucket limit's room is returned as it is (its tokens refill
-/// at its rate; more would over-admit).
+/// `room` with its unused tokens handed back as rate on top of the steady one: `now` tokens
+/// over [`CATCH_UP_S`] (a window's limit less its count, a bucket's tokens held).
 ///
 /// Why: the streams' rates add up to the limit's steady rate, and that is all a busy stream
 /// gets: when its bucket is replaced, Envoy carries its level in proportion, so an empty
 /// bucket stays empty however large the new one, and the room handed out as capacity never
 /// reaches it. Every fraction of a token a replacement or the fill's rounding drops is then
-/// lost for good, and the window's count settles below the limit with the room unused: with
-/// the streams of two and three replicas sharing one rate through the presence exchange,
-/// the simulator measured 0.75x (10 Envoys) and 0.3x (50) the limit admitted at twice it.
-/// Handed back as rate, the room is what the count lacks; at the limit there is none.
-pub fn catch_up(room: &Room, limit: &Limit) -> Room {
-    match limit.algorithm {
-        Algorithm::TokenBucket { .. } => *room,
-        _ => Room {
-            rate: room.rate + room.now as f64 / CATCH_UP_S,
-            ..*room
-        },
+/// lost for good, and the count settles below the limit with the room unused: with the
+/// streams of two and three replicas sharing one rate through the presence exchange, the
+/// simulator measured 0.75x (10 Envoys) and 0.3x (50) a window's limit admitted at twice it,
+/// and 0.82x of an exact bucket's admitted on a bucket rule (a full bucket's refill is lost
+/// too). Handed back as rate, the room is what the count lacks; at the limit there is none.
+pub fn catch_up(room: &Room) -> Room {
+    Room {
+        rate: room.rate + room.now as f64 / CATCH_UP_S,
+        ..*room
     }
 }
 
