@@ -90,6 +90,23 @@ struct Grant {
     used: u64,
 }
 
+/// One split of a counter among this replica's members: each member's assignment, in the
+/// order of `ids`, and whether the fleet's demand was over the rate.
+struct Split {
+    ids: Vec<u64>,
+    assigned: Vec<Assignment>,
+    pressed: bool,
+}
+
+/// What a split knows of each member, in the order of `ids`.
+struct Parts<'a> {
+    ids: &'a [u64],
+    young: &'a [bool],
+    demands: &'a [Option<f64>],
+    fractions: &'a [f64],
+    burst: &'a [f64],
+}
+
 struct Cache {
     at: UnixMillis,
     room: u64,
@@ -175,7 +192,6 @@ impl Quotas {
             return self.blanket(Strategy::AllowAll);
         }
         let room = room_of(count);
-        let ttl = self.config.assignment_ttl;
         let mut counters = self.counters.lock();
         let shares = counters.entry(entity).or_default();
         let demand = match shares.members.entry(member) {
@@ -194,53 +210,11 @@ impl Quotas {
         if let Some(a) = shares.cached(member, room.now, now) {
             return a;
         }
-        let mut ids: Vec<u64> = shares.members.keys().copied().collect();
-        ids.sort_unstable();
-        let demands: Vec<Option<f64>> = ids.iter().map(|id| shares.members[id].rate(now)).collect();
-        let young: Vec<bool> = ids.iter().map(|id| shares.members[id].young()).collect();
-        // Settled streams also get the room their buckets left unused back as rate
-        // (`share::catch_up`); young ones' grants are what must stay cautious.
-        let room = if young.contains(&true) {
-            room
-        } else {
-            catch_up(&room)
-        };
-        let fractions = split(room.rate, &demands, shares.rest);
-        let pressed = over_rate(room.rate, &demands, shares.rest);
-        let fleet_streams = (ids.len() as u64).saturating_add(shares.rest.streams);
-        let burst = burst_fractions(&fractions, fleet_streams);
-        let mut assigned: Vec<Assignment> = assign_split(&room, &fractions, &burst, ttl);
-        // Young streams get cautious grants (`share::first_grant_cap`): the room less what
-        // the others may still take at once, and without a rate yet an even part of it.
-        if young.contains(&true) {
-            let sharers = (ids.len() as u64)
-                .max(self.stream_count() as u64)
-                .saturating_add(shares.rest.streams);
-            // Until the presence exchange told what the other replicas have, each may be
-            // granting the same room.
-            let replicas = if shares.rest_known {
-                1
-            } else {
-                self.limiter.live_replicas()
-            };
-            let room_here = room.now / u64::from(replicas.max(1));
-            let first = first_grant_cap(room_here, sharers, 1);
-            let held: Vec<u64> = ids.iter().map(|id| shares.outstanding(*id)).collect();
-            let all_held: u64 = held.iter().sum();
-            for (i, a) in assigned.iter_mut().enumerate() {
-                if !young[i] {
-                    continue;
-                }
-                let mut cap = room_here.saturating_sub(all_held - held[i]).max(1);
-                if demands[i].is_none() {
-                    cap = cap.min(first);
-                }
-                if matches!(a.strategy, Strategy::TokenBucket { max_tokens, .. } if u64::from(max_tokens) > cap)
-                {
-                    *a = assign_capped(&room, fractions[i], burst[i], cap, ttl);
-                }
-            }
-        }
+        let Split {
+            ids,
+            assigned,
+            pressed,
+        } = self.split_room(shares, room, now);
         let assigned: HashMap<u64, Assignment> = ids.into_iter().zip(assigned).collect();
         let mine = assigned
             .get(&member)
@@ -263,6 +237,76 @@ impl Quotas {
             assigned,
         });
         mine
+    }
+
+    /// The split of `room` among `shares`' members at `now`.
+    fn split_room(&self, shares: &Shares, room: Room, now: UnixMillis) -> Split {
+        let ttl = self.config.assignment_ttl;
+        let mut ids: Vec<u64> = shares.members.keys().copied().collect();
+        ids.sort_unstable();
+        let demands: Vec<Option<f64>> = ids.iter().map(|id| shares.members[id].rate(now)).collect();
+        let young: Vec<bool> = ids.iter().map(|id| shares.members[id].young()).collect();
+        // Settled streams also get the room their buckets left unused back as rate
+        // (`share::catch_up`); young ones' grants are what must stay cautious.
+        let room = if young.contains(&true) {
+            room
+        } else {
+            catch_up(&room)
+        };
+        let fractions = split(room.rate, &demands, shares.rest);
+        let pressed = over_rate(room.rate, &demands, shares.rest);
+        let fleet_streams = (ids.len() as u64).saturating_add(shares.rest.streams);
+        let burst = burst_fractions(&fractions, fleet_streams);
+        let mut assigned: Vec<Assignment> = assign_split(&room, &fractions, &burst, ttl);
+        if young.contains(&true) {
+            let parts = Parts {
+                ids: &ids,
+                young: &young,
+                demands: &demands,
+                fractions: &fractions,
+                burst: &burst,
+            };
+            self.cap_young(shares, &room, &parts, &mut assigned);
+        }
+        Split {
+            ids,
+            assigned,
+            pressed,
+        }
+    }
+
+    /// Holds young streams' grants in `assigned` to cautious ones (`share::first_grant_cap`):
+    /// the room less what the others may still take at once, and without a rate yet an even
+    /// part of it.
+    fn cap_young(&self, shares: &Shares, room: &Room, p: &Parts<'_>, assigned: &mut [Assignment]) {
+        let ttl = self.config.assignment_ttl;
+        let sharers = (p.ids.len() as u64)
+            .max(self.stream_count() as u64)
+            .saturating_add(shares.rest.streams);
+        // Until the presence exchange told what the other replicas have, each may be
+        // granting the same room.
+        let replicas = if shares.rest_known {
+            1
+        } else {
+            self.limiter.live_replicas()
+        };
+        let room_here = room.now / u64::from(replicas.max(1));
+        let first = first_grant_cap(room_here, sharers, 1);
+        let held: Vec<u64> = p.ids.iter().map(|id| shares.outstanding(*id)).collect();
+        let all_held: u64 = held.iter().sum();
+        for (i, a) in assigned.iter_mut().enumerate() {
+            if !p.young[i] {
+                continue;
+            }
+            let mut cap = room_here.saturating_sub(all_held - held[i]).max(1);
+            if p.demands[i].is_none() {
+                cap = cap.min(first);
+            }
+            let over = |m: u32| u64::from(m) > cap;
+            if matches!(a.strategy, Strategy::TokenBucket { max_tokens, .. } if over(max_tokens)) {
+                *a = assign_capped(room, p.fractions[i], p.burst[i], cap, ttl);
+            }
+        }
     }
 
     /// `member`'s Envoy of `entity` now runs `a`, a new bucket (not the same settings
