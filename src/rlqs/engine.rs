@@ -479,3 +479,7 @@ pub fn register_metrics(telemetry: &crate::telemetry::Telemetry, quotas: &Arc<Qu
         Arc::new(move || vec![(read(&q.stats.abandons), vec![])]),
     );
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

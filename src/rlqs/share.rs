@@ -509,3 +509,7 @@ fn fill(rate: f64, max_tokens: u32) -> Option<(u32, u32)> {
 #[cfg(test)]
 #[path = "share_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "share_fleet_tests.rs"]
+mod fleet_tests;
