@@ -59,6 +59,7 @@ use crate::rls::{GlobalMode, RateLimiter};
 use crate::rules::model::ConfigError;
 use crate::server::grpc::RlsService;
 use crate::server::http;
+use crate::server::rlqs::QuotaService;
 use crate::server::shutdown::Readiness;
 use crate::settings::Settings;
 use crate::sources::ReloadStatus;
@@ -163,8 +164,10 @@ struct Service {
     telemetry: Arc<Telemetry>,
     tracer: Option<Arc<otel::Tracer>>,
     readiness: Arc<Readiness>,
-    health: tonic_health::server::HealthReporter,
+    health: wiring::Health,
     grpc: ServerTask<tonic::transport::Error>,
+    /// Ends the quota service's streams at shutdown.
+    rlqs_stop: CancellationToken,
     http: ServerTask<std::io::Error>,
     global: Option<Global>,
     sync_stop: CancellationToken,
@@ -258,7 +261,17 @@ impl Service {
             spawn_rules_source(settings, &limiter, &reload_status, &background)?;
         spawn_sweeper(limiter.clone(), background.clone());
         spawn_reporters(settings, &telemetry, &background).await?;
-        let (health, health_service) = tonic_health::server::health_reporter();
+        let quotas = settings.rlqs.clone().map(|config| {
+            let quotas = rlqs::Quotas::new(limiter.clone(), config);
+            rlqs::register_metrics(&telemetry, &quotas);
+            quotas
+        });
+        let rlqs_stop = CancellationToken::new();
+        let (reporter, health_service) = tonic_health::server::health_reporter();
+        let health = wiring::Health {
+            reporter,
+            rlqs: quotas.is_some(),
+        };
         set_health(&health, settings.xds.is_none()).await;
         // Logged as `0.0.0.0:8081`; a listener that cannot say its address (it always can once
         // bound) shows what it was asked to bind.
@@ -270,6 +283,7 @@ impl Service {
             grpc_limits(settings),
             health_service,
             RlsService::new(limiter.clone()).with_tracer(tracer.clone()),
+            quotas.map(|q| QuotaService::new(q, rlqs_stop.clone())),
         )?;
         let readiness = Arc::new(Readiness::default());
         let state = http::AdminState {
@@ -292,6 +306,7 @@ impl Service {
             readiness,
             health,
             grpc,
+            rlqs_stop,
             http,
             global,
             sync_stop,
@@ -330,6 +345,9 @@ impl Service {
         }
         self.readiness.set(false);
         set_health(&self.health, false).await;
+        // Quota streams never end on their own: ended here (OK), their Envoys reconnect to
+        // another replica while the server drains the calls in flight.
+        self.rlqs_stop.cancel();
         self.grpc.stop.cancel();
         self.http.stop.cancel();
         let (mut grpc, mut http) = (self.grpc.task, self.http.task);

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -17,6 +18,7 @@ use crate::rls::RateLimiter;
 use crate::rules::{self, model::ConfigError};
 use crate::server::grpc::{self, RlsService};
 use crate::server::grpc_conn::GrpcLimits;
+use crate::server::rlqs::QuotaService;
 use crate::server::shutdown::Readiness;
 use crate::server::{self, http};
 use crate::settings::Settings;
@@ -151,22 +153,28 @@ pub(crate) fn grpc_limits(settings: &Settings) -> GrpcLimits {
 /// checks written for it ask for this name rather than the RLS service's full name.
 const REFERENCE_HEALTH_NAME: &str = "ratelimit";
 
-/// Sets the gRPC health of the RLS service, of the whole server (""), and of the reference's
-/// name.
-pub(crate) async fn set_health(health: &tonic_health::server::HealthReporter, serving: bool) {
+/// The gRPC health reporter, and whether the quota service is served (its name reports
+/// only then).
+#[derive(Clone)]
+pub(crate) struct Health {
+    pub(crate) reporter: tonic_health::server::HealthReporter,
+    pub(crate) rlqs: bool,
+}
+
+/// Sets the gRPC health of the RLS service (and the quota service, when served), of the
+/// whole server (""), and of the reference's name.
+pub(crate) async fn set_health(health: &Health, serving: bool) {
     let status = if serving {
         tonic_health::ServingStatus::Serving
     } else {
         tonic_health::ServingStatus::NotServing
     };
-    health
-        .set_service_status(
-            <RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME,
-            status,
-        )
-        .await;
-    for name in ["", REFERENCE_HEALTH_NAME] {
-        health.set_service_status(name, status).await;
+    let rls = <RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME;
+    let rlqs = <RateLimitQuotaServiceServer<QuotaService> as tonic::server::NamedService>::NAME;
+    let names = [rls, "", REFERENCE_HEALTH_NAME];
+    let quota = health.rlqs.then_some(rlqs);
+    for name in names.into_iter().chain(quota) {
+        health.reporter.set_service_status(name, status).await;
     }
 }
 
@@ -176,7 +184,7 @@ pub(crate) fn turn_ready(
     settings: &Settings,
     loaded: watch::Receiver<Option<usize>>,
     readiness: &Arc<Readiness>,
-    health: &tonic_health::server::HealthReporter,
+    health: &Health,
 ) -> Option<ServerTask<std::convert::Infallible>> {
     match &settings.xds {
         Some(xds) => Some(spawn_xds_readiness(
@@ -199,7 +207,7 @@ fn spawn_xds_readiness(
     xds: &XdsSettings,
     mut loaded: watch::Receiver<Option<usize>>,
     readiness: Arc<Readiness>,
-    health: tonic_health::server::HealthReporter,
+    health: Health,
 ) -> ServerTask<std::convert::Infallible> {
     let (force_start, need_a_domain) = (xds.force_start, xds.need_a_domain);
     let stop = CancellationToken::new();
@@ -248,7 +256,8 @@ pub(crate) fn spawn_sweeper(limiter: Arc<RateLimiter>, stop: CancellationToken) 
     });
 }
 
-/// Starts the gRPC server: the RLS service, health and reflection; over TLS when `tls` is set.
+/// Starts the gRPC server: the RLS service, the quota service (when given), health and
+/// reflection; over TLS when `tls` is set.
 pub(crate) fn serve_grpc(
     listener: TcpListener,
     tls: Option<&server::tls::GrpcTls>,
@@ -257,6 +266,7 @@ pub(crate) fn serve_grpc(
         impl tonic_health::pb::health_server::Health,
     >,
     rls: RlsService,
+    quota: Option<QuotaService>,
 ) -> Result<ServerTask<tonic::transport::Error>, RunError> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -272,7 +282,8 @@ pub(crate) fn serve_grpc(
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(rls.into_server());
+        .add_service(rls.into_server())
+        .add_optional_service(quota.map(QuotaService::into_server));
     let signal = stop.clone().cancelled_owned();
     let task = match tls {
         Some(tls) => {

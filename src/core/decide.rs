@@ -22,6 +22,9 @@ pub enum Count {
     },
     /// Give hits back (`is_negative_hits`).
     Refund,
+    /// Count hits admitted elsewhere (an Envoy's quota usage report): on every limit, over
+    /// or not, strict or not, since they happened whatever the counters say now.
+    Admitted,
 }
 
 /// The outcome of one descriptor against all of its rule's limits.
@@ -117,6 +120,11 @@ where
         // reference reads the unchanged counter), not as if these hits had been added.
         Count::Yes { hold_within: true } if !outcome.over => {
             outcome = most_restrictive(limits.clone(), states, now, 0, view)?;
+        }
+        Count::Admitted => {
+            for ((limit, _), state) in limits.clone().into_iter().zip(states.iter_mut()) {
+                state.record_with(limit, now, hits, view);
+            }
         }
         Count::Yes { .. } => {
             for ((limit, strict), state) in limits.clone().into_iter().zip(states.iter_mut()) {
@@ -255,6 +263,25 @@ mod tests {
         assert_eq!(d.wants, Wants::default(), "local mode wants nothing");
         let none: [(&Limit, bool); 0] = [];
         assert!(decide(none, &mut [], T0, 1, COUNT, None).is_none());
+    }
+
+    #[test]
+    fn admitted_hits_count_on_every_limit_over_or_not() {
+        let limits = [(fixed(2), true), (fixed(5), false)];
+        let mut s = states(&limits);
+        let d = run(&limits, &mut s, 3, Count::Admitted, None);
+        assert!(
+            d.outcome.over,
+            "3 admitted elsewhere put the first limit over"
+        );
+        let look = |s: &mut [LimitState], i: usize| {
+            s[i].check_with(&limits[i].0, T0, 0, &FleetView::ALONE)
+        };
+        assert_eq!(
+            (look(&mut s, 0).count_after, look(&mut s, 1).count_after),
+            (3, 3),
+            "counted on the lenient limit too, though over"
+        );
     }
 
     #[test]

@@ -12,9 +12,14 @@
 //!
 //! Layers: `rlqs` uses the core (`core`, `rules`) and `telemetry` only, never the I/O edges.
 
+pub mod config;
+pub mod engine;
 pub mod report;
 pub mod share;
+pub mod stream;
 
+pub use config::{Config, UnknownBuckets};
+pub use engine::{register_metrics, QuotaStats, Quotas};
 pub use report::{
     check, Counts, Report, ReportError, Usage, MAX_BUCKET_BYTES, MAX_TIME_ELAPSED,
     MAX_USAGES_PER_REPORT,
@@ -23,3 +28,4 @@ pub use share::{
     assign, assign_all, carried_tokens, must_send, split, strategy_proto, whole_secs, Assignment,
     Demand, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
 };
+pub use stream::{Stream, StreamError, REFRESH};

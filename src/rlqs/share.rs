@@ -121,7 +121,9 @@ impl Room {
     /// The room of a window limit (sliding or fixed) that the fleet has counted `count` in,
     /// its window ending in `reset_ms` (`Verdict::reset_ms`). The rate is the limit's steady
     /// one, `requests_per_unit` per window: the room left is the burst the fleet may take on
-    /// top, and once the count reaches the limit the streams are denied until the reset.
+    /// top, and once the count reaches the limit the streams are denied until room returns:
+    /// the reset of a fixed window; a sliding window's drain of one hit (`window / limit`),
+    /// or the reset if sooner.
     ///
     /// What this admits past the limit is what the streams' buckets admit before the count
     /// that reached it is reported: at most a report interval at the rate, `interval / W` of
@@ -129,10 +131,21 @@ impl Room {
     /// needs its burst capped too (a full bucket plus a window of refill is twice the limit):
     /// left to the simulator's scenarios to measure and tune.
     pub fn window(limit: &Limit, count: u64, reset_ms: u64) -> Room {
+        // A sliding window's count drains as its previous epoch slides out: room returns
+        // about one hit per `window / limit`, long before the epoch ends.
+        let until_ms = match limit.algorithm {
+            Algorithm::SlidingWindow => {
+                let drain = limit
+                    .window_ms
+                    .div_ceil(u64::from(limit.requests_per_unit).max(1));
+                drain.min(reset_ms)
+            }
+            _ => reset_ms,
+        };
         Room {
             now: u64::from(limit.requests_per_unit).saturating_sub(count),
             rate: steady_rate(limit),
-            until_ms: reset_ms,
+            until_ms,
         }
     }
 
@@ -392,8 +405,10 @@ fn fill(rate: f64, max_tokens: u32) -> Option<(u32, u32)> {
 
 /// Whether `new` must be sent now, `last` having been sent at `sent_at` (`None`: nothing sent
 /// for the bucket yet), when the next chance to send is `next_ms` away (the stream's next
-/// report, Envoy 1.40's 5 s, or a timer the caller sets): when it differs from `last`, or when
-/// `last`'s TTL runs out before then. A lapsed assignment is not a deny: Envoy falls back to
+/// report, Envoy 1.40's 5 s, or a timer the caller sets): when it differs from `last` (another
+/// kind, or a token bucket moved by more than [`CHANGE`]), when it must end sooner than
+/// `last` does, or when `last`'s TTL runs out before then. A deny-all until room returns sent
+/// again a second later ends when it did: no news. A lapsed assignment is not a deny: Envoy falls back to
 /// the filter's expired-assignment behaviour (allow-all unless configured), so a `DenyAll`
 /// until room returns, shorter than a report interval, needs such a timer at its end.
 ///
@@ -412,7 +427,47 @@ pub fn must_send(
         return true;
     };
     let expires = sent_at.0.saturating_add(u64::from(last.ttl_s) * 1000);
-    last != new || expires <= now.0.saturating_add(next_ms)
+    let new_expires = now.0.saturating_add(u64::from(new.ttl_s) * 1000);
+    differs(&last.strategy, &new.strategy)
+        || expires <= now.0.saturating_add(next_ms)
+        // Only an end that comes sooner is news (TTLs count whole seconds): a later one
+        // goes out with the renewal.
+        || new_expires.saturating_add(1000) < expires
+}
+
+/// How far a token bucket's rate or capacity may move before the new one is sent: a window's
+/// room shrinks with every hit counted, and resending each small change would replace
+/// Envoy's bucket every second (each replacement rounds its tokens down) and send a message
+/// per bucket per second, which the protocol is there to avoid.
+const CHANGE: f64 = 1.0 / 8.0;
+
+/// Whether `new` is another strategy than `last`: another kind, or a token bucket whose rate
+/// or capacity moved by more than [`CHANGE`] of the larger (and by more than one token).
+fn differs(last: &Strategy, new: &Strategy) -> bool {
+    match (last, new) {
+        (
+            Strategy::TokenBucket {
+                max_tokens: m0,
+                tokens_per_fill: t0,
+                fill_interval_s: f0,
+            },
+            Strategy::TokenBucket {
+                max_tokens: m1,
+                tokens_per_fill: t1,
+                fill_interval_s: f1,
+            },
+        ) => {
+            let moved = |a: f64, b: f64, unit: f64| (a - b).abs() > (CHANGE * a.max(b)).max(unit);
+            let rate = |t: &u32, f: &u32| f64::from(*t) / f64::from((*f).max(1));
+            moved(f64::from(*m0), f64::from(*m1), 1.0)
+                || moved(
+                    rate(t0, f0),
+                    rate(t1, f1),
+                    1.0 / f64::from(MAX_FILL_INTERVAL_S),
+                )
+        }
+        _ => last != new,
+    }
 }
 
 /// The tokens a replacement token bucket of `new_max` starts with when the one it replaces,

@@ -188,8 +188,21 @@ fn a_window_room_is_the_limit_less_the_fleet_count_at_its_steady_rate() {
     let room = Room::window(&window(600, 60_000), 450, 12_000);
     assert_eq!(room.now, 150);
     assert!(close(room.rate, 10.0));
-    assert_eq!(room.until_ms, 12_000);
+    assert_eq!(
+        room.until_ms, 100,
+        "a sliding window drains a hit every 100 ms"
+    );
     assert_eq!(Room::window(&window(600, 60_000), 900, 1).now, 0);
+    assert_eq!(Room::window(&window(600, 60_000), 900, 40).until_ms, 40);
+    let fixed = Limit {
+        algorithm: Algorithm::FixedWindow,
+        ..window(600, 60_000)
+    };
+    assert_eq!(
+        Room::window(&fixed, 600, 12_000).until_ms,
+        12_000,
+        "a fixed window waits for its reset"
+    );
 }
 
 #[test]
@@ -365,8 +378,18 @@ fn only_a_different_assignment_is_changed() {
     let changed = |new: &Assignment| must_send(Some((&a, at(0))), new, at(0), 0);
     assert!(!changed(&assign(&room(100, 10.0), 0.5, INTERVAL)));
     assert!(changed(&assign(&room(100, 10.0), 0.4, INTERVAL)));
-    assert!(changed(&assign(&room(100, 10.0), 0.5, 2 * INTERVAL)));
+    assert!(
+        !changed(&assign(&room(100, 10.0), 0.5, 2 * INTERVAL)),
+        "a later end goes with the renewal"
+    );
+    assert!(
+        changed(&assign(&room(100, 10.0), 0.5, INTERVAL / 4)),
+        "an end sooner is news"
+    );
     assert!(changed(&assign(&room(0, 10.0), 0.5, INTERVAL)));
+    // A room a few hits smaller is no news: the running bucket stays.
+    assert!(!changed(&assign(&room(95, 10.0), 0.5, INTERVAL)));
+    assert!(changed(&assign(&room(80, 10.0), 0.5, INTERVAL)));
 }
 
 #[test]

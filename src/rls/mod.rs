@@ -26,6 +26,7 @@ mod exact;
 mod gate;
 #[cfg(test)]
 mod metrics_tests;
+mod quota;
 mod resolve;
 mod respond;
 mod validate;
@@ -46,6 +47,7 @@ use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{names, RuleStats, SeriesBounds, Telemetry};
 use exact::{ExactAnswer, OverCache};
 use gate::Gate;
+pub use quota::QuotaCount;
 use resolve::Target;
 
 impl EntryRef for Entry {

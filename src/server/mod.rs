@@ -9,5 +9,6 @@ pub mod http;
 pub mod http_conn;
 pub mod json;
 pub mod nofile;
+pub mod rlqs;
 pub mod shutdown;
 pub mod tls;

@@ -171,6 +171,13 @@ pub const SERVE: &[Spec] = &[
     spec("METRICS_MAX_KEY_BYTES", "metrics-max-key-bytes", Some("512"), "Longest metric key made from client input (limit overrides, detailed_metric/value_to_metric values), in bytes (at least 64); a longer one keeps its start and a hash of the whole"),
     spec("METRICS_MAX_CLIENT_SERIES", "metrics-max-client-series", Some("10000"), "Most metric series made from client input; past it their hits are counted under the rule's own series (limit overrides: <domain>.override)"),
     Spec { shape: Shape::Hidden, ..spec("SLUICE_CLOCK_SKEW", "clock-skew", None, "Testing aid: pretend this machine's clock is off by this much (e.g. 30s, -5s); in global mode the offset measured from Redis TIME corrects it") },
+    Spec { default: Some("true"), ..boolean("RLQS_ENABLED", "rlqs-enabled", "Serve Envoy's rate-limit quota service (StreamRateLimitQuotas) on the gRPC port") },
+    spec("RLQS_UNKNOWN_BUCKETS", "rlqs-unknown-buckets", Some("ALLOW_ALL"), "What a quota bucket no rule matches gets: ALLOW_ALL or DENY_ALL, or per domain as domain=ACTION,... (*=ACTION for the rest)"),
+    spec("RLQS_ASSIGNMENT_TTL", "rlqs-assignment-ttl", Some("15s"), "How long Envoy keeps a quota assignment unless renewed (whole seconds, at least 1s): what it enforces when it loses sluice"),
+    spec("RLQS_ABANDON_AFTER", "rlqs-abandon-after", Some("10m"), "A quota bucket without a request for this long is abandoned (Envoy drops it; its next request starts it again)"),
+    spec("RLQS_MAX_STREAMS", "rlqs-max-streams", Some("4096"), "Most quota streams open at once; past it a stream is refused RESOURCE_EXHAUSTED"),
+    spec("RLQS_MAX_BUCKETS_PER_STREAM", "rlqs-max-buckets-per-stream", Some("10000"), "Most buckets one quota stream may have; past it a new bucket gets no assignment (Envoy's no_assignment_behavior applies)"),
+    spec("RLQS_MAX_BUCKETS", "rlqs-max-buckets", Some("200000"), "Most quota buckets tracked, every stream together; past it a new bucket gets no assignment"),
     spec("SHUTDOWN_GRACE", "shutdown-grace", Some("20s"), "Time given to in-flight calls on SIGTERM before exiting anyway"),
     spec("RELOAD_DEBOUNCE", "reload-debounce", Some("200ms"), "Quiet time after a rules change before reloading"),
 ];

@@ -30,6 +30,7 @@ use crate::telemetry::{SeriesBounds, MIN_KEY_BYTES};
 
 mod flags;
 mod listen;
+mod quota;
 pub mod reference;
 mod rules;
 mod source;
@@ -92,6 +93,8 @@ pub struct Settings {
     pub statsd: Option<StatsdSettings>,
     /// `TRACING_*` and OTLP metrics: what goes to an OpenTelemetry collector.
     pub otlp: OtlpSettings,
+    /// The quota service (RLQS): its bounds; `None` when `RLQS_ENABLED=false`.
+    pub rlqs: Option<crate::rlqs::Config>,
     /// envoyproxy/ratelimit variables that are set but mean nothing here, one line each
     /// ([`reference`]): logged at start.
     pub warnings: Vec<String>,
@@ -141,6 +144,7 @@ impl Settings {
         let mut warnings = Vec::new();
         let xds = rules::xds(&mut v, &mut warnings);
         let otlp = telemetry::otlp(&mut v);
+        let rlqs = quota::rlqs(&mut v);
         let (reference_warnings, refused) = reference::check(env);
         warnings.extend(reference_warnings);
         v.errors.extend(refused);
@@ -173,6 +177,7 @@ impl Settings {
             statsd,
             prometheus,
             otlp,
+            rlqs,
             warnings,
         })
     }

@@ -67,6 +67,15 @@ pub enum ValueError {
     /// A `LOG_LEVEL` directive the env-filter refuses (its words).
     #[error("is not a filter directive ({0})")]
     NotFilter(String),
+    /// A duration that is not whole seconds of at least one (Envoy's TTLs).
+    #[error("is not whole seconds of at least 1s")]
+    NotWholeSeconds,
+    /// A duration under a second.
+    #[error("is less than 1s")]
+    UnderASecond,
+    /// Not a quota bucket action list (`RLQS_UNKNOWN_BUCKETS`).
+    #[error("{0}")]
+    NotBucketActions(String),
 }
 
 /// The environment settings are read from. main.rs passes the process's; tests pass a map.

@@ -103,8 +103,21 @@ mod exact {
     pub const EXACT_CALLS: Metric = counter("sluice_exact_calls_total", "Exact rules' Redis calls, by result");
 }
 
+// The quota service (registered by `rlqs::register_metrics`).
+#[rustfmt::skip]
+mod quota {
+    use super::{counter, gauge, Metric};
+    pub const RLQS_STREAMS: Metric = gauge("sluice_rlqs_streams", "Quota (RLQS) streams open");
+    pub const RLQS_BUCKETS: Metric = gauge("sluice_rlqs_buckets", "Quota buckets tracked, every stream together");
+    pub const RLQS_REPORTS: Metric = counter("sluice_rlqs_reports_total", "Quota usage reports taken");
+    pub const RLQS_ASSIGNMENTS: Metric = counter("sluice_rlqs_assignments_total", "Quota assignments sent, by kind: token_bucket, deny_all, allow_all");
+    pub const RLQS_ABANDONS: Metric = counter("sluice_rlqs_abandons_total", "Quota buckets abandoned (idle past RLQS_ABANDON_AFTER)");
+    pub const RLQS_REFUSED: Metric = counter("sluice_rlqs_refused_total", "Quota streams and buckets refused at a bound, and streams ended by a bad report, by what: stream, bucket, report");
+}
+
 pub use entities::*;
 pub use exact::*;
+pub use quota::*;
 pub use service::*;
 pub use sync::*;
 
@@ -141,6 +154,12 @@ pub const ALL: &[Metric] = &[
     EXACT_FROM_MEMORY,
     EXACT_GIVEN_BACK,
     EXACT_CALLS,
+    RLQS_STREAMS,
+    RLQS_BUCKETS,
+    RLQS_REPORTS,
+    RLQS_ASSIGNMENTS,
+    RLQS_ABANDONS,
+    RLQS_REFUSED,
 ];
 
 /// The prefix of the per-rule counters' names: `ratelimit_<suffix>_total` on `/metrics`.

@@ -1,0 +1,298 @@
+//! The quota service's shared state ([`Quotas`]): every tracked (stream, bucket) as a member of
+//! its counter's shares, the counter's state read from the limiter, and the assignment each
+//! member gets; the bounds on streams and buckets; the counters of the service's metrics; and
+//! the presence this replica publishes to the fleet (`global::PresenceSource`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::core::clock::UnixMillis;
+use crate::core::limit::Algorithm;
+use crate::rls::{QuotaCount, RateLimiter};
+
+use super::config::Config;
+use super::report::Counts;
+use super::share::{assign_all, split, Assignment, Demand, Rest, Room, Strategy};
+
+/// How long one computation of a counter's assignments serves its members: each member's
+/// refresh (every second) and report (every 5 s) would otherwise split the counter among all
+/// its members again, O(members²) a second on a bucket many Envoys share.
+const CACHE_MS: u64 = 250;
+
+/// The quota service's state, shared by every stream (`stream.rs` holds each stream's own).
+pub struct Quotas {
+    pub(super) limiter: Arc<RateLimiter>,
+    pub(super) config: Config,
+    counters: Mutex<HashMap<u128, Shares>>,
+    pub(super) streams: AtomicUsize,
+    pub(super) buckets: AtomicUsize,
+    next_id: AtomicU64,
+    /// The metrics' counters.
+    pub stats: QuotaStats,
+}
+
+/// The service's counters, read by the metrics at scrape time.
+#[derive(Debug, Default)]
+pub struct QuotaStats {
+    /// Usage report messages taken.
+    pub reports: AtomicU64,
+    /// Streams ended with an error (a bad report, a bound).
+    pub stream_errors: AtomicU64,
+    /// Streams refused at the stream bound.
+    pub streams_refused: AtomicU64,
+    /// Bucket usages refused at a bucket bound (no assignment sent).
+    pub buckets_refused: AtomicU64,
+    /// Assignments sent: token bucket, deny-all, allow-all.
+    pub token_bucket: AtomicU64,
+    /// See `token_bucket`.
+    pub deny_all: AtomicU64,
+    /// See `token_bucket`.
+    pub allow_all: AtomicU64,
+    /// Abandon actions sent.
+    pub abandons: AtomicU64,
+}
+
+/// One counter's members on this replica, what the rest of the fleet has on it, and the
+/// latest split.
+#[derive(Default)]
+struct Shares {
+    members: HashMap<u64, Demand>,
+    rest: Rest,
+    cache: Option<Cache>,
+}
+
+struct Cache {
+    at: UnixMillis,
+    assigned: HashMap<u64, Assignment>,
+}
+
+// === impl Quotas ===
+
+impl Quotas {
+    /// The service's state over `limiter`, within `config`'s bounds.
+    pub fn new(limiter: Arc<RateLimiter>, config: Config) -> Arc<Quotas> {
+        Arc::new(Quotas {
+            limiter,
+            config,
+            counters: Mutex::new(HashMap::new()),
+            streams: AtomicUsize::new(0),
+            buckets: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            stats: QuotaStats::default(),
+        })
+    }
+
+    /// Open streams.
+    pub fn stream_count(&self) -> usize {
+        self.streams.load(Ordering::Relaxed)
+    }
+
+    /// Tracked (stream, bucket) pairs, every stream together.
+    pub fn bucket_count(&self) -> usize {
+        self.buckets.load(Ordering::Relaxed)
+    }
+
+    /// Counters with members on this replica.
+    pub fn counter_count(&self) -> usize {
+        self.counters.lock().len()
+    }
+
+    /// The rules limiter the usage is counted in.
+    pub fn limiter(&self) -> &Arc<RateLimiter> {
+        &self.limiter
+    }
+
+    pub(super) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Takes `member` out of `entity`'s sharers; the counter goes with its last member.
+    pub(super) fn leave(&self, entity: u128, member: u64) {
+        let mut counters = self.counters.lock();
+        if let Some(shares) = counters.get_mut(&entity) {
+            shares.members.remove(&member);
+            shares.cache = None;
+            if shares.members.is_empty() {
+                counters.remove(&entity);
+            }
+        }
+    }
+
+    /// The assignment of `member` of `entity` (made one of its sharers if it is not yet)
+    /// given the counter's state `count`, after its report of `usage` (counts over the
+    /// elapsed time) if any.
+    pub(super) fn share(
+        &self,
+        entity: u128,
+        member: u64,
+        count: &QuotaCount,
+        usage: Option<(Counts, Duration)>,
+        now: UnixMillis,
+    ) -> Assignment {
+        if count.allow_all {
+            return self.blanket(Strategy::AllowAll);
+        }
+        let room = room_of(count);
+        let ttl = self.config.assignment_ttl;
+        let mut counters = self.counters.lock();
+        let shares = counters.entry(entity).or_default();
+        if !shares.members.contains_key(&member) {
+            shares.members.insert(member, Demand::default());
+            shares.cache = None;
+        }
+        if let Some((counts, elapsed)) = usage {
+            if let Some(demand) = shares.members.get_mut(&member) {
+                demand.observe(counts, elapsed, now);
+            }
+        }
+        if let Some(a) = shares.cached(member, now) {
+            return a;
+        }
+        let mut ids: Vec<u64> = shares.members.keys().copied().collect();
+        ids.sort_unstable();
+        let demands: Vec<Option<f64>> = ids.iter().map(|id| shares.members[id].rate(now)).collect();
+        let fractions = split(room.rate, &demands, shares.rest);
+        let assigned: HashMap<u64, Assignment> = ids
+            .into_iter()
+            .zip(assign_all(&room, &fractions, ttl))
+            .collect();
+        let mine = assigned
+            .get(&member)
+            .copied()
+            .unwrap_or_else(|| self.blanket(Strategy::DenyAll));
+        shares.cache = Some(Cache { at: now, assigned });
+        mine
+    }
+
+    /// A blanket rule lasting the configured TTL.
+    pub(super) fn blanket(&self, strategy: Strategy) -> Assignment {
+        Assignment {
+            strategy,
+            ttl_s: super::share::whole_secs(self.config.assignment_ttl),
+        }
+    }
+
+    /// Counts an assignment sent, by kind.
+    pub(super) fn sent(&self, a: &Assignment) {
+        let counter = match a.strategy {
+            Strategy::TokenBucket { .. } => &self.stats.token_bucket,
+            Strategy::DenyAll => &self.stats.deny_all,
+            Strategy::AllowAll => &self.stats.allow_all,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// This replica's counters with members: how many, and their demand together (requests a
+    /// second; members without a rate yet count as none).
+    pub fn presence(&self, now: UnixMillis) -> Vec<(u128, u32, f64)> {
+        let counters = self.counters.lock();
+        counters
+            .iter()
+            .map(|(&entity, s)| {
+                let demand = s.members.values().filter_map(|d| d.rate(now)).sum();
+                let streams = u32::try_from(s.members.len()).unwrap_or(u32::MAX);
+                (entity, streams, demand)
+            })
+            .collect()
+    }
+
+    /// What the rest of the fleet has on each counter, as the presence exchange read it.
+    pub fn set_rest(&self, others: &[(u128, Rest)]) {
+        let mut counters = self.counters.lock();
+        for (entity, rest) in others {
+            if let Some(shares) = counters.get_mut(entity) {
+                if shares.rest != *rest {
+                    shares.rest = *rest;
+                    shares.cache = None;
+                }
+            }
+        }
+    }
+}
+
+// === impl Shares ===
+
+impl Shares {
+    fn cached(&self, member: u64, now: UnixMillis) -> Option<Assignment> {
+        let cache = self.cache.as_ref()?;
+        if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
+            return None;
+        }
+        cache.assigned.get(&member).copied()
+    }
+}
+
+/// The room a counter's state leaves the fleet: a bucket's tokens, or a window's limit less
+/// its count.
+fn room_of(count: &QuotaCount) -> Room {
+    let limit = &count.limit;
+    let v = &count.verdict;
+    match limit.algorithm {
+        Algorithm::TokenBucket { burst } => {
+            Room::bucket(limit, u64::from(burst).saturating_sub(v.count_after))
+        }
+        _ => Room::window(limit, v.count_after, v.reset_ms),
+    }
+}
+
+/// Registers the quota service's metrics, read from `quotas` at scrape time.
+pub fn register_metrics(telemetry: &crate::telemetry::Telemetry, quotas: &Arc<Quotas>) {
+    use crate::telemetry::names;
+    use opentelemetry::KeyValue;
+    let q = quotas.clone();
+    telemetry.gauge(
+        names::RLQS_STREAMS,
+        Arc::new(move || q.stream_count() as u64),
+    );
+    let q = quotas.clone();
+    telemetry.gauge(
+        names::RLQS_BUCKETS,
+        Arc::new(move || q.bucket_count() as u64),
+    );
+    let q = quotas.clone();
+    let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    telemetry.counter(
+        names::RLQS_REPORTS,
+        Arc::new(move || vec![(read(&q.stats.reports), vec![])]),
+    );
+    let labelled = |q: &Arc<Quotas>,
+                    label: &'static str,
+                    rows: fn(&QuotaStats) -> [(&'static str, &AtomicU64); 3]| {
+        let q = q.clone();
+        Arc::new(move || {
+            rows(&q.stats)
+                .into_iter()
+                .map(|(v, n)| (read(n), vec![KeyValue::new(label, v)]))
+                .collect()
+        }) as Arc<dyn Fn() -> Vec<(u64, Vec<KeyValue>)> + Send + Sync>
+    };
+    telemetry.counter(
+        names::RLQS_ASSIGNMENTS,
+        labelled(quotas, "kind", |s| {
+            [
+                ("token_bucket", &s.token_bucket),
+                ("deny_all", &s.deny_all),
+                ("allow_all", &s.allow_all),
+            ]
+        }),
+    );
+    telemetry.counter(
+        names::RLQS_REFUSED,
+        labelled(quotas, "what", |s| {
+            [
+                ("stream", &s.streams_refused),
+                ("bucket", &s.buckets_refused),
+                ("report", &s.stream_errors),
+            ]
+        }),
+    );
+    let q = quotas.clone();
+    telemetry.counter(
+        names::RLQS_ABANDONS,
+        Arc::new(move || vec![(read(&q.stats.abandons), vec![])]),
+    );
+}

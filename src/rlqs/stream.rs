@@ -1,0 +1,297 @@
+//! One Envoy stream of the quota service ([`Stream`]): its domain, the buckets it reported,
+//! each resolved to its rule's counter and joined to that counter's shares; what a report
+//! does ([`Stream::report`]: count, observe, assign) and what the periodic refresh does
+//! ([`Stream::refresh`]: new shares, TTL renewals, deny-alls that end, abandons). Each returns
+//! the bucket actions to send. No transport: `server/rlqs.rs` carries the messages.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
+    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+
+use crate::core::clock::UnixMillis;
+use crate::rls::Compiled;
+
+use super::engine::Quotas;
+use super::report::{check, Counts, ReportError};
+use super::share::{must_send, strategy_proto, Assignment, Strategy};
+
+/// How often a stream's assignments are looked at again between its reports.
+pub const REFRESH: Duration = Duration::from_secs(1);
+
+/// Why a stream ends.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// A report the protocol or the bounds refuse (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    /// `RLQS_MAX_STREAMS` streams are open (`RESOURCE_EXHAUSTED`).
+    #[error("{0} quota streams are open, the most RLQS_MAX_STREAMS allows")]
+    TooManyStreams(usize),
+}
+
+/// One stream's state.
+pub struct Stream {
+    quotas: Arc<Quotas>,
+    domain: Option<String>,
+    /// The rules the buckets were resolved against.
+    rules: Arc<Compiled>,
+    buckets: HashMap<Vec<(String, String)>, Tracked>,
+    /// Usages refused at a bound, not logged yet.
+    refused: u64,
+}
+
+/// A bucket of the stream.
+struct Tracked {
+    id: BucketId,
+    /// Its membership in a counter's shares: unique in the process.
+    member: u64,
+    /// The counter it resolved to in `Stream::rules`: `None` before it is resolved, then the
+    /// rule's index and the counter, or nothing (no rule).
+    resolved: Option<Option<(usize, u128)>>,
+    last: Option<(Assignment, UnixMillis)>,
+    /// When it last saw a request.
+    active_at: UnixMillis,
+}
+
+// === impl Stream ===
+
+impl Stream {
+    /// A new stream of `quotas`.
+    ///
+    /// # Errors
+    /// [`StreamError::TooManyStreams`] at the bound.
+    pub fn open(quotas: &Arc<Quotas>) -> Result<Stream, StreamError> {
+        let max = quotas.config.max_streams;
+        let open = quotas.streams.fetch_add(1, Ordering::Relaxed);
+        if open >= max {
+            quotas.streams.fetch_sub(1, Ordering::Relaxed);
+            quotas.stats.streams_refused.fetch_add(1, Ordering::Relaxed);
+            return Err(StreamError::TooManyStreams(max));
+        }
+        Ok(Stream {
+            rules: quotas.limiter.rules(),
+            quotas: quotas.clone(),
+            domain: None,
+            buckets: HashMap::new(),
+            refused: 0,
+        })
+    }
+
+    /// Buckets tracked.
+    pub fn bucket_count(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Usages refused at a bucket bound since the last call (for a log line).
+    pub fn take_refused(&mut self) -> u64 {
+        std::mem::take(&mut self.refused)
+    }
+
+    /// Takes one usage report at `now`: each usage counted in its rule's counter (admitted
+    /// requests) and observed in its share; the actions to send back.
+    ///
+    /// # Errors
+    /// The report's problem (nothing of it is taken then).
+    pub fn report(
+        &mut self,
+        msg: &RateLimitQuotaUsageReports,
+        now: UnixMillis,
+    ) -> Result<Vec<BucketAction>, StreamError> {
+        let domain = self.domain.clone();
+        let report = check(msg, domain.as_deref())?;
+        let q = self.quotas.clone();
+        q.stats.reports.fetch_add(1, Ordering::Relaxed);
+        if self.domain.is_none() {
+            self.domain = Some(report.domain.to_string());
+        }
+        self.follow_rules();
+        let mut actions = Vec::new();
+        for usage in &report.usages {
+            let mut key: Vec<(String, String)> = usage
+                .bucket
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            key.sort_unstable();
+            if !self.buckets.contains_key(&key) && !self.admit_bucket() {
+                continue;
+            }
+            let domain = self.domain.as_deref().unwrap_or_default();
+            let tracked = self.buckets.entry(key).or_insert_with(|| Tracked {
+                id: BucketId {
+                    bucket: usage.bucket.clone(),
+                },
+                member: q.next_id(),
+                resolved: None,
+                last: None,
+                active_at: now,
+            });
+            if usage.counts.demand() > 0 {
+                tracked.active_at = now;
+            }
+            let a = assess(
+                &q,
+                &self.rules,
+                domain,
+                tracked,
+                Some((usage.counts, usage.elapsed)),
+                now,
+            );
+            // The next chance to send is the next refresh.
+            if must_send(
+                tracked.last.as_ref().map(|(a, t)| (a, *t)),
+                &a,
+                now,
+                refresh_ms(),
+            ) {
+                actions.push(send(&q, tracked, a, now));
+            }
+        }
+        Ok(actions)
+    }
+
+    /// Looks at every bucket again at `now`: assignments whose share changed, whose TTL
+    /// lapses before the next refresh, or that must end (a deny-all until room returns), and
+    /// buckets idle past `RLQS_ABANDON_AFTER`, abandoned.
+    pub fn refresh(&mut self, now: UnixMillis) -> Vec<BucketAction> {
+        let q = self.quotas.clone();
+        self.follow_rules();
+        let domain = self.domain.clone().unwrap_or_default();
+        let idle_ms = u64::try_from(q.config.abandon_after.as_millis()).unwrap_or(u64::MAX);
+        let mut actions = Vec::new();
+        let mut abandoned = Vec::new();
+        for (key, tracked) in &mut self.buckets {
+            if now.0.saturating_sub(tracked.active_at.0) >= idle_ms {
+                abandoned.push(key.clone());
+                continue;
+            }
+            let a = assess(&q, &self.rules, &domain, tracked, None, now);
+            if must_send(
+                tracked.last.as_ref().map(|(a, t)| (a, *t)),
+                &a,
+                now,
+                refresh_ms(),
+            ) {
+                actions.push(send(&q, tracked, a, now));
+            }
+        }
+        for key in abandoned {
+            if let Some(t) = self.buckets.remove(&key) {
+                self.forget(&t);
+                q.stats.abandons.fetch_add(1, Ordering::Relaxed);
+                actions.push(BucketAction {
+                    bucket_id: Some(t.id),
+                    bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+                });
+            }
+        }
+        actions
+    }
+
+    /// Whether one more bucket fits in the bounds (counted if it does).
+    fn admit_bucket(&mut self) -> bool {
+        let q = &self.quotas;
+        let fits = self.buckets.len() < q.config.max_buckets_per_stream
+            && q.buckets.fetch_add(1, Ordering::Relaxed) < q.config.max_buckets;
+        if !fits {
+            if self.buckets.len() < q.config.max_buckets_per_stream {
+                // The fetch_add above counted it: take it back.
+                q.buckets.fetch_sub(1, Ordering::Relaxed);
+            }
+            q.stats.buckets_refused.fetch_add(1, Ordering::Relaxed);
+            self.refused += 1;
+        }
+        fits
+    }
+
+    /// After a rules reload, every bucket is resolved again (its share moves with it).
+    fn follow_rules(&mut self) {
+        let now = self.quotas.limiter.rules();
+        if Arc::ptr_eq(&now, &self.rules) {
+            return;
+        }
+        self.rules = now;
+        let q = self.quotas.clone();
+        for t in self.buckets.values_mut() {
+            if let Some(Some((_, entity))) = t.resolved.take() {
+                q.leave(entity, t.member);
+            }
+        }
+    }
+
+    fn forget(&self, t: &Tracked) {
+        if let Some(Some((_, entity))) = t.resolved {
+            self.quotas.leave(entity, t.member);
+        }
+        self.quotas.buckets.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        for t in self.buckets.values() {
+            self.forget(t);
+        }
+        self.quotas.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The next chance to send after this one, with room for a late timer.
+fn refresh_ms() -> u64 {
+    2 * REFRESH.as_millis() as u64
+}
+
+/// `tracked`'s assignment at `now`: resolved (and joined to its counter) if it was not,
+/// counted and observed with `usage` if it comes with a report.
+fn assess(
+    q: &Quotas,
+    rules: &Compiled,
+    domain: &str,
+    tracked: &mut Tracked,
+    usage: Option<(Counts, Duration)>,
+    now: UnixMillis,
+) -> Assignment {
+    let resolved = match tracked.resolved {
+        Some(r) => r,
+        None => {
+            let r = rules
+                .rules
+                .find_bucket(domain, tracked.id.bucket.iter())
+                .map(|m| (m.index, m.entity));
+            tracked.resolved = Some(r);
+            r
+        }
+    };
+    let Some((index, entity)) = resolved else {
+        return q.blanket(q.config.unknown.for_domain(domain));
+    };
+    let counts = usage.map_or((0, 0), |(c, _)| (c.allowed, c.denied));
+    match q.limiter.count_quota(rules, index, entity, counts, now) {
+        None => q.blanket(Strategy::AllowAll),
+        Some(count) => q.share(entity, tracked.member, &count, usage, now),
+    }
+}
+
+/// The action carrying `a` for `tracked`, remembered as sent at `now`.
+fn send(q: &Quotas, tracked: &mut Tracked, a: Assignment, now: UnixMillis) -> BucketAction {
+    tracked.last = Some((a, now));
+    q.sent(&a);
+    BucketAction {
+        bucket_id: Some(tracked.id.clone()),
+        bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(a.ttl_proto()),
+            rate_limit_strategy: Some(strategy_proto(&a.strategy)),
+        })),
+    }
+}
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;

@@ -1,0 +1,320 @@
+//! Tests of a quota stream over a local limiter and a manual clock: what a report and a
+//! refresh send, the counters they share with `ShouldRateLimit`, the bounds, reloads.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy as Pb};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+use super::*;
+use crate::core::clock::{ManualClock, UnixMillis};
+use crate::rlqs::{Config, Quotas, UnknownBuckets};
+use crate::rls::{Options, RateLimiter};
+
+const T0: UnixMillis = UnixMillis(1_700_006_400_000);
+
+const RULES: &str = r"
+domain: edge
+descriptors:
+  - key: name
+    value: prod
+    rate_limit: {unit: minute, requests_per_unit: 600}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: fixed_window}
+  - key: free
+    rate_limit: {unlimited: true}
+";
+
+fn setup(config: Config) -> (Arc<Quotas>, ManualClock) {
+    let clock = ManualClock::new(T0);
+    let limiter = RateLimiter::local(RULES, Arc::new(clock.clone()), Options::default()).unwrap();
+    (Quotas::new(limiter, config), clock)
+}
+
+fn bucket(pairs: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<HashMap<_, _>>(),
+    }
+}
+
+fn usage(id: BucketId, allowed: u64, denied: u64, elapsed_s: i64) -> BucketQuotaUsage {
+    BucketQuotaUsage {
+        bucket_id: Some(id),
+        time_elapsed: Some(PbDuration {
+            seconds: elapsed_s,
+            nanos: 0,
+        }),
+        num_requests_allowed: allowed,
+        num_requests_denied: denied,
+    }
+}
+
+fn report(usages: Vec<BucketQuotaUsage>) -> RateLimitQuotaUsageReports {
+    RateLimitQuotaUsageReports {
+        domain: "edge".into(),
+        bucket_quota_usages: usages,
+    }
+}
+
+/// The strategy of each action, in order (`None`: an abandon).
+fn strategies(actions: &[BucketAction]) -> Vec<Option<Pb>> {
+    actions
+        .iter()
+        .map(|a| match a.bucket_action.as_ref().unwrap() {
+            Action::QuotaAssignmentAction(q) => q.rate_limit_strategy.clone().unwrap().strategy,
+            Action::AbandonAction(_) => None,
+        })
+        .collect()
+}
+
+fn is_blanket(s: &Option<Pb>, rule: BlanketRule) -> bool {
+    *s == Some(Pb::BlanketRule(rule as i32))
+}
+
+fn tokens(s: &Option<Pb>) -> (u32, f64) {
+    match s {
+        Some(Pb::TokenBucket(t)) => (
+            t.max_tokens,
+            f64::from(t.tokens_per_fill.unwrap().value) / t.fill_interval.unwrap().seconds as f64,
+        ),
+        other => panic!("not a token bucket: {other:?}"),
+    }
+}
+
+#[test]
+fn a_first_report_gets_each_bucket_its_assignment() {
+    let (q, _) = setup(Config::default());
+    let mut s = Stream::open(&q).unwrap();
+    let msg = report(vec![
+        usage(bucket(&[("name", "prod")]), 1, 0, 0),
+        usage(bucket(&[("free", "x")]), 1, 0, 0),
+        usage(bucket(&[("nothing", "here")]), 1, 0, 0),
+    ]);
+    let sent = strategies(&s.report(&msg, T0).unwrap());
+    assert_eq!(sent.len(), 3);
+    let (max, rate) = tokens(&sent[0]);
+    // Alone on the counter: the whole room (600 less the one admitted) and rate (10/s).
+    assert_eq!(max, 599);
+    assert!((9.0..=10.0).contains(&rate), "{rate}");
+    assert!(is_blanket(&sent[1], BlanketRule::AllowAll), "unlimited");
+    assert!(
+        is_blanket(&sent[2], BlanketRule::AllowAll),
+        "no rule: the default"
+    );
+    // The same again, soon after: nothing new to send.
+    let again = report(vec![usage(bucket(&[("name", "prod")]), 0, 0, 1)]);
+    assert!(s.report(&again, T0.plus_millis(1000)).unwrap().is_empty());
+}
+
+#[test]
+fn unknown_buckets_get_the_domains_default() {
+    let config = Config {
+        unknown: UnknownBuckets::parse("edge=DENY_ALL").unwrap(),
+        ..Config::default()
+    };
+    let (q, _) = setup(config);
+    let mut s = Stream::open(&q).unwrap();
+    let msg = report(vec![usage(bucket(&[("nothing", "here")]), 0, 0, 0)]);
+    let sent = strategies(&s.report(&msg, T0).unwrap());
+    assert!(is_blanket(&sent[0], BlanketRule::DenyAll));
+}
+
+#[test]
+fn reported_usage_counts_in_the_counter_should_rate_limit_uses() {
+    let (q, _) = setup(Config::default());
+    let mut s = Stream::open(&q).unwrap();
+    let acme = bucket(&[("tenant", "acme")]);
+    s.report(&report(vec![usage(acme.clone(), 59, 7, 5)]), T0)
+        .unwrap();
+    let req = |value: &str| RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "tenant".into(),
+                value: value.into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    };
+    let limiter = q.limiter().clone();
+    let answer = limiter.should_rate_limit(&req("acme")).unwrap();
+    assert_eq!(answer.overall_code, Code::Ok as i32, "the 60th");
+    let answer = limiter.should_rate_limit(&req("acme")).unwrap();
+    assert_eq!(
+        answer.overall_code,
+        Code::OverLimit as i32,
+        "59 admitted by Envoy + 1 here: the denied 7 took no room"
+    );
+    // Another tenant has a counter of its own.
+    let answer = limiter.should_rate_limit(&req("other")).unwrap();
+    assert_eq!(answer.overall_code, Code::Ok as i32);
+}
+
+#[test]
+fn a_full_window_denies_until_its_reset_then_room_returns() {
+    let (q, clock) = setup(Config::default());
+    let mut s = Stream::open(&q).unwrap();
+    let acme = bucket(&[("tenant", "acme")]);
+    let sent = strategies(
+        &s.report(&report(vec![usage(acme.clone(), 60, 0, 5)]), T0)
+            .unwrap(),
+    );
+    assert!(is_blanket(&sent[0], BlanketRule::DenyAll));
+    // The fixed window ends at T0 + 60 s: the deny lasts until then.
+    let ttl = |actions: &[BucketAction]| match actions[0].bucket_action.as_ref().unwrap() {
+        Action::QuotaAssignmentAction(q) => q.assignment_time_to_live.unwrap().seconds,
+        Action::AbandonAction(_) => panic!("an abandon"),
+    };
+    let at = T0.plus_millis(30_000);
+    clock.set(at);
+    let refreshed = s.refresh(at);
+    assert!(refreshed.is_empty(), "nothing changed: {refreshed:?}");
+    let at = T0.plus_millis(59_000);
+    let renewed = s.refresh(at);
+    assert_eq!(
+        ttl(&renewed),
+        1,
+        "renewed for what is left, before it lapses"
+    );
+    let at = T0.plus_millis(60_000);
+    let sent = strategies(&s.refresh(at));
+    assert_eq!(tokens(&sent[0]).0, 60, "a new window: the whole limit");
+}
+
+#[test]
+fn two_streams_split_the_room_by_demand() {
+    let (q, _) = setup(Config::default());
+    let (mut a, mut b) = (Stream::open(&q).unwrap(), Stream::open(&q).unwrap());
+    let prod = || bucket(&[("name", "prod")]);
+    a.report(&report(vec![usage(prod(), 0, 0, 0)]), T0).unwrap();
+    b.report(&report(vec![usage(prod(), 0, 0, 0)]), T0).unwrap();
+    // a wants 9 a second, b 1: together at the limit's 10.
+    let at = T0.plus_millis(5000);
+    let sa = strategies(
+        &a.report(&report(vec![usage(prod(), 45, 0, 5)]), at)
+            .unwrap(),
+    );
+    let sb = strategies(&b.report(&report(vec![usage(prod(), 5, 0, 5)]), at).unwrap());
+    let later = at.plus_millis(CACHE_WAIT);
+    let ra = a.refresh(later);
+    let rb = b.refresh(later);
+    // The latest each was sent: the refresh's if it sent one, else the report's.
+    let latest = |refreshed: &[BucketAction], reported: &[Option<Pb>]| {
+        let r = strategies(refreshed);
+        tokens(r.first().unwrap_or(&reported[0])).1
+    };
+    let (rate_a, rate_b) = (latest(&ra, &sa), latest(&rb, &sb));
+    assert!(rate_a > 3.0 * rate_b, "{rate_a} vs {rate_b}");
+    assert!(rate_a + rate_b <= 10.0 + 1e-9, "{rate_a} + {rate_b}");
+}
+
+/// Past the engine's cache of a split.
+const CACHE_WAIT: u64 = 300;
+
+#[test]
+fn an_idle_bucket_is_abandoned_and_forgotten() {
+    let config = Config {
+        abandon_after: Duration::from_secs(60),
+        ..Config::default()
+    };
+    let (q, _) = setup(config);
+    let mut s = Stream::open(&q).unwrap();
+    s.report(
+        &report(vec![usage(bucket(&[("name", "prod")]), 3, 0, 0)]),
+        T0,
+    )
+    .unwrap();
+    assert_eq!((q.bucket_count(), q.counter_count()), (1, 1));
+    let quiet = report(vec![usage(bucket(&[("name", "prod")]), 0, 0, 5)]);
+    s.report(&quiet, T0.plus_millis(30_000)).unwrap();
+    assert!(strategies(&s.refresh(T0.plus_millis(59_000)))
+        .iter()
+        .all(Option::is_some));
+    let sent = strategies(&s.refresh(T0.plus_millis(60_000)));
+    assert_eq!(sent, vec![None], "abandoned");
+    assert_eq!((q.bucket_count(), q.counter_count()), (0, 0));
+    assert_eq!(
+        q.stats.abandons.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[test]
+fn the_bounds_refuse_streams_and_buckets_and_free_them_on_close() {
+    let config = Config {
+        max_streams: 1,
+        max_buckets_per_stream: 2,
+        max_buckets: 3,
+        ..Config::default()
+    };
+    let (q, _) = setup(config);
+    let mut a = Stream::open(&q).unwrap();
+    assert!(matches!(
+        Stream::open(&q),
+        Err(StreamError::TooManyStreams(1))
+    ));
+    let many: Vec<_> = (0..5)
+        .map(|i| usage(bucket(&[("tenant", &format!("t{i}"))]), 1, 0, 0))
+        .collect();
+    assert_eq!(a.report(&report(many), T0).unwrap().len(), 2);
+    assert_eq!(a.take_refused(), 3);
+    assert_eq!(q.bucket_count(), 2);
+    drop(a);
+    assert_eq!(
+        (q.stream_count(), q.bucket_count(), q.counter_count()),
+        (0, 0, 0)
+    );
+    let mut b = Stream::open(&q).unwrap();
+    let two: Vec<_> = (0..2)
+        .map(|i| usage(bucket(&[("tenant", &format!("u{i}"))]), 1, 0, 0))
+        .collect();
+    assert_eq!(b.report(&report(two), T0).unwrap().len(), 2);
+}
+
+#[test]
+fn a_bad_report_is_refused_whole() {
+    let (q, _) = setup(Config::default());
+    let mut s = Stream::open(&q).unwrap();
+    let mut bad = usage(bucket(&[("name", "prod")]), 1, 0, 0);
+    bad.time_elapsed = None;
+    let good = usage(bucket(&[("tenant", "acme")]), 1, 0, 0);
+    let e = s.report(&report(vec![good, bad]), T0).unwrap_err();
+    assert_eq!(e.to_string(), "bucket usage 1: no time_elapsed");
+    assert_eq!(q.bucket_count(), 0, "nothing of it taken");
+}
+
+#[test]
+fn a_reload_moves_buckets_to_their_new_rules() {
+    let (q, _) = setup(Config::default());
+    let mut s = Stream::open(&q).unwrap();
+    let acme = bucket(&[("tenant", "acme")]);
+    s.report(&report(vec![usage(acme.clone(), 1, 0, 0)]), T0)
+        .unwrap();
+    let rules = crate::rules::compile_sources(
+        &[(
+            "rules.yaml".into(),
+            "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unlimited: true}\n"
+                .into(),
+        )],
+        false,
+    )
+    .unwrap();
+    q.limiter().swap_rules(rules, vec![]);
+    let sent = strategies(&s.refresh(T0.plus_millis(1000)));
+    assert!(is_blanket(&sent[0], BlanketRule::AllowAll), "{sent:?}");
+    assert_eq!(q.counter_count(), 0, "no counter shared any more");
+}

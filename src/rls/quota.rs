@@ -1,0 +1,59 @@
+//! Envoy's quota usage (RLQS) counted in the limiter: a bucket's reported admitted requests
+//! recorded in the counter `ShouldRateLimit` uses for the same rule and values, and that
+//! counter's state read back, for `rlqs/` to share out. One limit, whichever protocol Envoy
+//! speaks: the same table entry, the same sync.
+
+use super::{Compiled, RateLimiter};
+use crate::core::clock::UnixMillis;
+use crate::core::decide::Count;
+use crate::core::{Limit, Verdict};
+use crate::rules::Rule;
+use crate::telemetry::RuleStats;
+
+/// A counter's state after a quota usage was counted (or looked at).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaCount {
+    /// The limit reported: the rule's most restrictive one.
+    pub limit: Limit,
+    /// Its verdict after the admitted requests: the fleet's estimated count and the reset.
+    pub verdict: Verdict,
+    /// The rule never denies: `shadow_mode` (its own, or the service's).
+    pub allow_all: bool,
+}
+
+// === impl RateLimiter ===
+
+impl RateLimiter {
+    /// Counts `admitted` requests (admitted by an Envoy from its quota assignment) on every
+    /// limit of the rule at `index` of `compiled`, in the counter `entity`, over or not, and
+    /// returns the counter's state; 0 only looks. `denied` requests go to the rule's metrics
+    /// only: Envoy refused them, so they take none of the room.
+    ///
+    /// `None`: no such rule, or an unlimited one (nothing to count or share).
+    pub fn count_quota(
+        &self,
+        compiled: &Compiled,
+        index: usize,
+        entity: u128,
+        (admitted, denied): (u64, u64),
+        now: UnixMillis,
+    ) -> Option<QuotaCount> {
+        let rule: &Rule = compiled.rules.rules().get(index)?;
+        if rule.unlimited || rule.limits.is_empty() {
+            return None;
+        }
+        let stats = compiled.stats.get(index)?.clone();
+        let target = super::resolve::Target::Rule(rule, entity, stats.clone());
+        let outcome = self.evaluate(&target, now, admitted, Count::Admitted)?;
+        if admitted > 0 || denied > 0 {
+            RuleStats::add(&stats.total_hits, admitted.saturating_add(denied));
+            RuleStats::add(&stats.within_limit, admitted);
+            RuleStats::add(&stats.over_limit, denied);
+        }
+        Some(QuotaCount {
+            limit: rule.limits[outcome.reported].limit,
+            verdict: outcome.verdict,
+            allow_all: rule.shadow_mode || self.opts.shadow_mode,
+        })
+    }
+}
