@@ -8,14 +8,15 @@
 //!   denied outright); the admitted requests are the tenant's count, the one `ShouldRateLimit`
 //!   sees; a denied request gets the filter's 429.
 //! - sluice stopped under an Envoy: its assignment lapses and the filter's
-//!   `expired_assignment_behavior` (3 a minute per bucket) applies; sluice started again on its
-//!   port: Envoy reopens the stream, and the fresh assignment continues from the fleet's count.
+//!   `expired_assignment_behavior` applies (allow: fail open); sluice started again on its
+//!   port: Envoy reopens the stream, and the fresh assignment limits it again.
 //!
 //! Envoy 1.40 reports every 5 s whatever `reporting_interval` says, so these take tens of
 //! seconds. Nothing here asserts a duration: each step polls with a deadline that bounds a
 //! hang. A missing `envoy` or `redis-server` fails the test with how to install it.
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -86,14 +87,55 @@ impl Envoy {
         envoy
     }
 
-    /// One request for `tenant` through this Envoy.
+    /// One request for `tenant` through this Envoy. Read by its `Content-Length`, not until the
+    /// connection closes: Envoy holds a connection it answered itself (the filter's 429) open
+    /// for a second (`delayed_close_timeout`) when the client asked to close it.
     fn get(&self, tenant: &str) -> HttpResponse {
-        http(self.front, "GET", "/", "", &[("x-tenant", tenant)]).expect("request through envoy")
+        request(self.front, tenant).expect("request through envoy")
     }
 
     /// Everything Envoy has logged so far.
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// `GET /` with `x-tenant: tenant` on a connection of its own; the response as `http` gives it.
+fn request(addr: SocketAddr, tenant: &str) -> std::io::Result<HttpResponse> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nx-tenant: {tenant}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_string();
+            let status = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .ok_or_else(|| std::io::Error::other(format!("bad response: {head}")))?;
+            let headers: Vec<(String, String)> = head
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+                .collect();
+            let length: usize = header(&headers, "content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if raw.len() >= end + 4 + length {
+                let body = String::from_utf8_lossy(&raw[end + 4..end + 4 + length]).to_string();
+                return Ok((status, headers, body));
+            }
+        }
+        match s.read(&mut chunk)? {
+            0 => return Err(std::io::Error::other("connection closed mid-response")),
+            n => raw.extend_from_slice(&chunk[..n]),
+        }
     }
 }
 
@@ -121,6 +163,23 @@ fn drive(envoy: &Envoy, tenant: &str, n: usize, pace: Duration) -> Vec<u16> {
         .collect()
 }
 
+/// The assignments in Envoy's `log` (the filter's debug lines), one line each: what it was
+/// told, for a failure's message.
+fn assignments(log: &str) -> String {
+    let mut out = String::new();
+    for entry in log
+        .split("\n[")
+        .filter(|e| e.contains("received from RLQS server"))
+    {
+        let time = entry.get(11..23).unwrap_or("");
+        let body: Vec<&str> = entry.lines().skip(1).map(str::trim).collect();
+        let body = body.join(" ");
+        let strategy = body.split("rate_limit_strategy").nth(1).unwrap_or(&body);
+        out.push_str(&format!("{time} {strategy}\n"));
+    }
+    out
+}
+
 /// Asserts that `response` is the filter's deny: config/envoy/rlqs.yaml's 429, body and header.
 fn assert_quota_denied(response: &HttpResponse, what: &str) {
     let (status, headers, body) = response;
@@ -128,6 +187,22 @@ fn assert_quota_denied(response: &HttpResponse, what: &str) {
     assert_eq!(body, "over quota\n", "{what}: the filter's deny body");
     assert_eq!(header(headers, "x-sluice-quota"), Some("denied"), "{what}");
 }
+
+/// Each Envoy's demand in the shared-limit test: a request every `PACE`, `EACH` of them (4 a
+/// second for 20 s: 80 each, 1.6× the limit together, the limit reached in about 12 s, over
+/// two of Envoy's report intervals).
+const PACE: Duration = Duration::from_millis(250);
+const EACH: usize = 80;
+
+/// What the two Envoys may admit together: 1.10× the limit (the fleet's accuracy target), plus
+/// one report interval (5 s) of one Envoy's demand (4 a second: 20). A replica computes a
+/// bucket's room from the fleet's count as of its last sync, which misses what the other
+/// Envoy admitted since its own last report (reports of Envoys started together arrive
+/// together), and a replica that knows of no other stream on the bucket gives its Envoy the
+/// whole room: so once the count nears the limit, each Envoy may spend the last room
+/// before the count that reached it is reported and both are sent DENY_ALL. Measured (two
+/// cores, other tests running): 112-120.
+const BOUND: u64 = LIMIT + LIMIT / 10 + 20;
 
 #[test]
 fn two_envoys_on_two_replicas_share_one_limit_and_deny_with_429() {
@@ -148,13 +223,10 @@ fn two_envoys_on_two_replicas_share_one_limit_and_deny_with_429() {
         Envoy::start(grpc_addr(&replicas[1]).port(), app),
     ];
 
-    // Each Envoy: 1.2× the limit over about 12 s, so the two ask 2.4× the limit together
-    // across two of Envoy's report intervals.
-    const EACH: usize = 120;
     let statuses: Vec<Vec<u16>> = std::thread::scope(|s| {
         let driven: Vec<_> = envoys
             .iter()
-            .map(|e| s.spawn(move || drive(e, "acme", EACH, Duration::from_millis(100))))
+            .map(|e| s.spawn(move || drive(e, "acme", EACH, PACE)))
             .collect();
         driven.into_iter().map(|t| t.join().unwrap()).collect()
     });
@@ -166,15 +238,18 @@ fn two_envoys_on_two_replicas_share_one_limit_and_deny_with_429() {
         assert!(s.iter().all(|&c| c == 200 || c == 429), "{s:?}");
     }
     let total: u64 = admitted.iter().sum();
+    let what = || {
+        let sent: Vec<String> = envoys.iter().map(|e| assignments(&e.log())).collect();
+        format!("the two Envoys admitted {admitted:?} = {total} of {LIMIT}; assignments received:\n{sent:#?}")
+    };
     eprintln!("admitted {admitted:?} = {total} of a limit of {LIMIT}");
-    // TODO(bound): measured against the quota service; see the comment once chosen.
-    assert!(
-        total <= LIMIT + LIMIT / 10,
-        "the two Envoys admitted {admitted:?} = {total}, over the bound for a limit of {LIMIT}"
-    );
+    assert!(total <= BOUND, "{}: over {BOUND}", what());
+    // Sharing, not denying: the demand was 1.6× the limit, and what the Envoys were denied
+    // is the limit's room spent, not a share that went unused.
     assert!(
         total >= LIMIT * 9 / 10,
-        "the two Envoys admitted {admitted:?} = {total}: the limit was not shared"
+        "{}: under 90 % of the limit",
+        what()
     );
 
     // The admitted requests reach the tenant's counter through the reports (the next within
@@ -202,62 +277,55 @@ fn stop(p: &mut Proc) {
     });
 }
 
+/// sluice's settings in the fallback test: assignments that last 5 s (of 15 by default), so
+/// Envoy's fallback starts soon after sluice is gone.
+const SHORT_TTL: [(&str, &str); 1] = [("RLQS_ASSIGNMENT_TTL", "5s")];
+
+/// How many of `n` requests for `tenant`, sent one after the other, `envoy` admits.
+fn burst(envoy: &Envoy, tenant: &str, n: usize) -> usize {
+    (0..n).filter(|_| envoy.get(tenant).0 == 200).count()
+}
+
 #[test]
-fn envoy_falls_back_while_sluice_is_away_and_recovers_when_it_returns() {
+fn envoy_fails_open_while_sluice_is_away_and_limits_again_when_it_returns() {
     let redis = RedisServer::start();
     let rules = repo().join("config/rules");
-    let mut sluice = spawn_sluice(&rules, &redis.url(), &[]);
+    let mut sluice = spawn_sluice(&rules, &redis.url(), &SHORT_TTL);
     let (grpc, http_port) = (grpc_addr(&sluice).port(), sluice.http.port());
     let envoy = Envoy::start(grpc, upstream());
 
-    // The bucket's first request is reported at once and answered with its assignment.
-    assert_eq!(envoy.get("beta").0, 200);
-    wait_until(20, "the first report to be counted", || {
-        remaining(&sluice, "beta") == LIMIT - 1
+    // {tenant: trial}: a token bucket of 1 a second, bursts of 5. Its first request is
+    // reported at once and answered with the assignment, which a burst of 10 runs into.
+    assert_eq!(envoy.get("trial").0, 200);
+    wait_until(20, "the assignment to deny part of a burst", || {
+        burst(&envoy, "trial", 10) < 10
     });
-    let before = 1 + (0..4).filter(|_| envoy.get("beta").0 == 200).count() as u64;
-    assert_eq!(before, 5, "the assignment admits the tenant's requests");
+    let denied = (0..10).map(|_| envoy.get("trial")).find(|r| r.0 != 200);
+    assert_quota_denied(
+        &denied.expect("a burst of 10 is denied in part"),
+        "the assignment",
+    );
 
-    // sluice goes away: the assignment lapses at its TTL, then the filter's fallback admits 3
-    // a minute. A request every 200 ms until one is denied.
+    // sluice goes away: the assignment lapses at its TTL and the filter's fallback allows
+    // every request (fail open). A burst of 10 every 200 ms until one passes whole: the
+    // lapsed bucket refills 1 a second, so only the fallback lets 10 through.
     stop(&mut sluice);
-    let mut away = 0;
-    wait_until(120, "Envoy's fallback to deny a request", || {
-        let r = envoy.get("beta");
+    wait_until(60, "Envoy's fallback to admit a whole burst", || {
         std::thread::sleep(Duration::from_millis(200));
-        if r.0 == 200 {
-            away += 1;
-            return false;
-        }
-        assert_quota_denied(&r, "the fallback");
-        true
+        burst(&envoy, "trial", 10) == 10
     });
-    eprintln!("admitted while sluice was away: {away}");
-    assert!(
-        before + away < LIMIT,
-        "a deny before the assignment's tokens ran out can only be the fallback"
-    );
-    let log = envoy.log();
-    assert!(
-        log.contains("fallback"),
-        "Envoy's log names the fallback:\n{log}"
-    );
 
-    // sluice back on its port (and the same Redis): Envoy reopens the stream at its next
-    // report, and the new replica's assignment continues from the fleet's count.
-    let sluice = spawn_sluice_on(&rules, &redis.url(), &[], grpc, http_port);
-    let mut recovered = 0;
-    wait_until(60, "a fresh assignment to admit again", || {
-        let ok = envoy.get("beta").0 == 200;
+    // sluice back on its port: Envoy reopens the stream at its next report, and the fresh
+    // assignment (a full bucket of the tenant's share: the fallback was a blanket rule)
+    // limits the bursts again.
+    let sluice = spawn_sluice_on(&rules, &redis.url(), &SHORT_TTL, grpc, http_port);
+    wait_until(60, "a fresh assignment to deny part of a burst", || {
         std::thread::sleep(Duration::from_millis(200));
-        recovered = if ok { recovered + 1 } else { 0 };
-        // Five in a row: more than the fallback's 3 a minute can admit.
-        recovered == 5
+        burst(&envoy, "trial", 10) < 10
     });
-    let left = remaining(&sluice, "beta");
+    let (_, _, metrics) = http(sluice.http, "GET", "/metrics", "", &[]).expect("metrics");
     assert!(
-        left <= LIMIT - before,
-        "the restarted replica counts from the fleet's count: {left} left"
+        metrics.contains("sluice_rlqs_streams 1\n"),
+        "the restarted replica serves Envoy's stream:\n{metrics}"
     );
-    let _ = (away, http_port);
 }
