@@ -58,6 +58,7 @@ use crate::global::Global;
 use crate::rls::{GlobalMode, RateLimiter};
 use crate::rules::model::ConfigError;
 use crate::server::grpc::RlsService;
+use crate::server::grpc_conn::InflightLimit;
 use crate::server::http;
 use crate::server::rlqs::QuotaService;
 use crate::server::shutdown::Readiness;
@@ -166,8 +167,10 @@ struct Service {
     readiness: Arc<Readiness>,
     health: wiring::Health,
     grpc: ServerTask<tonic::transport::Error>,
-    /// Ends the quota service's streams at shutdown.
-    rlqs_stop: CancellationToken,
+    /// The gRPC port's requests in flight: shutdown waits for the unary calls here.
+    inflight: InflightLimit,
+    /// Stop the quota service's streams' counting, then end them.
+    rlqs_stops: server::rlqs::Stops,
     http: ServerTask<std::io::Error>,
     global: Option<Global>,
     sync_stop: CancellationToken,
@@ -266,7 +269,7 @@ impl Service {
             rlqs::register_metrics(&telemetry, &quotas);
             quotas
         });
-        let rlqs_stop = CancellationToken::new();
+        let rlqs_stops = server::rlqs::Stops::default();
         let (reporter, health_service) = tonic_health::server::health_reporter();
         let health = wiring::Health {
             reporter,
@@ -277,13 +280,13 @@ impl Service {
         // bound) shows what it was asked to bind.
         let grpc_addr = listeners.grpc.local_addr().unwrap_or(settings.grpc_addr);
         let http_addr = listeners.http.local_addr().unwrap_or(settings.http_addr);
-        let grpc = serve_grpc(
+        let (grpc, inflight) = serve_grpc(
             listeners.grpc,
             settings.grpc_tls.as_ref(),
             grpc_limits(settings),
             health_service,
             RlsService::new(limiter.clone()).with_tracer(tracer.clone()),
-            quotas.map(|q| QuotaService::new(q, rlqs_stop.clone())),
+            quotas.map(|q| QuotaService::new(q, rlqs_stops.clone())),
         )?;
         let readiness = Arc::new(Readiness::default());
         let state = http::AdminState {
@@ -306,7 +309,8 @@ impl Service {
             readiness,
             health,
             grpc,
-            rlqs_stop,
+            inflight,
+            rlqs_stops,
             http,
             global,
             sync_stop,
@@ -331,11 +335,13 @@ impl Service {
         }
     }
 
-    /// Stops within one deadline, `grace` from now (ARCHITECTURE.md, "Invariants"): not ready; both servers stop
-    /// taking and finish their calls; the limiter closes, so nothing is decided after the
-    /// final flush (not even over HTTP); then every shard flushes. The servers get the grace
-    /// less what the flush may need (one store call per shard, bounded by `store_timeout`),
-    /// so the whole stop fits the pod's `terminationGracePeriodSeconds`.
+    /// Stops within one deadline, `grace` from now (ARCHITECTURE.md, "Invariants"): not
+    /// ready; both servers stop taking and finish their calls (the quota streams stay open);
+    /// the limiter closes and the quota streams stop counting, so nothing is decided after
+    /// the final flush (not even over HTTP); every shard flushes; then the quota streams end,
+    /// so their Envoys reconnect to a replica that reads this one's counts. The servers get
+    /// the grace less what the flush may need (one store call per shard, bounded by
+    /// `store_timeout`), so the whole stop fits the pod's `terminationGracePeriodSeconds`.
     async fn stop(self, grace: Duration, store_timeout: Duration) {
         let deadline = Instant::now() + grace;
         let drain_deadline = deadline - flush_reserve(grace, store_timeout);
@@ -345,14 +351,11 @@ impl Service {
         }
         self.readiness.set(false);
         set_health(&self.health, false).await;
-        // Quota streams never end on their own: ended here (OK), their Envoys reconnect to
-        // another replica while the server drains the calls in flight.
-        self.rlqs_stop.cancel();
         self.grpc.stop.cancel();
         self.http.stop.cancel();
         let (mut grpc, mut http) = (self.grpc.task, self.http.task);
         let drained = tokio::time::timeout_at(drain_deadline, async {
-            let _ = (&mut grpc).await;
+            self.inflight.drained().await;
             let _ = (&mut http).await;
         })
         .await;
@@ -361,16 +364,20 @@ impl Service {
                 ?grace,
                 "grace period nearly over; closing connections with calls in flight"
             );
-            grpc.abort();
             http.abort();
         }
         // From here on nothing is counted: every hit is in memory, for the flush to send.
         self.limiter.close();
+        self.rlqs_stops.closing.cancel();
         self.sync_stop.cancel();
         if let Some(g) = self.global {
             if tokio::time::timeout_at(deadline, g.join()).await.is_err() {
                 tracing::warn!("grace period over before the final flush finished");
             }
+        }
+        self.rlqs_stops.end.cancel();
+        if tokio::time::timeout_at(deadline, &mut grpc).await.is_err() {
+            grpc.abort();
         }
         self.background.cancel();
         let _ = self.rules_source.await;

@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -17,7 +15,7 @@ use crate::global::{self, Global};
 use crate::rls::RateLimiter;
 use crate::rules::{self, model::ConfigError};
 use crate::server::grpc::{self, RlsService};
-use crate::server::grpc_conn::GrpcLimits;
+use crate::server::grpc_conn::{GrpcLimits, InflightLimit};
 use crate::server::rlqs::QuotaService;
 use crate::server::shutdown::Readiness;
 use crate::server::{self, http};
@@ -169,10 +167,8 @@ pub(crate) async fn set_health(health: &Health, serving: bool) {
     } else {
         tonic_health::ServingStatus::NotServing
     };
-    let rls = <RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME;
-    let rlqs = <RateLimitQuotaServiceServer<QuotaService> as tonic::server::NamedService>::NAME;
-    let names = [rls, "", REFERENCE_HEALTH_NAME];
-    let quota = health.rlqs.then_some(rlqs);
+    let names = [grpc::RLS_SERVICE, "", REFERENCE_HEALTH_NAME];
+    let quota = health.rlqs.then_some(grpc::RLQS_SERVICE);
     for name in names.into_iter().chain(quota) {
         health.reporter.set_service_status(name, status).await;
     }
@@ -257,7 +253,8 @@ pub(crate) fn spawn_sweeper(limiter: Arc<RateLimiter>, stop: CancellationToken) 
 }
 
 /// Starts the gRPC server: the RLS service, the quota service (when given), health and
-/// reflection; over TLS when `tls` is set.
+/// reflection; over TLS when `tls` is set. Returns the task and its bound on requests in
+/// flight, which tells shutdown when the unary calls are done.
 pub(crate) fn serve_grpc(
     listener: TcpListener,
     tls: Option<&server::tls::GrpcTls>,
@@ -267,21 +264,29 @@ pub(crate) fn serve_grpc(
     >,
     rls: RlsService,
     quota: Option<QuotaService>,
-) -> Result<ServerTask<tonic::transport::Error>, RunError> {
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(grpc::FILE_DESCRIPTOR_SET)
-    };
+) -> Result<(ServerTask<tonic::transport::Error>, InflightLimit), RunError> {
+    // What reflection lists: the services registered below, the quota service when it is on.
+    let mut served = vec![grpc::RLS_SERVICE];
+    if quota.is_some() {
+        served.push(grpc::RLQS_SERVICE);
+    }
+    let (v1, v1alpha) = (
+        tonic_reflection::pb::v1::server_reflection_server::SERVICE_NAME,
+        tonic_reflection::pb::v1alpha::server_reflection_server::SERVICE_NAME,
+    );
     let stop = CancellationToken::new();
+    let inflight = server::grpc_conn::InflightLimit::new(limits.max_concurrent_requests);
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(limits.max_concurrent_streams))
         .timeout(limits.request_timeout)
-        .layer(server::grpc_conn::InflightLimit::new(
-            limits.max_concurrent_requests,
-        ))
+        .layer(inflight.clone())
         .add_service(health)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
+        .add_service(grpc::reflection(&served).with_service_name(v1).build_v1()?)
+        .add_service(
+            grpc::reflection(&served)
+                .with_service_name(v1alpha)
+                .build_v1alpha()?,
+        )
         .add_service(rls.into_server())
         .add_optional_service(quota.map(QuotaService::into_server));
     let signal = stop.clone().cancelled_owned();
@@ -297,7 +302,7 @@ pub(crate) fn serve_grpc(
             tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
         }
     };
-    Ok(ServerTask { stop, task })
+    Ok((ServerTask { stop, task }, inflight))
 }
 
 /// The HTTP listeners' bounds (the admin port, and the reference's Prometheus port).

@@ -3,6 +3,7 @@
 //! member gets; the bounds on streams and buckets; the counters of the service's metrics; and
 //! the presence this replica publishes to the fleet (`global::PresenceSource`).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,6 +23,10 @@ use super::share::{assign_all, split, Assignment, Demand, Rest, Room, Strategy};
 /// refresh (every second) and report (every 5 s) would otherwise split the counter among all
 /// its members again, O(members²) a second on a bucket many Envoys share.
 const CACHE_MS: u64 = 250;
+
+/// How far the room may move before a cached split is computed again regardless of its
+/// age: a report that fills the room must turn the shares to deny-all at once.
+const CACHE_ROOM: f64 = 1.0 / 16.0;
 
 /// The quota service's state, shared by every stream (`stream.rs` holds each stream's own).
 pub struct Quotas {
@@ -67,6 +72,7 @@ struct Shares {
 
 struct Cache {
     at: UnixMillis,
+    room: u64,
     assigned: HashMap<u64, Assignment>,
 }
 
@@ -140,16 +146,17 @@ impl Quotas {
         let ttl = self.config.assignment_ttl;
         let mut counters = self.counters.lock();
         let shares = counters.entry(entity).or_default();
-        if !shares.members.contains_key(&member) {
-            shares.members.insert(member, Demand::default());
-            shares.cache = None;
-        }
-        if let Some((counts, elapsed)) = usage {
-            if let Some(demand) = shares.members.get_mut(&member) {
-                demand.observe(counts, elapsed, now);
+        let demand = match shares.members.entry(member) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                shares.cache = None;
+                e.insert(Demand::default())
             }
+        };
+        if let Some((counts, elapsed)) = usage {
+            demand.observe(counts, elapsed, now);
         }
-        if let Some(a) = shares.cached(member, now) {
+        if let Some(a) = shares.cached(member, room.now, now) {
             return a;
         }
         let mut ids: Vec<u64> = shares.members.keys().copied().collect();
@@ -164,7 +171,11 @@ impl Quotas {
             .get(&member)
             .copied()
             .unwrap_or_else(|| self.blanket(Strategy::DenyAll));
-        shares.cache = Some(Cache { at: now, assigned });
+        shares.cache = Some(Cache {
+            at: now,
+            room: room.now,
+            assigned,
+        });
         mine
     }
 
@@ -217,9 +228,14 @@ impl Quotas {
 // === impl Shares ===
 
 impl Shares {
-    fn cached(&self, member: u64, now: UnixMillis) -> Option<Assignment> {
+    /// `member`'s assignment in the cached split, if that is recent and on about this room.
+    fn cached(&self, member: u64, room: u64, now: UnixMillis) -> Option<Assignment> {
         let cache = self.cache.as_ref()?;
         if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
+            return None;
+        }
+        let moved = cache.room.abs_diff(room) as f64 > CACHE_ROOM * cache.room.max(room) as f64;
+        if (cache.room == 0) != (room == 0) || moved {
             return None;
         }
         cache.assigned.get(&member).copied()

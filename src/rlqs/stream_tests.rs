@@ -74,7 +74,7 @@ fn strategies(actions: &[BucketAction]) -> Vec<Option<Pb>> {
     actions
         .iter()
         .map(|a| match a.bucket_action.as_ref().unwrap() {
-            Action::QuotaAssignmentAction(q) => q.rate_limit_strategy.clone().unwrap().strategy,
+            Action::QuotaAssignmentAction(q) => q.rate_limit_strategy.unwrap().strategy,
             Action::AbandonAction(_) => None,
         })
         .collect()
@@ -317,4 +317,18 @@ fn a_reload_moves_buckets_to_their_new_rules() {
     let sent = strategies(&s.refresh(T0.plus_millis(1000)));
     assert!(is_blanket(&sent[0], BlanketRule::AllowAll), "{sent:?}");
     assert_eq!(q.counter_count(), 0, "no counter shared any more");
+}
+
+#[test]
+fn a_report_that_fills_the_room_denies_at_once_however_recent_the_split() {
+    let (q, _) = setup(Config::default());
+    let mut s = Stream::open(&q).unwrap();
+    let acme = || bucket(&[("tenant", "acme")]);
+    let first = strategies(&s.report(&report(vec![usage(acme(), 1, 0, 0)]), T0).unwrap());
+    assert_eq!(tokens(&first[0]).0, 59);
+    let full = strategies(
+        &s.report(&report(vec![usage(acme(), 59, 0, 1)]), T0)
+            .unwrap(),
+    );
+    assert!(is_blanket(&full[0], BlanketRule::DenyAll), "{full:?}");
 }

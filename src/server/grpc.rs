@@ -21,8 +21,31 @@ use tonic::{Request, Response, Status};
 use crate::rls::RateLimiter;
 use crate::telemetry::otel::{Tracer, Via};
 
-/// The encoded `FileDescriptorSet` of the RLS protos, for reflection (see proto-vendor/).
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("../../proto-vendor/rls_descriptor_set.bin");
+/// The encoded `FileDescriptorSet` of the RLS and RLQS protos, for reflection (see
+/// proto-vendor/).
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("../../proto-vendor/descriptor_set.bin");
+
+/// The fully-qualified name of the rate limit quota service (RLQS), which
+/// `FILE_DESCRIPTOR_SET` describes.
+pub const RLQS_SERVICE: &str =
+    envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::SERVICE_NAME;
+
+/// The fully-qualified name of the rate-limit service (RLS).
+pub const RLS_SERVICE: &str =
+    envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::SERVICE_NAME;
+
+/// A reflection builder over `FILE_DESCRIPTOR_SET` that lists exactly `served` (plus the
+/// reflection service itself, which the caller names per version). Listing by name rather
+/// than everything the set describes keeps `list` truthful: the set describes RLQS whether or
+/// not it is registered, and a client should not discover a service that answers
+/// `UNIMPLEMENTED`. Every symbol of the set is still resolvable (`file_containing_symbol`).
+pub fn reflection<'a>(served: &[&str]) -> tonic_reflection::server::Builder<'a> {
+    served.iter().fold(
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET),
+        |b, name| b.with_service_name(*name),
+    )
+}
 
 /// The RLS service.
 #[derive(Debug, Clone)]

@@ -254,6 +254,7 @@ impl<C: AsyncWrite + Unpin> AsyncWrite for Guarded<C> {
 #[derive(Debug, Clone)]
 pub struct InflightLimit {
     slots: Arc<Semaphore>,
+    max: usize,
 }
 
 impl InflightLimit {
@@ -261,6 +262,17 @@ impl InflightLimit {
     pub fn new(max: usize) -> Self {
         InflightLimit {
             slots: Arc::new(Semaphore::new(max.max(1))),
+            max: max.max(1),
+        }
+    }
+
+    /// Resolves once no request is in flight (taking every slot, so none starts after). A
+    /// streaming call counts only until its handler returns the stream: shutdown waits here
+    /// for the unary calls while the quota streams stay open for the final flush.
+    pub async fn drained(&self) {
+        let all = u32::try_from(self.max).unwrap_or(u32::MAX);
+        if let Ok(slots) = self.slots.acquire_many(all).await {
+            slots.forget();
         }
     }
 }

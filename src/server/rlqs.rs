@@ -2,8 +2,10 @@
 //! over tonic. Each `StreamRateLimitQuotas` call is one task that takes the Envoy's usage
 //! reports and refreshes its assignments every second (`rlqs::Stream`), sending the bucket
 //! actions either produces. A bad report ends the stream with `INVALID_ARGUMENT` naming the
-//! problem; the stream bound refuses with `RESOURCE_EXHAUSTED`; shutdown ends every stream
-//! with `OK`, so Envoy reconnects to another replica at once.
+//! problem; the stream bound refuses with `RESOURCE_EXHAUSTED`. Shutdown stops the streams'
+//! counting when the limiter closes (their reports wait unread), and ends every stream with
+//! `OK` once the final flush has put this replica's counts in the store: the replica Envoy
+//! reconnects to continues from the fleet's count.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -30,13 +32,22 @@ const OUTBOX: usize = 4;
 #[derive(Clone)]
 pub struct QuotaService {
     quotas: Arc<Quotas>,
-    stop: CancellationToken,
+    stops: Stops,
+}
+
+/// Shutdown's two steps for the streams.
+#[derive(Clone, Default)]
+pub struct Stops {
+    /// Stop counting: no report is taken and no assignment sent after this.
+    pub closing: CancellationToken,
+    /// End the streams (after the final flush).
+    pub end: CancellationToken,
 }
 
 impl QuotaService {
-    /// A service over `quotas`; its streams end when `stop` is cancelled.
-    pub fn new(quotas: Arc<Quotas>, stop: CancellationToken) -> Self {
-        QuotaService { quotas, stop }
+    /// A service over `quotas`, stopped by `stops`.
+    pub fn new(quotas: Arc<Quotas>, stops: Stops) -> Self {
+        QuotaService { quotas, stops }
     }
 
     /// The tonic server wrapping this service.
@@ -63,7 +74,7 @@ impl RateLimitQuotaService for QuotaService {
             stream,
             request.into_inner(),
             tx,
-            self.stop.clone(),
+            self.stops.clone(),
         );
         tokio::spawn(run);
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -71,20 +82,21 @@ impl RateLimitQuotaService for QuotaService {
 }
 
 /// A stream's task: reports in, actions out, a refresh every [`REFRESH`], until Envoy ends
-/// it, a report is refused, or the service stops.
+/// it, a report is refused, or the service stops; then, when stopping, the stream stays open
+/// until `stops.end`.
 async fn run(
     quotas: Arc<Quotas>,
     mut stream: Stream,
     mut reports: Streaming<RateLimitQuotaUsageReports>,
     tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
-    stop: CancellationToken,
+    stops: Stops,
 ) {
     let mut refresh = tokio::time::interval(REFRESH);
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let actions = tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tx.closed() => break,
+            _ = stops.closing.cancelled() => break,
+            _ = tx.closed() => return,
             msg = reports.message() => match msg {
                 Ok(Some(msg)) => {
                     let now = quotas.limiter().now();
@@ -92,12 +104,12 @@ async fn run(
                         Ok(actions) => actions,
                         Err(e) => {
                             let _ = tx.send(Err(status_of(&quotas, &e))).await;
-                            break;
+                            return;
                         }
                     }
                 }
                 // Envoy ended its side, or the connection went.
-                Ok(None) | Err(_) => break,
+                Ok(None) | Err(_) => return,
             },
             _ = refresh.tick() => stream.refresh(quotas.limiter().now()),
         };
@@ -110,8 +122,13 @@ async fn run(
             );
         }
         if !send(&tx, actions).await {
-            break;
+            return;
         }
+    }
+    // Shutting down: Envoy keeps its assignments until the stream ends, after the flush.
+    tokio::select! {
+        _ = stops.end.cancelled() => {}
+        _ = tx.closed() => {}
     }
 }
 
