@@ -243,6 +243,7 @@ fn two_envoys_on_two_replicas_share_one_limit_and_deny_with_429() {
         format!("the two Envoys admitted {admitted:?} = {total} of {LIMIT}; assignments received:\n{sent:#?}")
     };
     eprintln!("admitted {admitted:?} = {total} of a limit of {LIMIT}");
+    eprintln!("DEBUG {}", what());
     assert!(total <= BOUND, "{}: over {BOUND}", what());
     // Sharing, not denying: the demand was 1.6× the limit, and what the Envoys were denied
     // is the limit's room spent, not a share that went unused.
