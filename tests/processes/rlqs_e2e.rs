@@ -6,7 +6,7 @@
 //! - Two Envoys, each on its own sluice replica, driven with more than the limit for one tenant:
 //!   what they admit together stays within the bound and is most of the limit (shared, not
 //!   denied outright); the admitted requests are the tenant's count, the one `ShouldRateLimit`
-//!   sees; a denied request gets the filter's 429.
+//!   sees; a denied request gets the filter's 429; an `unlimited` tenant is told ALLOW_ALL.
 //! - sluice stopped under an Envoy: its assignment lapses and the filter's
 //!   `expired_assignment_behavior` applies (allow: fail open); sluice started again on its
 //!   port: Envoy reopens the stream, and the fresh assignment limits it again.
@@ -266,6 +266,21 @@ fn two_envoys_on_two_replicas_share_one_limit_and_deny_with_429() {
     for (i, e) in envoys.iter().enumerate() {
         assert_quota_denied(&e.get("acme"), &format!("envoy {i}"));
     }
+    // {tenant: internal} resolves to the `unlimited` entry: Envoy is told ALLOW_ALL.
+    assert_eq!(envoys[0].get("internal").0, 200);
+    wait_until(20, "an ALLOW_ALL assignment", || {
+        assignments_sent(&replicas[0], "allow_all") >= 1
+    });
+}
+
+/// `sluice`'s count of quota assignments of `kind` sent (`sluice_rlqs_assignments_total`).
+fn assignments_sent(sluice: &Proc, kind: &str) -> u64 {
+    let (_, _, metrics) = http(sluice.http, "GET", "/metrics", "", &[]).expect("metrics");
+    let series = format!("sluice_rlqs_assignments_total{{kind=\"{kind}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .map_or(0, |v| v.trim().parse().unwrap_or(0))
 }
 
 /// Sends SIGTERM to `p` (a clean stop: its streams end after the final flush) and waits
