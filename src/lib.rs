@@ -267,6 +267,11 @@ impl Service {
         let quotas = settings.rlqs.clone().map(|config| {
             let quotas = rlqs::Quotas::new(limiter.clone(), config);
             rlqs::register_metrics(&telemetry, &quotas);
+            if let Some(g) = &global {
+                // The fleet's streams per counter, exchanged every sync tick.
+                g.presence
+                    .attach(Arc::new(rlqs::presence::Published(quotas.clone())));
+            }
             quotas
         });
         let rlqs_stops = server::rlqs::Stops::default();

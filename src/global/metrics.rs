@@ -1,6 +1,6 @@
 //! Global mode's metrics: the sync's counters (ticks, items, Redis calls, failures), the
 //! queue's gauges and each shard's health, read from [`SyncStats`] and [`ShardHealth`] at
-//! each collection.
+//! each collection; and the RLQS presence loop's calls.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -40,6 +40,33 @@ pub(super) fn register_metrics(t: &Telemetry, g: &Global) {
     t.counter_table(&s, &counters);
     register_labelled_counters(t, &s);
     register_shard_gauges(t, g);
+    register_presence(t, g);
+}
+
+/// The RLQS presence loop's counters (`presence/`): calls by result, counters sent.
+fn register_presence(t: &Telemetry, g: &Global) {
+    let hub = g.presence.clone();
+    t.counter(
+        names::PRESENCE_CALLS,
+        Arc::new(move || {
+            let s = hub.stats();
+            vec![
+                (
+                    s.calls_ok.load(Ordering::Relaxed),
+                    vec![KeyValue::new("result", "ok")],
+                ),
+                (
+                    s.calls_failed.load(Ordering::Relaxed),
+                    vec![KeyValue::new("result", "error")],
+                ),
+            ]
+        }),
+    );
+    let hub = g.presence.clone();
+    t.counter(
+        names::PRESENCE_ITEMS,
+        Arc::new(move || vec![(hub.stats().items_sent.load(Ordering::Relaxed), vec![])]),
+    );
 }
 
 /// The sync's counters with a label: calls by result, entities by tier.

@@ -1,6 +1,7 @@
 //! Starting global mode: [`connect`] opens the Redis stores, [`spawn`] starts one sync task
 //! per shard and the clock-offset task over any stores (Redis, or the simulator's in-memory
-//! one) and registers the sync metrics. `lib::run` calls both and, at shutdown, waits for
+//! one), the RLQS presence loop (`presence/`, idle until the quota service attaches) and
+//! registers the sync metrics. `lib::run` calls both and, at shutdown, waits for
 //! [`Global::join`] (the tasks' final flush); the simulator and the benches call [`spawn`].
 //! Global mode's settings are its own ([`Config`], `config.rs`).
 //!
@@ -11,12 +12,14 @@
 pub mod config;
 pub mod exact;
 mod metrics;
+pub mod presence;
 pub mod redis;
 mod supervise;
 pub mod sync;
 
 pub use config::{Config, PerSecondRedis, RedisSettings, SyncConfig, SyncSettings};
 pub use exact::{ExactClient, ExactItem, ExactStore};
+pub use presence::{Others, Presence, PresenceHub, PresenceSource};
 pub use redis::OpenError;
 pub use sync::{
     measure_offset, new_replica_id, Heartbeat, ShardHealth, ShardRouter, ShardStore, ShardSync,
@@ -34,6 +37,7 @@ use crate::global::exact::redis::RedisExact;
 use crate::global::redis::RedisStore;
 use crate::telemetry::Telemetry;
 use metrics::register_metrics;
+use presence::PresenceLoop;
 use supervise::{supervise, Watch};
 
 /// How often the clock offset from Redis is measured again.
@@ -47,6 +51,9 @@ pub struct Global {
     pub health: Vec<Arc<ShardHealth>>,
     /// Exact rules' way to the stores, for the limiter (none: exact rules decide from memory).
     pub exact: Option<ExactClient>,
+    /// Where the RLQS engine attaches itself to publish its streams per counter and learn
+    /// the fleet's (`presence/`).
+    pub presence: PresenceHub,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -207,11 +214,25 @@ pub async fn spawn<S: ShardStore>(
     }
     let w = watch("clock-offset task", None);
     tasks.push(spawn_offset(all[0].clone(), offset_timeout, w));
+    let presence = PresenceHub::default();
+    let l = PresenceLoop {
+        hub: presence.clone(),
+        stores: all[..main_count].to_vec(),
+        queues: queues.clone(),
+        clock: clock.clone(),
+        settings: config.settings,
+    };
+    let w = watch("presence task", None);
+    tasks.push(tokio::spawn(supervise(w, move || {
+        let (l, stop) = (l.clone(), stop.clone());
+        l.run(stop)
+    })));
     tracing::info!(shards = ?main_names, per_second = ?ps_names, "global mode: syncing through Redis");
     let g = Global {
         queues,
         health,
         exact: stores.exact,
+        presence,
         tasks,
     };
     register_metrics(telemetry, &g);

@@ -3,17 +3,26 @@
 //!
 //! A bucket id (a `map<string, string>`) resolves to a rule through the same descriptor tree
 //! and counts in the same counter as the equivalent descriptor: `RuleSet::find_bucket` in
-//! `rules/`. So far this module holds the first step of a stream's message:
+//! `rules/`, and `RateLimiter::count_quota` in `rls/quota.rs`. Here, in the order a report
+//! goes through them:
 //! - `report.rs`: one `RateLimitQuotaUsageReports` checked against the protocol and the bounds,
 //!   into typed per-bucket usage, or the `INVALID_ARGUMENT` message that names the problem.
+//! - `stream.rs`: one Envoy stream: its buckets, each resolved and counted; what a report and
+//!   the periodic refresh send back.
+//! - `engine.rs`: what every stream shares (`Quotas`): each counter's sharers and their
+//!   demand, the split of its room, the bounds, the metrics.
 //! - `share.rs`: the pure arithmetic of dividing one limit among the streams sharing a bucket:
 //!   each stream's demand from its reports, its fraction of the fleet's room, and the
 //!   assignment (token bucket or blanket rule, TTL) Envoy gets for it.
+//! - `presence.rs`: the engine as the fleet's presence exchange sees it (`global/presence/`).
+//! - `config.rs`: the `RLQS_*` settings.
 //!
-//! Layers: `rlqs` uses the core (`core`, `rules`) and `telemetry` only, never the I/O edges.
+//! Layers: `rlqs` uses the core, the limiter (`rls`), `global`'s presence exchange and
+//! `telemetry`; the transport is `server/rlqs.rs`.
 
 pub mod config;
 pub mod engine;
+pub mod presence;
 pub mod report;
 pub mod share;
 pub mod stream;

@@ -14,7 +14,7 @@ use tokio::time::{sleep, Instant};
 
 use crate::global::sync::memory::MemoryStore;
 use crate::global::Heartbeat;
-use crate::global::{ShardStore, StoreError, SyncItem};
+use crate::global::{Others, Presence, ShardStore, StoreError, SyncItem};
 
 /// A [`ShardStore`] shared by every node of one simulated fleet.
 #[derive(Debug)]
@@ -132,5 +132,24 @@ impl ShardStore for SimStore {
 
     async fn time_ms(&self) -> Result<u64, StoreError> {
         self.counters.time_ms().await
+    }
+
+    /// The same round trip and outage as a sync call (the RLQS scenarios' replicas).
+    async fn presence(
+        &self,
+        replica: u64,
+        items: &[Presence],
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<Vec<Others>, StoreError> {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        sleep(self.there).await;
+        let result = if self.is_down(Instant::now()) {
+            Err(StoreError::Backend("simulated outage".into()))
+        } else {
+            self.counters.presence(replica, items, now_ms, ttl_ms).await
+        };
+        sleep(self.back).await;
+        result
     }
 }

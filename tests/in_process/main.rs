@@ -10,6 +10,7 @@ mod common {
     mod helpers;
     pub use helpers::*;
     pub mod certs;
+    pub mod rlqs;
     mod server;
     pub use server::Server;
     pub mod tls_client;

@@ -2,22 +2,11 @@
 //! assignments on a stream, the counters it shares with `ShouldRateLimit`, bad reports,
 //! the stream bound, health, metrics, `RLQS_ENABLED=false`, and shutdown ending streams.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Code, Streaming};
+use tonic::Code;
 
+use crate::common::rlqs::{self, strategy, Quota};
 use crate::common::{desc, http_async, Server};
 
 const RULES: &str = r"
@@ -27,60 +16,16 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10, algorithm: fixed_window}
 ";
 
-fn usage(tenant: &str, allowed: u64, elapsed_s: Option<i64>) -> BucketQuotaUsage {
-    BucketQuotaUsage {
-        bucket_id: Some(BucketId {
-            bucket: HashMap::from([("tenant".to_string(), tenant.to_string())]),
-        }),
-        time_elapsed: elapsed_s.map(|seconds| PbDuration { seconds, nanos: 0 }),
-        num_requests_allowed: allowed,
-        num_requests_denied: 0,
-    }
+fn usage(tenant: &str, allowed: u64, elapsed_s: Option<i64>) -> rlqs::BucketQuotaUsage {
+    rlqs::usage("tenant", tenant, allowed, elapsed_s)
 }
 
-fn report(usages: Vec<BucketQuotaUsage>) -> RateLimitQuotaUsageReports {
-    RateLimitQuotaUsageReports {
-        domain: "edge".into(),
-        bucket_quota_usages: usages,
-    }
-}
-
-/// An open stream: reports go in through `tx`, responses come out of `rx`.
-struct Quota {
-    tx: mpsc::Sender<RateLimitQuotaUsageReports>,
-    rx: Streaming<RateLimitQuotaResponse>,
+fn report(usages: Vec<rlqs::BucketQuotaUsage>) -> rlqs::RateLimitQuotaUsageReports {
+    rlqs::report("edge", usages)
 }
 
 async fn open(server: &Server) -> Result<Quota, tonic::Status> {
-    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{}", server.grpc))
-        .await
-        .unwrap();
-    let (tx, reports) = mpsc::channel(4);
-    let rx = client
-        .stream_rate_limit_quotas(ReceiverStream::new(reports))
-        .await?
-        .into_inner();
-    Ok(Quota { tx, rx })
-}
-
-impl Quota {
-    /// Sends `msg` and returns the next response (or the stream's end as a status).
-    async fn ask(
-        &mut self,
-        msg: RateLimitQuotaUsageReports,
-    ) -> Result<Option<RateLimitQuotaResponse>, tonic::Status> {
-        self.tx.send(msg).await.unwrap();
-        tokio::time::timeout(Duration::from_secs(10), self.rx.message())
-            .await
-            .expect("an answer within 10 s")
-    }
-}
-
-fn strategy(r: &RateLimitQuotaResponse) -> Strategy {
-    match r.bucket_action[0].bucket_action.as_ref().unwrap() {
-        Action::QuotaAssignmentAction(a) => a.rate_limit_strategy.unwrap().strategy.unwrap(),
-        Action::AbandonAction(_) => panic!("an abandon"),
-    }
+    rlqs::open(server.grpc).await
 }
 
 #[tokio::test]
@@ -217,9 +162,135 @@ async fn shutdown_ends_open_streams_cleanly() {
         .unwrap()
         .is_some());
     let stopped = tokio::spawn(server.stop());
-    let end = tokio::time::timeout(Duration::from_secs(10), q.rx.message())
-        .await
-        .expect("the stream ends within 10 s");
+    let end = q.next().await;
     assert!(matches!(end, Ok(None)), "ended with OK: {end:?}");
     stopped.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_hundred_thousand_buckets_on_one_stream_stay_within_the_bound() {
+    let server = Server::start(RULES, |s| {
+        s.rlqs.as_mut().unwrap().max_buckets_per_stream = 1000;
+    })
+    .await;
+    let mut q = open(&server).await.unwrap();
+    let report_of = |chunk: usize| {
+        report(
+            (0..50_000)
+                .map(|i| usage(&format!("t{chunk}-{i}"), 1, Some(0)))
+                .collect(),
+        )
+    };
+    let first = q.ask(report_of(0)).await.unwrap().unwrap();
+    assert_eq!(
+        first.bucket_action.len(),
+        1000,
+        "the first 1,000 buckets get assignments"
+    );
+    // The next 50,000 get none: no answer to wait for, the metrics say when it was taken.
+    q.tx.send(report_of(1)).await.unwrap();
+    let refused = "sluice_rlqs_refused_total{what=\"bucket\"} 99000";
+    crate::common::wait_until_async(30, refused, || async {
+        let (_, _, metrics) = http_async(server.http, "GET", "/metrics", "")
+            .await
+            .unwrap();
+        metrics.contains(refused) && metrics.contains("sluice_rlqs_buckets 1000")
+    })
+    .await;
+    // The stream goes on, and others are served.
+    assert!(open(&server)
+        .await
+        .unwrap()
+        .ask(report(vec![usage("acme", 1, Some(0))]))
+        .await
+        .unwrap()
+        .is_some());
+    drop(q);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn oversized_reports_end_the_stream_naming_the_problem() {
+    let server = Server::start(RULES, |_| {}).await;
+    let many = (0..65_537)
+        .map(|i| usage(&format!("t{i}"), 1, Some(0)))
+        .collect();
+    let e = open(&server)
+        .await
+        .unwrap()
+        .ask(report(many))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.message().contains("65537 bucket usages"),
+        "{}",
+        e.message()
+    );
+    let mut wide = usage("acme", 1, Some(0));
+    let id = wide.bucket_id.as_mut().unwrap();
+    id.bucket
+        .extend((0..5000).map(|i| (format!("k{i}"), "v".to_string())));
+    let e = open(&server)
+        .await
+        .unwrap()
+        .ask(report(vec![wide]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("5001 entries"), "{}", e.message());
+    // Counts near 2^64 saturate: the bucket is denied, nothing wraps.
+    let mut huge = usage("acme", u64::MAX, Some(5));
+    huge.num_requests_denied = u64::MAX;
+    let answer = open(&server)
+        .await
+        .unwrap()
+        .ask(report(vec![huge]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        strategy(&answer),
+        Strategy::BlanketRule(BlanketRule::DenyAll as i32)
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn thousands_of_streams_stop_at_the_bound() {
+    let server = Server::start(RULES, |s| {
+        s.rlqs.as_mut().unwrap().max_streams = 1000;
+    })
+    .await;
+    let mut open_streams = Vec::new();
+    let mut refused = 0;
+    for _ in 0..1200 {
+        match open(&server).await {
+            Ok(q) => open_streams.push(q),
+            Err(e) => {
+                assert_eq!(e.code(), Code::ResourceExhausted);
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((open_streams.len(), refused), (1000, 200));
+    let (_, _, metrics) = http_async(server.http, "GET", "/metrics", "")
+        .await
+        .unwrap();
+    assert!(metrics.contains("sluice_rlqs_streams 1000"), "{metrics}");
+    // RLS is unaffected.
+    let answer = server
+        .client()
+        .await
+        .should_rate_limit(RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![desc(&[("tenant", "solo")])],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.overall_code, 1);
+    drop(open_streams);
+    server.stop().await.unwrap();
 }

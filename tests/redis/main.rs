@@ -1,6 +1,6 @@
 //! Integration tests against real redis-server processes started by the harness
 //! (`tests/common/redis/`): global mode, exact rules, buckets shared through Redis, Sentinel,
-//! Cluster, the image swap for envoyproxy/ratelimit (its binary on Redis and xDS), and the
+//! Cluster, the RLQS presence store, the image swap for envoyproxy/ratelimit (its binary on Redis and xDS), and the
 //! harness itself. One crate, so the library is linked once for all of them.
 
 /// The helpers in tests/common/ this crate uses: each crate names the files it compiles, so
@@ -13,6 +13,7 @@ mod common {
     pub mod certs;
     pub mod procs;
     pub mod redis;
+    pub mod rlqs;
     mod server;
     pub use server::Server;
     pub mod tls_client;
@@ -25,6 +26,7 @@ mod drop_in;
 mod exact;
 mod exact_store;
 mod global;
+mod presence_store;
 mod redis_deployments;
 mod redis_harness;
 mod redis_store;

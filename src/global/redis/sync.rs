@@ -71,6 +71,9 @@
 //! spend one bucket during a rolling upgrade, with no key version bump
 //! (`tests/redis/tat_upgrade.rs`).
 //!
+//! The RLQS streams per counter that replicas publish (`ShardStore::presence`) have keys and
+//! a script of their own: `presence.rs`.
+//!
 //! Each tick also runs a separate script in the same pipeline: the replica's
 //! heartbeat in the sorted set `{prefix}sluice:replicas` (member: the replica's id, score:
 //! when it was last seen), which drops members older than the TTL and returns how many are
@@ -84,7 +87,7 @@ use super::conn::{RedisOptions, SentinelMaster};
 use super::pool::{OpenError, RedisPool, Shard};
 use super::script::{self, Call, Lua};
 
-use crate::global::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
+use crate::global::{Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
 
 /// States parts and reads counters (see the module docs). KEYS: two per item (current,
 /// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current hits,
@@ -124,7 +127,7 @@ fn bucket_key(prefix: &str, it: &SyncItem) -> String {
 }
 
 /// A replica's field in every counter.
-fn field(replica: u64) -> String {
+pub(super) fn field(replica: u64) -> String {
     format!("{replica:016x}")
 }
 
@@ -150,7 +153,7 @@ fn live_count(v: &Value) -> Result<u32, StoreError> {
     }
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
+pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
@@ -278,6 +281,7 @@ pub struct RedisStore {
     window: Lua,
     bucket: Lua,
     beat: Lua,
+    presence: Lua,
 }
 
 impl RedisStore {
@@ -325,6 +329,7 @@ impl RedisStore {
             window: Lua::new(SYNC_SCRIPT),
             bucket: Lua::new(BUCKET_SCRIPT),
             beat: Lua::new(HEARTBEAT_SCRIPT),
+            presence: Lua::new(super::presence::PRESENCE_SCRIPT),
         }
     }
 
@@ -471,6 +476,18 @@ impl ShardStore for RedisStore {
     async fn time_ms(&self) -> Result<u64, StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
         time_of(&mut conn).await
+    }
+
+    /// `presence.lua` (`presence.rs`, its data model).
+    async fn presence(
+        &self,
+        replica: u64,
+        items: &[Presence],
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<Vec<Others>, StoreError> {
+        let (pool, lua, prefix) = (&self.pool, &self.presence, self.prefix.as_str());
+        super::presence::publish(pool, lua, prefix, replica, items, now_ms, ttl_ms).await
     }
 
     fn commands_for(&self, items: usize) -> usize {

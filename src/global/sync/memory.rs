@@ -3,14 +3,15 @@
 //! replica, as Redis holds them (`global/redis/sync.rs`), and the replicas' heartbeats (id → last seen).
 //! The sync tests and the fleet simulator run the production sync code against it, and the
 //! exact rules' tests the exact path; [`MemoryStore::flush_all`] is a Redis that restarted
-//! empty.
+//! empty. It also holds the RLQS streams each replica publishes per counter
+//! ([`ShardStore::presence`]), as `presence.lua` keeps them (`global/redis/presence.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::store::{Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
+use super::store::{Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
 use crate::core::gcra;
 use crate::core::Part;
 
@@ -88,6 +89,51 @@ pub struct MemoryStore {
     pub buckets: Mutex<HashMap<(u128, u8), Bucket>>,
     /// Live replicas: id → last seen (Unix ms).
     pub replicas: Mutex<HashMap<u64, u64>>,
+    /// RLQS streams per counter: entity → replica → what it published.
+    pub presence: Mutex<HashMap<u128, HashMap<u64, Published>>>,
+    /// Presence calls received (failed ones included).
+    pub presence_calls: AtomicU64,
+}
+
+/// What a replica published for one counter, as a field of `presence.lua`'s hash holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// Its streams on the counter.
+    pub streams: u32,
+    /// Their demand, milli-requests/s.
+    pub demand_milli: u64,
+    /// When it stops counting (Unix ms, the publisher's fleet clock).
+    pub expires_ms: u64,
+}
+
+/// One presence item, as `presence.lua` runs it on the counter's hash `fields`: publishes
+/// `replica`'s item (a 0 removes it), drops what expired by `now_ms`, and sums the others.
+fn publish(
+    fields: &mut HashMap<u64, Published>,
+    replica: u64,
+    it: &Presence,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Others {
+    if it.streams > 0 {
+        let p = Published {
+            streams: it.streams,
+            demand_milli: it.demand_milli(),
+            // As the script: a TTL of at least a millisecond.
+            expires_ms: now_ms.saturating_add(ttl_ms.max(1)),
+        };
+        fields.insert(replica, p);
+    } else {
+        fields.remove(&replica);
+    }
+    fields.retain(|_, p| p.expires_ms > now_ms);
+    let (streams, demand) = fields
+        .iter()
+        .filter(|(r, _)| **r != replica)
+        .fold((0u64, 0u64), |(s, d), (_, p)| {
+            (s + u64::from(p.streams), d + p.demand_milli)
+        });
+    Others::from_milli(streams, demand)
 }
 
 impl MemoryStore {
@@ -103,6 +149,7 @@ impl MemoryStore {
     pub fn flush_all(&self) {
         self.counters.lock().clear();
         self.buckets.lock().clear();
+        self.presence.lock().clear();
     }
 }
 
@@ -209,6 +256,32 @@ impl ShardStore for MemoryStore {
         let oldest = beat.now_ms.saturating_sub(beat.ttl_ms);
         r.retain(|_, seen| *seen >= oldest);
         Ok(r.len() as u32)
+    }
+    async fn presence(
+        &self,
+        replica: u64,
+        items: &[Presence],
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<Vec<Others>, StoreError> {
+        self.presence_calls.fetch_add(1, Ordering::Relaxed);
+        if self.down.load(Ordering::Relaxed) {
+            return Err(StoreError::Backend("connection refused".into()));
+        }
+        let mut all = self.presence.lock();
+        let out = items
+            .iter()
+            .map(|it| {
+                let fields = all.entry(it.entity).or_default();
+                let others = publish(fields, replica, it, now_ms, ttl_ms);
+                // As Redis: a hash with no field left is no key.
+                if fields.is_empty() {
+                    all.remove(&it.entity);
+                }
+                others
+            })
+            .collect();
+        Ok(out)
     }
     /// As Redis sends them: one script call per 500 items.
     fn commands_for(&self, items: usize) -> usize {

@@ -17,4 +17,6 @@ pub use clock_offset::measure_offset;
 pub use health::ShardHealth;
 pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use shard::ShardSync;
-pub use store::{new_replica_id, Heartbeat, ShardStore, StoreError, SyncItem, SyncOp};
+pub use store::{
+    new_replica_id, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp,
+};

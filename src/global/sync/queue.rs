@@ -205,6 +205,12 @@ impl SyncQueues {
         self.burst[shard].notified().await;
     }
 
+    /// The shard of `key`, as [`SyncQueues::mark_dirty`] routes it: in the per-second group
+    /// when `per_second` and there is one.
+    pub fn shard_of(&self, key: u128, per_second: bool) -> usize {
+        self.router.shard_of(key, per_second)
+    }
+
     /// A young entity (queued: it stays so until settled) has hits to send before the next
     /// tick: its replica denies it, or its unsent hits are a quarter of its prior
     /// (`core/window/prior.rs`). Wakes its shard's task for a send trip, an early round trip of

@@ -14,6 +14,10 @@
 //!
 //! The tick's call also refreshes this replica's heartbeat, which returns how many replicas
 //! are live.
+//!
+//! Apart from the counters, [`ShardStore::presence`] publishes how many RLQS streams this
+//! replica holds on each counter, and their demand, and returns what the other live replicas
+//! published (`global/presence.rs` calls it once a tick per shard).
 
 use std::future::Future;
 use std::time::Duration;
@@ -127,6 +131,54 @@ pub struct Heartbeat {
     pub leaving: bool,
 }
 
+/// One counter's RLQS streams on this replica, as published each tick
+/// (`global/presence.rs`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Presence {
+    /// The counter: the entity the sync uses.
+    pub entity: u128,
+    /// Envoy streams of this replica subscribed to it (0: this replica leaves it).
+    pub streams: u32,
+    /// Their demand, requests/s (finite, >= 0; anything else is read as 0, and more than
+    /// [`MAX_DEMAND`] as that).
+    pub demand: f64,
+}
+
+/// What the other live replicas published for one counter.
+#[derive(Default, Clone, Copy, PartialEq, Debug)]
+pub struct Others {
+    /// Their streams on it, summed.
+    pub streams: u64,
+    /// Their demand, requests/s, summed (to the milli-request/s, as the store keeps it).
+    pub demand: f64,
+}
+
+/// The most demand a replica publishes for one counter, requests/s: the store keeps demand in
+/// integer milli-requests/s (Redis turns a Lua number into an integer), and sums of up to a
+/// million replicas' stay below 2^53, where a Lua number is still exact.
+pub const MAX_DEMAND: f64 = 1e9;
+
+impl Presence {
+    /// The demand as the store keeps it: milli-requests/s, rounded, within
+    /// 0..=[`MAX_DEMAND`]·1000 (NaN and negatives: 0).
+    pub fn demand_milli(&self) -> u64 {
+        if self.demand.is_nan() || self.demand <= 0.0 {
+            return 0;
+        }
+        (self.demand.min(MAX_DEMAND) * 1000.0).round() as u64
+    }
+}
+
+impl Others {
+    /// The others' sums as the store returns them: streams, and demand in milli-requests/s.
+    pub fn from_milli(streams: u64, demand_milli: u64) -> Self {
+        Others {
+            streams,
+            demand: demand_milli as f64 / 1000.0,
+        }
+    }
+}
+
 /// Why a store call failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -170,6 +222,22 @@ pub trait ShardStore: Send + Sync + 'static {
             let totals = self.sync(replica, items).await?;
             Ok((totals, self.heartbeat(beat).await.ok()))
         }
+    }
+    /// Publishes `replica`'s RLQS streams on each counter of `items` until `now_ms + ttl_ms`
+    /// (a 0 removes them), forgets what other replicas published that expired by `now_ms`,
+    /// and returns, per item in order, what the other replicas still publish. This default
+    /// publishes nothing and finds no one else (a store of one replica: the benches' and
+    /// the tests' fakes); Redis and the in-memory store implement it.
+    fn presence(
+        &self,
+        replica: u64,
+        items: &[Presence],
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<Vec<Others>, StoreError>> + Send {
+        let _ = (replica, now_ms, ttl_ms);
+        let n = items.len();
+        async move { Ok(vec![Others::default(); n]) }
     }
     /// The store's clock (Unix ms), to correct this node's.
     fn time_ms(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;

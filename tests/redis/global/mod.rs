@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use sluice::global::ShardRouter;
 
 mod fleet;
+mod rlqs;
 mod security;
 
 const RULES: &str = "domain: g\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 100, algorithm: fixed_window}\n";

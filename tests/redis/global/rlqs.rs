@@ -1,0 +1,109 @@
+//! The quota service in global mode: reported usage reaches Redis through the sync, and
+//! shutdown ends the quota streams only after the final flush has sent it (a stream ended
+//! before would let its Envoy reconnect to a replica that cannot see those hits yet).
+
+use crate::common::redis::{global_mode, RedisServer};
+use crate::common::rlqs::{open, report, usage};
+use crate::common::{wait_until_async, Server};
+
+use super::{counters, RULES};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_ends_quota_streams_after_the_final_flush() {
+    let redis = RedisServer::start();
+    let server = Server::start(RULES, |s| {
+        global_mode(vec![redis.url()], false, 2)(s);
+        // A slow cadence, so the last report's hits reach Redis only by the final flush.
+        s.sync.policy = sluice::core::SyncPolicy {
+            tick_ms: 1000,
+            base_ms: 60_000,
+        };
+        s.sync.timeout = std::time::Duration::from_secs(5);
+    })
+    .await;
+    let mut q = open(server.grpc).await.unwrap();
+    assert!(q
+        .ask(report("g", vec![usage("k", "a", 7, Some(0))]))
+        .await
+        .unwrap()
+        .is_some());
+    wait_until_async(30, "the first report's 7 hits in Redis", || async {
+        counters(&redis).0 == 7
+    })
+    .await;
+    // Taken once answered: the room fell from 93 to 43, a new share.
+    assert!(q
+        .ask(report("g", vec![usage("k", "a", 50, Some(1))]))
+        .await
+        .unwrap()
+        .is_some());
+    // Redis holds writes for 300 ms (under the Redis client's own 500 ms response
+    // timeout): the final flush waits, and so must the stream's end.
+    redis.cli(&["CLIENT", "PAUSE", "300", "WRITE"]);
+    let stopped = tokio::spawn(server.stop());
+    loop {
+        match q.next().await {
+            Ok(Some(_)) => continue,
+            end => {
+                assert!(matches!(end, Ok(None)), "ended with OK: {end:?}");
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        counters(&redis).0,
+        57,
+        "when the stream ends, the final flush has sent every reported hit"
+    );
+    stopped.await.unwrap().unwrap();
+}
+
+/// The rate of a token-bucket assignment, tokens a second.
+fn rate_of(r: &crate::common::rlqs::RateLimitQuotaResponse) -> f64 {
+    use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+    match crate::common::rlqs::strategy(r) {
+        Strategy::TokenBucket(t) => {
+            f64::from(t.tokens_per_fill.unwrap().value) / t.fill_interval.unwrap().seconds as f64
+        }
+        other => panic!("not a token bucket: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn envoys_on_two_replicas_split_one_limit_through_the_presence_exchange() {
+    const SHARED: &str = "domain: q\ndescriptors:\n  - key: t\n    rate_limit: {unit: minute, requests_per_unit: 600}\n";
+    let redis = RedisServer::start();
+    let a = Server::start(SHARED, global_mode(vec![redis.url()], false, 2)).await;
+    let b = Server::start(SHARED, global_mode(vec![redis.url()], false, 2)).await;
+    let (mut qa, mut qb) = (open(a.grpc).await.unwrap(), open(b.grpc).await.unwrap());
+    // Each Envoy wants 10 a second, the whole limit's rate: alone, each would get it all.
+    let busy = |first: bool| {
+        report(
+            "q",
+            vec![usage("t", "x", 50, Some(if first { 0 } else { 5 }))],
+        )
+    };
+    let alone = qa.ask(busy(true)).await.unwrap().unwrap();
+    qb.ask(busy(true)).await.unwrap().unwrap();
+    assert!(rate_of(&alone) >= 9.0, "alone: {}", rate_of(&alone));
+    // Once each replica has heard of the other's stream (a presence tick, 50 ms here), a
+    // report gets each Envoy half.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut rates = (0.0, 0.0);
+    while !((3.0..=7.0).contains(&rates.0) && (3.0..=7.0).contains(&rates.1)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the two Envoys did not come to share the 10 a second: {rates:?}"
+        );
+        // An answer only when a share moved: keep the last of each.
+        if let Some(r) = qa.ask(busy(false)).await.unwrap() {
+            rates.0 = rate_of(&r);
+        }
+        if let Some(r) = qb.ask(busy(false)).await.unwrap() {
+            rates.1 = rate_of(&r);
+        }
+    }
+    assert!(rates.0 + rates.1 <= 10.0 + 1e-9, "{rates:?}");
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
