@@ -494,3 +494,31 @@ fn quota_envoyfilter_with_fixed_entries_only_puts_every_request_in_one_bucket() 
         out.describe()
     );
 }
+
+#[test]
+fn sidecar_quota_envoyfilter_with_mesh_cluster_passes_envoy_validate() {
+    let m = render(&[
+        "--set",
+        "istio.envoyFilter.enabled=true",
+        "--set",
+        "istio.envoyFilter.filter=rate_limit_quota",
+        "--set",
+        "istio.envoyFilter.context=SIDECAR_INBOUND",
+        "--set",
+        "istio.envoyFilter.cluster=mesh",
+    ]);
+    let rules = rendered_rules(&m);
+    let patches = envoy_filter_patches(m.one("EnvoyFilter"));
+    assert_eq!(
+        patches.keys().collect::<Vec<_>>(),
+        ["HTTP_FILTER"],
+        "Istio's own cluster, no route actions"
+    );
+    let (cluster_name, _) = check_quota_filter(patches["HTTP_FILTER"], "edge", &rules);
+    assert_eq!(
+        cluster_name,
+        format!("outbound|8081||{RELEASE}.{NAMESPACE}.svc.cluster.local")
+    );
+    let clusters = vec![static_cluster(&cluster_name, 18081, true)];
+    envoy_validate(&bootstrap(patches["HTTP_FILTER"], None, clusters));
+}
