@@ -200,10 +200,10 @@ const EACH: usize = 80;
 /// Envoy admitted since its own last report (reports of Envoys started together arrive
 /// together), and a replica not yet told of the other's stream (the replicas exchange their
 /// streams about once a second) gives its Envoy the whole room (both Envoys' first
-/// assignment is 99 tokens): so once the count nears the limit, each Envoy may spend the last
-/// room before the count that reached it is reported and both are sent DENY_ALL. Measured on two busy
-/// cores: 81-100 (before the replicas exchanged their streams, 128-132 with each Envoy at 10
-/// a second: 50 a report interval).
+/// assignment is 99 tokens): so once the count nears the limit, each Envoy may spend the
+/// last room before the count that reached it is reported and both are sent DENY_ALL.
+/// Measured on two busy cores: 81-100 (before the replicas exchanged their streams, 128-132
+/// with each Envoy at 10 a second: 50 a report interval).
 const BOUND: u64 = LIMIT + LIMIT / 10 + 20;
 
 /// What the two Envoys admit together at least: 60 % of the limit, and each a quarter (an
