@@ -4,7 +4,7 @@
 //! the presence this replica publishes to the fleet (`global::PresenceSource`).
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use crate::rls::{QuotaCount, RateLimiter};
 
 use super::config::Config;
 use super::report::Counts;
-use super::share::{assign_all, split, Assignment, Demand, Rest, Room, Strategy};
+use super::share::{assign_all, differs, split, Assignment, Demand, Rest, Room, Strategy};
 
 /// How long one computation of a counter's assignments serves its members: each member's
 /// refresh (every second) and report (every 5 s) would otherwise split the counter among all
@@ -67,7 +67,12 @@ pub struct QuotaStats {
 struct Shares {
     members: HashMap<u64, Demand>,
     rest: Rest,
+    /// The latest split, kept when it goes stale: the next is compared with it.
     cache: Option<Cache>,
+    /// A member joined or left, or the rest of the fleet moved: the split is computed again.
+    stale: bool,
+    /// Members whose assignment a later split moved, for their stream's next refresh.
+    moved: HashSet<u64>,
 }
 
 struct Cache {
@@ -121,11 +126,20 @@ impl Quotas {
         let mut counters = self.counters.lock();
         if let Some(shares) = counters.get_mut(&entity) {
             shares.members.remove(&member);
-            shares.cache = None;
+            shares.moved.remove(&member);
+            shares.stale = true;
             if shares.members.is_empty() {
                 counters.remove(&entity);
             }
         }
+    }
+
+    /// Whether a split since `member`'s last look moved its assignment (and forgets it).
+    pub(super) fn moved(&self, entity: u128, member: u64) -> bool {
+        let mut counters = self.counters.lock();
+        counters
+            .get_mut(&entity)
+            .is_some_and(|shares| shares.moved.remove(&member))
     }
 
     /// The assignment of `member` of `entity` (made one of its sharers if it is not yet)
@@ -149,7 +163,7 @@ impl Quotas {
         let demand = match shares.members.entry(member) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {
-                shares.cache = None;
+                shares.stale = true;
                 e.insert(Demand::default())
             }
         };
@@ -171,6 +185,16 @@ impl Quotas {
             .get(&member)
             .copied()
             .unwrap_or_else(|| self.blanket(Strategy::DenyAll));
+        // The other members whose share this split moved are sent theirs at their stream's
+        // next refresh; the others' streams have nothing to look at.
+        let before = shares.cache.as_ref().map(|c| &c.assigned);
+        for (&id, a) in &assigned {
+            let was = before.and_then(|b| b.get(&id));
+            if id != member && was.is_none_or(|w| differs(&w.strategy, &a.strategy)) {
+                shares.moved.insert(id);
+            }
+        }
+        shares.stale = false;
         shares.cache = Some(Cache {
             at: now,
             room: room.now,
@@ -218,7 +242,7 @@ impl Quotas {
             if let Some(shares) = counters.get_mut(entity) {
                 if shares.rest != *rest {
                     shares.rest = *rest;
-                    shares.cache = None;
+                    shares.stale = true;
                 }
             }
         }
@@ -230,7 +254,7 @@ impl Quotas {
 impl Shares {
     /// `member`'s assignment in the cached split, if that is recent and on about this room.
     fn cached(&self, member: u64, room: u64, now: UnixMillis) -> Option<Assignment> {
-        let cache = self.cache.as_ref()?;
+        let cache = self.cache.as_ref().filter(|_| !self.stale)?;
         if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
             return None;
         }

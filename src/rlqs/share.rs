@@ -443,7 +443,7 @@ const CHANGE: f64 = 1.0 / 8.0;
 
 /// Whether `new` is another strategy than `last`: another kind, or a token bucket whose rate
 /// or capacity moved by more than [`CHANGE`] of the larger (and by more than one token).
-fn differs(last: &Strategy, new: &Strategy) -> bool {
+pub fn differs(last: &Strategy, new: &Strategy) -> bool {
     match (last, new) {
         (
             Strategy::TokenBucket {

@@ -157,9 +157,9 @@ impl Stream {
         Ok(actions)
     }
 
-    /// Looks at every bucket again at `now`: assignments whose share changed, whose TTL
-    /// lapses before the next refresh, or that must end (a deny-all until room returns), and
-    /// buckets idle past `RLQS_ABANDON_AFTER`, abandoned.
+    /// Looks again at the buckets that are due at `now` ([`due`]): assignments whose share
+    /// moved, whose TTL lapses before the next refresh, or that must end (a deny-all until
+    /// room returns); and abandons the buckets idle past `RLQS_ABANDON_AFTER`.
     pub fn refresh(&mut self, now: UnixMillis) -> Vec<BucketAction> {
         let q = self.quotas.clone();
         self.follow_rules();
@@ -170,6 +170,9 @@ impl Stream {
         for (key, tracked) in &mut self.buckets {
             if now.0.saturating_sub(tracked.active_at.0) >= idle_ms {
                 abandoned.push(key.clone());
+                continue;
+            }
+            if !due(&q, tracked, now) {
                 continue;
             }
             let a = assess(&q, &self.rules, &domain, tracked, None, now);
@@ -248,7 +251,24 @@ fn refresh_ms() -> u64 {
     2 * REFRESH.as_millis() as u64
 }
 
-/// `tracked`'s assignment at `now`: resolved (and joined to its counter) if it was not,
+/// Whether a refresh looks at `tracked` at `now`: not resolved yet (a reload), its
+/// assignment lapsing before the next refresh (a deny-all until room returns among them), or
+/// moved by another member's report or the fleet. The others are left to their next report:
+/// a look costs a counter read and a split, and most buckets need none.
+fn due(q: &Quotas, tracked: &Tracked, now: UnixMillis) -> bool {
+    let Some((last, sent_at)) = tracked.last else {
+        return true;
+    };
+    let expires = sent_at.0.saturating_add(u64::from(last.ttl_s) * 1000);
+    match tracked.resolved {
+        None => true,
+        _ if expires <= now.0.saturating_add(refresh_ms()) => true,
+        Some(Some((_, entity))) => q.moved(entity, tracked.member),
+        Some(None) => false,
+    }
+}
+
+/// `tracked`'s assignment at `now`: resolved if it was not,
 /// counted and observed with `usage` if it comes with a report.
 fn assess(
     q: &Quotas,

@@ -332,3 +332,25 @@ fn a_report_that_fills_the_room_denies_at_once_however_recent_the_split() {
     );
     assert!(is_blanket(&full[0], BlanketRule::DenyAll), "{full:?}");
 }
+
+#[test]
+fn a_refresh_sends_a_share_another_members_report_moved_and_nothing_else() {
+    let (q, _) = setup(Config::default());
+    let (mut a, mut b) = (Stream::open(&q).unwrap(), Stream::open(&q).unwrap());
+    let prod = || bucket(&[("name", "prod")]);
+    a.report(&report(vec![usage(prod(), 0, 0, 0)]), T0).unwrap();
+    b.report(&report(vec![usage(prod(), 0, 0, 0)]), T0).unwrap();
+    let at = T0.plus_millis(1000);
+    assert!(b.refresh(at).is_empty(), "nothing moved yet");
+    // a turns busy (9 a second of the limit's 10): b's share shrinks.
+    let later = T0.plus_millis(5000);
+    a.report(&report(vec![usage(prod(), 45, 0, 5)]), later)
+        .unwrap();
+    let moved = strategies(&b.refresh(later.plus_millis(1)));
+    assert_eq!(moved.len(), 1, "b is sent its smaller share");
+    assert!(tokens(&moved[0]).1 < 5.0, "{moved:?}");
+    assert!(
+        b.refresh(later.plus_millis(1000)).is_empty(),
+        "then nothing until it moves again"
+    );
+}
