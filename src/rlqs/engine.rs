@@ -411,7 +411,7 @@ impl Shares {
 
 /// The room a counter's state leaves the fleet: a bucket's tokens, or a window's limit less
 /// its count.
-fn room_of(count: &QuotaCount) -> Room {
+pub(super) fn room_of(count: &QuotaCount) -> Room {
     let limit = &count.limit;
     let v = &count.verdict;
     match limit.algorithm {

@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQ
 use crate::core::clock::UnixMillis;
 use crate::rls::Compiled;
 
-use super::engine::Quotas;
+use super::engine::{room_of, Quotas};
 use super::report::{check, Counts, ReportError};
 use super::share::{hold, must_send, strategy_proto, to_send, Assignment, Strategy};
 
@@ -56,6 +56,9 @@ struct Tracked {
     /// rule's index and the counter, or nothing (no rule).
     resolved: Option<Option<(usize, u128)>>,
     last: Option<(Assignment, UnixMillis)>,
+    /// The room its counter left when it was last assessed: a refresh that finds it moved
+    /// looks at the share again.
+    room: Option<u64>,
     /// When it last saw a request.
     active_at: UnixMillis,
 }
@@ -131,6 +134,7 @@ impl Stream {
                 member: q.next_id(),
                 resolved: None,
                 last: None,
+                room: None,
                 active_at: now,
             });
             if usage.counts.demand() > 0 {
@@ -173,7 +177,7 @@ impl Stream {
                 abandoned.push(key.clone());
                 continue;
             }
-            if !due(&q, tracked, now) {
+            if !due(&q, &self.rules, tracked, now) {
                 continue;
             }
             let a = assess(&q, &self.rules, &domain, tracked, None, now);
@@ -253,11 +257,13 @@ fn refresh_ms() -> u64 {
     2 * REFRESH.as_millis() as u64
 }
 
-/// Whether a refresh looks at `tracked` at `now`: not resolved yet (a reload), its
-/// assignment lapsing before the next refresh (a deny-all until room returns among them), or
-/// moved by another member's report or the fleet. The others are left to their next report:
-/// a look costs a counter read and a split, and most buckets need none.
-fn due(q: &Quotas, tracked: &Tracked, now: UnixMillis) -> bool {
+/// Whether a refresh looks at `tracked`'s share at `now`: not resolved yet (a reload), its
+/// assignment lapsing before the next refresh (a deny-all until room returns among them),
+/// moved by another member's split, or its counter's room moved (the other replicas' usage
+/// synced, or `ShouldRateLimit` hits): so a fleet that fills the room is sent `DENY_ALL`
+/// within a refresh, not at each Envoy's next report. Reading the room is a table lookup;
+/// the split it saves costs more.
+fn due(q: &Quotas, rules: &Compiled, tracked: &Tracked, now: UnixMillis) -> bool {
     let Some((last, sent_at)) = tracked.last else {
         return true;
     };
@@ -265,10 +271,29 @@ fn due(q: &Quotas, tracked: &Tracked, now: UnixMillis) -> bool {
     match tracked.resolved {
         None => true,
         _ if expires <= now.0.saturating_add(refresh_ms()) => true,
-        Some(Some((_, entity))) => q.moved(entity, tracked.member),
+        Some(Some((index, entity))) => {
+            q.moved(entity, tracked.member) || {
+                let room = q.limiter.count_quota(rules, index, entity, (0, 0), now);
+                room_moved(tracked.room, room.map(|c| room_of(&c).now))
+            }
+        }
         Some(None) => false,
     }
 }
+
+/// Whether a counter's room went from `was` to `now` by enough to look at the shares again:
+/// to or from none, or by more than [`ROOM_MOVED`] of the larger.
+fn room_moved(was: Option<u64>, now: Option<u64>) -> bool {
+    match (was, now) {
+        (Some(a), Some(b)) => {
+            (a == 0) != (b == 0) || a.abs_diff(b) as f64 > ROOM_MOVED * a.max(b) as f64
+        }
+        (a, b) => a.is_some() != b.is_some(),
+    }
+}
+
+/// How far a counter's room moves before a refresh looks at its shares again.
+const ROOM_MOVED: f64 = 1.0 / 8.0;
 
 /// `tracked`'s assignment at `now`: resolved if it was not,
 /// counted and observed with `usage` if it comes with a report.
@@ -296,8 +321,14 @@ fn assess(
     };
     let counts = usage.map_or((0, 0), |(c, _)| (c.allowed, c.denied));
     match q.limiter.count_quota(rules, index, entity, counts, now) {
-        None => q.blanket(Strategy::AllowAll),
-        Some(count) => q.share(entity, tracked.member, &count, usage, now),
+        None => {
+            tracked.room = None;
+            q.blanket(Strategy::AllowAll)
+        }
+        Some(count) => {
+            tracked.room = Some(room_of(&count).now);
+            q.share(entity, tracked.member, &count, usage, now)
+        }
     }
 }
 
