@@ -5,16 +5,19 @@
 //! Each replica is what `fleet.rs` starts for the window scenarios (a `RateLimiter` in global
 //! mode, `global::spawn`'s sync task over the simulated store) plus the quota service's
 //! [`Quotas`] on that limiter, attached to the replica's presence exchange (the fleet's
-//! streams and demand per counter, once a tick through the store) as the service attaches it; each Envoy's stream is a production [`Stream`] of its replica's
-//! `Quotas`, driven as `server/rlqs.rs` drives it: a task that takes the reports as they
+//! streams and demand per counter, once a tick through the store) as the service attaches
+//! it. Each Envoy's stream is a production [`Stream`] of its replica's `Quotas`, driven as
+//! `server/rlqs.rs` drives it: a task that takes the reports as they
 //! arrive and calls `refresh` every [`REFRESH`], sending back what either returns. Messages
 //! between an Envoy and sluice take [`LATENCY_MS`] each way, in order. Each Envoy reports its
 //! bucket every `report_ms` (5 s, Envoy 1.40's hard-coded cadence, or 1 s) at its own seeded
 //! phase, and a new bucket at once. The traffic is seeded, the time tokio's paused clock: the
 //! same scenario gives the same report on every machine.
 //!
-//! Measured per window, against the exact limiter of `exact.rs` (the window formula over the
-//! fleet's true admitted hits): admitted over the limit, and false denials (hits denied that
+//! Measured per window (a token bucket's: per period of ten fill times), against the exact
+//! references of `exact.rs` (the window formula over the fleet's true admitted hits; an
+//! exact bucket): admitted over the limit (over the exact bucket's admitted), and false
+//! denials (hits denied that
 //! the exact limiter would have admitted, each free slot once). For a scenario where an Envoy
 //! goes idle, the reporting intervals until the others use its share (`reuse`): until the
 //! token buckets the other Envoys run add up to 90 % of the limit's rate, sampled every

@@ -1,7 +1,8 @@
 //! The quota scenarios of `sluice simulate --rlqs` and their table: one bucket of 600 a
 //! minute shared by 2, 10 and 50 Envoys on 1 to 3 replicas, steady, skewed, under the limit,
-//! an Envoy going idle and another joining, a burst on a cold bucket; each at Envoy 1.40's
-//! real 5 s report cadence and at 1 s.
+//! an Envoy going idle and another joining, a burst on a cold bucket, and the same bucket on
+//! a fixed window and on a token bucket; each at Envoy 1.40's real 5 s report cadence and
+//! at 1 s.
 
 use std::fmt::Write as _;
 
@@ -11,7 +12,7 @@ use crate::core::{Algorithm, Limit};
 /// The window of the quota scenarios' rule.
 const W: u64 = 60_000;
 
-/// The rule of the quota scenarios: 600 a minute, sliding.
+/// The rule of the quota scenarios: 600 a minute, sliding (`other_rules`: fixed, bucket).
 const LIMIT: Limit = Limit {
     requests_per_unit: 600,
     window_ms: W,
