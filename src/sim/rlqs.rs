@@ -91,6 +91,9 @@ pub struct RlqsScenario {
     /// When Envoy 0 goes idle (ms from the start), its demand moving to the others: the run
     /// measures how many reporting intervals pass until they use its share.
     pub idle_at_ms: Option<u64>,
+    /// When the last Envoy starts getting requests (ms from the start; its flows say so): the
+    /// run measures the rate of its first assignment and two reporting intervals later.
+    pub join_at_ms: Option<u64>,
     /// How many windows are run and reported.
     pub windows: u64,
     /// Seed of the traffic and of the phases.
@@ -159,6 +162,9 @@ pub struct RlqsReport {
     /// token buckets they run add up to 90 % of the limit's rate); `Some(None)` when that
     /// never happened in the run.
     pub reuse: Option<Option<u32>>,
+    /// The joining Envoy's token bucket rate as a share of the limit's rate: its first one,
+    /// and two reporting intervals after that one arrived; `None` without a join in the run.
+    pub join: Option<(f64, f64)>,
 }
 
 impl RlqsReport {
@@ -234,7 +240,7 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let (windows, admitted_per_s, reuse) = runtime.block_on(async {
+    let (windows, admitted_per_s, reuse, join) = runtime.block_on(async {
         let zero = Instant::now() + Duration::from_millis(2 * TICK_MS);
         let clock = SimClock {
             t0: UnixMillis(T0),
@@ -263,10 +269,18 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
                 )
             })
             .collect();
-        let sampled = s.idle_at_ms.map(|at| sample_others(s, &envoys, zero, at));
+        let filters: Vec<Arc<Mutex<Filter>>> = envoys.iter().map(|e| e.filter.clone()).collect();
+        // The others than Envoy 0 after it goes idle; the last one after it joins.
+        let others = s
+            .idle_at_ms
+            .map(|at| sample(s, filters[1..].to_vec(), zero, at));
+        let joiner = s
+            .join_at_ms
+            .map(|at| sample(s, filters[s.envoys - 1..].to_vec(), zero, at));
         let (windows, per_s) = drive(s, &fleet_scenario, &arrivals, &envoys, zero).await;
-        let reuse = sampled.map(|rates| reuse_intervals(&rates.lock(), s));
-        (windows, per_s, reuse)
+        let reuse = others.map(|rates| reuse_intervals(&rates.lock(), s));
+        let join = joiner.and_then(|rates| join_shares(&rates.lock(), s));
+        (windows, per_s, reuse, join)
     });
     RlqsReport {
         scenario: s.name,
@@ -285,6 +299,7 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
         windows,
         admitted_per_s,
         reuse,
+        join,
     }
     // Dropping the runtime dropped every task: nothing after the last window is measured.
 }
@@ -320,28 +335,26 @@ async fn drive(
     (exact.stats, per_s)
 }
 
-/// Samples, every [`SAMPLE_MS`] from `idle_ms`, the rate of the token buckets the Envoys
-/// other than Envoy 0 run together (a blanket rule, or no assignment, counts as none).
-fn sample_others(
+/// Samples, every [`SAMPLE_MS`] from `from_ms` to the end of the run, the rate of the token
+/// buckets `filters` run together (a blanket rule, or no assignment, counts as none).
+fn sample(
     s: &RlqsScenario,
-    envoys: &[Envoy],
+    filters: Vec<Arc<Mutex<Filter>>>,
     zero: Instant,
-    idle_ms: u64,
+    from_ms: u64,
 ) -> Arc<Mutex<Vec<f64>>> {
     let rates = Arc::new(Mutex::new(Vec::new()));
-    let filters: Vec<Arc<Mutex<Filter>>> =
-        envoys.iter().skip(1).map(|e| e.filter.clone()).collect();
     let end = s.windows * period_ms(&s.fleet());
     let out = rates.clone();
     tokio::spawn(async move {
-        let mut t = idle_ms;
+        let mut t = from_ms;
         while t < end {
             sleep_until(zero + Duration::from_millis(t)).await;
-            let sum: f64 = filters
+            // A fold from +0.0: an empty `sum` of floats is -0.0.
+            let sum = filters
                 .iter()
                 .filter_map(|f| f.lock().tokens(t))
-                .map(|(rate, _)| rate)
-                .sum();
+                .fold(0.0, |sum, (rate, _)| sum + rate);
             out.lock().push(sum);
             t += SAMPLE_MS;
         }
@@ -349,12 +362,32 @@ fn sample_others(
     rates
 }
 
+/// The joining Envoy's sampled rate (`rates`, one every [`SAMPLE_MS`] from its join) as a
+/// share of the limit's rate: its first token bucket's, and two reporting intervals after
+/// that one arrived (0 and 0 if none ever did); `None` when the run ended before the join.
+fn join_shares(rates: &[f64], s: &RlqsScenario) -> Option<(f64, f64)> {
+    if rates.is_empty() {
+        return None;
+    }
+    let rate = limit_rate(&s.limit);
+    let Some(first) = rates.iter().position(|&r| r > 0.0) else {
+        return Some((0.0, 0.0));
+    };
+    let later = first + (2 * s.report_ms / SAMPLE_MS) as usize;
+    let at = |i: usize| rates.get(i).copied().unwrap_or(0.0) / rate;
+    Some((at(first), at(later)))
+}
+
+/// A limit's steady rate, a second.
+fn limit_rate(limit: &Limit) -> f64 {
+    f64::from(limit.requests_per_unit) * 1000.0 / limit.window_ms.max(1) as f64
+}
+
 /// The reporting intervals from the idle moment until the others' sampled rate (`rates`,
 /// one every [`SAMPLE_MS`]) first reached 90 % of the limit's rate (at least 1); `None` if it
 /// never did.
 pub fn reuse_intervals(rates: &[f64], s: &RlqsScenario) -> Option<u32> {
-    let limit = &s.limit;
-    let rate = f64::from(limit.requests_per_unit) * 1000.0 / limit.window_ms as f64;
+    let rate = limit_rate(&s.limit);
     let k = rates.iter().position(|&r| r >= 0.9 * rate)? as u64;
     let elapsed_ms = k * SAMPLE_MS;
     Some(elapsed_ms.div_ceil(s.report_ms.max(1)).max(1) as u32)

@@ -49,6 +49,7 @@ pub fn scenarios_at(report_ms: u64) -> Vec<RlqsScenario> {
         report_ms,
         flows,
         idle_at_ms: None,
+        join_at_ms: None,
         windows: 3,
         seed,
     };
@@ -105,6 +106,7 @@ fn other_rules(report_ms: u64) -> Vec<RlqsScenario> {
             ..flow(0, 300_000, times_limit, (0, 10))
         }],
         idle_at_ms: None,
+        join_at_ms: None,
         windows: 3,
         seed,
     };
@@ -150,6 +152,7 @@ pub fn idle_and_join(report_ms: u64) -> RlqsScenario {
             flow(130_000, 3 * W, 2.0, (1, 11)),
         ],
         idle_at_ms: Some(70_000),
+        join_at_ms: Some(130_000),
         windows: 3,
         seed: 0x21_001d,
     }
@@ -175,7 +178,9 @@ pub fn run_rlqs() -> String {
          as a share of the limit (a token bucket's: per period of ten fill times, as a share \
          of what an exact bucket fed the same arrivals admitted); idle share reused: reporting \
          intervals after an Envoy goes idle until the token buckets the others run add up to \
-         90 % of the limit's rate.\n\n",
+         90 % of the limit's rate; a new Envoy's rate: the token bucket of its first assignment and \
+         the one it runs two reporting intervals later, as a share of the limit's rate (the ten \
+         busy Envoys' even share: 10 %).\n\n",
     );
     out.push_str(&render_rlqs(&reports));
     out
@@ -185,8 +190,9 @@ pub fn run_rlqs() -> String {
 pub fn render_rlqs(reports: &[RlqsReport]) -> String {
     let mut out = String::from(
         "| scenario | Envoys | replicas | reports every | offered/limit | admitted/limit per window \
-         | false denials, most in a window | idle share reused after |\n\
-         | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n",
+         | false denials, most in a window | idle share reused after \
+         | new Envoy's rate: first assignment, two intervals later |\n\
+         | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n",
     );
     for r in reports {
         let n = r.windows.len().max(1) as f64;
@@ -202,9 +208,12 @@ pub fn render_rlqs(reports: &[RlqsReport]) -> String {
             Some(None) => "never".to_string(),
             Some(Some(k)) => format!("{k} interval{}", if k == 1 { "" } else { "s" }),
         };
+        let join = r.join.map_or("–".to_string(), |(now, later)| {
+            format!("{:.1} %, {:.1} %", 100.0 * now, 100.0 * later)
+        });
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} s | {:.2} | {} | {:.1} % | {} |",
+            "| {} | {} | {} | {} s | {:.2} | {} | {:.1} % | {} | {} |",
             r.scenario,
             r.envoys,
             r.replicas,
@@ -213,6 +222,7 @@ pub fn render_rlqs(reports: &[RlqsReport]) -> String {
             admitted.join(", "),
             100.0 * false_denials,
             reuse,
+            join,
         );
     }
     out
