@@ -67,7 +67,7 @@ use crate::sources::ReloadStatus;
 use crate::telemetry::{otel, Telemetry};
 use crate::wiring::{
     grpc_limits, load_rules, serve_grpc, serve_http, set_health, spawn_reporters,
-    spawn_rules_source, spawn_sweeper, start_global, turn_ready, ServerTask,
+    spawn_rules_source, spawn_sweeper, start_global, start_quotas, turn_ready, ServerTask,
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
@@ -264,22 +264,9 @@ impl Service {
             spawn_rules_source(settings, &limiter, &reload_status, &background)?;
         spawn_sweeper(limiter.clone(), background.clone());
         spawn_reporters(settings, &telemetry, &background).await?;
-        let quotas = settings.rlqs.clone().map(|config| {
-            let quotas = rlqs::Quotas::new(limiter.clone(), config);
-            rlqs::register_metrics(&telemetry, &quotas);
-            if let Some(g) = &global {
-                // The fleet's streams per counter, exchanged every sync tick.
-                g.presence
-                    .attach(Arc::new(rlqs::presence::Published(quotas.clone())));
-            }
-            quotas
-        });
+        let quotas = start_quotas(settings, &limiter, &telemetry, global.as_ref());
         let rlqs_stops = server::rlqs::Stops::default();
-        let (reporter, health_service) = tonic_health::server::health_reporter();
-        let health = wiring::Health {
-            reporter,
-            rlqs: quotas.is_some(),
-        };
+        let (health, health_service) = wiring::Health::new(quotas.is_some());
         set_health(&health, settings.xds.is_none()).await;
         // Logged as `0.0.0.0:8081`; a listener that cannot say its address (it always can once
         // bound) shows what it was asked to bind.

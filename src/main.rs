@@ -60,8 +60,12 @@ fn main() -> ExitCode {
         #[cfg(feature = "tools")]
         Command::Load(args) => runtime.block_on(sluice::cli::load(args)),
         #[cfg(feature = "tools")]
-        Command::Simulate => {
-            print!("{}", sluice::sim::run_all());
+        Command::Simulate(args) => {
+            if args.rlqs {
+                print!("{}", sluice::sim::run_rlqs());
+            } else {
+                print!("{}", sluice::sim::run_all());
+            }
             ExitCode::SUCCESS
         }
     }

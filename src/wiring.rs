@@ -1,6 +1,7 @@
 //! The steps `Service::start` (lib.rs) takes, each a piece of the running service: the rules
 //! at start, global mode, the rules source (files or xDS), the reference's metric outlets,
-//! the gRPC and HTTP servers, gRPC health and xDS readiness, the idle-entity sweeper.
+//! the quota service's state, the gRPC and HTTP servers, gRPC health and xDS readiness, the
+//! idle-entity sweeper.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
 use crate::global::{self, Global};
+use crate::rlqs::{self, Quotas};
 use crate::rls::RateLimiter;
 use crate::rules::{self, model::ConfigError};
 use crate::server::grpc::{self, RlsService};
@@ -75,6 +77,24 @@ pub(crate) async fn start_global(
     let stores = global::connect(&config)?;
     let g = global::spawn(config.sync, stores, clock, telemetry, stop.clone()).await;
     Ok(Some(g))
+}
+
+/// The quota service's state, when it is on: its metrics registered and, in global mode,
+/// attached to the fleet's presence exchange.
+pub(crate) fn start_quotas(
+    settings: &Settings,
+    limiter: &Arc<RateLimiter>,
+    telemetry: &Telemetry,
+    global: Option<&Global>,
+) -> Option<Arc<Quotas>> {
+    let quotas = Quotas::new(limiter.clone(), settings.rlqs.clone()?);
+    rlqs::register_metrics(telemetry, &quotas);
+    if let Some(g) = global {
+        // The fleet's streams per counter, exchanged every sync tick.
+        g.presence
+            .attach(Arc::new(rlqs::presence::Published(quotas.clone())));
+    }
+    Some(quotas)
 }
 
 /// Where new rules come from until `stop`: the xDS client (and the channel its accepted sets'
@@ -155,8 +175,21 @@ const REFERENCE_HEALTH_NAME: &str = "ratelimit";
 /// only then).
 #[derive(Clone)]
 pub(crate) struct Health {
-    pub(crate) reporter: tonic_health::server::HealthReporter,
-    pub(crate) rlqs: bool,
+    reporter: tonic_health::server::HealthReporter,
+    rlqs: bool,
+}
+
+impl Health {
+    /// The reporter, and the health service it answers through.
+    pub(crate) fn new(
+        rlqs: bool,
+    ) -> (
+        Health,
+        tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+    ) {
+        let (reporter, service) = tonic_health::server::health_reporter();
+        (Health { reporter, rlqs }, service)
+    }
 }
 
 /// Sets the gRPC health of the RLS service (and the quota service, when served), of the

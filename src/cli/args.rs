@@ -34,7 +34,17 @@ pub enum Command {
     Load(LoadArgs),
     /// Run the fleet simulator (global mode vs. the plain design) and print its table.
     #[cfg(feature = "tools")]
-    Simulate,
+    Simulate(SimulateArgs),
+}
+
+/// Flags of `sluice simulate`.
+#[cfg(feature = "tools")]
+#[derive(Debug, Clone, Args)]
+pub struct SimulateArgs {
+    /// Run the quota service's (RLQS) scenarios instead: simulated Envoys' rate_limit_quota
+    /// filters sharing one limit through sluice's quota streams.
+    #[arg(long)]
+    pub rlqs: bool,
 }
 
 // The client subcommands below keep clap's `env` (read once, by `Cli::parse` in main.rs) with

@@ -3,7 +3,8 @@
 //! member gets; the bounds on streams and buckets; the counters of the service's metrics; and
 //! the presence this replica publishes to the fleet (`global::PresenceSource`).
 
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,10 @@ use crate::rls::{QuotaCount, RateLimiter};
 
 use super::config::Config;
 use super::report::Counts;
-use super::share::{assign_all, differs, split, Assignment, Demand, Rest, Room, Strategy};
+use super::share::{
+    assign_capped, assign_split, burst_fractions, catch_up, differs, first_grant_cap, over_rate,
+    split, Assignment, Demand, Rest, Room, Strategy,
+};
 
 /// How long one computation of a counter's assignments serves its members: each member's
 /// refresh (every second) and report (every 5 s) would otherwise split the counter among all
@@ -64,31 +68,51 @@ pub struct QuotaStats {
 /// latest split.
 #[derive(Default)]
 struct Shares {
-    /// By id, ascending: the order the split is computed in. A vector, not maps: a counter
-    /// has a few members (one per stream on it), a split reads them all, and one allocation
-    /// holding each member's demand beside its assignment in the latest split is fewer cache
-    /// misses on a report's path (memory, not instructions, is most of that path's time).
-    members: Vec<Member>,
+    members: HashMap<u64, Demand>,
     rest: Rest,
-    /// When the latest split was computed, and on what room; kept when it goes stale (the
-    /// next is compared with it).
+    /// The latest split, kept when it goes stale: the next is compared with it.
     cache: Option<Cache>,
     /// A member joined or left, or the rest of the fleet moved: the split is computed again.
     stale: bool,
+    /// Members whose assignment a later split moved, for their stream's next refresh.
+    moved: HashSet<u64>,
+    /// The tokens at once each member's Envoy was last handed (a new bucket's capacity) and
+    /// how many it reported admitted since: what it may still take at once, which the room's
+    /// count does not know yet.
+    grants: HashMap<u64, Grant>,
+    /// Whether the presence exchange has told what the rest of the fleet has (`rest`).
+    rest_known: bool,
 }
 
-struct Member {
-    id: u64,
-    demand: Demand,
-    /// Its assignment in the latest split (`None`: it joined since).
-    assigned: Option<Assignment>,
-    /// A later split moved its assignment: for its stream's next refresh.
-    moved: bool,
+#[derive(Debug, Clone, Copy, Default)]
+struct Grant {
+    tokens: u64,
+    used: u64,
+}
+
+/// One split of a counter among this replica's members: each member's assignment, in the
+/// order of `ids`, and whether the fleet's demand was over the rate.
+struct Split {
+    ids: Vec<u64>,
+    assigned: Vec<Assignment>,
+    pressed: bool,
+}
+
+/// What a split knows of each member, in the order of `ids`.
+struct Parts<'a> {
+    ids: &'a [u64],
+    young: &'a [bool],
+    demands: &'a [Option<f64>],
+    fractions: &'a [f64],
+    burst: &'a [f64],
 }
 
 struct Cache {
     at: UnixMillis,
     room: u64,
+    /// Whether the fleet's demand was over the rate (`share::over_rate`).
+    pressed: bool,
+    assigned: HashMap<u64, Assignment>,
 }
 
 // === impl Quotas ===
@@ -135,9 +159,9 @@ impl Quotas {
     pub(super) fn leave(&self, entity: u128, member: u64) {
         let mut counters = self.counters.lock();
         if let Some(shares) = counters.get_mut(&entity) {
-            if let Ok(at) = shares.position(member) {
-                shares.members.remove(at);
-            }
+            shares.members.remove(&member);
+            shares.grants.remove(&member);
+            shares.moved.remove(&member);
             shares.stale = true;
             if shares.members.is_empty() {
                 counters.remove(&entity);
@@ -148,12 +172,9 @@ impl Quotas {
     /// Whether a split since `member`'s last look moved its assignment (and forgets it).
     pub(super) fn moved(&self, entity: u128, member: u64) -> bool {
         let mut counters = self.counters.lock();
-        let Some(shares) = counters.get_mut(&entity) else {
-            return false;
-        };
-        shares
-            .position(member)
-            .is_ok_and(|at| std::mem::take(&mut shares.members[at].moved))
+        counters
+            .get_mut(&entity)
+            .is_some_and(|shares| shares.moved.remove(&member))
     }
 
     /// The assignment of `member` of `entity` (made one of its sharers if it is not yet)
@@ -171,45 +192,150 @@ impl Quotas {
             return self.blanket(Strategy::AllowAll);
         }
         let room = room_of(count);
-        let ttl = self.config.assignment_ttl;
         let mut counters = self.counters.lock();
         let shares = counters.entry(entity).or_default();
-        let at = shares.position(member).unwrap_or_else(|at| {
-            shares.stale = true;
-            let new = Member {
-                id: member,
-                demand: Demand::default(),
-                assigned: None,
-                moved: false,
-            };
-            shares.members.insert(at, new);
-            at
-        });
+        let demand = match shares.members.entry(member) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                shares.stale = true;
+                e.insert(Demand::default())
+            }
+        };
         if let Some((counts, elapsed)) = usage {
-            shares.members[at].demand.observe(counts, elapsed, now);
+            demand.observe(counts, elapsed, now);
+            if let Some(g) = shares.grants.get_mut(&member) {
+                g.used = g.used.saturating_add(counts.allowed);
+            }
         }
-        if let Some(a) = shares.cached(at, room.now, now) {
+        if let Some(a) = shares.cached(member, room.now, now) {
             return a;
         }
-        let demands: Vec<Option<f64>> = shares.members.iter().map(|m| m.demand.rate(now)).collect();
-        let fractions = split(room.rate, &demands, shares.rest);
-        let assigned = assign_all(&room, &fractions, ttl);
-        for (i, (m, a)) in shares.members.iter_mut().zip(assigned).enumerate() {
-            // The other members whose share this split moved are sent theirs at their
-            // stream's next refresh; the others' streams have nothing to look at.
-            if i != at && m.assigned.is_none_or(|w| differs(&w.strategy, &a.strategy)) {
-                m.moved = true;
+        let Split {
+            ids,
+            assigned,
+            pressed,
+        } = self.split_room(shares, room, now);
+        let assigned: HashMap<u64, Assignment> = ids.into_iter().zip(assigned).collect();
+        let mine = assigned
+            .get(&member)
+            .copied()
+            .unwrap_or_else(|| self.blanket(Strategy::DenyAll));
+        // The other members whose share this split moved are sent theirs at their stream's
+        // next refresh; the others' streams have nothing to look at.
+        let before = shares.cache.as_ref().map(|c| &c.assigned);
+        for (&id, a) in &assigned {
+            let was = before.and_then(|b| b.get(&id));
+            if id != member && was.is_none_or(|w| differs(&w.strategy, &a.strategy)) {
+                shares.moved.insert(id);
             }
-            m.assigned = Some(a);
         }
         shares.stale = false;
         shares.cache = Some(Cache {
             at: now,
             room: room.now,
+            pressed,
+            assigned,
         });
-        shares.members[at]
-            .assigned
-            .unwrap_or_else(|| self.blanket(Strategy::DenyAll))
+        mine
+    }
+
+    /// The split of `room` among `shares`' members at `now`.
+    fn split_room(&self, shares: &Shares, room: Room, now: UnixMillis) -> Split {
+        let ttl = self.config.assignment_ttl;
+        let mut ids: Vec<u64> = shares.members.keys().copied().collect();
+        ids.sort_unstable();
+        let demands: Vec<Option<f64>> = ids.iter().map(|id| shares.members[id].rate(now)).collect();
+        let young: Vec<bool> = ids.iter().map(|id| shares.members[id].young()).collect();
+        // Settled streams also get the room their buckets left unused back as rate
+        // (`share::catch_up`); young ones' grants are what must stay cautious.
+        let room = if young.contains(&true) {
+            room
+        } else {
+            catch_up(&room)
+        };
+        let fractions = split(room.rate, &demands, shares.rest);
+        let pressed = over_rate(room.rate, &demands, shares.rest);
+        let fleet_streams = (ids.len() as u64).saturating_add(shares.rest.streams);
+        let burst = burst_fractions(&fractions, fleet_streams);
+        let mut assigned: Vec<Assignment> = assign_split(&room, &fractions, &burst, ttl);
+        if young.contains(&true) {
+            let parts = Parts {
+                ids: &ids,
+                young: &young,
+                demands: &demands,
+                fractions: &fractions,
+                burst: &burst,
+            };
+            self.cap_young(shares, &room, &parts, &mut assigned);
+        }
+        Split {
+            ids,
+            assigned,
+            pressed,
+        }
+    }
+
+    /// Holds young streams' grants in `assigned` to cautious ones (`share::first_grant_cap`):
+    /// the room less what the others may still take at once, and without a rate yet an even
+    /// part of it.
+    fn cap_young(&self, shares: &Shares, room: &Room, p: &Parts<'_>, assigned: &mut [Assignment]) {
+        let ttl = self.config.assignment_ttl;
+        let sharers = (p.ids.len() as u64)
+            .max(self.stream_count() as u64)
+            .saturating_add(shares.rest.streams);
+        // Until the presence exchange told what the other replicas have, each may be
+        // granting the same room.
+        let replicas = if shares.rest_known {
+            1
+        } else {
+            self.limiter.live_replicas()
+        };
+        let room_here = room.now / u64::from(replicas.max(1));
+        let first = first_grant_cap(room_here, sharers, 1);
+        let held: Vec<u64> = p.ids.iter().map(|id| shares.outstanding(*id)).collect();
+        let all_held: u64 = held.iter().sum();
+        for (i, a) in assigned.iter_mut().enumerate() {
+            if !p.young[i] {
+                continue;
+            }
+            let mut cap = room_here.saturating_sub(all_held - held[i]).max(1);
+            if p.demands[i].is_none() {
+                cap = cap.min(first);
+            }
+            let over = |m: u32| u64::from(m) > cap;
+            if matches!(a.strategy, Strategy::TokenBucket { max_tokens, .. } if over(max_tokens)) {
+                *a = assign_capped(room, p.fractions[i], p.burst[i], cap, ttl);
+            }
+        }
+    }
+
+    /// `member`'s Envoy of `entity` now runs `a`, a new bucket (not the same settings
+    /// renewed): what it may take at once starts again from `a`'s capacity.
+    pub(super) fn granted(&self, entity: u128, member: u64, a: &Assignment) {
+        let mut counters = self.counters.lock();
+        let Some(shares) = counters.get_mut(&entity) else {
+            return;
+        };
+        match a.strategy {
+            Strategy::TokenBucket { max_tokens, .. } => {
+                let grant = Grant {
+                    tokens: u64::from(max_tokens),
+                    used: 0,
+                };
+                shares.grants.insert(member, grant);
+            }
+            _ => {
+                shares.grants.remove(&member);
+            }
+        }
+    }
+
+    /// Whether the fleet's demand on `entity` was over its rate at its latest split (no split:
+    /// over, the safe side: every change goes out).
+    pub(super) fn pressed(&self, entity: u128) -> bool {
+        let counters = self.counters.lock();
+        let cache = counters.get(&entity).and_then(|s| s.cache.as_ref());
+        cache.is_none_or(|c| c.pressed)
     }
 
     /// A blanket rule lasting the configured TTL.
@@ -237,7 +363,7 @@ impl Quotas {
         counters
             .iter()
             .map(|(&entity, s)| {
-                let demand = s.members.iter().filter_map(|m| m.demand.rate(now)).sum();
+                let demand = s.members.values().filter_map(|d| d.rate(now)).sum();
                 let streams = u32::try_from(s.members.len()).unwrap_or(u32::MAX);
                 (entity, streams, demand)
             })
@@ -249,6 +375,7 @@ impl Quotas {
         let mut counters = self.counters.lock();
         for (entity, rest) in others {
             if let Some(shares) = counters.get_mut(entity) {
+                shares.rest_known = true;
                 if shares.rest != *rest {
                     shares.rest = *rest;
                     shares.stale = true;
@@ -261,14 +388,15 @@ impl Quotas {
 // === impl Shares ===
 
 impl Shares {
-    /// Where `member` is in `members`, or where it would go.
-    fn position(&self, member: u64) -> Result<usize, usize> {
-        self.members.binary_search_by_key(&member, |m| m.id)
+    /// What `member`'s Envoy may still take at once from its last grant, by what it reported.
+    fn outstanding(&self, member: u64) -> u64 {
+        self.grants
+            .get(&member)
+            .map_or(0, |g| g.tokens.saturating_sub(g.used))
     }
 
-    /// The assignment of the member at `at` in the cached split, if that is recent and on
-    /// about this room.
-    fn cached(&self, at: usize, room: u64, now: UnixMillis) -> Option<Assignment> {
+    /// `member`'s assignment in the cached split, if that is recent and on about this room.
+    fn cached(&self, member: u64, room: u64, now: UnixMillis) -> Option<Assignment> {
         let cache = self.cache.as_ref().filter(|_| !self.stale)?;
         if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
             return None;
@@ -277,13 +405,13 @@ impl Shares {
         if (cache.room == 0) != (room == 0) || moved {
             return None;
         }
-        self.members.get(at)?.assigned
+        cache.assigned.get(&member).copied()
     }
 }
 
 /// The room a counter's state leaves the fleet: a bucket's tokens, or a window's limit less
 /// its count.
-fn room_of(count: &QuotaCount) -> Room {
+pub(super) fn room_of(count: &QuotaCount) -> Room {
     let limit = &count.limit;
     let v = &count.verdict;
     match limit.algorithm {
@@ -351,3 +479,7 @@ pub fn register_metrics(telemetry: &crate::telemetry::Telemetry, quotas: &Arc<Qu
         Arc::new(move || vec![(read(&q.stats.abandons), vec![])]),
     );
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

@@ -23,6 +23,7 @@
 pub mod config;
 pub mod engine;
 pub mod presence;
+pub mod replace;
 pub mod report;
 pub mod share;
 pub mod stream;
@@ -34,7 +35,7 @@ pub use report::{
     MAX_USAGES_PER_REPORT,
 };
 pub use share::{
-    assign, assign_all, carried_tokens, must_send, split, strategy_proto, whole_secs, Assignment,
-    Demand, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
+    assign, assign_all, carried_tokens, hold, must_send, over_rate, split, strategy_proto, to_send,
+    whole_secs, Assignment, Demand, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
 };
 pub use stream::{Stream, StreamError, REFRESH};

@@ -22,9 +22,9 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 use crate::core::clock::UnixMillis;
 use crate::rls::Compiled;
 
-use super::engine::Quotas;
+use super::engine::{room_of, Quotas};
 use super::report::{check, Counts, ReportError};
-use super::share::{must_send, strategy_proto, Assignment, Strategy};
+use super::share::{hold, must_send, strategy_proto, to_send, Assignment, Strategy};
 
 /// How often a stream's assignments are looked at again between its reports.
 pub const REFRESH: Duration = Duration::from_secs(1);
@@ -69,6 +69,9 @@ struct Tracked {
     /// rule's index and the counter, or nothing (no rule).
     resolved: Option<Option<(usize, u128)>>,
     last: Option<(Assignment, UnixMillis)>,
+    /// The room its counter left when it was last assessed: a refresh that finds it moved
+    /// looks at the share again.
+    room: Option<u64>,
     /// When it last saw a request.
     active_at: UnixMillis,
 }
@@ -148,6 +151,7 @@ impl Stream {
                         member: q.next_id(),
                         resolved: None,
                         last: None,
+                        room: None,
                         active_at: now,
                     };
                     let rehash = |t: &Tracked| t.fingerprint as u64;
@@ -168,6 +172,7 @@ impl Stream {
                 Some((usage.counts, usage.elapsed)),
                 now,
             );
+            let a = held(&q, tracked, a);
             // The next chance to send is the next refresh.
             if must_send(
                 tracked.last.as_ref().map(|(a, t)| (a, *t)),
@@ -195,10 +200,11 @@ impl Stream {
             if idle(tracked) {
                 continue;
             }
-            if !due(&q, tracked, now) {
+            if !due(&q, &self.rules, tracked, now) {
                 continue;
             }
             let a = assess(&q, &self.rules, &domain, tracked, None, now);
+            let a = held(&q, tracked, a);
             if must_send(
                 tracked.last.as_ref().map(|(a, t)| (a, *t)),
                 &a,
@@ -293,11 +299,13 @@ fn refresh_ms() -> u64 {
     2 * REFRESH.as_millis() as u64
 }
 
-/// Whether a refresh looks at `tracked` at `now`: not resolved yet (a reload), its
-/// assignment lapsing before the next refresh (a deny-all until room returns among them), or
-/// moved by another member's report or the fleet. The others are left to their next report:
-/// a look costs a counter read and a split, and most buckets need none.
-fn due(q: &Quotas, tracked: &Tracked, now: UnixMillis) -> bool {
+/// Whether a refresh looks at `tracked`'s share at `now`: not resolved yet (a reload), its
+/// assignment lapsing before the next refresh (a deny-all until room returns among them),
+/// moved by another member's split, or its counter's room moved (the other replicas' usage
+/// synced, or `ShouldRateLimit` hits): so a fleet that fills the room is sent `DENY_ALL`
+/// within a refresh, not at each Envoy's next report. Reading the room is a table lookup;
+/// the split it saves costs more.
+fn due(q: &Quotas, rules: &Compiled, tracked: &Tracked, now: UnixMillis) -> bool {
     let Some((last, sent_at)) = tracked.last else {
         return true;
     };
@@ -305,10 +313,29 @@ fn due(q: &Quotas, tracked: &Tracked, now: UnixMillis) -> bool {
     match tracked.resolved {
         None => true,
         _ if expires <= now.0.saturating_add(refresh_ms()) => true,
-        Some(Some((_, entity))) => q.moved(entity, tracked.member),
+        Some(Some((index, entity))) => {
+            q.moved(entity, tracked.member) || {
+                let room = q.limiter.count_quota(rules, index, entity, (0, 0), now);
+                room_moved(tracked.room, room.map(|c| room_of(&c).now))
+            }
+        }
         Some(None) => false,
     }
 }
+
+/// Whether a counter's room went from `was` to `now` by enough to look at the shares again:
+/// to or from none, or by more than [`ROOM_MOVED`] of the larger.
+fn room_moved(was: Option<u64>, now: Option<u64>) -> bool {
+    match (was, now) {
+        (Some(a), Some(b)) => {
+            (a == 0) != (b == 0) || a.abs_diff(b) as f64 > ROOM_MOVED * a.max(b) as f64
+        }
+        (a, b) => a.is_some() != b.is_some(),
+    }
+}
+
+/// How far a counter's room moves before a refresh looks at its shares again.
+const ROOM_MOVED: f64 = 1.0 / 8.0;
 
 /// `tracked`'s assignment at `now`: resolved if it was not,
 /// counted and observed with `usage` if it comes with a report.
@@ -336,13 +363,37 @@ fn assess(
     };
     let counts = usage.map_or((0, 0), |(c, _)| (c.allowed, c.denied));
     match q.limiter.count_quota(rules, index, entity, counts, now) {
-        None => q.blanket(Strategy::AllowAll),
-        Some(count) => q.share(entity, tracked.member, &count, usage, now),
+        None => {
+            tracked.room = None;
+            q.blanket(Strategy::AllowAll)
+        }
+        Some(count) => {
+            tracked.room = Some(room_of(&count).now);
+            q.share(entity, tracked.member, &count, usage, now)
+        }
     }
 }
 
-/// The action carrying `a` for `tracked`, remembered as sent at `now`.
+/// `a` as it should replace what `tracked` last got, given whether its counter's fleet
+/// demand is over the rate (`share::hold`).
+fn held(q: &Quotas, tracked: &Tracked, a: Assignment) -> Assignment {
+    let pressed = match tracked.resolved {
+        Some(Some((_, entity))) => q.pressed(entity),
+        _ => true,
+    };
+    hold(tracked.last.as_ref().map(|(last, _)| last), a, pressed)
+}
+
+/// The action carrying `a` (or, when only its TTL is news, the settings Envoy runs: see
+/// `to_send`) for `tracked`, remembered as sent at `now`.
 fn send(q: &Quotas, tracked: &mut Tracked, a: Assignment, now: UnixMillis) -> BucketAction {
+    let a = to_send(tracked.last.as_ref().map(|(last, _)| last), a);
+    let replaced = tracked
+        .last
+        .is_none_or(|(last, _)| last.strategy != a.strategy);
+    if let (true, Some(Some((_, entity)))) = (replaced, tracked.resolved) {
+        q.granted(entity, tracked.member, &a);
+    }
     tracked.last = Some((a, now));
     q.sent(&a);
     BucketAction {

@@ -356,6 +356,33 @@ fn a_refresh_sends_a_share_another_members_report_moved_and_nothing_else() {
 }
 
 #[test]
+fn a_room_filled_between_reports_is_denied_at_the_next_refresh() {
+    let (q, _) = setup(Config::default());
+    let mut s = Stream::open(&q).unwrap();
+    let acme = bucket(&[("tenant", "acme")]);
+    s.report(&report(vec![usage(acme, 10, 0, 0)]), T0).unwrap();
+    assert!(s.refresh(T0.plus_millis(1000)).is_empty(), "nothing moved");
+    // ShouldRateLimit (or another replica, through the sync) takes the other 50.
+    let limiter = q.limiter().clone();
+    for _ in 0..50 {
+        let req = RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "tenant".into(),
+                    value: "acme".into(),
+                }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 0,
+        };
+        limiter.should_rate_limit(&req).unwrap();
+    }
+    let sent = strategies(&s.refresh(T0.plus_millis(2000)));
+    assert!(is_blanket(&sent[0], BlanketRule::DenyAll), "{sent:?}");
+}
+
+#[test]
 fn a_bucket_is_found_again_whatever_its_maps_order() {
     let (q, _) = setup(Config::default());
     let mut s = Stream::open(&q).unwrap();

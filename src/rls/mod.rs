@@ -574,6 +574,13 @@ impl RateLimiter {
     pub fn now(&self) -> UnixMillis {
         self.clock.now()
     }
+
+    /// Live replicas as the heartbeats last counted them (this one included; 1 in local
+    /// mode): what a young counter's prior divides the limit by, here and in the quota
+    /// service's first grants.
+    pub fn live_replicas(&self) -> u32 {
+        self.sync.as_ref().map_or(1, |s| s.live_replicas())
+    }
 }
 
 /// Each descriptor's hits: its own `hits_addend` wins (0 included), else

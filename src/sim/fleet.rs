@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::store::SimStore;
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::{Algorithm, Limit, SyncPolicy};
-use crate::global::{Stores, SyncConfig, SyncSettings};
+use crate::global::{PresenceHub, Stores, SyncConfig, SyncSettings};
 use crate::rls::{Options, RateLimiter};
 use crate::telemetry::Telemetry;
 
@@ -94,6 +94,9 @@ fn request() -> RateLimitRequest {
 /// The replicas of one run, their sync tasks started.
 pub struct Fleet {
     limiters: Vec<Arc<RateLimiter>>,
+    /// Each replica's presence exchange, idle until the quota scenarios (`rlqs.rs`) attach
+    /// their engine.
+    presence: Vec<PresenceHub>,
     /// Each replica's shutdown: cancelled, its sync task makes its final flush (which
     /// removes its heartbeat), as at SIGTERM.
     stops: Vec<CancellationToken>,
@@ -127,6 +130,7 @@ impl Fleet {
             ..SyncSettings::default()
         };
         let mut limiters = Vec::with_capacity(phases.len());
+        let mut presence = Vec::with_capacity(phases.len());
         for (node, (&phase, stop)) in phases.iter().zip(&stops).enumerate() {
             let rules = crate::rules::compile_sources(&[("sim.yaml".into(), yaml.clone())], false)
                 .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
@@ -147,6 +151,7 @@ impl Fleet {
                 stop.clone(),
             )
             .await;
+            presence.push(global.presence.clone());
             limiters.push(RateLimiter::new(
                 rules,
                 vec![],
@@ -158,6 +163,7 @@ impl Fleet {
         }
         let fleet = Fleet {
             limiters,
+            presence,
             stops,
             request: request(),
         };
@@ -170,6 +176,16 @@ impl Fleet {
         self.limiters[node]
             .should_rate_limit(&self.request)
             .is_ok_and(|r| r.overall_code == Code::Ok as i32)
+    }
+
+    /// Node `node`'s limiter: the quota scenarios (`rlqs.rs`) serve Envoy streams on it.
+    pub fn limiter(&self, node: usize) -> &Arc<RateLimiter> {
+        &self.limiters[node]
+    }
+
+    /// Node `node`'s presence exchange (`global/presence/`).
+    pub fn presence(&self, node: usize) -> &PresenceHub {
+        &self.presence[node]
     }
 
     /// Node `node` stops cleanly: its sync task flushes and removes its heartbeat.

@@ -2,7 +2,9 @@
 //! sluice's production code side by side with the plain design (ARCHITECTURE.md, "The plain design"), on simulated time.
 //!
 //! This file owns the scenario type, the traffic driver and the report; the window scenarios
-//! are in `windows.rs`, the token-bucket ones in `buckets.rs`.
+//! are in `windows.rs`, the token-bucket ones in `buckets.rs`. The quota service's (RLQS)
+//! scenarios, `sluice simulate --rlqs`, are in `rlqs.rs` (the run, over the same fleet),
+//! `envoy.rs` (the simulated Envoy filter) and `rlqs_table.rs` (the scenarios, the table).
 //! Each replica of sluice is the shipped code (`fleet.rs`): the `RateLimiter` request path in
 //! global mode and its real `ShardSync` task (tick, tier cadence, backoff), started by
 //! `global::spawn` as the service starts it, against an
@@ -36,9 +38,12 @@
 //! no plain bucket to run beside it, and its column is left out.
 
 mod buckets;
+mod envoy;
 mod exact;
 mod fleet;
 mod plain;
+pub mod rlqs;
+mod rlqs_table;
 mod store;
 mod table;
 mod traffic;
@@ -54,6 +59,7 @@ use crate::core::{Algorithm, Limit};
 use exact::Exact;
 use fleet::{Fleet, SimClock};
 use plain::PlainFleet;
+pub use rlqs_table::{idle_and_join, render_rlqs, rlqs_scenarios, run_rlqs, scenarios_at};
 use store::SimStore;
 pub use table::{render_table, run_all};
 

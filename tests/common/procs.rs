@@ -35,7 +35,18 @@ pub fn spawn_sluice(
     redis_url: &str,
     extra_env: &[(&str, &str)],
 ) -> Proc {
-    let (grpc, port) = (free_port(), free_port());
+    spawn_sluice_on(rules_dir, redis_url, extra_env, free_port(), free_port())
+}
+
+/// [`spawn_sluice`] on the given gRPC and HTTP ports: a replica restarted where its clients
+/// (an Envoy's static cluster) expect it.
+pub fn spawn_sluice_on(
+    rules_dir: &std::path::Path,
+    redis_url: &str,
+    extra_env: &[(&str, &str)],
+    grpc: u16,
+    port: u16,
+) -> Proc {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
     c.env_clear()
         .args(["serve", "--config"])

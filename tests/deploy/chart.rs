@@ -34,12 +34,30 @@ fn chart_lints_strict_with_every_option_on() {
 }
 
 #[test]
+fn chart_lints_strict_with_the_quota_filter() {
+    let args = [
+        "--set",
+        "istio.envoyFilter.enabled=true",
+        "--set",
+        "istio.envoyFilter.filter=rate_limit_quota",
+    ];
+    assert_lints_clean(&args, "with the quota filter");
+    let mut all: Vec<&str> = all_on().to_vec();
+    all.extend(args);
+    assert_lints_clean(&all, "with every option on and the quota filter");
+}
+
+#[test]
 fn values_schema_and_templates_reject_bad_values() {
     for bad in [
         "redis.type=MEMCACHE",
         "replicas=3",
         "config.logFormat=xml",
         "istio.envoyFilter.context=WAYPOINT",
+        "istio.envoyFilter.filter=ext_authz",
+        "istio.envoyFilter.quota.noAssignment=DENY",
+        "istio.envoyFilter.quota.expiredFallback.requests_per_time_unit.requests_per_time_unit=5",
+        "istio.envoyFilter.quota.expiredTimeout=5m",
         "tracing.protocol=zipkin",
         "tracing.endpoint=https://collector:4318",
         "tracing.samplingRate=2",

@@ -1,5 +1,6 @@
-//! The Istio `EnvoyFilter` (gateway and sidecar): its structure, then its patch values handed
-//! to the real Envoy in a minimal bootstrap (`envoy --mode validate`).
+//! The Istio `EnvoyFilter` (gateway and sidecar; the rate-limit filter, or the quota filter
+//! with `istio.envoyFilter.filter=rate_limit_quota`): its structure, then its patch values
+//! handed to the real Envoy in a minimal bootstrap (`envoy --mode validate`).
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -307,4 +308,217 @@ fn sidecar_envoyfilter_with_mesh_cluster_passes_envoy_validate() {
         patches.get("VIRTUAL_HOST").copied(),
         clusters,
     ));
+}
+
+/// The quota filter's checks: its type, its domain (which a rules file serves), and the
+/// cluster its stream goes to; returns that cluster's name and the bucket settings of its
+/// first matcher (or of `on_no_match` without one).
+fn check_quota_filter<'a>(
+    filter: &'a Value,
+    domain: &str,
+    rules: &BTreeMap<String, String>,
+) -> (String, &'a Value) {
+    assert_eq!(
+        str_at(filter, "name"),
+        "envoy.filters.http.rate_limit_quota"
+    );
+    assert_eq!(
+        str_at(filter, "typed_config.@type"),
+        "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig"
+    );
+    assert_eq!(str_at(filter, "typed_config.domain"), domain);
+    let domain_line = format!("domain: {domain}");
+    assert!(
+        rules
+            .values()
+            .any(|r| r.lines().any(|l| l.trim() == domain_line)),
+        "no rules file has `{domain_line}`: every bucket would be unknown"
+    );
+    let matchers = at(filter, "typed_config.bucket_matchers");
+    let action = match opt_at(matchers, "matcher_list.matchers.0") {
+        Some(m) => at(m, "on_match.action"),
+        None => at(matchers, "on_no_match.action"),
+    };
+    let settings = at(action, "typed_config");
+    assert_eq!(
+        str_at(settings, "@type"),
+        "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings"
+    );
+    let cluster = str_at(filter, "typed_config.rlqs_server.envoy_grpc.cluster_name").to_owned();
+    (cluster, settings)
+}
+
+/// The bucket id `settings` build: each key with its header (a request header input) or its
+/// fixed value.
+fn bucket_id(settings: &Value) -> BTreeMap<String, String> {
+    let builder = at(settings, "bucket_id_builder.bucket_id_builder");
+    let map = builder.as_mapping().expect("bucket_id_builder is a map");
+    map.iter()
+        .map(|(k, v)| {
+            let key = k.as_str().unwrap().to_owned();
+            let value = match opt_at(v, "string_value") {
+                Some(s) => s.as_str().unwrap().to_owned(),
+                None => {
+                    assert_eq!(
+                        str_at(v, "custom_value.typed_config.@type"),
+                        "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput"
+                    );
+                    format!(
+                        "header {}",
+                        str_at(v, "custom_value.typed_config.header_name")
+                    )
+                }
+            };
+            (key, value)
+        })
+        .collect()
+}
+
+/// Renders the chart with the quota filter (`args` added), checks the gateway EnvoyFilter
+/// around it (no route actions: the filter builds its buckets), and has Envoy validate it.
+/// Returns the filter's bucket settings for the caller's checks.
+fn check_quota_envoyfilter(args: &[&str], namespace: &str, domain: &str) -> serde_yaml::Value {
+    let mut all = vec![
+        "--set",
+        "istio.envoyFilter.enabled=true",
+        "--set",
+        "istio.envoyFilter.filter=rate_limit_quota",
+    ];
+    all.extend_from_slice(args);
+    let m = render(&all);
+    let rules = rendered_rules(&m);
+    let ef = m.one("EnvoyFilter");
+    assert_eq!(str_at(ef, "metadata.namespace"), namespace);
+    let patches = envoy_filter_patches(ef);
+    assert!(
+        !patches.contains_key("VIRTUAL_HOST"),
+        "the quota filter takes no route actions"
+    );
+    let filter = patches["HTTP_FILTER"];
+    let (cluster_name, settings) = check_quota_filter(filter, domain, &rules);
+    check_cluster_resolves_the_headless_service(&m, patches["CLUSTER"], &cluster_name);
+    let clusters = vec![serde_json::to_value(patches["CLUSTER"]).expect("cluster as JSON")];
+    envoy_validate(&bootstrap(filter, None, clusters));
+    settings.clone()
+}
+
+#[test]
+fn gateway_quota_envoyfilter_with_default_values_passes_envoy_validate() {
+    let settings = check_quota_envoyfilter(&[], NAMESPACE, "edge");
+    assert_eq!(
+        bucket_id(&settings),
+        BTreeMap::from([("tenant".to_owned(), "header x-tenant".to_owned())])
+    );
+    assert_eq!(
+        str_at(
+            &settings,
+            "no_assignment_behavior.fallback_rate_limit.blanket_rule"
+        ),
+        "ALLOW_ALL"
+    );
+    assert_eq!(
+        str_at(
+            &settings,
+            "expired_assignment_behavior.fallback_rate_limit.blanket_rule"
+        ),
+        "ALLOW_ALL"
+    );
+    assert_eq!(
+        i64_at(&settings, "deny_response_settings.http_status.code"),
+        429
+    );
+}
+
+#[test]
+fn gateway_quota_envoyfilter_with_every_option_on_passes_envoy_validate() {
+    // Two headers (both needed: an and_matcher), a fixed entry, a local token bucket while
+    // sluice is away; the domain whose rules have `tenant` → `plan`.
+    let q = "istio.envoyFilter.quota";
+    let sets = [
+        format!("{q}.bucketHeaders.plan=x-plan"),
+        format!("{q}.bucketValues.gateway=public"),
+        format!("{q}.noAssignment=DENY_ALL"),
+        format!("{q}.expiredFallback.token_bucket.max_tokens=100"),
+        format!("{q}.expiredFallback.token_bucket.tokens_per_fill=100"),
+        format!("{q}.expiredFallback.token_bucket.fill_interval=60s"),
+        format!("{q}.expiredTimeout=120s"),
+        "istio.envoyFilter.domain=internal".to_owned(),
+    ];
+    let mut args: Vec<&str> = all_on().to_vec();
+    for s in &sets {
+        args.extend(["--set", s.as_str()]);
+    }
+    let settings = check_quota_envoyfilter(&args, "istio-system", "internal");
+    assert_eq!(
+        bucket_id(&settings),
+        BTreeMap::from([
+            ("gateway".to_owned(), "public".to_owned()),
+            ("plan".to_owned(), "header x-plan".to_owned()),
+            ("tenant".to_owned(), "header x-tenant".to_owned()),
+        ])
+    );
+    assert_eq!(
+        i64_at(
+            &settings,
+            "expired_assignment_behavior.fallback_rate_limit.token_bucket.max_tokens"
+        ),
+        100
+    );
+}
+
+#[test]
+fn quota_envoyfilter_with_fixed_entries_only_puts_every_request_in_one_bucket() {
+    let q = "istio.envoyFilter.quota";
+    let (no_header, value) = (
+        format!("{q}.bucketHeaders.tenant=null"),
+        format!("{q}.bucketValues.name=edge"),
+    );
+    let settings =
+        check_quota_envoyfilter(&["--set", &no_header, "--set", &value], NAMESPACE, "edge");
+    assert_eq!(
+        bucket_id(&settings),
+        BTreeMap::from([("name".to_owned(), "edge".to_owned())])
+    );
+    // No entry at all is no bucket id: the render fails and says why.
+    let out = crate::tools::helm_template_run(&[
+        "--set",
+        "istio.envoyFilter.enabled=true",
+        "--set",
+        "istio.envoyFilter.filter=rate_limit_quota",
+        "--set",
+        &no_header,
+    ]);
+    assert!(
+        !out.status.success() && out.stderr.contains("bucketHeaders or bucketValues"),
+        "{}",
+        out.describe()
+    );
+}
+
+#[test]
+fn sidecar_quota_envoyfilter_with_mesh_cluster_passes_envoy_validate() {
+    let m = render(&[
+        "--set",
+        "istio.envoyFilter.enabled=true",
+        "--set",
+        "istio.envoyFilter.filter=rate_limit_quota",
+        "--set",
+        "istio.envoyFilter.context=SIDECAR_INBOUND",
+        "--set",
+        "istio.envoyFilter.cluster=mesh",
+    ]);
+    let rules = rendered_rules(&m);
+    let patches = envoy_filter_patches(m.one("EnvoyFilter"));
+    assert_eq!(
+        patches.keys().collect::<Vec<_>>(),
+        ["HTTP_FILTER"],
+        "Istio's own cluster, no route actions"
+    );
+    let (cluster_name, _) = check_quota_filter(patches["HTTP_FILTER"], "edge", &rules);
+    assert_eq!(
+        cluster_name,
+        format!("outbound|8081||{RELEASE}.{NAMESPACE}.svc.cluster.local")
+    );
+    let clusters = vec![static_cluster(&cluster_name, 18081, true)];
+    envoy_validate(&bootstrap(patches["HTTP_FILTER"], None, clusters));
 }

@@ -1,6 +1,6 @@
 //! Optional features the values switch on, each with its variables, mounts and ports (and
 //! off by default): the Grafana dashboard, gRPC TLS, the reference's metrics, rules over
-//! xDS, Redis Sentinel.
+//! xDS, Redis Sentinel; and the quota service, on by default, with its settings.
 
 use serde_yaml::Value;
 
@@ -284,4 +284,62 @@ fn sentinel_values_name_the_master_first_and_take_the_sentinels_password_from_a_
         "{}",
         run.describe()
     );
+}
+
+#[test]
+fn the_quota_service_is_on_by_default_and_its_values_reach_sluices_settings() {
+    // The chart's defaults are sluice's.
+    let m = render(&[]);
+    let c = sluice_container(m.deployment());
+    assert_eq!(env_value(c, "RLQS_ENABLED"), "true");
+    let settings = resolve_env(c, |_| false, &[]);
+    assert_eq!(settings.rlqs, Some(sluice::rlqs::Config::default()));
+
+    let m = render(&[
+        "--set",
+        "quotaService.unknownBuckets=DENY_ALL",
+        "--set",
+        "quotaService.assignmentTtl=30s",
+        "--set",
+        "quotaService.abandonAfter=2m",
+        "--set",
+        "quotaService.maxStreams=100",
+        "--set",
+        "quotaService.maxBucketsPerStream=50",
+        "--set",
+        "quotaService.maxBuckets=1000",
+    ]);
+    let c = sluice_container(m.deployment());
+    let rlqs = resolve_env(c, |_| false, &[]).rlqs.expect("served");
+    assert_eq!(
+        rlqs.unknown.for_domain("any"),
+        sluice::rlqs::share::Strategy::DenyAll
+    );
+    assert_eq!(rlqs.assignment_ttl, std::time::Duration::from_secs(30));
+    assert_eq!(rlqs.abandon_after, std::time::Duration::from_secs(120));
+    assert_eq!(
+        (
+            rlqs.max_streams,
+            rlqs.max_buckets_per_stream,
+            rlqs.max_buckets
+        ),
+        (100, 50, 1000)
+    );
+
+    // Off: the one variable that says so, none of the others.
+    let m = render(&["--set", "quotaService.enabled=false"]);
+    let c = sluice_container(m.deployment());
+    assert_eq!(env_value(c, "RLQS_ENABLED"), "false");
+    assert!(env_var(c, "RLQS_MAX_STREAMS").is_none());
+    assert_eq!(resolve_env(c, |_| false, &[]).rlqs, None);
+
+    // What sluice would refuse at start, the schema refuses at install.
+    for bad in [
+        "quotaService.unknownBuckets=RATE",
+        "quotaService.assignmentTtl=1500ms",
+        "quotaService.maxStreams=0",
+    ] {
+        let out = helm_template_run(&["--set", bad]);
+        assert!(!out.status.success(), "accepted --set {bad}");
+    }
 }

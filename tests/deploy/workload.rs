@@ -245,6 +245,13 @@ fn check_env_settings(c: &Value) {
             "http://otel-collector.observability:4317",
         ),
         ("OTEL_METRICS_EXPORTER", "otlp"),
+        ("RLQS_ENABLED", "true"),
+        ("RLQS_UNKNOWN_BUCKETS", "edge=DENY_ALL,*=ALLOW_ALL"),
+        ("RLQS_ASSIGNMENT_TTL", "30s"),
+        ("RLQS_ABANDON_AFTER", "5m"),
+        ("RLQS_MAX_STREAMS", "1024"),
+        ("RLQS_MAX_BUCKETS_PER_STREAM", "5000"),
+        ("RLQS_MAX_BUCKETS", "50000"),
     ] {
         assert_eq!(env_value(c, name), value, "env {name}");
     }

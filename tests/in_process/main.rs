@@ -35,6 +35,7 @@ mod reload;
 mod rlqs;
 mod shutdown;
 mod simulate;
+mod simulate_rlqs;
 mod statsd;
 mod tls;
 mod xds;

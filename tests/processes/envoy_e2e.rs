@@ -30,9 +30,10 @@ impl Drop for Proc {
     }
 }
 
-/// A tiny upstream: answers every HTTP/1.1 request with 200 "hello", keeping connections open,
-/// and reports as `x-tokens-used` the number the request asked for in `x-want-tokens` (0).
-fn upstream() -> u16 {
+/// A tiny upstream (the quota filter's Envoys in `rlqs_e2e` use it too): answers every HTTP/1.1
+/// request with 200 "hello", keeping connections open, and reports as `x-tokens-used` the
+/// number the request asked for in `x-want-tokens` (0).
+pub(crate) fn upstream() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {

@@ -1,5 +1,6 @@
 //! Integration tests of the `sluice` binary as a child process, end to end: its subcommands
-//! and signals, a real Envoy in front of it, OTLP export, and the vendored protos checked with
+//! and signals, a real Envoy in front of it (the rate-limit filter, and the quota filter on a
+//! fleet of replicas on Redis), OTLP export, and the vendored protos checked with
 //! protoc. One crate, so the library is linked once for all of them.
 
 /// The helpers in tests/common/ this crate uses: each crate names the files it compiles, so
@@ -10,9 +11,18 @@ mod common {
     mod helpers;
     pub use helpers::*;
     pub mod certs;
+    /// `rlqs_e2e` runs sluice replicas in global mode: it uses their spawning and
+    /// heartbeats, not `query` (the redis crate's domain `g`).
+    #[allow(dead_code)]
+    pub mod procs;
+    /// `rlqs_e2e` needs one standalone Redis, not the harness's TLS, Sentinel or Cluster
+    /// (nor the re-exports the redis crate uses).
+    #[allow(dead_code, unused_imports)]
+    pub mod redis;
 }
 
 mod envoy_e2e;
 mod otlp;
 mod process;
 mod proto_vendor;
+mod rlqs_e2e;

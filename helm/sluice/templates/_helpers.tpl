@@ -187,3 +187,52 @@ gateway's for the GATEWAY context.
 {{- toYaml (dict "istio" "ingressgateway") }}
 {{- end }}
 {{- end }}
+
+{{/*
+The quota filter (envoy.filters.http.rate_limit_quota) of the EnvoyFilter: one gRPC stream to
+sluice's quota service (RLQS), each request decided by the proxy from the assignment of its
+bucket. The bucket id: istio.envoyFilter.quota.bucketHeaders (key: request header) and
+bucketValues (key: fixed value). With headers, only requests that carry all of them are in a
+bucket (the others are allowed and not reported); without, every request is in the one bucket.
+*/}}
+{{- define "sluice.quotaFilter" -}}
+{{- $ef := .Values.istio.envoyFilter -}}
+{{- $q := $ef.quota -}}
+{{- if not (or $q.bucketHeaders $q.bucketValues) -}}
+{{- fail "istio.envoyFilter.quota: a bucket id needs bucketHeaders or bucketValues" -}}
+{{- end -}}
+{{- $builder := dict -}}
+{{- range $key, $header := $q.bucketHeaders -}}
+{{- $_ := set $builder $key (dict "custom_value" (dict "name" $header "typed_config" (dict "@type" "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput" "header_name" $header))) -}}
+{{- end -}}
+{{- range $key, $value := $q.bucketValues -}}
+{{- $_ := set $builder $key (dict "string_value" $value) -}}
+{{- end -}}
+{{- $fallback := dict "expired_assignment_behavior_timeout" $q.expiredTimeout "fallback_rate_limit" ($q.expiredFallback | default (dict "blanket_rule" "ALLOW_ALL")) -}}
+{{- $deny := dict "http_status" (dict "code" (int $q.denyStatus)) -}}
+{{- $settings := dict "@type" "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings" "bucket_id_builder" (dict "bucket_id_builder" $builder) "reporting_interval" $q.reportingInterval "no_assignment_behavior" (dict "fallback_rate_limit" (dict "blanket_rule" $q.noAssignment)) "expired_assignment_behavior" $fallback "deny_response_settings" $deny -}}
+{{- $action := dict "action" (dict "name" "sluice_quota_bucket" "typed_config" $settings) -}}
+{{- $predicates := list -}}
+{{- range $key, $header := $q.bucketHeaders -}}
+{{- $input := dict "name" $header "typed_config" (dict "@type" "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput" "header_name" $header) -}}
+{{- $predicates = append $predicates (dict "single_predicate" (dict "input" $input "value_match" (dict "safe_regex" (dict "google_re2" (dict) "regex" ".+")))) -}}
+{{- end -}}
+{{- $matchers := dict -}}
+{{- if eq (len $predicates) 0 -}}
+{{- $matchers = dict "on_no_match" $action -}}
+{{- else if eq (len $predicates) 1 -}}
+{{- $matchers = dict "matcher_list" (dict "matchers" (list (dict "predicate" (first $predicates) "on_match" $action))) -}}
+{{- else -}}
+{{- $matchers = dict "matcher_list" (dict "matchers" (list (dict "predicate" (dict "and_matcher" (dict "predicate" $predicates)) "on_match" $action))) -}}
+{{- end -}}
+name: envoy.filters.http.rate_limit_quota
+typed_config:
+  "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
+  domain: {{ $ef.domain | quote }}
+  rlqs_server:
+    envoy_grpc:
+      cluster_name: {{ include "sluice.rlsClusterName" . | quote }}
+      authority: {{ printf "%s.%s.svc.%s" (include "sluice.fullname" .) .Release.Namespace $ef.clusterDomain | quote }}
+  bucket_matchers:
+    {{- toYaml $matchers | nindent 4 }}
+{{- end }}

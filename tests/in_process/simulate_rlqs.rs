@@ -1,0 +1,131 @@
+//! The quota service's (RLQS) scenarios of the fleet simulator (`sluice simulate --rlqs`), run
+//! as tests with the issue's bounds asserted: simulated Envoy 1.40 filters enforcing sluice's
+//! assignments as Envoy does, on streams of the production quota engine over replicas of the
+//! production limiter and sync, on paused time with seeded traffic.
+//!
+//! The bounds (issue 21): admitted at most 1.10× the limit in every window; false denials
+//! (hits the exact limiter would have admitted) at most 2 % of the limit in every window while
+//! the offered hits stay under the limit; an idle Envoy's share used by the others within two
+//! reporting intervals; and a new Envoy given a share (a token bucket with a rate) at once. Each at Envoy 1.40's real 5 s reports and at 1 s, on the named seed
+//! and on others, so that they are not one seed's luck.
+
+use sluice::sim::rlqs::{run, RlqsReport, RlqsScenario};
+use sluice::sim::{render_rlqs, scenarios_at};
+
+/// At most this many times the limit admitted in any window.
+const MAX_ADMITTED: f64 = 1.10;
+
+/// At most this share of the limit falsely denied in any window, under the limit.
+const MAX_FALSE_DENIALS: f64 = 0.02;
+
+/// An idle Envoy's share used by the others within this many reporting intervals.
+const MAX_REUSE_INTERVALS: u32 = 2;
+
+/// The bounds `r` misses, one line each.
+fn misses(r: &RlqsReport) -> Vec<String> {
+    let what = format!(
+        "{} ({} Envoys, {} replicas, {} s reports)",
+        r.scenario,
+        r.envoys,
+        r.replicas,
+        r.report_ms / 1000
+    );
+    let mut out = Vec::new();
+    for i in 0..r.windows.len() {
+        if r.admitted(i) > MAX_ADMITTED {
+            out.push(format!(
+                "{what}: window {} admitted {:.3}× the limit",
+                i + 1,
+                r.admitted(i)
+            ));
+        }
+        if r.under_limit && r.false_denials(i) > MAX_FALSE_DENIALS {
+            out.push(format!(
+                "{what}: window {} falsely denied {:.1} % of the limit",
+                i + 1,
+                100.0 * r.false_denials(i)
+            ));
+        }
+    }
+    match r.reuse {
+        Some(None) => out.push(format!("{what}: the idle Envoy's share was never reused")),
+        Some(Some(k)) if k > MAX_REUSE_INTERVALS => {
+            out.push(format!(
+                "{what}: the idle Envoy's share reused after {k} intervals"
+            ));
+        }
+        _ => {}
+    }
+    // Issue 21: "a new Envoy gets a prior share at once".
+    if r.join.is_some_and(|(first, _)| first <= 0.0) {
+        out.push(format!(
+            "{what}: the new Envoy's first assignment had no rate"
+        ));
+    }
+    out
+}
+
+/// Runs `scenarios` and fails listing every bound missed, with the table of the runs.
+fn check(scenarios: &[RlqsScenario]) {
+    let reports: Vec<RlqsReport> = scenarios.iter().map(run).collect();
+    let failures: Vec<String> = reports.iter().flat_map(misses).collect();
+    assert!(
+        failures.is_empty(),
+        "{}\n\n{}",
+        failures.join("\n"),
+        render_rlqs(&reports)
+    );
+}
+
+/// The table's scenarios at `report_ms`, the 50-Envoy one left to `fifty_envoys` (it costs
+/// as much as the others together in a debug build).
+fn named(report_ms: u64) -> Vec<RlqsScenario> {
+    scenarios_at(report_ms)
+        .into_iter()
+        .filter(|s| s.envoys < 50)
+        .collect()
+}
+
+/// `scenarios` on seed `k` of the other seeds, derived from each named one as the window
+/// scenarios' are.
+fn reseeded(scenarios: Vec<RlqsScenario>, k: u64) -> Vec<RlqsScenario> {
+    scenarios
+        .into_iter()
+        .map(|s| s.reseeded(s.seed.wrapping_mul(0x9e37_79b9).wrapping_add(k)))
+        .collect()
+}
+
+#[test]
+fn the_bounds_hold_at_envoys_five_second_reports() {
+    check(&named(5_000));
+}
+
+#[test]
+fn the_bounds_hold_at_one_second_reports() {
+    check(&named(1_000));
+}
+
+#[test]
+fn the_bounds_hold_with_fifty_envoys_on_three_replicas() {
+    let fifty: Vec<RlqsScenario> = [5_000, 1_000]
+        .into_iter()
+        .flat_map(scenarios_at)
+        .filter(|s| s.envoys == 50)
+        .collect();
+    check(&fifty);
+}
+
+#[test]
+fn the_bounds_hold_on_other_seeds() {
+    for k in 1..=5u64 {
+        check(&reseeded(named(5_000), k));
+        check(&reseeded(named(1_000), k));
+    }
+}
+
+#[test]
+fn the_same_scenario_gives_the_same_report() {
+    let mut s = scenarios_at(5_000).remove(1);
+    s.windows = 1;
+    assert_eq!(run(&s), run(&s));
+}
