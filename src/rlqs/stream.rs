@@ -172,16 +172,7 @@ impl Stream {
                 Some((usage.counts, usage.elapsed)),
                 now,
             );
-            let a = held(&q, tracked, a);
-            // The next chance to send is the next refresh.
-            if must_send(
-                tracked.last.as_ref().map(|(a, t)| (a, *t)),
-                &a,
-                now,
-                refresh_ms(),
-            ) {
-                actions.push(send(&q, tracked, a, now));
-            }
+            actions.extend(offer(&q, tracked, a, now));
         }
         Ok(actions)
     }
@@ -204,15 +195,7 @@ impl Stream {
                 continue;
             }
             let a = assess(&q, &self.rules, &domain, tracked, None, now);
-            let a = held(&q, tracked, a);
-            if must_send(
-                tracked.last.as_ref().map(|(a, t)| (a, *t)),
-                &a,
-                now,
-                refresh_ms(),
-            ) {
-                actions.push(send(&q, tracked, a, now));
-            }
+            actions.extend(offer(&q, tracked, a, now));
         }
         let abandoned: Vec<Tracked> = self.buckets.extract_if(|t| idle(t)).collect();
         for t in abandoned {
@@ -376,6 +359,20 @@ fn assess(
 
 /// `a` as it should replace what `tracked` last got, given whether its counter's fleet
 /// demand is over the rate (`share::hold`).
+/// The action for `tracked`'s assignment `a` at `now`, if it must go out before the next
+/// refresh (the next chance to send): held to what Envoy runs where a change is not worth a
+/// replacement, then sent if it is news or a renewal is due.
+fn offer(
+    q: &Quotas,
+    tracked: &mut Tracked,
+    a: Assignment,
+    now: UnixMillis,
+) -> Option<BucketAction> {
+    let a = held(q, tracked, a);
+    let last = tracked.last.as_ref().map(|(a, t)| (a, *t));
+    must_send(last, &a, now, refresh_ms()).then(|| send(q, tracked, a, now))
+}
+
 fn held(q: &Quotas, tracked: &Tracked, a: Assignment) -> Assignment {
     let pressed = match tracked.resolved {
         Some(Some((_, entity))) => q.pressed(entity),
