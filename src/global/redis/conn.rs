@@ -220,7 +220,10 @@ pub(crate) fn cluster_client(
     let tls = infos
         .first()
         .is_some_and(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }));
-    let mut b = redis::cluster::ClusterClientBuilder::new(infos);
+    // Every call has sluice's own timeout around it (`REDIS_TIMEOUT`); the client's (500 ms by
+    // default) would cut one short of a longer setting. A cluster client needs one: an hour.
+    let mut b = redis::cluster::ClusterClientBuilder::new(infos)
+        .response_timeout(std::time::Duration::from_secs(3600));
     if tls {
         if let Some(certs) = &opts.tls.certs {
             b = b.certs(certs.clone());

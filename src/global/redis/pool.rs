@@ -122,7 +122,8 @@ impl RedisPool {
             source,
         };
         let info = connection_info(url, &opts.tls).map_err(client)?;
-        let manager = deadpool_redis::Manager::new(info).map_err(client)?;
+        let manager =
+            deadpool_redis::Manager::new_with_config(info, connection_config()).map_err(client)?;
         deadpool_redis::Pool::builder(manager)
             .config(deadpool_redis::PoolConfig::new(opts.pool_size.max(1)))
             .runtime(Runtime::Tokio1)
@@ -343,7 +344,9 @@ impl managed::Manager for SentinelManager {
     type Error = RedisError;
 
     async fn create(&self) -> Result<Self::Type, RedisError> {
-        self.client.lock().await.get_async_connection().await
+        let config = connection_config();
+        let mut client = self.client.lock().await;
+        client.get_async_connection_with_config(&config).await
     }
 
     async fn recycle(
@@ -377,6 +380,13 @@ impl managed::Manager for ClusterManager {
     ) -> managed::RecycleResult<RedisError> {
         ping(conn, &self.pings).await
     }
+}
+
+/// Connections without the client's own response timeout (500 ms by default): every call
+/// has sluice's own around it (`REDIS_TIMEOUT` for the sync and exact rules), and the
+/// client's would cut a call short of a longer `REDIS_TIMEOUT`.
+fn connection_config() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new().set_response_timeout(None)
 }
 
 /// A pool of `opts.pool_size` (at least 1) connections from `manager`, on tokio (the

@@ -37,9 +37,10 @@ async fn shutdown_ends_quota_streams_after_the_final_flush() {
         .await
         .unwrap()
         .is_some());
-    // Redis holds writes for 300 ms (under the Redis client's own 500 ms response
-    // timeout): the final flush waits, and so must the stream's end.
-    redis.cli(&["CLIENT", "PAUSE", "300", "WRITE"]);
+    // Redis holds writes for a second (past the Redis client's own default response timeout
+    // of 500 ms, which sluice turns off in favour of REDIS_TIMEOUT, 5 s here): the final
+    // flush waits, and so must the stream's end.
+    redis.cli(&["CLIENT", "PAUSE", "1000", "WRITE"]);
     let stopped = tokio::spawn(server.stop());
     loop {
         match q.next().await {
