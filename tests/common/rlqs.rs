@@ -45,11 +45,18 @@ pub struct Quota {
     pub rx: Streaming<RateLimitQuotaResponse>,
 }
 
-/// Opens a stream to the quota service on `grpc`.
+/// Opens a stream to the quota service on `grpc`, on a connection of its own.
 pub async fn open(grpc: SocketAddr) -> Result<Quota, tonic::Status> {
-    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{grpc}"))
+    let client = RateLimitQuotaServiceClient::connect(format!("http://{grpc}"))
         .await
         .unwrap();
+    open_with(client).await
+}
+
+/// Opens a stream through `client` (streams of one channel share its connection).
+pub async fn open_with(
+    mut client: RateLimitQuotaServiceClient<tonic::transport::Channel>,
+) -> Result<Quota, tonic::Status> {
     let (tx, reports) = mpsc::channel(4);
     let rx = client
         .stream_rate_limit_quotas(ReceiverStream::new(reports))

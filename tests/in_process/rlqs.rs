@@ -8,6 +8,7 @@ use tonic::Code;
 
 use crate::common::rlqs::{self, strategy, Quota};
 use crate::common::{desc, http_async, Server};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 
 const RULES: &str = r"
 domain: edge
@@ -260,12 +261,20 @@ async fn oversized_reports_end_the_stream_naming_the_problem() {
 async fn thousands_of_streams_stop_at_the_bound() {
     let server = Server::start(RULES, |s| {
         s.rlqs.as_mut().unwrap().max_streams = 1000;
+        // All on one connection, so the test needs no more file descriptors than any other.
+        s.grpc_limits.max_concurrent_streams = 2000;
     })
     .await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let client = RateLimitQuotaServiceClient::new(channel);
     let mut open_streams = Vec::new();
     let mut refused = 0;
     for _ in 0..1200 {
-        match open(&server).await {
+        match rlqs::open_with(client.clone()).await {
             Ok(q) => open_streams.push(q),
             Err(e) => {
                 assert_eq!(e.code(), Code::ResourceExhausted);
