@@ -179,7 +179,8 @@ impl Quotas {
 
     /// The assignment of `member` of `entity` (made one of its sharers if it is not yet)
     /// given the counter's state `count`, after its report of `usage` (counts over the
-    /// elapsed time) if any.
+    /// elapsed time) if any; and whether the fleet's demand on the counter is over the rate
+    /// (`replace::hold`), true where there is no split.
     pub(super) fn share(
         &self,
         entity: u128,
@@ -187,9 +188,9 @@ impl Quotas {
         count: &QuotaCount,
         usage: Option<(Counts, Duration)>,
         now: UnixMillis,
-    ) -> Assignment {
+    ) -> (Assignment, bool) {
         if count.allow_all {
-            return self.blanket(Strategy::AllowAll);
+            return (self.blanket(Strategy::AllowAll), true);
         }
         let room = room_of(count);
         let mut counters = self.counters.lock();
@@ -207,8 +208,8 @@ impl Quotas {
                 g.used = g.used.saturating_add(counts.allowed);
             }
         }
-        if let Some(a) = shares.cached(member, room.now, now) {
-            return a;
+        if let Some(cached) = shares.cached(member, room.now, now) {
+            return cached;
         }
         let Split {
             ids,
@@ -236,7 +237,7 @@ impl Quotas {
             pressed,
             assigned,
         });
-        mine
+        (mine, pressed)
     }
 
     /// The split of `room` among `shares`' members at `now`.
@@ -330,14 +331,6 @@ impl Quotas {
         }
     }
 
-    /// Whether the fleet's demand on `entity` was over its rate at its latest split (no split:
-    /// over, the safe side: every change goes out).
-    pub(super) fn pressed(&self, entity: u128) -> bool {
-        let counters = self.counters.lock();
-        let cache = counters.get(&entity).and_then(|s| s.cache.as_ref());
-        cache.is_none_or(|c| c.pressed)
-    }
-
     /// A blanket rule lasting the configured TTL.
     pub(super) fn blanket(&self, strategy: Strategy) -> Assignment {
         Assignment {
@@ -395,8 +388,9 @@ impl Shares {
             .map_or(0, |g| g.tokens.saturating_sub(g.used))
     }
 
-    /// `member`'s assignment in the cached split, if that is recent and on about this room.
-    fn cached(&self, member: u64, room: u64, now: UnixMillis) -> Option<Assignment> {
+    /// `member`'s assignment in the cached split and whether the fleet's demand was over the
+    /// rate then, if that split is recent and on about this room.
+    fn cached(&self, member: u64, room: u64, now: UnixMillis) -> Option<(Assignment, bool)> {
         let cache = self.cache.as_ref().filter(|_| !self.stale)?;
         if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
             return None;
@@ -405,7 +399,8 @@ impl Shares {
         if (cache.room == 0) != (room == 0) || moved {
             return None;
         }
-        cache.assigned.get(&member).copied()
+        let a = cache.assigned.get(&member).copied()?;
+        Some((a, cache.pressed))
     }
 }
 

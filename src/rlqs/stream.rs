@@ -20,7 +20,7 @@ use hashbrown::HashTable;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 use crate::core::clock::UnixMillis;
-use crate::rls::Compiled;
+use crate::rls::{Compiled, QuotaCount};
 
 use super::engine::{room_of, Quotas};
 use super::report::{check, Counts, ReportError};
@@ -164,14 +164,8 @@ impl Stream {
             if usage.counts.demand() > 0 {
                 tracked.active_at = now;
             }
-            let a = assess(
-                &q,
-                &self.rules,
-                domain,
-                tracked,
-                Some((usage.counts, usage.elapsed)),
-                now,
-            );
+            let usage = Some((usage.counts, usage.elapsed));
+            let a = assess(&q, &self.rules, domain, tracked, Look::Report(usage), now);
             actions.extend(offer(&q, tracked, a, now));
         }
         Ok(actions)
@@ -191,10 +185,10 @@ impl Stream {
             if idle(tracked) {
                 continue;
             }
-            if !due(&q, &self.rules, tracked, now) {
+            let Some(look) = due(&q, &self.rules, tracked, now) else {
                 continue;
-            }
-            let a = assess(&q, &self.rules, &domain, tracked, None, now);
+            };
+            let a = assess(&q, &self.rules, &domain, tracked, look, now);
             actions.extend(offer(&q, tracked, a, now));
         }
         let abandoned: Vec<Tracked> = self.buckets.extract_if(|t| idle(t)).collect();
@@ -282,27 +276,38 @@ fn refresh_ms() -> u64 {
     2 * REFRESH.as_millis() as u64
 }
 
-/// Whether a refresh looks at `tracked`'s share at `now`: not resolved yet (a reload), its
-/// assignment lapsing before the next refresh (a deny-all until room returns among them),
+/// How `tracked` is looked at: with a report's usage, or in a refresh, with the counter's
+/// state if [`due`] has read it already at the same `now` (`Some(None)`: the rule counts
+/// nothing, an `unlimited` one), so it is not read twice.
+#[derive(Clone, Copy)]
+enum Look {
+    Report(Option<(Counts, Duration)>),
+    Refresh(Option<Option<QuotaCount>>),
+}
+
+/// How a refresh looks at `tracked`'s share at `now`, if at all: not resolved yet (a
+/// reload), its assignment lapsing before the next refresh (a deny-all until room returns among them),
 /// moved by another member's split, or its counter's room moved (the other replicas' usage
 /// synced, or `ShouldRateLimit` hits): so a fleet that fills the room is sent `DENY_ALL`
 /// within a refresh, not at each Envoy's next report. Reading the room is a table lookup;
 /// the split it saves costs more.
-fn due(q: &Quotas, rules: &Compiled, tracked: &Tracked, now: UnixMillis) -> bool {
+fn due(q: &Quotas, rules: &Compiled, tracked: &Tracked, now: UnixMillis) -> Option<Look> {
     let Some((last, sent_at)) = tracked.last else {
-        return true;
+        return Some(Look::Refresh(None));
     };
     let expires = sent_at.0.saturating_add(u64::from(last.ttl_s) * 1000);
     match tracked.resolved {
-        None => true,
-        _ if expires <= now.0.saturating_add(refresh_ms()) => true,
+        None => Some(Look::Refresh(None)),
+        _ if expires <= now.0.saturating_add(refresh_ms()) => Some(Look::Refresh(None)),
         Some(Some((index, entity))) => {
-            q.moved(entity, tracked.member) || {
-                let room = q.limiter.count_quota(rules, index, entity, (0, 0), now);
-                room_moved(tracked.room, room.map(|c| room_of(&c).now))
+            if q.moved(entity, tracked.member) {
+                return Some(Look::Refresh(None));
             }
+            let count = q.limiter.count_quota(rules, index, entity, (0, 0), now);
+            room_moved(tracked.room, count.map(|c| room_of(&c).now))
+                .then_some(Look::Refresh(Some(count)))
         }
-        Some(None) => false,
+        Some(None) => None,
     }
 }
 
@@ -320,16 +325,17 @@ fn room_moved(was: Option<u64>, now: Option<u64>) -> bool {
 /// How far a counter's room moves before a refresh looks at its shares again.
 const ROOM_MOVED: f64 = 1.0 / 8.0;
 
-/// `tracked`'s assignment at `now`: resolved if it was not,
-/// counted and observed with `usage` if it comes with a report.
+/// `tracked`'s assignment at `now`, and whether its counter's fleet demand is over the rate
+/// (`replace::hold`): resolved if it was not, counted and observed with a report's usage,
+/// or from the counter's state a refresh has read already.
 fn assess(
     q: &Quotas,
     rules: &Compiled,
     domain: &str,
     tracked: &mut Tracked,
-    usage: Option<(Counts, Duration)>,
+    look: Look,
     now: UnixMillis,
-) -> Assignment {
+) -> (Assignment, bool) {
     let resolved = match tracked.resolved {
         Some(r) => r,
         None => {
@@ -342,13 +348,26 @@ fn assess(
         }
     };
     let Some((index, entity)) = resolved else {
-        return q.blanket(q.config.unknown.for_domain(domain));
+        return (q.blanket(q.config.unknown.for_domain(domain)), true);
     };
-    let counts = usage.map_or((0, 0), |(c, _)| (c.allowed, c.denied));
-    match q.limiter.count_quota(rules, index, entity, counts, now) {
+    let (count, usage) = match look {
+        Look::Refresh(Some(count)) => (count, None),
+        Look::Refresh(None) => (
+            q.limiter.count_quota(rules, index, entity, (0, 0), now),
+            None,
+        ),
+        Look::Report(usage) => {
+            let counts = usage.map_or((0, 0), |(c, _)| (c.allowed, c.denied));
+            (
+                q.limiter.count_quota(rules, index, entity, counts, now),
+                usage,
+            )
+        }
+    };
+    match count {
         None => {
             tracked.room = None;
-            q.blanket(Strategy::AllowAll)
+            (q.blanket(Strategy::AllowAll), true)
         }
         Some(count) => {
             tracked.room = Some(room_of(&count).now);
@@ -357,28 +376,19 @@ fn assess(
     }
 }
 
-/// `a` as it should replace what `tracked` last got, given whether its counter's fleet
-/// demand is over the rate (`share::hold`).
 /// The action for `tracked`'s assignment `a` at `now`, if it must go out before the next
 /// refresh (the next chance to send): held to what Envoy runs where a change is not worth a
-/// replacement, then sent if it is news or a renewal is due.
+/// replacement (`replace::hold`, given whether the fleet's demand is over the rate), then
+/// sent if it is news or a renewal is due.
 fn offer(
     q: &Quotas,
     tracked: &mut Tracked,
-    a: Assignment,
+    (a, pressed): (Assignment, bool),
     now: UnixMillis,
 ) -> Option<BucketAction> {
-    let a = held(q, tracked, a);
+    let a = hold(tracked.last.as_ref().map(|(last, _)| last), a, pressed);
     let last = tracked.last.as_ref().map(|(a, t)| (a, *t));
     must_send(last, &a, now, refresh_ms()).then(|| send(q, tracked, a, now))
-}
-
-fn held(q: &Quotas, tracked: &Tracked, a: Assignment) -> Assignment {
-    let pressed = match tracked.resolved {
-        Some(Some((_, entity))) => q.pressed(entity),
-        _ => true,
-    };
-    hold(tracked.last.as_ref().map(|(last, _)| last), a, pressed)
 }
 
 /// The action carrying `a` (or, when only its TTL is news, the settings Envoy runs: see
