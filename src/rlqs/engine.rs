@@ -3,8 +3,7 @@
 //! member gets; the bounds on streams and buckets; the counters of the service's metrics; and
 //! the presence this replica publishes to the fleet (`global::PresenceSource`).
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,12 +34,23 @@ const CACHE_ROOM: f64 = 1.0 / 16.0;
 pub struct Quotas {
     pub(super) limiter: Arc<RateLimiter>,
     pub(super) config: Config,
-    counters: Mutex<HashMap<u128, Shares>>,
+    /// Every counter with members on this replica: joining and leaving go through this map,
+    /// a member's reports and refreshes through its [`Seat`] alone.
+    counters: Mutex<HashMap<u128, Arc<Mutex<Shares>>>>,
     pub(super) streams: AtomicUsize,
     pub(super) buckets: AtomicUsize,
     next_id: AtomicU64,
     /// The metrics' counters.
     pub stats: QuotaStats,
+}
+
+/// A member's place in its counter's shares: a report takes the shares' lock only, not the
+/// map of every counter, and finds its member where it last was (the map, and a hash map
+/// per member's state, once cost most of a report in cache misses).
+pub(super) struct Seat {
+    shares: Arc<Mutex<Shares>>,
+    /// Where the member was in `Shares::members` (it moves only as others join or leave).
+    at: usize,
 }
 
 /// The service's counters, read by the metrics at scrape time.
@@ -68,20 +78,30 @@ pub struct QuotaStats {
 /// latest split.
 #[derive(Default)]
 struct Shares {
-    members: HashMap<u64, Demand>,
+    /// By id, ascending (a split's order): a new member's id is the newest, so it goes last.
+    members: Vec<Member>,
     rest: Rest,
-    /// The latest split, kept when it goes stale: the next is compared with it.
+    /// When the latest split was made, on what room; each member's part is its `assigned`.
+    /// Kept when it goes stale: the next is compared with it.
     cache: Option<Cache>,
     /// A member joined or left, or the rest of the fleet moved: the split is computed again.
     stale: bool,
-    /// Members whose assignment a later split moved, for their stream's next refresh.
-    moved: HashSet<u64>,
-    /// The tokens at once each member's Envoy was last handed (a new bucket's capacity) and
-    /// how many it reported admitted since: what it may still take at once, which the room's
-    /// count does not know yet.
-    grants: HashMap<u64, Grant>,
     /// Whether the presence exchange has told what the rest of the fleet has (`rest`).
     rest_known: bool,
+}
+
+/// A (stream, bucket) sharing the counter.
+struct Member {
+    id: u64,
+    demand: Demand,
+    /// The tokens at once its Envoy was last handed (a new bucket's capacity) and how many
+    /// it reported admitted since: what it may still take at once, which the room's count
+    /// does not know yet.
+    grant: Option<Grant>,
+    /// Its part of the latest split.
+    assigned: Option<Assignment>,
+    /// A later split moved its assignment, for its stream's next refresh.
+    moved: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -91,16 +111,14 @@ struct Grant {
 }
 
 /// One split of a counter among this replica's members: each member's assignment, in the
-/// order of `ids`, and whether the fleet's demand was over the rate.
+/// members' order, and whether the fleet's demand was over the rate.
 struct Split {
-    ids: Vec<u64>,
     assigned: Vec<Assignment>,
     pressed: bool,
 }
 
-/// What a split knows of each member, in the order of `ids`.
+/// What a split knows of each member, in the members' order.
 struct Parts<'a> {
-    ids: &'a [u64],
     young: &'a [bool],
     demands: &'a [Option<f64>],
     fractions: &'a [f64],
@@ -112,7 +130,6 @@ struct Cache {
     room: u64,
     /// Whether the fleet's demand was over the rate (`share::over_rate`).
     pressed: bool,
-    assigned: HashMap<u64, Assignment>,
 }
 
 // === impl Quotas ===
@@ -155,35 +172,65 @@ impl Quotas {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Takes `member` out of `entity`'s sharers; the counter goes with its last member.
-    pub(super) fn leave(&self, entity: u128, member: u64) {
+    /// Makes `member` one of `entity`'s sharers: its seat. Under the map's lock, so a
+    /// counter is never dropped by its last member's leaving while another joins it.
+    fn join(&self, entity: u128, member: u64) -> Seat {
         let mut counters = self.counters.lock();
-        if let Some(shares) = counters.get_mut(&entity) {
-            shares.members.remove(&member);
-            shares.grants.remove(&member);
-            shares.moved.remove(&member);
-            shares.stale = true;
-            if shares.members.is_empty() {
-                counters.remove(&entity);
+        let seat = counters.entry(entity).or_default().clone();
+        let mut shares = seat.lock();
+        let at = match shares.find(member, 0) {
+            Ok(at) => at,
+            Err(at) => {
+                shares.members.insert(
+                    at,
+                    Member {
+                        id: member,
+                        demand: Demand::default(),
+                        grant: None,
+                        assigned: None,
+                        moved: false,
+                    },
+                );
+                shares.stale = true;
+                at
             }
+        };
+        drop(shares);
+        Seat { shares: seat, at }
+    }
+
+    /// Takes `member` out of `entity`'s sharers (`seat`); the counter goes with its last
+    /// member.
+    pub(super) fn leave(&self, entity: u128, seat: Seat, member: u64) {
+        let mut counters = self.counters.lock();
+        let mut shares = seat.shares.lock();
+        if let Ok(at) = shares.find(member, seat.at) {
+            shares.members.remove(at);
+            shares.stale = true;
+        }
+        let ours = |s: &Arc<Mutex<Shares>>| Arc::ptr_eq(s, &seat.shares);
+        if shares.members.is_empty() && counters.get(&entity).is_some_and(ours) {
+            counters.remove(&entity);
         }
     }
 
     /// Whether a split since `member`'s last look moved its assignment (and forgets it).
-    pub(super) fn moved(&self, entity: u128, member: u64) -> bool {
-        let mut counters = self.counters.lock();
-        counters
-            .get_mut(&entity)
-            .is_some_and(|shares| shares.moved.remove(&member))
+    pub(super) fn moved(&self, seat: &mut Seat, member: u64) -> bool {
+        let mut shares = seat.shares.lock();
+        let Ok(at) = shares.find(member, seat.at) else {
+            return false;
+        };
+        seat.at = at;
+        std::mem::take(&mut shares.members[at].moved)
     }
 
-    /// The assignment of `member` of `entity` (made one of its sharers if it is not yet)
-    /// given the counter's state `count`, after its report of `usage` (counts over the
-    /// elapsed time) if any; and whether the fleet's demand on the counter is over the rate
-    /// (`replace::hold`), true where there is no split.
+    /// The assignment of `member` of `entity` (made one of its sharers, its `seat`, if it is
+    /// not yet) given the counter's state `count`, after its report of `usage` (counts over
+    /// the elapsed time) if any; and whether the fleet's demand on the counter is over the
+    /// rate (`replace::hold`), true where there is no split.
     pub(super) fn share(
         &self,
-        entity: u128,
+        (entity, seat): (u128, &mut Option<Seat>),
         member: u64,
         count: &QuotaCount,
         usage: Option<(Counts, Duration)>,
@@ -193,60 +240,53 @@ impl Quotas {
             return (self.blanket(Strategy::AllowAll), true);
         }
         let room = room_of(count);
-        let mut counters = self.counters.lock();
-        let shares = counters.entry(entity).or_default();
-        let demand = match shares.members.entry(member) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                shares.stale = true;
-                e.insert(Demand::default())
-            }
+        let seat = seat.get_or_insert_with(|| self.join(entity, member));
+        let mut guard = seat.shares.lock();
+        let shares = &mut *guard;
+        let Ok(me) = shares.find(member, seat.at) else {
+            // Not reached: a stream holds a seat only while its member sits in it (it leaves
+            // and drops the seat together).
+            return (self.blanket(Strategy::DenyAll), true);
         };
+        seat.at = me;
         if let Some((counts, elapsed)) = usage {
-            demand.observe(counts, elapsed, now);
-            if let Some(g) = shares.grants.get_mut(&member) {
+            let m = &mut shares.members[me];
+            m.demand.observe(counts, elapsed, now);
+            if let Some(g) = &mut m.grant {
                 g.used = g.used.saturating_add(counts.allowed);
             }
         }
-        if let Some(cached) = shares.cached(member, room.now, now) {
+        if let Some(cached) = shares.cached(me, room.now, now) {
             return cached;
         }
-        let Split {
-            ids,
-            assigned,
-            pressed,
-        } = self.split_room(shares, room, now);
-        let assigned: HashMap<u64, Assignment> = ids.into_iter().zip(assigned).collect();
-        let mine = assigned
-            .get(&member)
-            .copied()
-            .unwrap_or_else(|| self.blanket(Strategy::DenyAll));
+        let Split { assigned, pressed } = self.split_room(shares, room, now);
         // The other members whose share this split moved are sent theirs at their stream's
         // next refresh; the others' streams have nothing to look at.
-        let before = shares.cache.as_ref().map(|c| &c.assigned);
-        for (&id, a) in &assigned {
-            let was = before.and_then(|b| b.get(&id));
-            if id != member && was.is_none_or(|w| differs(&w.strategy, &a.strategy)) {
-                shares.moved.insert(id);
+        for (i, (m, a)) in shares.members.iter_mut().zip(assigned).enumerate() {
+            if i != me && m.assigned.is_none_or(|w| differs(&w.strategy, &a.strategy)) {
+                m.moved = true;
             }
+            m.assigned = Some(a);
         }
         shares.stale = false;
         shares.cache = Some(Cache {
             at: now,
             room: room.now,
             pressed,
-            assigned,
         });
-        (mine, pressed)
+        let mine = shares.members[me].assigned;
+        (
+            mine.unwrap_or_else(|| self.blanket(Strategy::DenyAll)),
+            pressed,
+        )
     }
 
     /// The split of `room` among `shares`' members at `now`.
     fn split_room(&self, shares: &Shares, room: Room, now: UnixMillis) -> Split {
         let ttl = self.config.assignment_ttl;
-        let mut ids: Vec<u64> = shares.members.keys().copied().collect();
-        ids.sort_unstable();
-        let demands: Vec<Option<f64>> = ids.iter().map(|id| shares.members[id].rate(now)).collect();
-        let young: Vec<bool> = ids.iter().map(|id| shares.members[id].young()).collect();
+        let members = &shares.members;
+        let demands: Vec<Option<f64>> = members.iter().map(|m| m.demand.rate(now)).collect();
+        let young: Vec<bool> = members.iter().map(|m| m.demand.young()).collect();
         // Settled streams also get the room their buckets left unused back as rate
         // (`share::catch_up`); young ones' grants are what must stay cautious.
         let room = if young.contains(&true) {
@@ -256,12 +296,11 @@ impl Quotas {
         };
         let fractions = split(room.rate, &demands, shares.rest);
         let pressed = over_rate(room.rate, &demands, shares.rest);
-        let fleet_streams = (ids.len() as u64).saturating_add(shares.rest.streams);
+        let fleet_streams = (members.len() as u64).saturating_add(shares.rest.streams);
         let burst = burst_fractions(&fractions, fleet_streams);
         let mut assigned: Vec<Assignment> = assign_split(&room, &fractions, &burst, ttl);
         if young.contains(&true) {
             let parts = Parts {
-                ids: &ids,
                 young: &young,
                 demands: &demands,
                 fractions: &fractions,
@@ -269,11 +308,7 @@ impl Quotas {
             };
             self.cap_young(shares, &room, &parts, &mut assigned);
         }
-        Split {
-            ids,
-            assigned,
-            pressed,
-        }
+        Split { assigned, pressed }
     }
 
     /// Holds young streams' grants in `assigned` to cautious ones (`share::first_grant_cap`):
@@ -281,7 +316,7 @@ impl Quotas {
     /// part of it.
     fn cap_young(&self, shares: &Shares, room: &Room, p: &Parts<'_>, assigned: &mut [Assignment]) {
         let ttl = self.config.assignment_ttl;
-        let sharers = (p.ids.len() as u64)
+        let sharers = (shares.members.len() as u64)
             .max(self.stream_count() as u64)
             .saturating_add(shares.rest.streams);
         // Until the presence exchange told what the other replicas have, each may be
@@ -293,7 +328,7 @@ impl Quotas {
         };
         let room_here = room.now / u64::from(replicas.max(1));
         let first = first_grant_cap(room_here, sharers, 1);
-        let held: Vec<u64> = p.ids.iter().map(|id| shares.outstanding(*id)).collect();
+        let held: Vec<u64> = shares.members.iter().map(Member::outstanding).collect();
         let all_held: u64 = held.iter().sum();
         for (i, a) in assigned.iter_mut().enumerate() {
             if !p.young[i] {
@@ -310,25 +345,20 @@ impl Quotas {
         }
     }
 
-    /// `member`'s Envoy of `entity` now runs `a`, a new bucket (not the same settings
+    /// `member`'s Envoy (in `seat`) now runs `a`, a new bucket (not the same settings
     /// renewed): what it may take at once starts again from `a`'s capacity.
-    pub(super) fn granted(&self, entity: u128, member: u64, a: &Assignment) {
-        let mut counters = self.counters.lock();
-        let Some(shares) = counters.get_mut(&entity) else {
+    pub(super) fn granted(&self, seat: &Seat, member: u64, a: &Assignment) {
+        let mut shares = seat.shares.lock();
+        let Ok(at) = shares.find(member, seat.at) else {
             return;
         };
-        match a.strategy {
-            Strategy::TokenBucket { max_tokens, .. } => {
-                let grant = Grant {
-                    tokens: u64::from(max_tokens),
-                    used: 0,
-                };
-                shares.grants.insert(member, grant);
-            }
-            _ => {
-                shares.grants.remove(&member);
-            }
-        }
+        shares.members[at].grant = match a.strategy {
+            Strategy::TokenBucket { max_tokens, .. } => Some(Grant {
+                tokens: u64::from(max_tokens),
+                used: 0,
+            }),
+            _ => None,
+        };
     }
 
     /// A blanket rule lasting the configured TTL.
@@ -355,8 +385,9 @@ impl Quotas {
         let counters = self.counters.lock();
         counters
             .iter()
-            .map(|(&entity, s)| {
-                let demand = s.members.values().filter_map(|d| d.rate(now)).sum();
+            .map(|(&entity, seat)| {
+                let s = seat.lock();
+                let demand = s.members.iter().filter_map(|m| m.demand.rate(now)).sum();
                 let streams = u32::try_from(s.members.len()).unwrap_or(u32::MAX);
                 (entity, streams, demand)
             })
@@ -365,9 +396,10 @@ impl Quotas {
 
     /// What the rest of the fleet has on each counter, as the presence exchange read it.
     pub fn set_rest(&self, others: &[(u128, Rest)]) {
-        let mut counters = self.counters.lock();
+        let counters = self.counters.lock();
         for (entity, rest) in others {
-            if let Some(shares) = counters.get_mut(entity) {
+            if let Some(seat) = counters.get(entity) {
+                let mut shares = seat.lock();
                 shares.rest_known = true;
                 if shares.rest != *rest {
                     shares.rest = *rest;
@@ -381,16 +413,17 @@ impl Quotas {
 // === impl Shares ===
 
 impl Shares {
-    /// What `member`'s Envoy may still take at once from its last grant, by what it reported.
-    fn outstanding(&self, member: u64) -> u64 {
-        self.grants
-            .get(&member)
-            .map_or(0, |g| g.tokens.saturating_sub(g.used))
+    /// Where `member` is among the members (looked for first at `hint`), or would go.
+    fn find(&self, member: u64, hint: usize) -> Result<usize, usize> {
+        if self.members.get(hint).is_some_and(|m| m.id == member) {
+            return Ok(hint);
+        }
+        self.members.binary_search_by_key(&member, |m| m.id)
     }
 
-    /// `member`'s assignment in the cached split and whether the fleet's demand was over the
-    /// rate then, if that split is recent and on about this room.
-    fn cached(&self, member: u64, room: u64, now: UnixMillis) -> Option<(Assignment, bool)> {
+    /// The assignment of the member at `me` in the cached split and whether the fleet's
+    /// demand was over the rate then, if that split is recent and on about this room.
+    fn cached(&self, me: usize, room: u64, now: UnixMillis) -> Option<(Assignment, bool)> {
         let cache = self.cache.as_ref().filter(|_| !self.stale)?;
         if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
             return None;
@@ -399,8 +432,16 @@ impl Shares {
         if (cache.room == 0) != (room == 0) || moved {
             return None;
         }
-        let a = cache.assigned.get(&member).copied()?;
-        Some((a, cache.pressed))
+        Some((self.members[me].assigned?, cache.pressed))
+    }
+}
+
+// === impl Member ===
+
+impl Member {
+    /// What its Envoy may still take at once from its last grant, by what it reported.
+    fn outstanding(&self) -> u64 {
+        self.grant.map_or(0, |g| g.tokens.saturating_sub(g.used))
     }
 }
 

@@ -10,6 +10,8 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usag
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 
+use prost::Message;
+
 use crate::core::clock::{ManualClock, UnixMillis};
 use crate::rlqs::{Config, Quotas, Stream};
 use crate::rls::{Options, RateLimiter};
@@ -40,7 +42,7 @@ fn first_report() -> RateLimitQuotaUsageReports {
 
 /// The capacity of the token bucket a report got.
 fn capacity(s: &mut Stream) -> u32 {
-    let actions = s.report(&first_report(), T0).unwrap();
+    let actions = s.report(&first_report().encode_to_vec(), T0).unwrap();
     match actions[0].bucket_action.as_ref().unwrap() {
         Action::QuotaAssignmentAction(q) => match q.rate_limit_strategy.unwrap().strategy {
             Some(Pb::TokenBucket(t)) => t.max_tokens,

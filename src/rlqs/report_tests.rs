@@ -1,9 +1,21 @@
 //! Tests of [`check`]: each message is valid but for one problem, so each test fails without
-//! the check it names.
+//! the check it names; and the reading of the wire format, held to prost's decoding of the
+//! same bytes.
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use prost::Message;
 
 use super::*;
+
+/// [`super::check`] of `m`'s bytes (kept for the test's life: the report borrows them).
+fn check(
+    m: &RateLimitQuotaUsageReports,
+    stream: Option<&'static str>,
+) -> Result<Report<'static>, ReportError> {
+    super::check(m.encode_to_vec().leak(), stream)
+}
 
 fn bucket(entries: &[(&str, &str)]) -> Option<BucketId> {
     Some(BucketId {
@@ -53,7 +65,7 @@ fn a_valid_report_is_typed_usage_in_order() {
     let r = check(&m, None).unwrap();
     assert_eq!(r.domain, "edge");
     assert_eq!(r.usages.len(), 2);
-    assert_eq!(r.usages[0].bucket["tenant"], "acme");
+    assert_eq!(r.bucket(&r.usages[0]), [("tenant", "acme")]);
     assert_eq!(r.usages[0].elapsed, Duration::from_secs(5));
     assert_eq!(
         r.usages[0].counts,
@@ -63,7 +75,11 @@ fn a_valid_report_is_typed_usage_in_order() {
         }
     );
     assert_eq!(r.usages[0].counts.demand(), 10);
-    assert_eq!(r.usages[1].bucket.len(), 2);
+    // Sorted by key.
+    assert_eq!(
+        r.bucket(&r.usages[1]),
+        [("method", "GET"), ("tenant", "beta")]
+    );
     assert_eq!(r.usages[1].elapsed, Duration::from_millis(1500));
     // No usages at all: nothing to do, but nothing wrong.
     assert!(check(&message(vec![]), None).unwrap().usages.is_empty());
@@ -286,4 +302,154 @@ fn the_first_problem_in_order_is_reported() {
     let mut m = m;
     m.domain.clear();
     assert_eq!(check(&m, None).unwrap_err(), ReportError::NoDomain);
+}
+
+#[test]
+fn the_wire_format_is_read_as_protobuf_defines_it() {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    // A field of `m` written by hand: `tag`, then `body` length-delimited.
+    fn field(out: &mut Vec<u8>, tag: u32, body: &[u8]) {
+        encode_key(tag, WireType::LengthDelimited, out);
+        encode_varint(body.len() as u64, out);
+        out.extend_from_slice(body);
+    }
+    let entry = |k: &str, v: &str| {
+        let mut e = Vec::new();
+        field(&mut e, 1, k.as_bytes());
+        field(&mut e, 2, v.as_bytes());
+        e
+    };
+    let id = |entries: &[Vec<u8>]| {
+        let mut b = Vec::new();
+        for e in entries {
+            field(&mut b, 1, e);
+        }
+        b
+    };
+    let mut u = Vec::new();
+    // A key sent twice keeps its last value; a second bucket_id adds its entries; a second
+    // time_elapsed overrides the fields it carries (its zero seconds are not on the wire);
+    // an unknown field is skipped.
+    field(
+        &mut u,
+        1,
+        &id(&[entry("tenant", "acme"), entry("method", "GET")]),
+    );
+    field(&mut u, 1, &id(&[entry("tenant", "beta")]));
+    field(
+        &mut u,
+        2,
+        &PbDuration {
+            seconds: 5,
+            nanos: 7,
+        }
+        .encode_to_vec(),
+    );
+    field(
+        &mut u,
+        2,
+        &PbDuration {
+            seconds: 0,
+            nanos: 9,
+        }
+        .encode_to_vec(),
+    );
+    encode_key(3, WireType::Varint, &mut u);
+    encode_varint(4, &mut u);
+    field(&mut u, 99, b"ignored");
+    let mut msg = Vec::new();
+    field(&mut msg, 1, b"edge");
+    field(&mut msg, 2, &u);
+    let r = super::check(&msg, None).unwrap();
+    let usage = &r.usages[0];
+    assert_eq!(r.bucket(usage), [("method", "GET"), ("tenant", "beta")]);
+    assert_eq!(usage.elapsed, Duration::new(5, 9));
+    assert_eq!(usage.counts.allowed, 4);
+    // prost reads the same bytes the same way.
+    let p = RateLimitQuotaUsageReports::decode(&msg[..]).unwrap();
+    let pu = &p.bucket_quota_usages[0];
+    assert_eq!(pu.bucket_id.as_ref().unwrap().bucket["tenant"], "beta");
+    assert_eq!(pu.time_elapsed, secs(5, 9));
+
+    // Malformed: truncated, a known field of the wrong wire type, a string not UTF-8.
+    let e = super::check(&msg[..msg.len() - 1], None).unwrap_err();
+    assert!(matches!(e, ReportError::Malformed(_)), "{e}");
+    let mut wrong = Vec::new();
+    encode_key(1, WireType::Varint, &mut wrong);
+    encode_varint(1, &mut wrong);
+    let e = super::check(&wrong, None).unwrap_err();
+    assert!(
+        e.to_string().starts_with("the report is not a valid"),
+        "{e}"
+    );
+    let (mut count_as_bytes, mut wrong) = (Vec::new(), Vec::new());
+    field(&mut count_as_bytes, 3, b"4");
+    field(&mut wrong, 2, &count_as_bytes);
+    let e = super::check(&wrong, None).unwrap_err();
+    assert!(matches!(e, ReportError::Malformed(_)), "{e}");
+    let mut bad = Vec::new();
+    field(&mut bad, 1, &[0xff, 0xfe]);
+    let e = super::check(&bad, None).unwrap_err();
+    assert!(e.to_string().contains("UTF-8"), "{e}");
+}
+
+proptest::proptest! {
+    /// What prost's generated decoding reads from a message's bytes (mutated or not), this
+    /// reads the same: the same fields when it takes the message, and refused as malformed
+    /// exactly when prost refuses it.
+    #[test]
+    fn reads_what_prost_reads(
+        domain in "[a-c]{0,3}",
+        usages in proptest::collection::vec(
+            (
+                proptest::option::of(proptest::collection::hash_map("[a-c]{0,2}", "[x-z]{0,2}", 0..4)),
+                proptest::option::of((-2i64..4000, -2i32..1_000_000_002)),
+                proptest::prelude::any::<u64>(),
+                0u64..3,
+            ),
+            0..4,
+        ),
+        cut in proptest::prelude::any::<proptest::sample::Index>(),
+        flip in proptest::option::of((proptest::prelude::any::<proptest::sample::Index>(), 1u8..=255)),
+    ) {
+        let m = RateLimitQuotaUsageReports {
+            domain,
+            bucket_quota_usages: usages
+                .into_iter()
+                .map(|(bucket, elapsed, allowed, denied)| BucketQuotaUsage {
+                    bucket_id: bucket.map(|bucket| BucketId { bucket }),
+                    time_elapsed: elapsed.map(|(seconds, nanos)| PbDuration { seconds, nanos }),
+                    num_requests_allowed: allowed,
+                    num_requests_denied: denied,
+                })
+                .collect(),
+        };
+        let whole = m.encode_to_vec();
+        if let Ok(r) = super::check(&whole, None) {
+            let p = &m.bucket_quota_usages;
+            proptest::prop_assert_eq!(r.domain, m.domain.as_str());
+            proptest::prop_assert_eq!(r.usages.len(), p.len());
+            for (u, pu) in r.usages.iter().zip(p) {
+                let mut want: Vec<(&str, &str)> = pu.bucket_id.as_ref().unwrap().bucket
+                    .iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                want.sort_unstable();
+                proptest::prop_assert_eq!(r.bucket(u), &want[..]);
+                proptest::prop_assert_eq!(u.counts.allowed, pu.num_requests_allowed);
+                proptest::prop_assert_eq!(u.counts.denied, pu.num_requests_denied);
+                let d = pu.time_elapsed.unwrap();
+                proptest::prop_assert_eq!(u.elapsed, Duration::new(d.seconds as u64, d.nanos as u32));
+            }
+        }
+        let mut bytes = whole;
+        if let Some((at, x)) = flip {
+            if !bytes.is_empty() {
+                let i = at.index(bytes.len());
+                bytes[i] ^= x;
+            }
+        }
+        let bytes = &bytes[..cut.index(bytes.len() + 1)];
+        let ours = matches!(super::check(bytes, None), Err(ReportError::Malformed(_)));
+        let theirs = RateLimitQuotaUsageReports::decode(bytes).is_err();
+        proptest::prop_assert_eq!(ours, theirs, "{:?}", bytes);
+    }
 }

@@ -5,7 +5,6 @@
 //! the bucket actions to send. No transport: `server/rlqs.rs` carries the messages.
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,14 +14,14 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
     AbandonAction, BucketAction as Action, QuotaAssignmentAction,
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use hashbrown::HashTable;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 use crate::core::clock::UnixMillis;
 use crate::rls::{Compiled, QuotaCount};
 
-use super::engine::{room_of, Quotas};
+use super::engine::{room_of, Quotas, Seat};
 use super::report::{check, Counts, ReportError};
 use super::share::{hold, must_send, strategy_proto, to_send, Assignment, Strategy};
 
@@ -68,6 +67,8 @@ struct Tracked {
     /// The counter it resolved to in `Stream::rules`: `None` before it is resolved, then the
     /// rule's index and the counter, or nothing (no rule).
     resolved: Option<Option<(usize, u128)>>,
+    /// Its place in that counter's shares, once it has one.
+    seat: Option<Seat>,
     last: Option<(Assignment, UnixMillis)>,
     /// The room its counter left when it was last assessed: a refresh that finds it moved
     /// looks at the share again.
@@ -114,14 +115,15 @@ impl Stream {
         std::mem::take(&mut self.refused)
     }
 
-    /// Takes one usage report at `now`: each usage counted in its rule's counter (admitted
-    /// requests) and observed in its share; the actions to send back.
+    /// Takes one usage report (a `RateLimitQuotaUsageReports` message's bytes) at `now`: each
+    /// usage counted in its rule's counter (admitted requests) and observed in its share; the
+    /// actions to send back.
     ///
     /// # Errors
     /// The report's problem (nothing of it is taken then).
     pub fn report(
         &mut self,
-        msg: &RateLimitQuotaUsageReports,
+        msg: &[u8],
         now: UnixMillis,
     ) -> Result<Vec<BucketAction>, StreamError> {
         let domain = self.domain.clone();
@@ -134,7 +136,8 @@ impl Stream {
         self.follow_rules();
         let mut actions = Vec::new();
         for usage in &report.usages {
-            let fingerprint = self.fingerprint(usage.bucket);
+            let bucket = report.bucket(usage);
+            let fingerprint = self.fingerprint(bucket);
             let same = |t: &Tracked| t.fingerprint == fingerprint;
             let tracked = match self.buckets.find_entry(fingerprint as u64, same) {
                 Ok(found) => found.into_mut(),
@@ -146,10 +149,14 @@ impl Stream {
                     let new = Tracked {
                         fingerprint,
                         id: BucketId {
-                            bucket: usage.bucket.clone(),
+                            bucket: bucket
+                                .iter()
+                                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+                                .collect(),
                         },
                         member: q.next_id(),
                         resolved: None,
+                        seat: None,
                         last: None,
                         room: None,
                         active_at: now,
@@ -192,8 +199,8 @@ impl Stream {
             actions.extend(offer(&q, tracked, a, now));
         }
         let abandoned: Vec<Tracked> = self.buckets.extract_if(|t| idle(t)).collect();
-        for t in abandoned {
-            forget(&q, &t);
+        for mut t in abandoned {
+            forget(&q, &mut t);
             q.stats.abandons.fetch_add(1, Ordering::Relaxed);
             actions.push(BucketAction {
                 bucket_id: Some(t.id),
@@ -204,11 +211,10 @@ impl Stream {
     }
 
     /// A bucket id's identity in the stream, as an entity's is its XXH3-128 (`rules/identity.rs`):
-    /// per entry `u64 LE length ‖ key ‖ u64 LE length ‖ value` under the stream's seed. A
-    /// map's entries come in no order, so the entries' hashes are added up: the same map,
-    /// whatever its order, has the same fingerprint. Two ids that differ share one with odds
+    /// per entry `u64 LE length ‖ key ‖ u64 LE length ‖ value` under the stream's seed, the
+    /// entries' hashes added up (order-free, as a map is). Two ids that differ share one with odds
     /// of about 2^-128, against a seed the client cannot see.
-    fn fingerprint(&mut self, bucket: &HashMap<String, String>) -> u128 {
+    fn fingerprint(&mut self, bucket: &[(&str, &str)]) -> u128 {
         let mut sum = 0u128;
         for (k, v) in bucket {
             let b = &mut self.scratch;
@@ -231,9 +237,8 @@ impl Stream {
         self.rules = now;
         let q = self.quotas.clone();
         for t in self.buckets.iter_mut() {
-            if let Some(Some((_, entity))) = t.resolved.take() {
-                q.leave(entity, t.member);
-            }
+            leave(&q, t);
+            t.resolved = None;
         }
     }
 }
@@ -254,17 +259,22 @@ fn admit_bucket(q: &Quotas, tracked: usize, refused: &mut u64) -> bool {
     fits
 }
 
-/// Takes a bucket that goes out of its counter's shares and of the service's count.
-fn forget(q: &Quotas, t: &Tracked) {
-    if let Some(Some((_, entity))) = t.resolved {
-        q.leave(entity, t.member);
+/// Takes a bucket out of its counter's shares.
+fn leave(q: &Quotas, t: &mut Tracked) {
+    if let (Some(seat), Some(Some((_, entity)))) = (t.seat.take(), t.resolved) {
+        q.leave(entity, seat, t.member);
     }
+}
+
+/// Takes a bucket that goes out of its counter's shares and of the service's count.
+fn forget(q: &Quotas, t: &mut Tracked) {
+    leave(q, t);
     q.buckets.fetch_sub(1, Ordering::Relaxed);
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        for t in &self.buckets {
+        for t in self.buckets.iter_mut() {
             forget(&self.quotas, t);
         }
         self.quotas.streams.fetch_sub(1, Ordering::Relaxed);
@@ -291,7 +301,7 @@ enum Look {
 /// synced, or `ShouldRateLimit` hits): so a fleet that fills the room is sent `DENY_ALL`
 /// within a refresh, not at each Envoy's next report. Reading the room is a table lookup;
 /// the split it saves costs more.
-fn due(q: &Quotas, rules: &Compiled, tracked: &Tracked, now: UnixMillis) -> Option<Look> {
+fn due(q: &Quotas, rules: &Compiled, tracked: &mut Tracked, now: UnixMillis) -> Option<Look> {
     let Some((last, sent_at)) = tracked.last else {
         return Some(Look::Refresh(None));
     };
@@ -300,7 +310,11 @@ fn due(q: &Quotas, rules: &Compiled, tracked: &Tracked, now: UnixMillis) -> Opti
         None => Some(Look::Refresh(None)),
         _ if expires <= now.0.saturating_add(refresh_ms()) => Some(Look::Refresh(None)),
         Some(Some((index, entity))) => {
-            if q.moved(entity, tracked.member) {
+            if tracked
+                .seat
+                .as_mut()
+                .is_some_and(|s| q.moved(s, tracked.member))
+            {
                 return Some(Look::Refresh(None));
             }
             let count = q.limiter.count_quota(rules, index, entity, (0, 0), now);
@@ -371,7 +385,8 @@ fn assess(
         }
         Some(count) => {
             tracked.room = Some(room_of(&count).now);
-            q.share(entity, tracked.member, &count, usage, now)
+            let seat = (entity, &mut tracked.seat);
+            q.share(seat, tracked.member, &count, usage, now)
         }
     }
 }
@@ -398,8 +413,8 @@ fn send(q: &Quotas, tracked: &mut Tracked, a: Assignment, now: UnixMillis) -> Bu
     let replaced = tracked
         .last
         .is_none_or(|(last, _)| last.strategy != a.strategy);
-    if let (true, Some(Some((_, entity)))) = (replaced, tracked.resolved) {
-        q.granted(entity, tracked.member, &a);
+    if let (true, Some(seat)) = (replaced, &tracked.seat) {
+        q.granted(seat, tracked.member, &a);
     }
     tracked.last = Some((a, now));
     q.sent(&a);

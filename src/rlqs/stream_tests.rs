@@ -16,6 +16,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy as Pb};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 
+use prost::Message;
+
 use super::*;
 use crate::core::clock::{ManualClock, UnixMillis};
 use crate::rlqs::{Config, Quotas, UnknownBuckets};
@@ -103,7 +105,7 @@ fn a_first_report_gets_each_bucket_its_assignment() {
         usage(bucket(&[("free", "x")]), 1, 0, 0),
         usage(bucket(&[("nothing", "here")]), 1, 0, 0),
     ]);
-    let sent = strategies(&s.report(&msg, T0).unwrap());
+    let sent = strategies(&s.report(&msg.encode_to_vec(), T0).unwrap());
     assert_eq!(sent.len(), 3);
     let (max, rate) = tokens(&sent[0]);
     // Alone on the counter: the whole room (600 less the one admitted) and rate (10/s).
@@ -116,7 +118,10 @@ fn a_first_report_gets_each_bucket_its_assignment() {
     );
     // The same again, soon after: nothing new to send.
     let again = report(vec![usage(bucket(&[("name", "prod")]), 0, 0, 1)]);
-    assert!(s.report(&again, T0.plus_millis(1000)).unwrap().is_empty());
+    assert!(s
+        .report(&again.encode_to_vec(), T0.plus_millis(1000))
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -128,7 +133,7 @@ fn unknown_buckets_get_the_domains_default() {
     let (q, _) = setup(config);
     let mut s = Stream::open(&q).unwrap();
     let msg = report(vec![usage(bucket(&[("nothing", "here")]), 0, 0, 0)]);
-    let sent = strategies(&s.report(&msg, T0).unwrap());
+    let sent = strategies(&s.report(&msg.encode_to_vec(), T0).unwrap());
     assert!(is_blanket(&sent[0], BlanketRule::DenyAll));
 }
 
@@ -137,8 +142,11 @@ fn reported_usage_counts_in_the_counter_should_rate_limit_uses() {
     let (q, _) = setup(Config::default());
     let mut s = Stream::open(&q).unwrap();
     let acme = bucket(&[("tenant", "acme")]);
-    s.report(&report(vec![usage(acme.clone(), 59, 7, 5)]), T0)
-        .unwrap();
+    s.report(
+        &report(vec![usage(acme.clone(), 59, 7, 5)]).encode_to_vec(),
+        T0,
+    )
+    .unwrap();
     let req = |value: &str| RateLimitRequest {
         domain: "edge".into(),
         descriptors: vec![RateLimitDescriptor {
@@ -170,8 +178,11 @@ fn a_full_window_denies_until_its_reset_then_room_returns() {
     let mut s = Stream::open(&q).unwrap();
     let acme = bucket(&[("tenant", "acme")]);
     let sent = strategies(
-        &s.report(&report(vec![usage(acme.clone(), 60, 0, 5)]), T0)
-            .unwrap(),
+        &s.report(
+            &report(vec![usage(acme.clone(), 60, 0, 5)]).encode_to_vec(),
+            T0,
+        )
+        .unwrap(),
     );
     assert!(is_blanket(&sent[0], BlanketRule::DenyAll));
     // The fixed window ends at T0 + 60 s: the deny lasts until then.
@@ -200,15 +211,20 @@ fn two_streams_split_the_room_by_demand() {
     let (q, _) = setup(Config::default());
     let (mut a, mut b) = (Stream::open(&q).unwrap(), Stream::open(&q).unwrap());
     let prod = || bucket(&[("name", "prod")]);
-    a.report(&report(vec![usage(prod(), 0, 0, 0)]), T0).unwrap();
-    b.report(&report(vec![usage(prod(), 0, 0, 0)]), T0).unwrap();
+    a.report(&report(vec![usage(prod(), 0, 0, 0)]).encode_to_vec(), T0)
+        .unwrap();
+    b.report(&report(vec![usage(prod(), 0, 0, 0)]).encode_to_vec(), T0)
+        .unwrap();
     // a wants 9 a second, b 1: together at the limit's 10.
     let at = T0.plus_millis(5000);
     let sa = strategies(
-        &a.report(&report(vec![usage(prod(), 45, 0, 5)]), at)
+        &a.report(&report(vec![usage(prod(), 45, 0, 5)]).encode_to_vec(), at)
             .unwrap(),
     );
-    let sb = strategies(&b.report(&report(vec![usage(prod(), 5, 0, 5)]), at).unwrap());
+    let sb = strategies(
+        &b.report(&report(vec![usage(prod(), 5, 0, 5)]).encode_to_vec(), at)
+            .unwrap(),
+    );
     let later = at.plus_millis(CACHE_WAIT);
     let ra = a.refresh(later);
     let rb = b.refresh(later);
@@ -234,13 +250,14 @@ fn an_idle_bucket_is_abandoned_and_forgotten() {
     let (q, _) = setup(config);
     let mut s = Stream::open(&q).unwrap();
     s.report(
-        &report(vec![usage(bucket(&[("name", "prod")]), 3, 0, 0)]),
+        &report(vec![usage(bucket(&[("name", "prod")]), 3, 0, 0)]).encode_to_vec(),
         T0,
     )
     .unwrap();
     assert_eq!((q.bucket_count(), q.counter_count()), (1, 1));
     let quiet = report(vec![usage(bucket(&[("name", "prod")]), 0, 0, 5)]);
-    s.report(&quiet, T0.plus_millis(30_000)).unwrap();
+    s.report(&quiet.encode_to_vec(), T0.plus_millis(30_000))
+        .unwrap();
     assert!(strategies(&s.refresh(T0.plus_millis(59_000)))
         .iter()
         .all(Option::is_some));
@@ -270,7 +287,10 @@ fn the_bounds_refuse_streams_and_buckets_and_free_them_on_close() {
     let many: Vec<_> = (0..5)
         .map(|i| usage(bucket(&[("tenant", &format!("t{i}"))]), 1, 0, 0))
         .collect();
-    assert_eq!(a.report(&report(many), T0).unwrap().len(), 2);
+    assert_eq!(
+        a.report(&report(many).encode_to_vec(), T0).unwrap().len(),
+        2
+    );
     assert_eq!(a.take_refused(), 3);
     assert_eq!(q.bucket_count(), 2);
     drop(a);
@@ -282,7 +302,7 @@ fn the_bounds_refuse_streams_and_buckets_and_free_them_on_close() {
     let two: Vec<_> = (0..2)
         .map(|i| usage(bucket(&[("tenant", &format!("u{i}"))]), 1, 0, 0))
         .collect();
-    assert_eq!(b.report(&report(two), T0).unwrap().len(), 2);
+    assert_eq!(b.report(&report(two).encode_to_vec(), T0).unwrap().len(), 2);
 }
 
 #[test]
@@ -292,7 +312,9 @@ fn a_bad_report_is_refused_whole() {
     let mut bad = usage(bucket(&[("name", "prod")]), 1, 0, 0);
     bad.time_elapsed = None;
     let good = usage(bucket(&[("tenant", "acme")]), 1, 0, 0);
-    let e = s.report(&report(vec![good, bad]), T0).unwrap_err();
+    let e = s
+        .report(&report(vec![good, bad]).encode_to_vec(), T0)
+        .unwrap_err();
     assert_eq!(e.to_string(), "bucket usage 1: no time_elapsed");
     assert_eq!(q.bucket_count(), 0, "nothing of it taken");
 }
@@ -302,8 +324,11 @@ fn a_reload_moves_buckets_to_their_new_rules() {
     let (q, _) = setup(Config::default());
     let mut s = Stream::open(&q).unwrap();
     let acme = bucket(&[("tenant", "acme")]);
-    s.report(&report(vec![usage(acme.clone(), 1, 0, 0)]), T0)
-        .unwrap();
+    s.report(
+        &report(vec![usage(acme.clone(), 1, 0, 0)]).encode_to_vec(),
+        T0,
+    )
+    .unwrap();
     let rules = crate::rules::compile_sources(
         &[(
             "rules.yaml".into(),
@@ -324,10 +349,13 @@ fn a_report_that_fills_the_room_denies_at_once_however_recent_the_split() {
     let (q, _) = setup(Config::default());
     let mut s = Stream::open(&q).unwrap();
     let acme = || bucket(&[("tenant", "acme")]);
-    let first = strategies(&s.report(&report(vec![usage(acme(), 1, 0, 0)]), T0).unwrap());
+    let first = strategies(
+        &s.report(&report(vec![usage(acme(), 1, 0, 0)]).encode_to_vec(), T0)
+            .unwrap(),
+    );
     assert_eq!(tokens(&first[0]).0, 59);
     let full = strategies(
-        &s.report(&report(vec![usage(acme(), 59, 0, 1)]), T0)
+        &s.report(&report(vec![usage(acme(), 59, 0, 1)]).encode_to_vec(), T0)
             .unwrap(),
     );
     assert!(is_blanket(&full[0], BlanketRule::DenyAll), "{full:?}");
@@ -338,14 +366,19 @@ fn a_refresh_sends_a_share_another_members_report_moved_and_nothing_else() {
     let (q, _) = setup(Config::default());
     let (mut a, mut b) = (Stream::open(&q).unwrap(), Stream::open(&q).unwrap());
     let prod = || bucket(&[("name", "prod")]);
-    a.report(&report(vec![usage(prod(), 0, 0, 0)]), T0).unwrap();
-    b.report(&report(vec![usage(prod(), 0, 0, 0)]), T0).unwrap();
+    a.report(&report(vec![usage(prod(), 0, 0, 0)]).encode_to_vec(), T0)
+        .unwrap();
+    b.report(&report(vec![usage(prod(), 0, 0, 0)]).encode_to_vec(), T0)
+        .unwrap();
     let at = T0.plus_millis(1000);
     assert!(b.refresh(at).is_empty(), "nothing moved yet");
     // a turns busy (9 a second of the limit's 10): b's share shrinks.
     let later = T0.plus_millis(5000);
-    a.report(&report(vec![usage(prod(), 45, 0, 5)]), later)
-        .unwrap();
+    a.report(
+        &report(vec![usage(prod(), 45, 0, 5)]).encode_to_vec(),
+        later,
+    )
+    .unwrap();
     let moved = strategies(&b.refresh(later.plus_millis(1)));
     assert_eq!(moved.len(), 1, "b is sent its smaller share");
     assert!(tokens(&moved[0]).1 < 5.0, "{moved:?}");
@@ -360,7 +393,8 @@ fn a_room_filled_between_reports_is_denied_at_the_next_refresh() {
     let (q, _) = setup(Config::default());
     let mut s = Stream::open(&q).unwrap();
     let acme = bucket(&[("tenant", "acme")]);
-    s.report(&report(vec![usage(acme, 10, 0, 0)]), T0).unwrap();
+    s.report(&report(vec![usage(acme, 10, 0, 0)]).encode_to_vec(), T0)
+        .unwrap();
     assert!(s.refresh(T0.plus_millis(1000)).is_empty(), "nothing moved");
     // ShouldRateLimit (or another replica, through the sync) takes the other 50.
     let limiter = q.limiter().clone();
@@ -391,12 +425,18 @@ fn a_bucket_is_found_again_whatever_its_maps_order() {
     let pairs = [("tenant", "acme"), ("method", "GET"), ("path", "/a")];
     let forward = bucket(&pairs[..2]);
     let backward = bucket(&[pairs[1], pairs[0]]);
-    s.report(&report(vec![usage(forward, 1, 0, 0)]), T0)
+    s.report(&report(vec![usage(forward, 1, 0, 0)]).encode_to_vec(), T0)
         .unwrap();
-    s.report(&report(vec![usage(backward.clone(), 1, 0, 1)]), T0)
-        .unwrap();
+    s.report(
+        &report(vec![usage(backward.clone(), 1, 0, 1)]).encode_to_vec(),
+        T0,
+    )
+    .unwrap();
     assert_eq!((s.bucket_count(), q.bucket_count()), (1, 1));
-    s.report(&report(vec![usage(bucket(&pairs), 1, 0, 0)]), T0)
-        .unwrap();
+    s.report(
+        &report(vec![usage(bucket(&pairs), 1, 0, 0)]).encode_to_vec(),
+        T0,
+    )
+    .unwrap();
     assert_eq!((s.bucket_count(), q.bucket_count()), (2, 2));
 }

@@ -6,20 +6,27 @@
 //! counting when the limiter closes (their reports wait unread), and ends every stream with
 //! `OK` once the final flush has put this replica's counts in the store: the replica Envoy
 //! reconnects to continues from the fleet's count.
+//!
+//! The server is envoy-types' generated one but for its codec: a report reaches
+//! `rlqs::Stream::report` as the message's bytes, read in place (`rlqs/report.rs` says why).
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use bytes::{Buf, Bytes};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
-    RateLimitQuotaService, RateLimitQuotaServiceServer,
-};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::SERVICE_NAME;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse;
+use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::{Body, StdError};
+use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::rlqs::{Quotas, Stream, StreamError, REFRESH};
@@ -51,33 +58,105 @@ impl QuotaService {
     }
 
     /// The tonic server wrapping this service.
-    pub fn into_server(self) -> RateLimitQuotaServiceServer<QuotaService> {
-        RateLimitQuotaServiceServer::new(self)
+    pub fn into_server(self) -> QuotaServer {
+        QuotaServer(self)
+    }
+
+    /// Opens a `StreamRateLimitQuotas` stream: its task runs until the stream ends.
+    fn open(&self, reports: Streaming<Bytes>) -> Result<Responses, Status> {
+        let stream = Stream::open(&self.quotas).map_err(|e| status_of(&self.quotas, &e))?;
+        let (tx, rx) = mpsc::channel(OUTBOX);
+        let run = run(self.quotas.clone(), stream, reports, tx, self.stops.clone());
+        tokio::spawn(run);
+        Ok(Box::pin(ReceiverStream::new(rx)))
     }
 }
 
 type Responses =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
 
-#[async_trait::async_trait]
-impl RateLimitQuotaService for QuotaService {
-    type StreamRateLimitQuotasStream = Responses;
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-    async fn stream_rate_limit_quotas(
-        &self,
-        request: Request<Streaming<RateLimitQuotaUsageReports>>,
-    ) -> Result<Response<Responses>, Status> {
-        let stream = Stream::open(&self.quotas).map_err(|e| status_of(&self.quotas, &e))?;
-        let (tx, rx) = mpsc::channel(OUTBOX);
-        let run = run(
-            self.quotas.clone(),
-            stream,
-            request.into_inner(),
-            tx,
-            self.stops.clone(),
-        );
-        tokio::spawn(run);
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+/// `RateLimitQuotaService` as a tonic service, routed by its name.
+#[derive(Clone)]
+pub struct QuotaServer(QuotaService);
+
+impl NamedService for QuotaServer {
+    const NAME: &'static str = SERVICE_NAME;
+}
+
+impl<B> tower::Service<http::Request<B>> for QuotaServer
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        const METHOD: &str =
+            "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas";
+        if req.uri().path() != METHOD {
+            return Box::pin(std::future::ready(
+                Ok(Status::unimplemented("").into_http()),
+            ));
+        }
+        let service = self.0.clone();
+        Box::pin(async move { Ok(Grpc::new(ReportCodec).streaming(service, req).await) })
+    }
+}
+
+impl StreamingService<Bytes> for QuotaService {
+    type Response = RateLimitQuotaResponse;
+    type ResponseStream = Responses;
+    type Future = std::future::Ready<Result<Response<Responses>, Status>>;
+
+    fn call(&mut self, request: Request<Streaming<Bytes>>) -> Self::Future {
+        std::future::ready(self.open(request.into_inner()).map(Response::new))
+    }
+}
+
+/// Reports in as their bytes, responses out as prost encodes them.
+#[derive(Clone, Copy, Default)]
+struct ReportCodec;
+
+impl Codec for ReportCodec {
+    type Encode = RateLimitQuotaResponse;
+    type Decode = Bytes;
+    type Encoder = ReportCodec;
+    type Decoder = ReportCodec;
+
+    fn encoder(&mut self) -> ReportCodec {
+        ReportCodec
+    }
+
+    fn decoder(&mut self) -> ReportCodec {
+        ReportCodec
+    }
+}
+
+impl Encoder for ReportCodec {
+    type Item = RateLimitQuotaResponse;
+    type Error = Status;
+
+    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        // EncodeBuf grows as needed: encoding into it cannot run out of room.
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("encoding a response: {e}")))
+    }
+}
+
+impl Decoder for ReportCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 
@@ -87,7 +166,7 @@ impl RateLimitQuotaService for QuotaService {
 async fn run(
     quotas: Arc<Quotas>,
     mut stream: Stream,
-    mut reports: Streaming<RateLimitQuotaUsageReports>,
+    mut reports: Streaming<Bytes>,
     tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     stops: Stops,
 ) {
@@ -100,7 +179,7 @@ async fn run(
             msg = reports.message() => match msg {
                 Ok(Some(msg)) => {
                     let now = quotas.limiter().now();
-                    match stream.report(&msg, now) {
+                    match stream.report(&msg[..], now) {
                         Ok(actions) => actions,
                         Err(e) => {
                             let _ = tx.send(Err(status_of(&quotas, &e))).await;

@@ -32,6 +32,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usag
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use parking_lot::Mutex;
+use prost::Message;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::{interval_at, sleep_until, Instant, MissedTickBehavior};
 
@@ -454,7 +455,7 @@ async fn serve(
             biased;
             msg = reports.recv() => match msg {
                 Some(m) => stream
-                    .report(&m, quotas.limiter().now())
+                    .report(&m.encode_to_vec(), quotas.limiter().now())
                     .expect("the simulated Envoy's reports are valid"),
                 None => break,
             },
