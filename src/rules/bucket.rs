@@ -30,8 +30,9 @@ impl RuleSet {
     /// The map's entries are a descriptor's entries in an order the tree gives: at each level,
     /// an entry whose key the level names selects its node as in [`RuleSet::find`] (exact
     /// value, then the first wildcard that matches, then key-only), and the match must use
-    /// every entry, its last one selecting a node with a limit. The counter is the one `find`
-    /// computes for the descriptor in that order, so both protocols count in one counter.
+    /// every entry, its last one selecting a node with a limit (or a value of the level's
+    /// `overrides`, as in `find`). The counter is the one `find` computes for the descriptor
+    /// in that order, so both protocols count in one counter.
     ///
     /// When several entries' keys are named at one level, they are tried by precedence of
     /// the node they select (exact before wildcard before key-only), then by key (bytewise);

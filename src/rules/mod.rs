@@ -4,13 +4,16 @@
 //! Matching follows envoyproxy/ratelimit: per request entry, greedy and without backtracking,
 //! an exact `key`+`value` node wins, then the level's wildcard patterns in file order (`*`
 //! matches zero or more characters anywhere in the value), then the key-only node. A limit
-//! applies only when the node matched at the request's *last* entry has one.
+//! applies only when the node matched at the request's *last* entry has one. There, a value
+//! that a key-only or wildcard node of the level names in its `overrides` is found first, in
+//! a hash map, as an exact value would be: an override is its value's own rule.
 //!
 //! Counter identity ([`Match::entity`]) is a 128-bit hash of the rule's stable id and of the
 //! request values at key-only and wildcard levels (one counter per distinct value, unless the
 //! node says `share_threshold`). The rule id hashes the rule's path and limits, not its
 //! position in the file, so a reload keeps the counters of every unchanged rule. Both are
-//! explicit byte encodings, pinned by tests: see `identity.rs`.
+//! explicit byte encodings, pinned by tests: see `identity.rs`. An override's counter is the
+//! one a descriptor for its value alone would have.
 //!
 //! Files: `model/` (the YAML model and its key check), `prescan.rs` (size and nesting bounds
 //! checked before parsing), `error.rs` (a rules file's error as printed, and giving errors

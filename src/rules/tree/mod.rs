@@ -1,5 +1,6 @@
 //! The descriptor tree of a compiled domain: per level, exact values, wildcard patterns in file
-//! order and the key-only node, and the lookup that picks one of them for a request value. The
+//! order and the key-only node, and the lookup that picks one of them for a request value; and
+//! the values the level's `overrides` name, each with its own rule. The
 //! wildcards of a level are indexed by shape ([`WildcardIndex`]), so a lookup costs a few passes
 //! over the value however many patterns there are (at most [`MAX_WILDCARD_CHECKS`] more).
 //!
