@@ -11,8 +11,8 @@ use super::error::{self, place, ConfigError};
 use super::locate::Step;
 use super::model::{self, DescriptorConfig, RulesFile};
 use super::tree::{KeyLevel, Kind, Node, MAX_WILDCARD_CHECKS};
-
 use super::{Rule, RuleSet};
+
 pub use overrides::{MAX_OVERRIDES, MAX_OVERRIDES_PER_RULE};
 
 impl RuleSet {

@@ -8,7 +8,7 @@ use super::rule::plain;
 use super::Compiler;
 use crate::rules::identity::rule_id;
 use crate::rules::locate::Step;
-use crate::rules::model::{self, DescriptorConfig, LimitConfig, OverrideLimit};
+use crate::rules::model::{self, DescriptorConfig, LimitConfig, OverrideLimit, RateLimitConfig};
 use crate::rules::tree::{wildcard_matches, KeyLevel, Kind};
 use crate::rules::Rule;
 
@@ -45,10 +45,11 @@ impl Compiler<'_> {
         // The rule's limits are all there, or its errors are reported and nothing compiles:
         // its values are still checked.
         let complete = self.rules[index].limits.len() == 1 + d.additional_limits.len();
+        // A rule comes from a `rate_limit`, so this is its limit.
         let primary = d
             .rate_limit
             .as_ref()
-            .map(|rl| rl.limit())
+            .map(RateLimitConfig::limit)
             .unwrap_or_default();
         let exact = self.rules[index].exact;
         let mut seen = HashSet::new();
