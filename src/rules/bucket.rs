@@ -30,8 +30,9 @@ impl RuleSet {
     /// The map's entries are a descriptor's entries in an order the tree gives: at each level,
     /// an entry whose key the level names selects its node as in [`RuleSet::find`] (exact
     /// value, then the first wildcard that matches, then key-only), and the match must use
-    /// every entry, its last one selecting a node with a limit. The counter is the one `find`
-    /// computes for the descriptor in that order, so both protocols count in one counter.
+    /// every entry, its last one selecting a node with a limit (or a value of the level's
+    /// `overrides`, as in `find`). The counter is the one `find` computes for the descriptor
+    /// in that order, so both protocols count in one counter.
     ///
     /// When several entries' keys are named at one level, they are tried by precedence of
     /// the node they select (exact before wildcard before key-only), then by key (bytewise);
@@ -95,6 +96,7 @@ struct Search<'s, 'e> {
 impl<'s> Search<'s, '_> {
     /// The first complete match below `walk`, which has used the entries in `used`.
     fn down(&mut self, walk: Walk<'s>, used: u32) -> Option<Match<'s>> {
+        let last = used.count_ones() as usize + 1 == self.entries.len();
         // The entries this level selects a node for, each with the node.
         let mut next: [(usize, Option<&'s Node>); MAX_BUCKET_ENTRIES] =
             [(0, None); MAX_BUCKET_ENTRIES];
@@ -108,6 +110,10 @@ impl<'s> Search<'s, '_> {
                 return None;
             }
             self.lookups -= 1;
+            if last {
+                // The one entry left ends the descriptor, as in `find`.
+                return self.set.matched(walk, key, value);
+            }
             if let Some(node) = walk.select(key, value) {
                 next[found] = (i, Some(node));
                 found += 1;
@@ -115,16 +121,11 @@ impl<'s> Search<'s, '_> {
         }
         let next = &mut next[..found];
         next.sort_unstable_by_key(|&(i, node)| (node.map(|n| precedence(n.kind)), i));
-        let last = used.count_ones() as usize + 1 == self.entries.len();
         for &(i, node) in next.iter() {
             let Some(node) = node else { continue };
             let mut below = walk.clone();
             below.enter(node, self.entries[i].1);
-            let m = if last {
-                self.set.matched(node, below.key)
-            } else {
-                self.down(below, used | 1 << i)
-            };
+            let m = self.down(below, used | 1 << i);
             if self.exhausted {
                 return None;
             }

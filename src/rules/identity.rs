@@ -16,6 +16,12 @@
 //!   or wildcard level without `share_threshold`, `u64 LE length ‖ bytes` (length-prefixed so
 //!   `("ab","c")` and `("a","bc")` differ), then the rule id as `u64 LE`.
 //!
+//! A rules file's per-value `overrides` (`rules/compile/overrides.rs`) add no encoding: each
+//! is compiled to the rule a descriptor for its value alone would be (its composite key
+//! `domain.key_value`), and its entity key leaves that value out, as an exact level does, so
+//! it is that descriptor's counter. Its own rule id keeps it apart from the rule's counters,
+//! and a changed override limit names a new counter, as a changed rule does.
+//!
 //! - **Override entity key** (a request's own `limit`) = XXH3-128 (seed 0) of
 //!   `b"override\0" ‖ the descriptor's composite key (UTF-8, no length) ‖
 //!   requests_per_unit (u32 LE) ‖ unit seconds (u64 LE)`.

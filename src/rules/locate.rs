@@ -21,6 +21,11 @@ pub enum Step {
     Index(usize),
     /// The key itself, as written in the mapping (where a misplaced or wrong key is).
     KeyItself(String),
+    /// Into the value of the mapping's entry at this position (keys that are data, such as
+    /// `overrides`' values, may repeat or be numbers: their position tells them apart).
+    Entry(usize),
+    /// The key of the mapping's entry at this position, itself.
+    EntryKey(usize),
 }
 
 /// The message of the deliberate error; anything else ends the lookup without a position.
@@ -72,6 +77,8 @@ impl<'de> Visitor<'de> for Seek<'_> {
         let (want, itself) = match self.rest.first() {
             Some(Step::Key(k)) => (*k, false),
             Some(Step::KeyItself(k)) => (k.as_str(), true),
+            Some(&Step::Entry(i)) => return self.entry(map, i, false),
+            Some(&Step::EntryKey(i)) => return self.entry(map, i, true),
             Some(Step::Index(_)) | None => return Err(here()),
         };
         while let Some(found) = map.next_key_seed(KeySeed { want, itself })? {
@@ -123,6 +130,33 @@ impl<'de> Visitor<'de> for Seek<'_> {
     }
     fn visit_none<E: de::Error>(self) -> Result<(), E> {
         Err(here())
+    }
+}
+
+impl Seek<'_> {
+    /// Into the `i`th entry of `map`: its key itself, or on along its value.
+    fn entry<'de, A: MapAccess<'de>>(
+        self,
+        mut map: A,
+        i: usize,
+        itself: bool,
+    ) -> Result<(), A::Error> {
+        for _ in 0..i {
+            if map.next_entry::<IgnoredAny, IgnoredAny>()?.is_none() {
+                return Err(here());
+            }
+        }
+        if itself {
+            // A walk with no steps left fails on the node it is given: the key.
+            map.next_key_seed(Seek { rest: &[] })?;
+            return Err(here());
+        }
+        if map.next_key::<IgnoredAny>()?.is_none() {
+            return Err(here());
+        }
+        map.next_value_seed(Seek {
+            rest: &self.rest[1..],
+        })
     }
 }
 

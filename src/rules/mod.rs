@@ -4,13 +4,16 @@
 //! Matching follows envoyproxy/ratelimit: per request entry, greedy and without backtracking,
 //! an exact `key`+`value` node wins, then the level's wildcard patterns in file order (`*`
 //! matches zero or more characters anywhere in the value), then the key-only node. A limit
-//! applies only when the node matched at the request's *last* entry has one.
+//! applies only when the node matched at the request's *last* entry has one. There, a value
+//! that a key-only or wildcard node of the level names in its `overrides` is found first, in
+//! a hash map, as an exact value would be: an override is its value's own rule.
 //!
 //! Counter identity ([`Match::entity`]) is a 128-bit hash of the rule's stable id and of the
 //! request values at key-only and wildcard levels (one counter per distinct value, unless the
 //! node says `share_threshold`). The rule id hashes the rule's path and limits, not its
 //! position in the file, so a reload keeps the counters of every unchanged rule. Both are
-//! explicit byte encodings, pinned by tests: see `identity.rs`.
+//! explicit byte encodings, pinned by tests: see `identity.rs`. An override's counter is the
+//! one a descriptor for its value alone would have.
 //!
 //! Files: `model/` (the YAML model and its key check), `prescan.rs` (size and nesting bounds
 //! checked before parsing), `error.rs` (a rules file's error as printed, and giving errors
@@ -31,7 +34,7 @@ pub mod prescan;
 mod tree;
 
 pub use bucket::{MAX_BUCKET_ENTRIES, MAX_BUCKET_LOOKUPS};
-pub use compile::{compile_sources, with_prior_errors};
+pub use compile::{compile_sources, with_prior_errors, MAX_OVERRIDES, MAX_OVERRIDES_PER_RULE};
 pub use tree::MAX_WILDCARD_CHECKS;
 
 use crate::core::{Algorithm, Limit};
@@ -248,15 +251,13 @@ impl RuleSet {
 
     /// The rule that applies to a descriptor, if any. Allocation-free.
     pub fn find<E: EntryRef>(&self, domain: &str, entries: &[E]) -> Option<Match<'_>> {
+        let (last, path) = entries.split_last()?;
         let mut walk = self.walk(domain)?;
-        for (i, entry) in entries.iter().enumerate() {
+        for entry in path {
             let node = walk.select(entry.key(), entry.value())?;
             walk.enter(node, entry.value());
-            if i + 1 == entries.len() {
-                return self.matched(node, walk.key);
-            }
         }
-        None
+        self.matched(walk, last.key(), last.value())
     }
 
     /// A walk from the top of `domain`'s tree, if the domain has rules.
@@ -267,15 +268,25 @@ impl RuleSet {
         })
     }
 
-    /// The match of a walk whose last entry selected `node`: the node's rule, if it has one
-    /// (a limit applies only at the descriptor's last entry), and the counter of `key`.
-    fn matched(&self, node: &Node, key: EntityKey) -> Option<Match<'_>> {
-        let index = node.rule?;
+    /// The match of a walk at the descriptor's last entry, `key: value` (a limit applies
+    /// only there): the value's override, as an exact value's rule would be (its counter
+    /// without the value, which its rule names); else the rule of the node the entry
+    /// selects, if it has one, and the counter of the walk's values and this one's.
+    fn matched(&self, mut walk: Walk<'_>, key: &str, value: &str) -> Option<Match<'_>> {
+        let level = walk.level.get(key)?;
+        let index = match level.overrides.get(value) {
+            Some(&index) => index,
+            None => {
+                let node = level.lookup(value)?;
+                walk.enter(node, value);
+                node.rule?
+            }
+        };
         let rule = &self.rules[index];
         Some(Match {
             rule,
             index,
-            entity: key.finish(rule.id),
+            entity: walk.key.finish(rule.id),
         })
     }
 
@@ -292,7 +303,13 @@ impl RuleSet {
             if i > 0 {
                 key.push('.');
             }
-            let node = level.get(entry.key())?.lookup(entry.value())?;
+            let key_level = level.get(entry.key())?;
+            if i + 1 == entries.len() && key_level.overrides.contains_key(entry.value()) {
+                // An override is its value's own rule: `key_value`, as an exact value's.
+                let _ = write!(key, "{}_{}", entry.key(), entry.value());
+                break;
+            }
+            let node = key_level.lookup(entry.value())?;
             // A shared counter is reported under its pattern, as the reference does.
             let with_value = !node.share_threshold
                 && (rule.detailed_metric || (node.value_to_metric && node.kind != Kind::Exact));
@@ -471,6 +488,68 @@ mod tests {
             let work = tree::work::take();
             assert!(work <= 4 * 4096, "descriptor {i}: {work} bytes examined");
         }
+    }
+
+    #[test]
+    fn an_override_matches_and_counts_as_a_descriptor_for_its_value() {
+        // An earlier wildcard that takes `acme-1` from the key-only rule, a level below the
+        // key-only rule, metrics by value, a shared wildcard.
+        let limit = "rate_limit: {unit: second, requests_per_unit: 1}";
+        let over = "rate_limit: {unit: second, requests_per_unit: 5}";
+        let rules = |t: &str, p: &str, more: &str| {
+            set(&format!(
+                "domain: d\ndescriptors:\n  - key: t\n    value: \"acme*\"\n    {limit}\n  \
+                 - key: t\n    value_to_metric: true\n    {limit}\n{t}    descriptors:\n      - key: m\n        {limit}\n  \
+                 - key: p\n    value: \"/api/*\"\n    share_threshold: true\n    detailed_metric: true\n    {limit}\n{p}{more}"
+            ))
+        };
+        let plain = rules("", "", "");
+        let with = rules(
+            "    overrides: {acme-1: 5, beta: 5}\n",
+            "    overrides: {/api/v1: 5}\n",
+            "",
+        );
+        let expanded = rules(
+            "",
+            "",
+            &format!(
+                "  - key: t\n    value: acme-1\n    value_to_metric: true\n    {over}\n  \
+             - key: t\n    value: beta\n    value_to_metric: true\n    {over}\n  \
+             - key: p\n    value: /api/v1\n    detailed_metric: true\n    {over}\n"
+            ),
+        );
+        let descriptors: &[&[(&str, &str)]] = &[
+            &[("t", "acme-1")],
+            &[("t", "acme-2")],
+            &[("t", "beta")],
+            &[("t", "gamma")],
+            &[("p", "/api/v1")],
+            &[("p", "/api/v2")],
+        ];
+        for &d in descriptors {
+            let (a, b) = (with.find("d", d).unwrap(), expanded.find("d", d).unwrap());
+            assert_eq!((a.rule, a.entity), (b.rule, b.entity), "{d:?}");
+            let bucket: HashMap<&str, &str> = d.iter().copied().collect();
+            let c = with.find_bucket("d", &bucket).unwrap();
+            assert_eq!((c.rule, c.entity), (b.rule, b.entity), "{d:?}");
+            assert_eq!(with.metric_key(&a, d), expanded.metric_key(&b, d), "{d:?}");
+        }
+        let acme = [("t", "acme-1")];
+        let m = with.find("d", &acme).unwrap();
+        assert_eq!(m.rule.limits[0].limit.requests_per_unit, 5);
+        assert_eq!(with.metric_key(&m, &acme).as_deref(), Some("d.t_acme-1"));
+        // An override is its value's own counter, even under a shared wildcard.
+        let shared = |s: &RuleSet, v| s.find("d", &[("p", v)]).unwrap().entity;
+        assert_ne!(shared(&with, "/api/v1"), shared(&with, "/api/v2"));
+        assert_eq!(shared(&with, "/api/v2"), shared(&plain, "/api/v3"));
+        // Below an overridden value, the rule's own levels apply, as without the override.
+        let nested = [("t", "beta"), ("m", "GET")];
+        let (a, b) = (
+            with.find("d", &nested).unwrap(),
+            plain.find("d", &nested).unwrap(),
+        );
+        assert_eq!((a.rule, a.entity), (b.rule, b.entity));
+        assert_eq!(a.rule.full_key, "d.t.m");
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod http_limits;
 mod layers;
 mod limiter_props;
 mod load_rlqs;
+mod overrides;
 mod prometheus_ref;
 mod reference;
 mod reflection;

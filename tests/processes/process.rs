@@ -102,6 +102,33 @@ fn check_rejects_windows_too_long_to_count_naming_the_rule() {
 }
 
 #[test]
+fn check_accepts_overrides_and_names_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = dir.path().join("ok.yaml");
+    std::fs::write(&ok, "domain: t\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 100}\n    overrides:\n      acme: 1000\n      globex: {unit: second, requests_per_unit: 50}\n").unwrap();
+    let out = sluice().arg("check").arg(&ok).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // A rule per overridden value, as a descriptor for each would have.
+    assert!(
+        out.status.success() && text.starts_with("OK: 3 rule(s)"),
+        "{text}"
+    );
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "domain: t\ndescriptors:\n  - key: tenant\n    value: acme\n    rate_limit: {unit: minute, requests_per_unit: 100}\n    overrides: {beta: 5}\n  - key: plan\n    value: \"pro-*\"\n    rate_limit: {unit: minute, requests_per_unit: 100}\n    overrides:\n      pro-1: {unit: minutes, requests_per_unit: 5}\n      free: 5\n").unwrap();
+    let out = sluice().arg("check").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let f = bad.display();
+    for want in [
+        format!("{f}: overrides need a key-only or wildcard descriptor, but 't.tenant_acme' is for the value 'acme' alone (drop 'value', or make it a pattern with '*') (line 6, column 5;"),
+        format!("{f}: invalid rate limit unit 'minutes' (valid: second, minute, hour, day, week, month, year) (line 11, column 15;"),
+        format!("{f}: override value 'free' does not match 'pro-*', so it would never apply: 't.plan_pro-*' (line 12, column 7;"),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+}
+
+#[test]
 fn check_accepts_token_buckets_and_names_their_mistakes() {
     let dir = tempfile::tempdir().unwrap();
     let ok = dir.path().join("ok.yaml");

@@ -72,6 +72,7 @@ impl Compiler<'_> {
                 [Step::Key("rate_limit")] => {
                     ("rate_limit", vec![Step::KeyItself("rate_limit".into())])
                 }
+                [Step::Key("overrides"), ..] => ("override", at.to_vec()),
                 _ => ("additional_limits entry", at.to_vec()),
             };
             self.error_at(

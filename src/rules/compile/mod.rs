@@ -2,7 +2,8 @@
 //! file is collected (the reference's wording), and nothing is compiled when there is one.
 //!
 //! This file walks the descriptor tree (domains, duplicates, wildcard bounds); `rule.rs`
-//! compiles a descriptor's `rate_limit` into a rule, `limit.rs` each of its limits.
+//! compiles a descriptor's `rate_limit` into a rule, `limit.rs` each of its limits,
+//! `overrides.rs` its `overrides` into a rule per value.
 
 use std::collections::HashMap;
 
@@ -11,6 +12,8 @@ use super::locate::Step;
 use super::model::{self, DescriptorConfig, RulesFile};
 use super::tree::{KeyLevel, Kind, Node, MAX_WILDCARD_CHECKS};
 use super::{Rule, RuleSet};
+
+pub use overrides::{MAX_OVERRIDES, MAX_OVERRIDES_PER_RULE};
 
 impl RuleSet {
     /// Validates and compiles parsed files (name, content). With `merge_domains`, files that
@@ -24,6 +27,7 @@ impl RuleSet {
     ) -> Result<RuleSet, Vec<ConfigError>> {
         let mut set = RuleSet::default();
         let mut errors = Vec::new();
+        let mut override_count = 0;
         for (name, file) in files {
             let at_domain = vec![Step::KeyItself("domain".into())];
             if file.domain.is_empty() {
@@ -49,6 +53,7 @@ impl RuleSet {
                 domain: &file.domain,
                 rules: &mut set.rules,
                 errors: &mut errors,
+                override_count: &mut override_count,
                 node: vec![Step::Key("descriptors")],
                 path: Vec::new(),
             };
@@ -120,6 +125,8 @@ struct Compiler<'a> {
     domain: &'a str,
     rules: &'a mut Vec<Rule>,
     errors: &'a mut Vec<ConfigError>,
+    /// The overrides of every file so far, for their bound across files.
+    override_count: &'a mut usize,
     /// The steps from the top of the file to the descriptor being compiled (to the
     /// `descriptors` list being walked, between descriptors).
     node: Vec<Step>,
@@ -217,7 +224,10 @@ impl Compiler<'_> {
         let duplicate = match kind {
             Kind::AnyValue => key_level.any_value.is_some(),
             Kind::Wildcard => key_level.has_wildcard(&d.value),
-            Kind::Exact => key_level.exact.contains_key(&d.value),
+            // An override is its value's rule: the same composite key.
+            Kind::Exact => {
+                key_level.exact.contains_key(&d.value) || key_level.overrides.contains_key(&d.value)
+            }
         };
         if duplicate {
             self.error(format!("duplicate descriptor composite key '{composite}'"));
@@ -230,6 +240,7 @@ impl Compiler<'_> {
         }
         let value_to_metric = inherited_value_to_metric || d.value_to_metric;
         let rule = self.rule(d, &composite, value_to_metric);
+        let overrides = self.overrides(d, kind, rule, parent_key, &level[&d.key]);
         let mut node = Node {
             kind,
             final_key,
@@ -248,6 +259,7 @@ impl Compiler<'_> {
         self.node.pop();
         // Re-borrow: the recursive load may not hold `level`'s entry.
         let key_level = level.entry(d.key.clone()).or_default();
+        key_level.overrides.extend(overrides);
         match kind {
             Kind::AnyValue => key_level.any_value = Some(Box::new(node)),
             Kind::Wildcard => key_level.push_wildcard(d.value.clone(), node),
@@ -259,6 +271,7 @@ impl Compiler<'_> {
 }
 
 mod limit;
+mod overrides;
 mod rule;
 
 #[cfg(test)]

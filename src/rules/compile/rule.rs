@@ -5,7 +5,7 @@ use super::Compiler;
 use crate::core::Limit;
 use crate::rules::identity::rule_id;
 use crate::rules::locate::Step;
-use crate::rules::model::{DescriptorConfig, LimitConfig, RateLimitConfig};
+use crate::rules::model::{DescriptorConfig, RateLimitConfig};
 use crate::rules::{LimitSpec, Rule, Unit};
 
 impl Compiler<'_> {
@@ -33,11 +33,12 @@ impl Compiler<'_> {
         } else {
             self.limits(d, rl, composite)
         };
-        self.check_exact(d, rl, composite);
+        let stricts =
+            std::iter::once(rl.strict).chain(d.additional_limits.iter().map(|l| l.strict));
+        self.check_exact(rl.exact, stricts, &in_rate_limit("exact"), composite);
         self.check_replaces(rl);
-        let plain: Vec<Limit> = limits.iter().map(|l| l.limit).collect();
         self.rules.push(Rule {
-            id: rule_id(composite, rl.unlimited, &plain),
+            id: rule_id(composite, rl.unlimited, &plain(&limits)),
             domain: self.domain.to_string(),
             full_key: composite.to_string(),
             name: rl.name.clone(),
@@ -91,16 +92,8 @@ impl Compiler<'_> {
         composite: &str,
     ) -> Vec<LimitSpec> {
         let mut limits = Vec::new();
-        let primary = LimitConfig {
-            unit: rl.unit.clone(),
-            requests_per_unit: rl.requests_per_unit,
-            unit_multiplier: rl.unit_multiplier,
-            algorithm: rl.algorithm.clone(),
-            burst: rl.burst,
-            strict: rl.strict,
-        };
         let at_primary = [Step::Key("rate_limit")];
-        if let Some(spec) = self.limit(&primary, composite, &at_primary) {
+        if let Some(spec) = self.limit(&rl.limit(), composite, &at_primary) {
             limits.push(spec);
         }
         for (j, l) in d.additional_limits.iter().enumerate() {
@@ -113,14 +106,18 @@ impl Compiler<'_> {
     }
 
     /// Exact rules count a request all or nothing, admitted hits only (docs/global.md, "Exact
-    /// rules"); a `strict: true` there would promise what they do not do.
-    fn check_exact(&mut self, d: &DescriptorConfig, rl: &RateLimitConfig, composite: &str) {
-        let strict_said = std::iter::once(rl.strict)
-            .chain(d.additional_limits.iter().map(|l| l.strict))
-            .any(|s| s == Some(true));
-        if rl.exact && strict_said {
+    /// rules"); a `strict: true` among `stricts` (what its limits say) would promise what they
+    /// do not do. The error is about the node at `at`.
+    pub(super) fn check_exact(
+        &mut self,
+        exact: bool,
+        stricts: impl IntoIterator<Item = Option<bool>>,
+        at: &[Step],
+        composite: &str,
+    ) {
+        if exact && stricts.into_iter().any(|s| s == Some(true)) {
             self.error_at(
-                &in_rate_limit("exact"),
+                at,
                 format!(
                     "strict cannot be used with exact (exact rules count admitted hits only): '{composite}'"
                 ),
@@ -143,6 +140,11 @@ impl Compiler<'_> {
             }
         }
     }
+}
+
+/// The limits the rule id hashes.
+pub(super) fn plain(limits: &[LimitSpec]) -> Vec<Limit> {
+    limits.iter().map(|l| l.limit).collect()
 }
 
 /// The steps from a descriptor to the key `key` of its `rate_limit`.

@@ -32,6 +32,7 @@ pub const VALID_KEYS: &[&str] = &[
     "additional_limits",
     "strict",
     "exact",
+    "overrides",
 ];
 
 /// Where a mapping sits in a rules file, which decides the keys it may hold.
@@ -45,6 +46,10 @@ enum Place {
     RateLimit,
     /// An entry of `additional_limits`.
     AdditionalLimit,
+    /// A descriptor's `overrides`: its keys are request values, not the format's.
+    Overrides,
+    /// A limit in `overrides`.
+    OverrideLimit,
     /// An entry of `replaces`.
     Replaces,
     /// Inside a value no mapping belongs in (the decoder reports its type): only the
@@ -68,6 +73,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "share_threshold",
     "metadata",
     "additional_limits",
+    "overrides",
 ];
 
 /// The keys of one limit: an `additional_limits` entry holds these.
@@ -124,9 +130,9 @@ impl Place {
             Place::Root => ROOT_KEYS.contains(&key),
             Place::Descriptor => DESCRIPTOR_KEYS.contains(&key),
             Place::RateLimit => LIMIT_KEYS.contains(&key) || RULE_KEYS.contains(&key),
-            Place::AdditionalLimit => LIMIT_KEYS.contains(&key),
+            Place::AdditionalLimit | Place::OverrideLimit => LIMIT_KEYS.contains(&key),
             Place::Replaces => key == "name",
-            Place::Other => true,
+            Place::Overrides | Place::Other => true,
         }
     }
 
@@ -148,11 +154,12 @@ impl Place {
             }
             Place::Descriptor => "it belongs inside 'rate_limit', one level further in",
             Place::RateLimit => "it belongs in the descriptor, beside 'rate_limit', one level further out",
-            Place::AdditionalLimit if in_limit => {
+            Place::AdditionalLimit | Place::OverrideLimit if in_limit => {
                 "it applies to the whole rule: it belongs inside 'rate_limit'"
             }
             Place::AdditionalLimit => "it belongs in the descriptor, beside 'additional_limits'",
-            Place::Root | Place::Other => "it does not belong here",
+            Place::OverrideLimit => "it belongs in the descriptor, beside 'overrides'",
+            Place::Root | Place::Overrides | Place::Other => "it does not belong here",
         }
     }
 
@@ -162,6 +169,7 @@ impl Place {
             (Place::Root | Place::Descriptor, "descriptors") => Place::Descriptor,
             (Place::Descriptor, "rate_limit") => Place::RateLimit,
             (Place::Descriptor, "additional_limits") => Place::AdditionalLimit,
+            (Place::Descriptor, "overrides") => Place::Overrides,
             (Place::RateLimit, "replaces") => Place::Replaces,
             _ => Place::Other,
         }
@@ -189,6 +197,9 @@ impl KeyCheck<'_> {
     }
 
     fn mapping(&mut self, map: &serde_yaml::Mapping, here: Place) {
+        if here == Place::Overrides {
+            return self.overrides(map);
+        }
         for (k, v) in map {
             let Some(key) = k.as_str() else {
                 let node = self.node.clone();
@@ -205,9 +216,12 @@ impl KeyCheck<'_> {
                 continue;
             };
             if !here.allows(key) {
-                if REFERENCE_KEYS.contains(&key) && !slipped_out(map, here, key) {
-                    // The reference accepts its own keys anywhere and ignores them out of
-                    // place; a file it loads loads here too.
+                // The reference accepts its own keys anywhere and ignores them out of place;
+                // a file it loads loads here too. It loads no file with `overrides`.
+                if REFERENCE_KEYS.contains(&key)
+                    && !slipped_out(map, here, key)
+                    && here != Place::OverrideLimit
+                {
                     continue;
                 }
                 self.error(
@@ -253,6 +267,18 @@ impl KeyCheck<'_> {
                 _ => {}
             }
             self.node.pop();
+        }
+    }
+
+    /// An `overrides` map: its keys are request values, so only the limits' mappings among
+    /// its values have keys to check (a count, or a value of another type, is the decoder's).
+    fn overrides(&mut self, map: &serde_yaml::Mapping) {
+        for (i, v) in map.values().enumerate() {
+            if let Value::Mapping(limit) = v {
+                self.node.push(Step::Entry(i));
+                self.mapping(limit, Place::OverrideLimit);
+                self.node.pop();
+            }
         }
     }
 

@@ -20,7 +20,9 @@ use super::error;
 pub use super::error::ConfigError;
 
 mod keys;
+mod overrides;
 pub use keys::VALID_KEYS;
+pub use overrides::{OverrideConfig, OverrideLimit};
 
 /// A descriptor's step in a path: its `key`, or `key_value` (the reference's composite key).
 pub(crate) fn final_key(key: &str, value: &str) -> String {
@@ -57,6 +59,10 @@ pub struct DescriptorConfig {
     /// More limits checked together with `rate_limit` (sluice extension).
     #[serde(default)]
     pub additional_limits: Vec<LimitConfig>,
+    /// Per-value limits of a key-only or wildcard rule, in file order (sluice extension):
+    /// each value counted as a rule of its own for that value would count it.
+    #[serde(default, deserialize_with = "overrides::overrides")]
+    pub overrides: Vec<OverrideConfig>,
     /// Nested descriptors, matched against the following request entries.
     #[serde(default)]
     pub descriptors: Vec<DescriptorConfig>,
@@ -116,6 +122,20 @@ pub struct RateLimitConfig {
     /// "Exact rules"). Applies to every limit of the descriptor.
     #[serde(default)]
     pub exact: bool,
+}
+
+impl RateLimitConfig {
+    /// The block's own limit: its keys that an `additional_limits` entry has too.
+    pub fn limit(&self) -> LimitConfig {
+        LimitConfig {
+            unit: self.unit.clone(),
+            requests_per_unit: self.requests_per_unit,
+            unit_multiplier: self.unit_multiplier,
+            algorithm: self.algorithm.clone(),
+            burst: self.burst,
+            strict: self.strict,
+        }
+    }
 }
 
 /// An entry of `additional_limits`.

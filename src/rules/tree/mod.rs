@@ -1,5 +1,6 @@
 //! The descriptor tree of a compiled domain: per level, exact values, wildcard patterns in file
-//! order and the key-only node, and the lookup that picks one of them for a request value. The
+//! order and the key-only node, and the lookup that picks one of them for a request value; and
+//! the values the level's `overrides` name, each with its own rule. The
 //! wildcards of a level are indexed by shape ([`WildcardIndex`]), so a lookup costs a few passes
 //! over the value however many patterns there are (at most [`MAX_WILDCARD_CHECKS`] more).
 //!
@@ -49,6 +50,11 @@ pub(crate) struct KeyLevel {
     /// every earlier pattern (40k patterns at one level made that 800M comparisons).
     seen: HashSet<u64>,
     pub(crate) any_value: Option<Box<Node>>,
+    /// The `overrides` of the level's key-only and wildcard nodes: a value to the position of
+    /// its own rule. A request's last entry looks here first, as it would look up an exact
+    /// value (an override is that value's rule); values never repeat across a level's
+    /// overrides and exact values (compiling checks).
+    pub(crate) overrides: HashMap<String, usize>,
 }
 
 /// The most passes over a value that one level's wildcard patterns may need beyond the four
@@ -59,6 +65,11 @@ pub(crate) struct KeyLevel {
 /// trailing `*`) never come near it; a constant, not a setting, so that `sluice check`
 /// agrees with every server on whether a file loads.
 pub const MAX_WILDCARD_CHECKS: usize = 64;
+
+/// Whether the wildcard `pattern` matches `value` (one pattern checked by itself).
+pub(crate) fn wildcard_matches(pattern: &str, value: &str) -> bool {
+    glob::Glob::new(pattern.as_bytes()).matches(value.as_bytes())
+}
 
 impl KeyLevel {
     pub(crate) fn lookup(&self, value: &str) -> Option<&Node> {
