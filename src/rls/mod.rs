@@ -582,7 +582,12 @@ impl RateLimiter {
         }
         let mut out = response.finish(&self.opts);
         if self.opts.dynamic_metadata {
-            out.dynamic_metadata = Some(respond::dynamic_metadata(req, targets, &out.statuses));
+            out.dynamic_metadata = Some(respond::dynamic_metadata(
+                req,
+                targets,
+                &out.statuses,
+                &self.opts,
+            ));
         }
         out
     }
