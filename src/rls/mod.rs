@@ -14,7 +14,9 @@
 //!   remaining 0. Unlimited: `OK`, no limit, remaining `u32::MAX`, nothing counted.
 //! - Limited: `count > limit` after counting is `OVER_LIMIT` with 0 left; the limit exactly is
 //!   `OK` with 0 left. `duration_until_reset` is the time left in the epoch-aligned window.
-//! - Overall `OVER_LIMIT` iff a non-quota descriptor is over, or every quota descriptor is.
+//! - Overall `OVER_LIMIT` iff a non-quota descriptor is over, or every quota group is (quota
+//!   descriptors of one `backend_name`/`model_name_override` pair are a group, over when one
+//!   of them is; the others, a group per distinct entry list: `respond.rs`, `QuotaGroups`).
 //!   Rule `shadow_mode` reports `OK`; global shadow mode makes only the overall code `OK`.
 //! - With `stop_increment_when_over_limit`, when any descriptor would go over, the ones that
 //!   would stay within their limits are not counted, and report their count as it stands.
@@ -108,7 +110,7 @@ pub struct Options {
     /// `application/problem+json` body naming the violated policies.
     pub problem_body: bool,
     /// `RESPONSE_DYNAMIC_METADATA`: the response carries the reference's dynamic metadata
-    /// (`respond.rs`, [`respond::dynamic_metadata`]).
+    /// (`respond.rs`).
     pub dynamic_metadata: bool,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
     pub stop_increment_when_over_limit: bool,
@@ -580,16 +582,7 @@ impl RateLimiter {
             RuleStats::add(decisions, 1);
             response.limited(rule, &outcome, &self.opts, || t.policy_id());
         }
-        let mut out = response.finish(&self.opts);
-        if self.opts.dynamic_metadata {
-            out.dynamic_metadata = Some(respond::dynamic_metadata(
-                req,
-                targets,
-                &out.statuses,
-                &self.opts,
-            ));
-        }
-        out
+        response.finish(req, targets, &self.opts)
     }
 
     /// Refuses every request from now on ([`RequestError::ShuttingDown`]) and returns once

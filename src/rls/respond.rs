@@ -30,8 +30,6 @@ pub(super) struct Response<'a> {
     /// policy.
     policies: Option<Vec<Option<Policy<'a>>>>,
     non_quota_over: bool,
-    quotas: usize,
-    quotas_over: usize,
 }
 
 impl<'a> Response<'a> {
@@ -80,10 +78,8 @@ impl<'a> Response<'a> {
         policy: impl FnOnce() -> Cow<'a, str>,
     ) {
         let reported_over = outcome.over && !rule.shadow_mode;
-        if rule.quota_mode || opts.quota_mode {
-            self.quotas += 1;
-            self.quotas_over += usize::from(reported_over);
-        } else {
+        // Quota descriptors count by their groups, in `finish`.
+        if !(rule.quota_mode || opts.quota_mode) {
             self.non_quota_over |= reported_over;
         }
         let spec = &rule.limits[outcome.reported];
@@ -123,11 +119,18 @@ impl<'a> Response<'a> {
         }
     }
 
-    /// The response: OVER_LIMIT iff a non-quota descriptor is over or every quota one is
-    /// (there is one), unless global shadow mode says OK. A refused one carries the problem
-    /// body when it is on.
-    pub(super) fn finish(self, opts: &Options) -> RateLimitResponse {
-        let over = self.non_quota_over || (self.quotas > 0 && self.quotas == self.quotas_over);
+    /// The response to `req`, whose descriptors resolved to `targets`: OVER_LIMIT iff a
+    /// non-quota descriptor is over or every quota group is (there is one: [`QuotaGroups`]),
+    /// unless global shadow mode says OK. A refused one carries the problem body when it is
+    /// on; the dynamic metadata, when it is on.
+    pub(super) fn finish(
+        self,
+        req: &RateLimitRequest,
+        targets: &[Target<'_>],
+        opts: &Options,
+    ) -> RateLimitResponse {
+        let groups = QuotaGroups::of(req, targets, &self.statuses, opts);
+        let over = self.non_quota_over || groups.all_over();
         let refused = over && !opts.shadow_mode;
         let policies = self.policies.as_deref().unwrap_or_default();
         let mut response_headers_to_add = match &opts.response_headers {
@@ -152,11 +155,15 @@ impl<'a> Response<'a> {
             raw_body = ietf::problem(violated);
             response_headers_to_add.push(header("content-type", "application/problem+json".into()));
         }
+        let dynamic_metadata = opts
+            .dynamic_metadata
+            .then(|| dynamic_metadata(req, targets, &self.statuses, &groups));
         RateLimitResponse {
             overall_code: if refused { Code::OverLimit } else { Code::Ok } as i32,
             statuses: self.statuses,
             response_headers_to_add,
             raw_body,
+            dynamic_metadata,
             ..Default::default()
         }
     }
@@ -254,11 +261,11 @@ fn headers(
 /// passed, each once, which Envoy AI Gateway routes by. A descriptor passed when it is within
 /// its limit, not unlimited, and not a quota descriptor of a group out of quota
 /// ([`QuotaGroups`]).
-pub(super) fn dynamic_metadata(
+fn dynamic_metadata(
     req: &RateLimitRequest,
     targets: &[Target<'_>],
     statuses: &[DescriptorStatus],
-    opts: &Options,
+    groups: &QuotaGroups<'_>,
 ) -> Struct {
     let mut fields = HashMap::new();
     fields.insert("domain".to_string(), string(&req.domain));
@@ -291,7 +298,6 @@ pub(super) fn dynamic_metadata(
     if req.hits_addend != 0 {
         fields.insert("hitsAddend".to_string(), number(f64::from(req.hits_addend)));
     }
-    let groups = QuotaGroups::of(req, targets, statuses, opts);
     // A descriptor no rule applies to passes too, as in the reference (it has no metadata,
     // but may name a backend); unlimited ones do not.
     let passed: Vec<usize> = (0..statuses.len())
@@ -359,7 +365,8 @@ fn model_of(d: &RateLimitDescriptor) -> (&str, &str) {
 /// (its pull request 1243): quota descriptors naming the same `backend_name` and
 /// `model_name_override` are one model's buckets (a tenant's and the model's default, say),
 /// and the model is out of quota when any of them is over; a quota descriptor naming neither
-/// is grouped by its entries.
+/// is grouped by its entries. The request is refused when every group is out of quota: AI
+/// Gateway then has no model to fall back to.
 struct QuotaGroups<'r> {
     /// Each group, and whether a descriptor of it is over.
     groups: Vec<(Group<'r>, bool)>,
@@ -417,6 +424,11 @@ impl<'r> QuotaGroups<'r> {
     /// Whether the request has quota descriptors.
     fn any(&self) -> bool {
         !self.groups.is_empty()
+    }
+
+    /// Whether there are quota groups and each is out of quota.
+    fn all_over(&self) -> bool {
+        self.any() && self.groups.iter().all(|(_, over)| *over)
     }
 
     /// Whether descriptor `i` is a quota descriptor of a group out of quota.

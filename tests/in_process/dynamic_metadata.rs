@@ -1,9 +1,11 @@
 //! `RESPONSE_DYNAMIC_METADATA` over gRPC: the reference's shape (domain, descriptors, hits,
 //! and the deep-merged rule `metadata` of the descriptors within their limits), quota
-//! descriptors' `passedBackends` as Envoy AI Gateway reads them, and nothing when it is off.
+//! descriptors' `passedBackends` as Envoy AI Gateway reads them (and the overall code of its
+//! quota groups), and nothing when it is off.
 
 use crate::common::{desc, Server};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::value::Kind;
 use envoy_types::pb::google::protobuf::{ListValue, Struct, UInt64Value, Value};
@@ -293,10 +295,20 @@ async fn quota_descriptors_name_the_backends_with_quota_left() {
         .await
         .unwrap()
         .into_inner();
+    assert_eq!(r.overall_code, Code::Ok as i32, "other models have room");
     assert_eq!(
         r.dynamic_metadata.expect("dynamic metadata"),
         expected("model_b", &[("ns/be", "model-b"), ("ns/other", "model-a")])
     );
+    // Asked for that model alone, the request is refused, though its default bucket passed:
+    // the model's group is out of quota, and no other group has room.
+    let mut alone = candidates();
+    alone.descriptors.truncate(2);
+    let r = c.should_rate_limit(alone).await.unwrap().into_inner();
+    assert_eq!(r.statuses[1].code, Code::Ok as i32);
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    let m = r.dynamic_metadata.expect("dynamic metadata");
+    assert!(!m.fields.contains_key("passedBackends"), "{m:?}");
     // Without quota descriptors, no list, though a descriptor names a backend.
     let plain = RateLimitRequest {
         domain: "ai-gateway-quota".into(),
