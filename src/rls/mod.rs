@@ -2,9 +2,9 @@
 //! in four steps, one file each: `validate.rs` (request checks and bounds), `resolve.rs`
 //! (descriptor → rule and entity, limit overrides, `replaces`), `evaluate.rs` (limits checked
 //! and counted on the entity by `core::decide`) and `respond.rs` (statuses, overall code,
-//! headers); each step uses only the ones before it (the decision's `Outcome` and `Count`
-//! are the core's). `gate.rs`
-//! refuses requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
+//! headers, with `ietf.rs` for the IETF fields and the problem body); each step uses only the
+//! ones before it (the decision's `Outcome` and `Count` are the core's). `gate.rs` refuses
+//! requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
 //! mode against the store ([`RateLimiter::should_rate_limit_async`]).
 //!
 //! These semantics follow envoyproxy/ratelimit (docs/wire.md):
@@ -14,7 +14,9 @@
 //!   remaining 0. Unlimited: `OK`, no limit, remaining `u32::MAX`, nothing counted.
 //! - Limited: `count > limit` after counting is `OVER_LIMIT` with 0 left; the limit exactly is
 //!   `OK` with 0 left. `duration_until_reset` is the time left in the epoch-aligned window.
-//! - Overall `OVER_LIMIT` iff a non-quota descriptor is over, or every quota descriptor is.
+//! - Overall `OVER_LIMIT` iff a non-quota descriptor is over, or every quota group is (quota
+//!   descriptors of one `backend_name`/`model_name_override` pair are a group, over when one
+//!   of them is; the others, a group per distinct entry list: `respond.rs`, `QuotaGroups`).
 //!   Rule `shadow_mode` reports `OK`; global shadow mode makes only the overall code `OK`.
 //! - With `stop_increment_when_over_limit`, when any descriptor would go over, the ones that
 //!   would stay within their limits are not counted, and report their count as it stands.
@@ -24,6 +26,7 @@
 mod evaluate;
 mod exact;
 mod gate;
+mod ietf;
 #[cfg(test)]
 mod metrics_tests;
 mod quota;
@@ -80,6 +83,18 @@ impl Default for HeaderNames {
     }
 }
 
+/// Which rate-limit response headers `LIMIT_RESPONSE_HEADERS_ENABLED` adds
+/// (`LIMIT_RESPONSE_HEADERS_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeaderFormat {
+    /// The reference's `RateLimit-Limit`, `-Remaining` and `-Reset` ([`HeaderNames`]).
+    #[default]
+    Reference,
+    /// draft-ietf-httpapi-ratelimit-headers-11's `RateLimit-Policy` and `RateLimit`
+    /// (docs/wire.md, "IETF headers and the problem body").
+    Ietf,
+}
+
 /// Behaviour switches and request bounds of the service.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -89,8 +104,13 @@ pub struct Options {
     pub quota_mode: bool,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`: add rate-limit headers (with these names).
     pub response_headers: Option<HeaderNames>,
+    /// `LIMIT_RESPONSE_HEADERS_FORMAT`: which headers `response_headers` adds.
+    pub header_format: HeaderFormat,
+    /// `LIMIT_RESPONSE_BODY=problem`: a refused request's response carries an RFC 9457
+    /// `application/problem+json` body naming the violated policies.
+    pub problem_body: bool,
     /// `RESPONSE_DYNAMIC_METADATA`: the response carries the reference's dynamic metadata
-    /// (`respond.rs`, [`respond::dynamic_metadata`]).
+    /// (`respond.rs`).
     pub dynamic_metadata: bool,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
     pub stop_increment_when_over_limit: bool,
@@ -114,6 +134,8 @@ impl Default for Options {
             shadow_mode: false,
             quota_mode: false,
             response_headers: None,
+            header_format: HeaderFormat::Reference,
+            problem_body: false,
             dynamic_metadata: false,
             stop_increment_when_over_limit: false,
             near_limit_ratio: 0.8,
@@ -123,6 +145,15 @@ impl Default for Options {
             cache: CacheSettings::default(),
             metric_series: SeriesBounds::default(),
         }
+    }
+}
+
+impl Options {
+    /// Whether responses name each limited descriptor's policy: the IETF headers or the
+    /// problem body are on.
+    fn wants_policies(&self) -> bool {
+        self.problem_body
+            || (self.response_headers.is_some() && self.header_format == HeaderFormat::Ietf)
     }
 }
 
@@ -519,7 +550,7 @@ impl RateLimiter {
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, look before counting anything.
         let hold_within =
             self.opts.stop_increment_when_over_limit && self.any_over(targets, hits, now, exact);
-        let mut response = respond::Response::with_capacity(targets.len());
+        let mut response = respond::Response::with_capacity(targets.len(), &self.opts);
         for (i, t) in targets.iter().enumerate() {
             let count = if req.descriptors[i].is_negative_hits {
                 Count::Refund
@@ -549,13 +580,9 @@ impl RateLimiter {
                 &stats.decisions_ok
             };
             RuleStats::add(decisions, 1);
-            response.limited(rule, &outcome, &self.opts);
+            response.limited(rule, &outcome, &self.opts, || t.policy_id());
         }
-        let mut out = response.finish(&self.opts);
-        if self.opts.dynamic_metadata {
-            out.dynamic_metadata = Some(respond::dynamic_metadata(req, targets, &out.statuses));
-        }
-        out
+        response.finish(req, targets, &self.opts)
     }
 
     /// Refuses every request from now on ([`RequestError::ShuttingDown`]) and returns once

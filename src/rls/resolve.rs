@@ -1,6 +1,7 @@
 //! Step 2 of a request: each descriptor to its target (a rule and the entity counting for it,
 //! a request-supplied limit override, or nothing), then `replaces` across the request.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -26,6 +27,18 @@ impl Target<'_> {
             Target::NoRule => None,
             Target::Rule(r, ..) => Some(r),
             Target::Override(r, ..) => Some(r),
+        }
+    }
+
+    /// The id of its policy in the IETF fields: the rule's `name`, else its path as metrics
+    /// name it (`domain.key_value.key2`); a limit override's is `<domain>.override`, since
+    /// its path holds the request's own values.
+    pub(super) fn policy_id(&self) -> Cow<'_, str> {
+        match self {
+            Target::Rule(r, ..) if !r.name.is_empty() => Cow::Borrowed(&r.name),
+            Target::Rule(r, ..) => Cow::Borrowed(&r.full_key),
+            Target::Override(r, ..) => Cow::Owned(format!("{}.override", r.domain)),
+            Target::NoRule => Cow::Borrowed(""),
         }
     }
 }

@@ -1,114 +1,169 @@
 //! Step 4 of a request: statuses in request order, the overall code (quota and shadow modes),
-//! the rate-limit response headers and the dynamic metadata.
+//! the rate-limit response headers (the reference's, or the IETF draft's of `ietf.rs`), a
+//! denial's problem body, and the dynamic metadata.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit as PbUnit, Code, DescriptorStatus, RateLimit as PbRateLimit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::value::Kind;
 use envoy_types::pb::google::protobuf::{Duration as PbDuration, ListValue, Struct, Value};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
+use super::ietf::{self, header, Policy};
 use super::resolve::Target;
-use super::{HeaderNames, Options};
+use super::{HeaderFormat, HeaderNames, Options};
 use crate::core::decide::Outcome;
 use crate::rules::{Rule, Unit};
 
-/// Statuses gathered in request order, with what the overall code needs.
+/// Statuses gathered in request order, with what the overall code and the headers need.
 #[derive(Default)]
-pub(super) struct Response {
+pub(super) struct Response<'a> {
     statuses: Vec<DescriptorStatus>,
     /// Per status: seconds until a refused request would be admitted (`Retry-After`).
     retry_secs: Vec<u64>,
+    /// Per status, when the IETF headers or the problem body are on: a limited descriptor's
+    /// policy.
+    policies: Option<Vec<Option<Policy<'a>>>>,
     non_quota_over: bool,
-    quotas: usize,
-    quotas_over: usize,
 }
 
-impl Response {
+impl<'a> Response<'a> {
     /// A response for `n` descriptors.
-    pub(super) fn with_capacity(n: usize) -> Self {
+    pub(super) fn with_capacity(n: usize, opts: &Options) -> Self {
         Response {
             statuses: Vec::with_capacity(n),
             retry_secs: Vec::with_capacity(n),
+            policies: opts.wants_policies().then(|| Vec::with_capacity(n)),
             ..Default::default()
         }
     }
 
     /// A descriptor no rule applies to: OK, no limit, 0 left.
     pub(super) fn no_rule(&mut self) {
-        self.retry_secs.push(0);
-        self.statuses.push(DescriptorStatus {
-            code: Code::Ok as i32,
-            ..Default::default()
-        });
+        self.push(
+            DescriptorStatus {
+                code: Code::Ok as i32,
+                ..Default::default()
+            },
+            0,
+            None,
+        );
     }
 
     /// An unlimited descriptor: OK, no limit, `u32::MAX` left.
     pub(super) fn unlimited(&mut self) {
-        self.retry_secs.push(0);
-        self.statuses.push(DescriptorStatus {
-            code: Code::Ok as i32,
-            limit_remaining: u32::MAX,
-            ..Default::default()
-        });
+        self.push(
+            DescriptorStatus {
+                code: Code::Ok as i32,
+                limit_remaining: u32::MAX,
+                ..Default::default()
+            },
+            0,
+            None,
+        );
     }
 
-    /// A limited descriptor's status. Rule `shadow_mode` reports over as OK.
-    pub(super) fn limited(&mut self, rule: &Rule, outcome: &Outcome, opts: &Options) {
+    /// A limited descriptor's status. Rule `shadow_mode` reports over as OK. `policy` names
+    /// its policy in the IETF fields ([`Target::policy_id`]); asked for only when they are on.
+    pub(super) fn limited(
+        &mut self,
+        rule: &Rule,
+        outcome: &Outcome,
+        opts: &Options,
+        policy: impl FnOnce() -> Cow<'a, str>,
+    ) {
         let reported_over = outcome.over && !rule.shadow_mode;
-        if rule.quota_mode || opts.quota_mode {
-            self.quotas += 1;
-            self.quotas_over += usize::from(reported_over);
-        } else {
+        // Quota descriptors count by their groups, in `finish`.
+        if !(rule.quota_mode || opts.quota_mode) {
             self.non_quota_over |= reported_over;
         }
         let spec = &rule.limits[outcome.reported];
-        self.retry_secs
-            .push(outcome.verdict.retry_ms.div_ceil(1000));
-        self.statuses.push(DescriptorStatus {
-            code: if reported_over {
-                Code::OverLimit
-            } else {
-                Code::Ok
-            } as i32,
-            current_limit: Some(PbRateLimit {
-                name: rule.name.clone(),
-                requests_per_unit: spec.limit.requests_per_unit,
-                unit: pb_unit(spec.unit) as i32,
-            }),
-            limit_remaining: outcome.verdict.remaining,
-            duration_until_reset: Some(PbDuration {
-                seconds: outcome.verdict.reset_ms.div_ceil(1000) as i64,
-                nanos: 0,
-            }),
-            quota: None,
-        });
+        let policy = self
+            .policies
+            .is_some()
+            .then(|| Policy::of(policy(), spec, &outcome.verdict));
+        self.push(
+            DescriptorStatus {
+                code: if reported_over {
+                    Code::OverLimit
+                } else {
+                    Code::Ok
+                } as i32,
+                current_limit: Some(PbRateLimit {
+                    name: rule.name.clone(),
+                    requests_per_unit: spec.limit.requests_per_unit,
+                    unit: pb_unit(spec.unit) as i32,
+                }),
+                limit_remaining: outcome.verdict.remaining,
+                duration_until_reset: Some(PbDuration {
+                    seconds: outcome.verdict.reset_ms.div_ceil(1000) as i64,
+                    nanos: 0,
+                }),
+                quota: None,
+            },
+            outcome.verdict.retry_ms.div_ceil(1000),
+            policy,
+        );
     }
 
-    /// The response: OVER_LIMIT iff a non-quota descriptor is over or every quota one is
-    /// (there is one), unless global shadow mode says OK.
-    pub(super) fn finish(self, opts: &Options) -> RateLimitResponse {
-        let over = self.non_quota_over || (self.quotas > 0 && self.quotas == self.quotas_over);
-        let overall = if over && !opts.shadow_mode {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        };
-        let response_headers_to_add = match &opts.response_headers {
+    fn push(&mut self, status: DescriptorStatus, retry_secs: u64, policy: Option<Policy<'a>>) {
+        self.statuses.push(status);
+        self.retry_secs.push(retry_secs);
+        if let Some(p) = &mut self.policies {
+            p.push(policy);
+        }
+    }
+
+    /// The response to `req`, whose descriptors resolved to `targets`: OVER_LIMIT iff a
+    /// non-quota descriptor is over or every quota group is (there is one: [`QuotaGroups`]),
+    /// unless global shadow mode says OK. A refused one carries the problem body when it is
+    /// on; the dynamic metadata, when it is on.
+    pub(super) fn finish(
+        self,
+        req: &RateLimitRequest,
+        targets: &[Target<'_>],
+        opts: &Options,
+    ) -> RateLimitResponse {
+        let groups = QuotaGroups::of(req, targets, &self.statuses, opts);
+        let over = self.non_quota_over || groups.all_over();
+        let refused = over && !opts.shadow_mode;
+        let policies = self.policies.as_deref().unwrap_or_default();
+        let mut response_headers_to_add = match &opts.response_headers {
             Some(names) => headers(
                 names,
+                opts.header_format,
                 &self.statuses,
+                policies,
                 &self.retry_secs,
-                overall == Code::OverLimit,
+                refused,
             ),
             None => Vec::new(),
         };
+        let mut raw_body = Vec::new();
+        if refused && opts.problem_body {
+            let violated = self
+                .statuses
+                .iter()
+                .zip(policies)
+                .filter(|(s, _)| s.code == Code::OverLimit as i32)
+                .filter_map(|(_, p)| p.as_ref().map(|p| p.name.as_ref()));
+            raw_body = ietf::problem(violated);
+            response_headers_to_add.push(header("content-type", "application/problem+json".into()));
+        }
+        let dynamic_metadata = opts
+            .dynamic_metadata
+            .then(|| dynamic_metadata(req, targets, &self.statuses, &groups));
         RateLimitResponse {
-            overall_code: overall as i32,
+            overall_code: if refused { Code::OverLimit } else { Code::Ok } as i32,
             statuses: self.statuses,
             response_headers_to_add,
+            raw_body,
+            dynamic_metadata,
             ..Default::default()
         }
     }
@@ -126,18 +181,10 @@ fn pb_unit(u: Unit) -> PbUnit {
     }
 }
 
-/// The rate-limit headers from the most restrictive limited descriptor: an over-limit one
-/// wins, else the one with the fewest hits left. `Retry-After` is added when the request is
-/// refused: when the picked descriptor would admit it again (its window's end, or the time its
-/// bucket takes to hold the tokens).
-fn headers(
-    names: &HeaderNames,
-    statuses: &[DescriptorStatus],
-    retry_secs: &[u64],
-    refused: bool,
-) -> Vec<HeaderValue> {
-    let reset = |s: &DescriptorStatus| s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
-    let Some((i, pick)) = statuses
+/// The most restrictive limited descriptor: an over-limit one wins, else the one with the
+/// fewest hits left, then the one that resets last.
+fn most_restrictive(statuses: &[DescriptorStatus]) -> Option<usize> {
+    statuses
         .iter()
         .enumerate()
         .filter(|(_, s)| s.current_limit.is_some())
@@ -148,23 +195,51 @@ fn headers(
                 reset(s),
             )
         })
-    else {
+        .map(|(i, _)| i)
+}
+
+fn reset(s: &DescriptorStatus) -> i64 {
+    s.duration_until_reset.as_ref().map_or(0, |d| d.seconds)
+}
+
+/// The rate-limit headers from the most restrictive limited descriptor, in `format`: the
+/// reference's three (named by `names`), or the IETF draft's `RateLimit-Policy` (every limited
+/// descriptor's policy) and `RateLimit`. `Retry-After` is added when the request is refused:
+/// when the picked descriptor would admit it again (its window's end, or the time its bucket
+/// takes to hold the tokens).
+fn headers(
+    names: &HeaderNames,
+    format: HeaderFormat,
+    statuses: &[DescriptorStatus],
+    policies: &[Option<Policy<'_>>],
+    retry_secs: &[u64],
+    refused: bool,
+) -> Vec<HeaderValue> {
+    let Some(i) = most_restrictive(statuses) else {
         return Vec::new();
     };
-    let limit = pick
-        .current_limit
-        .as_ref()
-        .map_or(0, |l| l.requests_per_unit);
-    let header = |k: &str, v: String| HeaderValue {
-        key: k.to_string(),
-        value: v,
-        ..Default::default()
+    let pick = &statuses[i];
+    let mut out = match format {
+        HeaderFormat::Reference => {
+            let limit = pick
+                .current_limit
+                .as_ref()
+                .map_or(0, |l| l.requests_per_unit);
+            vec![
+                header(&names.limit, limit.to_string()),
+                header(&names.remaining, pick.limit_remaining.to_string()),
+                header(&names.reset, reset(pick).to_string()),
+            ]
+        }
+        HeaderFormat::Ietf => {
+            // Every limited descriptor has its policy in this format.
+            let Some(policy) = policies.get(i).and_then(Option::as_ref) else {
+                return Vec::new();
+            };
+            let all: Vec<&Policy<'_>> = policies.iter().flatten().collect();
+            ietf::headers(&all, policy, pick.limit_remaining).to_vec()
+        }
     };
-    let mut out = vec![
-        header(&names.limit, limit.to_string()),
-        header(&names.remaining, pick.limit_remaining.to_string()),
-        header(&names.reset, reset(pick).to_string()),
-    ];
     if refused {
         // A refused request whose picked descriptor is within its limit (quota mode, say)
         // is told the reset, as before.
@@ -179,13 +254,18 @@ fn headers(
 
 /// `RESPONSE_DYNAMIC_METADATA`: the reference's shape. `domain`; `descriptors`, one struct per
 /// request descriptor (`entries` as `key=value` strings, `limit` for an override, and its
-/// own `hitsAddend` when set); the request's `hitsAddend` when not 0; and `metadata`, the
-/// deep merge of the rule `metadata` of the descriptors within their limits (the first
-/// descriptor's value wins where two disagree, as in the reference).
-pub(super) fn dynamic_metadata(
+/// own `hitsAddend` when set); the request's `hitsAddend` when not 0; `metadata`, the deep
+/// merge of the rule `metadata` of the descriptors that passed (the first descriptor's value
+/// wins where two disagree, as in the reference); and, when there are quota descriptors,
+/// `passedBackends`: the `backend_name`/`model_name_override` pairs of the descriptors that
+/// passed, each once, which Envoy AI Gateway routes by. A descriptor passed when it is within
+/// its limit, not unlimited, and not a quota descriptor of a group out of quota
+/// ([`QuotaGroups`]).
+fn dynamic_metadata(
     req: &RateLimitRequest,
     targets: &[Target<'_>],
     statuses: &[DescriptorStatus],
+    groups: &QuotaGroups<'_>,
 ) -> Struct {
     let mut fields = HashMap::new();
     fields.insert("domain".to_string(), string(&req.domain));
@@ -218,13 +298,18 @@ pub(super) fn dynamic_metadata(
     if req.hits_addend != 0 {
         fields.insert("hitsAddend".to_string(), number(f64::from(req.hits_addend)));
     }
+    // A descriptor no rule applies to passes too, as in the reference (it has no metadata,
+    // but may name a backend); unlimited ones do not.
+    let passed: Vec<usize> = (0..statuses.len())
+        .filter(|&i| {
+            statuses[i].code == Code::Ok as i32
+                && !targets[i].rule().is_some_and(|r| r.unlimited)
+                && !groups.exhausted(i)
+        })
+        .collect();
     let mut merged = Struct::default();
-    for (t, s) in targets.iter().zip(statuses) {
-        // Unlimited descriptors are not among those that passed, in the reference.
-        let rule = t
-            .rule()
-            .filter(|r| !r.unlimited && s.code == Code::Ok as i32);
-        if let Some(meta) = rule.and_then(|r| r.metadata.as_deref()) {
+    for &i in &passed {
+        if let Some(meta) = targets[i].rule().and_then(|r| r.metadata.as_deref()) {
             if let Kind::StructValue(src) = yaml_value(meta).kind.unwrap_or(Kind::NullValue(0)) {
                 merge(&mut merged, src);
             }
@@ -233,7 +318,127 @@ pub(super) fn dynamic_metadata(
     if !merged.fields.is_empty() {
         fields.insert("metadata".to_string(), structure(merged));
     }
+    if groups.any() {
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        for &i in &passed {
+            let pair = model_of(&req.descriptors[i]);
+            if pair != ("", "") && !pairs.contains(&pair) {
+                pairs.push(pair);
+            }
+        }
+        if !pairs.is_empty() {
+            let backends = pairs
+                .into_iter()
+                .map(|(backend, model)| {
+                    structure(Struct {
+                        fields: HashMap::from([
+                            (BACKEND_NAME.to_string(), string(backend)),
+                            (MODEL_NAME_OVERRIDE.to_string(), string(model)),
+                        ]),
+                    })
+                })
+                .collect();
+            fields.insert("passedBackends".to_string(), list(backends));
+        }
+    }
     Struct { fields }
+}
+
+/// The descriptor entry keys that name a quota's model, as Envoy AI Gateway sends them.
+const BACKEND_NAME: &str = "backend_name";
+const MODEL_NAME_OVERRIDE: &str = "model_name_override";
+
+/// The `backend_name` and `model_name_override` a descriptor names: the last entry of each,
+/// as the reference reads them; "" when it has none.
+fn model_of(d: &RateLimitDescriptor) -> (&str, &str) {
+    let last = |key: &str| {
+        d.entries
+            .iter()
+            .rev()
+            .find(|e| e.key == key)
+            .map_or("", |e| e.value.as_str())
+    };
+    (last(BACKEND_NAME), last(MODEL_NAME_OVERRIDE))
+}
+
+/// The quota groups of a request, as envoyproxy/ratelimit makes them for Envoy AI Gateway
+/// (its pull request 1243): quota descriptors naming the same `backend_name` and
+/// `model_name_override` are one model's buckets (a tenant's and the model's default, say),
+/// and the model is out of quota when any of them is over; a quota descriptor naming neither
+/// is grouped by its entries. The request is refused when every group is out of quota: AI
+/// Gateway then has no model to fall back to.
+struct QuotaGroups<'r> {
+    /// Each group, and whether a descriptor of it is over.
+    groups: Vec<(Group<'r>, bool)>,
+    /// Per descriptor: its group, for a quota descriptor (empty when there is none).
+    of: Vec<Option<usize>>,
+}
+
+#[derive(PartialEq)]
+enum Group<'r> {
+    Model(&'r str, &'r str),
+    Entries(&'r [Entry]),
+}
+
+impl<'r> QuotaGroups<'r> {
+    /// The groups of the limited quota descriptors (`quota_mode`, or `QUOTA_MODE`).
+    fn of(
+        req: &'r RateLimitRequest,
+        targets: &[Target<'_>],
+        statuses: &[DescriptorStatus],
+        opts: &Options,
+    ) -> Self {
+        let mut g = QuotaGroups {
+            groups: Vec::new(),
+            of: Vec::new(),
+        };
+        for (i, (t, s)) in targets.iter().zip(statuses).enumerate() {
+            let quota = t
+                .rule()
+                .is_some_and(|r| !r.unlimited && (r.quota_mode || opts.quota_mode));
+            if !quota {
+                continue;
+            }
+            if g.of.is_empty() {
+                g.of = vec![None; targets.len()];
+            }
+            let d = &req.descriptors[i];
+            let key = match model_of(d) {
+                ("", "") => Group::Entries(&d.entries),
+                (backend, model) => Group::Model(backend, model),
+            };
+            let at = g
+                .groups
+                .iter()
+                .position(|(k, _)| *k == key)
+                .unwrap_or_else(|| {
+                    g.groups.push((key, false));
+                    g.groups.len() - 1
+                });
+            g.groups[at].1 |= s.code == Code::OverLimit as i32;
+            g.of[i] = Some(at);
+        }
+        g
+    }
+
+    /// Whether the request has quota descriptors.
+    fn any(&self) -> bool {
+        !self.groups.is_empty()
+    }
+
+    /// Whether there are quota groups and each is out of quota.
+    fn all_over(&self) -> bool {
+        self.any() && self.groups.iter().all(|(_, over)| *over)
+    }
+
+    /// Whether descriptor `i` is a quota descriptor of a group out of quota.
+    fn exhausted(&self, i: usize) -> bool {
+        self.of
+            .get(i)
+            .copied()
+            .flatten()
+            .is_some_and(|at| self.groups[at].1)
+    }
 }
 
 /// Adds `src`'s fields to `dest`: structs on both sides merge, anything else already there
@@ -309,5 +514,139 @@ fn list(values: Vec<Value>) -> Value {
 fn structure(s: Struct) -> Value {
     Value {
         kind: Some(Kind::StructValue(s)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::core::clock::{ManualClock, UnixMillis};
+    use crate::rls::RateLimiter;
+
+    /// The start of an hour.
+    const T0: UnixMillis = UnixMillis(1_700_006_400_000);
+
+    const RULES: &str = r#"
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {name: per-user, unit: minute, requests_per_unit: 10}
+  - key: path
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: tight
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+"#;
+
+    fn ietf() -> Options {
+        Options {
+            response_headers: Some(HeaderNames::default()),
+            header_format: HeaderFormat::Ietf,
+            problem_body: true,
+            ..Options::default()
+        }
+    }
+
+    fn ask(l: &RateLimiter, descriptors: &[(&str, &str)]) -> RateLimitResponse {
+        let req = RateLimitRequest {
+            domain: "d".into(),
+            descriptors: descriptors
+                .iter()
+                .map(|(k, v)| RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: k.to_string(),
+                        value: v.to_string(),
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+            hits_addend: 0,
+        };
+        l.should_rate_limit(&req).unwrap()
+    }
+
+    fn header<'r>(r: &'r RateLimitResponse, key: &str) -> Option<&'r str> {
+        let mut found = r.response_headers_to_add.iter().filter(|h| h.key == key);
+        let first = found.next().map(|h| h.value.as_str());
+        assert!(found.next().is_none(), "{key} twice");
+        first
+    }
+
+    #[test]
+    fn the_ietf_fields_name_every_policy_and_report_the_most_restrictive() {
+        let l = RateLimiter::local(RULES, Arc::new(ManualClock::new(T0)), ietf()).unwrap();
+        // Fewest left wins: the path's 2 of 3 over the user's 9 of 10. Descriptors without a
+        // limit have no policy.
+        let r = ask(
+            &l,
+            &[("user", "a"), ("path", "/x"), ("free", "f"), ("nope", "n")],
+        );
+        assert_eq!(
+            header(&r, "RateLimit-Policy"),
+            Some(r#""per-user";q=10;w=60, "d.path";q=3;w=3600"#)
+        );
+        assert_eq!(header(&r, "RateLimit"), Some(r#""d.path";r=2;t=3600"#));
+        assert_eq!(header(&r, "Retry-After"), None);
+        assert_eq!(header(&r, "content-type"), None);
+        assert!(r.raw_body.is_empty());
+        // An over-limit descriptor wins over one with nothing left but within its limit.
+        ask(&l, &[("path", "/x")]);
+        ask(&l, &[("tight", "t")]);
+        let r = ask(&l, &[("path", "/x"), ("tight", "t")]);
+        assert_eq!(r.overall_code, Code::OverLimit as i32);
+        assert_eq!(r.statuses[0].limit_remaining, 0);
+        let retry = header(&r, "Retry-After").expect("Retry-After when refused");
+        assert_eq!(
+            header(&r, "RateLimit"),
+            Some(format!(r#""d.tight";r=0;t={retry}"#).as_str())
+        );
+        assert_eq!(header(&r, "content-type"), Some("application/problem+json"));
+        let body: serde_json::Value = serde_json::from_slice(&r.raw_body).unwrap();
+        assert_eq!(body["violated-policies"], serde_json::json!(["d.tight"]));
+        assert_eq!(body["status"], 429);
+    }
+
+    #[test]
+    fn a_request_not_refused_has_no_problem_body() {
+        // Global shadow mode: the request passes, so nothing is violated for the client.
+        let opts = Options {
+            shadow_mode: true,
+            ..ietf()
+        };
+        let l = RateLimiter::local(RULES, Arc::new(ManualClock::new(T0)), opts).unwrap();
+        ask(&l, &[("tight", "t")]);
+        let r = ask(&l, &[("tight", "t")]);
+        assert_eq!(r.statuses[0].code, Code::OverLimit as i32);
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert!(r.raw_body.is_empty());
+        assert_eq!(header(&r, "content-type"), None);
+        assert_eq!(header(&r, "Retry-After"), None);
+        // The reference's headers and the problem body go together.
+        let opts = Options {
+            header_format: HeaderFormat::Reference,
+            ..ietf()
+        };
+        let l = RateLimiter::local(RULES, Arc::new(ManualClock::new(T0)), opts).unwrap();
+        ask(&l, &[("tight", "t")]);
+        let r = ask(&l, &[("tight", "t")]);
+        let keys: Vec<&str> = r
+            .response_headers_to_add
+            .iter()
+            .map(|h| h.key.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "RateLimit-Limit",
+                "RateLimit-Remaining",
+                "RateLimit-Reset",
+                "Retry-After",
+                "content-type"
+            ]
+        );
+        assert!(!r.raw_body.is_empty());
     }
 }

@@ -225,6 +225,11 @@ pub fn response_json(r: &RateLimitResponse) -> Value {
             .collect();
         out.insert("responseHeadersToAdd".into(), headers.into());
     }
+    if !r.raw_body.is_empty() {
+        use base64::Engine as _;
+        let body = base64::engine::general_purpose::STANDARD.encode(&r.raw_body);
+        out.insert("rawBody".into(), body.into());
+    }
     Value::Object(out)
 }
 

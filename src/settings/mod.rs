@@ -19,7 +19,7 @@ use crate::core::SyncPolicy;
 use crate::global::redis::{normalize_url, RedisOptions, RedisTls, SentinelMaster};
 use crate::global::SyncSettings;
 pub use crate::global::{PerSecondRedis, RedisSettings};
-use crate::rls::{HeaderNames, Options};
+use crate::rls::{HeaderFormat, HeaderNames, Options};
 use crate::server::grpc_conn::GrpcLimits;
 use crate::server::tls::{self, GrpcTls};
 use crate::sources::xds::XdsSettings;
@@ -221,6 +221,16 @@ fn options(v: &mut Values<'_>) -> Options {
         shadow_mode: v.or("SHADOW_MODE", false, boolean),
         quota_mode: v.or("QUOTA_MODE", false, boolean),
         response_headers: headers,
+        header_format: match v.or(
+            "LIMIT_RESPONSE_HEADERS_FORMAT",
+            "reference",
+            one_of(&["reference", "ietf"]),
+        ) {
+            "ietf" => HeaderFormat::Ietf,
+            _ => HeaderFormat::Reference,
+        },
+        problem_body: v.or("LIMIT_RESPONSE_BODY", "none", one_of(&["none", "problem"]))
+            == "problem",
         dynamic_metadata: v.or("RESPONSE_DYNAMIC_METADATA", false, boolean),
         stop_increment_when_over_limit: v.or(
             "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",

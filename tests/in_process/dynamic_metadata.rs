@@ -1,12 +1,15 @@
 //! `RESPONSE_DYNAMIC_METADATA` over gRPC: the reference's shape (domain, descriptors, hits,
-//! and the deep-merged rule `metadata` of the descriptors within their limits), and nothing
-//! when it is off.
+//! and the deep-merged rule `metadata` of the descriptors within their limits), quota
+//! descriptors' `passedBackends` as Envoy AI Gateway reads them (and the overall code of its
+//! quota groups), and nothing when it is off.
 
 use crate::common::{desc, Server};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::value::Kind;
-use envoy_types::pb::google::protobuf::{Struct, UInt64Value, Value};
+use envoy_types::pb::google::protobuf::{ListValue, Struct, UInt64Value, Value};
+use std::collections::HashMap;
 
 const RULES: &str = r#"
 domain: md
@@ -128,5 +131,192 @@ async fn off_by_default() {
         .unwrap()
         .into_inner();
     assert_eq!(r.dynamic_metadata, None);
+    s.stop().await.unwrap();
+}
+
+/// Envoy AI Gateway's quota rules (`internal/ratelimit/translator`): one domain, a descriptor
+/// per backend (`namespace/name`) and model, each with its buckets: a tenant's (a bucket
+/// rule's header match, key and value alike) and the model's default; or, without bucket
+/// rules, the limit on the model itself.
+const AI_GATEWAY: &str = r#"
+domain: ai-gateway-quota
+descriptors:
+  - key: backend_name
+    value: ns/be
+    descriptors:
+      - key: model_name_override
+        value: model-a
+        descriptors:
+          - key: rule-0-x-tenant|acme-match-0
+            value: rule-0-x-tenant|acme-match-0
+            quota_mode: true
+            rate_limit: {unit: minute, requests_per_unit: 1}
+          - key: rule-1-match--1
+            value: rule-1-match--1
+            quota_mode: true
+            metadata: {name: model_a_default}
+            rate_limit: {unit: minute, requests_per_unit: 100}
+      - key: model_name_override
+        value: model-b
+        descriptors:
+          - key: rule-0-match--1
+            value: rule-0-match--1
+            quota_mode: true
+            metadata: {name: model_b}
+            rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: backend_name
+    value: ns/other
+    descriptors:
+      - key: model_name_override
+        value: model-a
+        quota_mode: true
+        rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: backend_name
+    value: ns/plain
+    rate_limit: {unit: minute, requests_per_unit: 100}
+"#;
+
+/// The request-time check AI Gateway sends: every candidate backend's buckets.
+fn candidates() -> RateLimitRequest {
+    let bucket = |backend: &str, model: &str, rule: &str| {
+        let mut e = vec![("backend_name", backend), ("model_name_override", model)];
+        if !rule.is_empty() {
+            e.push((rule, rule));
+        }
+        desc(&e)
+    };
+    RateLimitRequest {
+        domain: "ai-gateway-quota".into(),
+        descriptors: vec![
+            bucket("ns/be", "model-a", "rule-0-x-tenant|acme-match-0"),
+            bucket("ns/be", "model-a", "rule-1-match--1"),
+            bucket("ns/be", "model-b", "rule-0-match--1"),
+            bucket("ns/other", "model-a", ""),
+        ],
+        hits_addend: 0,
+    }
+}
+
+fn string(s: &str) -> Value {
+    Value {
+        kind: Some(Kind::StringValue(s.to_string())),
+    }
+}
+
+fn values(values: Vec<Value>) -> Value {
+    Value {
+        kind: Some(Kind::ListValue(ListValue { values })),
+    }
+}
+
+fn object(fields: Vec<(&str, Value)>) -> Struct {
+    Struct {
+        fields: fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect::<HashMap<_, _>>(),
+    }
+}
+
+fn nested(s: Struct) -> Value {
+    Value {
+        kind: Some(Kind::StructValue(s)),
+    }
+}
+
+/// The whole metadata of a response to [`candidates`]: its descriptors, the `metadata` name
+/// given, and the `(backend, model)` pairs given as `passedBackends`.
+fn expected(metadata: &str, passed: &[(&str, &str)]) -> Struct {
+    let entries = |entries: &[&str]| {
+        let entries = entries.iter().map(|e| string(e)).collect();
+        nested(object(vec![("entries", values(entries))]))
+    };
+    let pair = |(backend, model): &(&str, &str)| {
+        nested(object(vec![
+            ("backend_name", string(backend)),
+            ("model_name_override", string(model)),
+        ]))
+    };
+    object(vec![
+        ("domain", string("ai-gateway-quota")),
+        (
+            "descriptors",
+            values(vec![
+                entries(&[
+                    "backend_name=ns/be",
+                    "model_name_override=model-a",
+                    "rule-0-x-tenant|acme-match-0=rule-0-x-tenant|acme-match-0",
+                ]),
+                entries(&[
+                    "backend_name=ns/be",
+                    "model_name_override=model-a",
+                    "rule-1-match--1=rule-1-match--1",
+                ]),
+                entries(&[
+                    "backend_name=ns/be",
+                    "model_name_override=model-b",
+                    "rule-0-match--1=rule-0-match--1",
+                ]),
+                entries(&["backend_name=ns/other", "model_name_override=model-a"]),
+            ]),
+        ),
+        ("metadata", nested(object(vec![("name", string(metadata))]))),
+        ("passedBackends", values(passed.iter().map(pair).collect())),
+    ])
+}
+
+#[tokio::test]
+async fn quota_descriptors_name_the_backends_with_quota_left() {
+    let s = Server::start(AI_GATEWAY, |st| st.options.dynamic_metadata = true).await;
+    let mut c = s.client().await;
+    let r = c
+        .should_rate_limit(candidates())
+        .await
+        .unwrap()
+        .into_inner();
+    // Every bucket has room: each backend/model pair once, in request order; the metadata of
+    // the first descriptor that has some.
+    assert_eq!(
+        r.dynamic_metadata.expect("dynamic metadata"),
+        expected(
+            "model_a_default",
+            &[
+                ("ns/be", "model-a"),
+                ("ns/be", "model-b"),
+                ("ns/other", "model-a")
+            ]
+        )
+    );
+    // acme's bucket of model-a on ns/be (1 a minute) is over: that model is out of quota,
+    // though its default bucket passed, so neither names it. The same model on another
+    // backend still has room.
+    let r = c
+        .should_rate_limit(candidates())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, Code::Ok as i32, "other models have room");
+    assert_eq!(
+        r.dynamic_metadata.expect("dynamic metadata"),
+        expected("model_b", &[("ns/be", "model-b"), ("ns/other", "model-a")])
+    );
+    // Asked for that model alone, the request is refused, though its default bucket passed:
+    // the model's group is out of quota, and no other group has room.
+    let mut alone = candidates();
+    alone.descriptors.truncate(2);
+    let r = c.should_rate_limit(alone).await.unwrap().into_inner();
+    assert_eq!(r.statuses[1].code, Code::Ok as i32);
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    let m = r.dynamic_metadata.expect("dynamic metadata");
+    assert!(!m.fields.contains_key("passedBackends"), "{m:?}");
+    // Without quota descriptors, no list, though a descriptor names a backend.
+    let plain = RateLimitRequest {
+        domain: "ai-gateway-quota".into(),
+        descriptors: vec![desc(&[("backend_name", "ns/plain")])],
+        hits_addend: 0,
+    };
+    let r = c.should_rate_limit(plain).await.unwrap().into_inner();
+    let m = r.dynamic_metadata.expect("dynamic metadata");
+    assert!(!m.fields.contains_key("passedBackends"), "{m:?}");
     s.stop().await.unwrap();
 }

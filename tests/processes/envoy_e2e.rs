@@ -5,6 +5,8 @@
 //! charged on stream done with the upstream's `x-tokens-used`, overshooting reports included.
 //! config/envoy/buckets.yaml: a token bucket per client (10 a second, bursts of 30): the burst
 //! passes, then 429 with `Retry-After`, then the refill's 10 a second later.
+//! With LIMIT_RESPONSE_HEADERS_FORMAT=ietf and LIMIT_RESPONSE_BODY=problem: `RateLimit-Policy`
+//! and `RateLimit` on the 200s, and a 429 with `Retry-After` and the problem+json body.
 //! Over mTLS: envoy.yaml with a client certificate on the sluice cluster reaches sluice
 //! (GRPC_SERVER_USE_TLS, GRPC_CLIENT_TLS_CACERT/SAN); with a SAN sluice does not accept, it
 //! fails open.
@@ -288,6 +290,62 @@ fn envoy_rate_limits_through_sluice_over_mtls() {
             "no answer from sluice"
         );
     }
+}
+
+#[test]
+fn envoy_passes_the_ietf_headers_and_the_problem_body_to_the_client() {
+    let stack = Stack::start(
+        "envoy.yaml",
+        &[
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LIMIT_RESPONSE_HEADERS_FORMAT", "ietf"),
+            ("LIMIT_RESPONSE_BODY", "problem"),
+        ],
+    );
+    let get = || http(stack.front, "GET", "/", "", &[("x-user", "dave")]).expect("through envoy");
+    // 3 a day, in a fixed window: `t` is the time to the next UTC midnight.
+    for n in 1..=3 {
+        let (status, headers, body) = get();
+        assert_eq!((status, body.as_str()), (200, "hello"), "request {n}");
+        assert_eq!(
+            header(&headers, "ratelimit-policy"),
+            Some(r#""envoy-e2e.user";q=3;w=86400"#)
+        );
+        let limit = header(&headers, "ratelimit").expect("RateLimit on a 200");
+        let t = limit
+            .strip_prefix(&format!(r#""envoy-e2e.user";r={};t="#, 3 - n))
+            .unwrap_or_else(|| panic!("{limit}"));
+        assert!((1..=86_400).contains(&t.parse::<u64>().unwrap()), "{limit}");
+        assert!(header(&headers, "retry-after").is_none());
+        assert_eq!(
+            header(&headers, "content-type"),
+            None,
+            "the upstream's (none)"
+        );
+    }
+    let (status, headers, body) = get();
+    assert_eq!(status, 429, "the 4th request is over the limit");
+    let retry: u64 = header(&headers, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=86_400).contains(&retry), "{headers:?}");
+    assert_eq!(
+        header(&headers, "ratelimit"),
+        Some(format!(r#""envoy-e2e.user";r=0;t={retry}"#).as_str())
+    );
+    assert_eq!(
+        header(&headers, "content-type"),
+        Some("application/problem+json")
+    );
+    let problem: serde_json::Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(
+        problem,
+        serde_json::json!({
+            "type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+            "title": "Quota Exceeded",
+            "status": 429,
+            "violated-policies": ["envoy-e2e.user"],
+        })
+    );
 }
 
 /// sluice's `ratelimit_total_hits_total` of the rule `llm.tenant` (0 before its first hit).

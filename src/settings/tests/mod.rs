@@ -103,6 +103,37 @@ fn booleans_take_reference_spellings() {
 }
 
 #[test]
+fn the_header_format_and_the_problem_body_are_chosen_by_name() {
+    let s = resolve(&[], &[]).unwrap();
+    assert_eq!(s.options.header_format, HeaderFormat::Reference);
+    assert!(!s.options.problem_body);
+    let s = resolve(
+        &["--limit-response-headers-format", "IETF"],
+        &[("LIMIT_RESPONSE_BODY", "problem")],
+    )
+    .unwrap();
+    assert_eq!(s.options.header_format, HeaderFormat::Ietf);
+    assert!(s.options.problem_body);
+    let errs = resolve(
+        &[],
+        &[
+            ("LIMIT_RESPONSE_HEADERS_FORMAT", "draft"),
+            ("LIMIT_RESPONSE_BODY", "json"),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(
+        names(&errs),
+        ["LIMIT_RESPONSE_HEADERS_FORMAT", "LIMIT_RESPONSE_BODY"]
+    );
+    assert!(
+        errs[1].to_string().contains("is not one of none, problem"),
+        "{}",
+        errs[1]
+    );
+}
+
+#[test]
 fn every_bad_setting_is_reported_at_once_parse_errors_included() {
     let errs = resolve(
         &["--grpc-host", "not a host", "--log-format", "xml"],
