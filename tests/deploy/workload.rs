@@ -229,6 +229,8 @@ fn check_env_settings(c: &Value) {
         ("LOG_FORMAT", "text"),
         ("SHADOW_MODE", "true"),
         ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("LIMIT_RESPONSE_HEADERS_FORMAT", "ietf"),
+        ("LIMIT_RESPONSE_BODY", "problem"),
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
         ("MERGE_DOMAIN_CONFIG", "true"),
         ("NEAR_LIMIT_RATIO", "0.9"),
