@@ -1,13 +1,14 @@
 //! Exact rules (`exact: true`) against real Redis servers started by the tests (redis-server
 //! must be installed; scripts/test.sh installs it): no over-admission by a fleet of in-process
 //! replicas under concurrent clients, the sliding window's formula in the script, all or
-//! nothing across a Redis Cluster's slots, and the prior when Redis is killed; the same for
-//! token buckets (a bucket's burst exactly, a bucket beside a window, refunds, a cluster).
+//! nothing across a Redis Cluster's slots, and the prior when Redis is killed; a refund through
+//! one replica clearing the others' over answers within a tick; the same for token buckets (a
+//! bucket's burst exactly, a bucket beside a window, refunds, a cluster).
 
 use crate::common;
 use crate::common::redis::{global_mode, RedisCluster, RedisServer};
 use crate::common::{desc, http_async, Server};
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use sluice::global::exact::redis::{exact_bucket_key, exact_key};
 
@@ -111,6 +112,46 @@ async fn with_redis_killed_every_request_is_answered_by_the_prior_and_counted() 
         .unwrap_or_else(|| panic!("no fallback metric in\n{body}"));
     assert!(line.ends_with(" 120"), "{line}");
     s.stop().await.unwrap();
+}
+
+/// `n` hits of `b`=carol through `s`'s gRPC port, given back with `refund`.
+async fn ask(s: &Server, n: u64, refund: bool) -> RateLimitResponse {
+    let r = hits("b", "carol", n, refund);
+    s.client()
+        .await
+        .should_rate_limit(r)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_through_one_replica_clears_the_others_over_answer_within_a_tick() {
+    // Reserve, then settle: A reserves the whole minute of `b` (5); B is refused and keeps
+    // the key as over; A gives 3 back. B asks Redis again once its entry is a sync tick old
+    // (50 ms here), and admits what the refund freed (PR #1230 of envoyproxy/ratelimit: there,
+    // every replica's over-limit cache kept refusing until the window ended).
+    let redis = RedisServer::start();
+    let a = Server::start(RULES, global_mode(vec![redis.url()], false, 4)).await;
+    let b = Server::start(RULES, global_mode(vec![redis.url()], false, 4)).await;
+    assert_eq!(ask(&a, 5, false).await.overall_code, 1);
+    assert_eq!(ask(&b, 1, false).await.overall_code, 2);
+    let settle = ask(&a, 3, true).await;
+    assert_eq!(
+        (settle.overall_code, settle.statuses[0].limit_remaining),
+        (1, 3),
+        "the refund reports what it leaves"
+    );
+    let key = exact_key("", entity("b", "carol"), 0, minute_epoch());
+    assert_eq!(redis.get(&key).as_deref(), Some("2"));
+    // Within the tick B still answers from memory; a second on, Redis decides: 3 fit.
+    b.clock.set(common::T0.plus_millis(49));
+    assert_eq!(ask(&b, 1, false).await.overall_code, 2);
+    b.clock.set(common::T0.plus_millis(1_000));
+    assert_eq!(ask(&b, 3, false).await.overall_code, 1);
+    assert_eq!(redis.get(&key).as_deref(), Some("5"));
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
 }
 
 // === token buckets ===

@@ -75,6 +75,40 @@ async fn one_replica_is_exact_under_concurrency_and_redis_holds_every_hit() {
     assert_eq!(counters(&redis).0, 320);
 }
 
+/// `n` hits of `k`=`value` through `s` (a look with 0), given back with `refund`: the status's
+/// remaining.
+async fn remaining(s: &Server, value: &str, n: u64, refund: bool) -> u32 {
+    let mut r = req("k", value);
+    r.descriptors[0].hits_addend =
+        Some(envoy_types::pb::google::protobuf::UInt64Value { value: n });
+    r.descriptors[0].is_negative_hits = refund;
+    let resp = s.client().await.should_rate_limit(r).await.unwrap();
+    resp.into_inner().statuses[0].limit_remaining
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_through_one_replica_reaches_the_others_count() {
+    // Reserve, then settle, across two replicas: A reserves the whole day's 100; B reads 0 left.
+    // A gives 40 back: B's next reads show 40 left. (B kept the largest count it had read, and
+    // showed 0 left until the day ended.)
+    let redis = RedisServer::start();
+    let a = Server::start(RULES, global_mode(vec![redis.url()], false, 2)).await;
+    let b = Server::start(RULES, global_mode(vec![redis.url()], false, 2)).await;
+    assert_eq!(remaining(&a, "settle", 100, false).await, 0);
+    wait_until_async(10, "B reads the reservation", || async {
+        remaining(&b, "settle", 0, false).await == 0
+    })
+    .await;
+    remaining(&a, "settle", 40, true).await;
+    wait_until_async(10, "B reads the refund", || async {
+        remaining(&b, "settle", 0, false).await == 40
+    })
+    .await;
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+    assert_eq!(counters(&redis).0, 60);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redis_slower_than_the_timeout_counts_every_hit_once() {
     // Every sync call times out (100 ms) while Redis holds its replies 300 ms, and runs in
