@@ -23,11 +23,11 @@ use crate::core::bucket::verdict_owed;
 use crate::core::clock::UnixMillis;
 use crate::core::decide::{pick, Outcome};
 use crate::core::limit::verdict_on;
-use crate::core::window::window_count;
+use crate::core::window::{window_count, Prev};
 use crate::core::FleetView;
 use crate::core::{Algorithm, Verdict};
 use crate::global::exact::bucket::refunded;
-use crate::global::exact::{ExactBucket, ExactCount, ExactReply, ExactStats};
+use crate::global::exact::{given_back, ExactBucket, ExactCount, ExactReply, ExactStats};
 use crate::global::{ExactItem, StoreError};
 use crate::telemetry::{names, Telemetry};
 
@@ -156,8 +156,10 @@ impl OverCache {
 fn natural(it: &ExactItem, now: UnixMillis, c: &ExactCount) -> Verdict {
     let limit = it.limit();
     let (hits, c) = if it.refund {
+        let [prev, curr] = given_back(it, c);
         let left = ExactCount {
-            curr: c.curr - it.hits.min(c.curr),
+            prev: c.prev - prev,
+            curr: c.curr - curr,
             owed_ns: it.bucket.map_or(0, |_| refunded(it, c.owed_ns)),
             ..*c
         };
@@ -228,7 +230,7 @@ impl RateLimiter {
                     epoch: if bucket.is_some() { 0 } else { now.0 / w },
                     window_ms: w,
                     left_ms: w - now.0 % w,
-                    sliding: spec.limit.algorithm == Algorithm::SlidingWindow,
+                    prev: Prev::of(spec.limit.algorithm),
                     requests_per_unit: spec.limit.requests_per_unit,
                     hits: hits[i].min(1 << 32),
                     ttl_ms: 2 * w,

@@ -10,7 +10,7 @@
 //!   (0/1), then the number of limits as one byte, then per limit:
 //!   `algorithm tag (u8) ‖ requests_per_unit (u32 LE) ‖ window_ms (u64 LE)`, with tags
 //!   0 = sliding window, 1 = fixed window, 2 = token bucket (followed by its `burst`, u32
-//!   LE). A new algorithm gets a new tag and may append fields of its own after these;
+//!   LE), 3 = concurrency. A new algorithm gets a new tag and may append fields of its own after these;
 //!   existing rules keep their ids.
 //! - **Entity key** = XXH3-128 (seed 0), streamed over: for each request value at a key-only
 //!   or wildcard level without `share_threshold`, `u64 LE length ‖ bytes` (length-prefixed so
@@ -60,6 +60,7 @@ fn algorithm_tag(a: Algorithm) -> u8 {
         Algorithm::SlidingWindow => 0,
         Algorithm::FixedWindow => 1,
         Algorithm::TokenBucket { .. } => 2,
+        Algorithm::Concurrency => 3,
     }
 }
 

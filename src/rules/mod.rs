@@ -331,11 +331,15 @@ impl RuleSet {
                         Algorithm::TokenBucket { burst } => {
                             let _ = write!(out, " algorithm=token_bucket burst={burst}");
                         }
+                        Algorithm::Concurrency => out.push_str(" algorithm=concurrency"),
                         Algorithm::SlidingWindow => {}
                     }
-                    // Shown when not the algorithm's default (buckets are lenient unless told).
-                    let lenient_default =
-                        matches!(l.limit.algorithm, Algorithm::TokenBucket { .. });
+                    // Shown when not the algorithm's default (buckets are lenient unless
+                    // told; concurrency limits always are).
+                    let lenient_default = matches!(
+                        l.limit.algorithm,
+                        Algorithm::TokenBucket { .. } | Algorithm::Concurrency
+                    );
                     if l.strict == lenient_default {
                         let _ = write!(out, " strict={}", l.strict);
                     }

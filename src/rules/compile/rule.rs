@@ -2,7 +2,7 @@
 //! the checks that apply to the rule as a whole.
 
 use super::Compiler;
-use crate::core::Limit;
+use crate::core::{Algorithm, Limit};
 use crate::rules::identity::rule_id;
 use crate::rules::locate::Step;
 use crate::rules::model::{DescriptorConfig, LimitConfig, RateLimitConfig};
@@ -33,6 +33,7 @@ impl Compiler<'_> {
         } else {
             self.limits(d, rl, composite)
         };
+        self.check_concurrency(&limits, composite);
         self.check_exact(d, rl, composite);
         self.check_replaces(rl);
         let plain: Vec<Limit> = limits.iter().map(|l| l.limit).collect();
@@ -124,6 +125,19 @@ impl Compiler<'_> {
                 format!(
                     "strict cannot be used with exact (exact rules count admitted hits only): '{composite}'"
                 ),
+            );
+        }
+    }
+
+    /// A release (`is_negative_hits`) gives back to every limit of its rule, so a concurrency
+    /// limit stands alone: beside a window or a bucket, each release would refund that rate
+    /// too.
+    fn check_concurrency(&mut self, limits: &[LimitSpec], composite: &str) {
+        let concurrency = |l: &LimitSpec| l.limit.algorithm == Algorithm::Concurrency;
+        if limits.len() > 1 && limits.iter().any(concurrency) {
+            self.error_key(
+                "additional_limits",
+                format!("algorithm: concurrency cannot be combined with other limits in one rule (a release gives back to every limit of it): '{composite}'"),
             );
         }
     }
