@@ -135,6 +135,16 @@ mod tests {
             algorithm: Algorithm::TokenBucket { burst: 30 },
         };
         assert_eq!(rule_id("edge.ip", false, &[bucket]), 0xddc2_7543_a79a_4674);
+        // Tag 3: 4 in flight, a lease of 10 minutes.
+        let concurrency = Limit {
+            requests_per_unit: 4,
+            window_ms: 600_000,
+            algorithm: Algorithm::Concurrency,
+        };
+        assert_eq!(
+            rule_id("edge.ip", false, &[concurrency]),
+            0x6782_4b65_8999_76d4
+        );
         assert_eq!(
             rule_id(
                 "edge.ip",

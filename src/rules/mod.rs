@@ -387,6 +387,18 @@ mod tests {
     }
 
     #[test]
+    fn rlconfig_shows_a_concurrency_limit_and_its_lease() {
+        let s = set("domain: d\ndescriptors:\n  - key: t\n    rate_limit: {unit: minute, unit_multiplier: 10, requests_per_unit: 4, algorithm: concurrency}\n");
+        assert!(
+            s.dump().contains(
+                "d.t: unit=MINUTE requests_per_unit=4 unit_multiplier=10 algorithm=concurrency, shadow_mode"
+            ),
+            "{}",
+            s.dump()
+        );
+    }
+
+    #[test]
     fn distinct_values_get_distinct_counters_unless_shared() {
         let s = set("domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: path\n    value: /api/*\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n");
         let a = s.find("d", &[("ip", "1.1.1.1")]).unwrap().entity;

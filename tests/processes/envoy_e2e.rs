@@ -6,6 +6,8 @@
 //! config/envoy/llm-reserve.yaml: reserve, then settle (the declared maximum charged up front,
 //! the unused part given back on stream done), which never overshoots where charging after
 //! does, 50 requests at once against a nearly spent budget.
+//! config/envoy/concurrency.yaml: 4 requests in flight to a slow app, the fifth refused until
+//! one finishes and releases its place on stream done.
 //! config/envoy/buckets.yaml: a token bucket per client (10 a second, bursts of 30): the burst
 //! passes, then 429 with `Retry-After`, then the refill's 10 a second later.
 //! Over mTLS: envoy.yaml with a client certificate on the sluice cluster reaches sluice
@@ -544,6 +546,40 @@ fn a_reserved_budget_never_overshoots_where_charging_after_does() {
         overshoot_after > 0.4,
         "charged after, 50 reports overshoot by 46 % of the budget: {overshoot_after}"
     );
+}
+
+#[test]
+fn a_concurrency_limit_admits_four_in_flight_and_the_fifth_once_one_finishes() {
+    // config/envoy/concurrency.yaml: 4 in flight per tenant; the app holds its answers until
+    // the test lets them go.
+    let hold = Arc::new(Hold::default());
+    let stack = Stack::start_holding("concurrency.yaml", hold.clone());
+    let (front, sluice) = (stack.front, stack.sluice_http);
+    let tenant = [("x-tenant", "acme")];
+    let free = || left(sluice, "inflight", "tenant", "acme");
+    std::thread::scope(|sc| {
+        let send = || sc.spawn(move || http(front, "GET", "/", "", &tenant).unwrap().0);
+        let running: Vec<_> = (0..4).map(|_| send()).collect();
+        wait_until(30, "4 requests at the app", || hold.arrived() == 4);
+        assert_eq!(free(), 0);
+        // The fifth is refused, and its release (Envoy sends one for it too, of 0) frees
+        // nothing.
+        for _ in 0..3 {
+            assert_eq!(send().join().unwrap(), 429);
+        }
+        assert_eq!(free(), 0, "a refused request releases nothing");
+        // One finishes: its release frees its place, and the next request takes it.
+        hold.release(1);
+        wait_until(20, "a place freed", || free() == 1);
+        let next = send();
+        wait_until(30, "the next request at the app", || hold.arrived() == 5);
+        assert_eq!(send().join().unwrap(), 429);
+        hold.release(5);
+        let mut statuses: Vec<u16> = running.into_iter().map(|t| t.join().unwrap()).collect();
+        statuses.push(next.join().unwrap());
+        assert_eq!(statuses, [200; 5]);
+        wait_until(20, "every place freed", || free() == 4);
+    });
 }
 
 /// `n` requests through Envoy for `client`, all at once (a thread each): the responses, and
