@@ -30,7 +30,7 @@ pub struct SyncPlan {
     /// The fleet's count of each epoch as this node last read it: the store answers no less
     /// than this less the refunds it holds (`floor − refunds`), so a store that restarted
     /// empty does not read as room while the others restate their parts, yet a refund made
-    /// through any replica shows at once.
+    /// through any replica shows at this node's next read.
     pub floors: [u64; 2],
     /// A burst read (`prior.rs`): a reply this soon after the last one measures the others'
     /// rate all the same.
