@@ -692,6 +692,24 @@ mod tests {
     }
 
     #[test]
+    fn a_release_after_its_lapse_frees_at_most_its_own_hits_of_another() {
+        // A lapsed unreleased; C holds one of 2 places. A's release, late, takes C's count:
+        // one admission beyond the limit while C runs (C's place), not more.
+        let l = concurrency(2);
+        let mut s = WindowState::default();
+        hit_lenient(&mut s, &l, T0, 1);
+        let t = T0.plus_millis(2 * MIN);
+        hit_lenient(&mut s, &l, t, 1);
+        s.refund(&l, t, 1);
+        assert_eq!(s.check(&l, t, 0).count_after, 0);
+        assert!(!hit_lenient(&mut s, &l, t, 2).over);
+        assert!(
+            hit_lenient(&mut s, &l, t, 1).over,
+            "C and two more: no fourth"
+        );
+    }
+
+    #[test]
     fn the_state_stays_small() {
         // Memory per entity is a target (ARCHITECTURE.md, "Targets"): the fleet-accuracy fields
         // cost 8 bytes, the refunds that make a sync idempotent 8 more.
