@@ -693,14 +693,15 @@ mod tests {
 
     #[test]
     fn a_release_after_its_lapse_frees_at_most_its_own_hits_of_another() {
-        // A lapsed unreleased; C holds one of 2 places. A's release, late, takes C's count:
-        // one admission beyond the limit while C runs (C's place), not more.
+        // A's 2 places lapsed unreleased; C holds one of 2. A release of 3 comes late: it takes
+        // C's count and nothing below zero, so one admission beyond the limit while C runs (C's
+        // place), not three.
         let l = concurrency(2);
         let mut s = WindowState::default();
-        hit_lenient(&mut s, &l, T0, 1);
+        hit_lenient(&mut s, &l, T0, 2);
         let t = T0.plus_millis(2 * MIN);
         hit_lenient(&mut s, &l, t, 1);
-        s.refund(&l, t, 1);
+        s.refund(&l, t, 3);
         assert_eq!(s.check(&l, t, 0).count_after, 0);
         assert!(!hit_lenient(&mut s, &l, t, 2).over);
         assert!(
