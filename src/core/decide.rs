@@ -20,7 +20,7 @@ pub enum Count {
         /// Whether hits within the limits are held back (not counted).
         hold_within: bool,
     },
-    /// Give hits back (`is_negative_hits`).
+    /// Give hits back (`is_negative_hits`), reported on the count they leave.
     Refund,
     /// Count hits admitted elsewhere (an Envoy's quota usage report): on every limit, over
     /// or not, strict or not, since they happened whatever the counters say now.
@@ -102,20 +102,20 @@ pub fn decide<'a, L>(
 where
     L: IntoIterator<Item = (&'a Limit, bool)> + Clone,
 {
+    let view = fleet.unwrap_or(&FleetView::ALONE);
+    // A refund is reported on the count it leaves: one that takes a key back under its
+    // limit says so at once (nothing here remembers the key as over).
     let check_hits = if matches!(count, Count::Refund) {
+        for ((limit, _), state) in limits.clone().into_iter().zip(states.iter_mut()) {
+            state.refund_with(limit, now, hits, view);
+        }
         0
     } else {
         hits
     };
-    let view = fleet.unwrap_or(&FleetView::ALONE);
     let mut outcome = most_restrictive(limits.clone(), states, now, check_hits, view)?;
     match count {
-        Count::No => {}
-        Count::Refund => {
-            for ((limit, _), state) in limits.clone().into_iter().zip(states.iter_mut()) {
-                state.refund(limit, now, hits);
-            }
-        }
+        Count::No | Count::Refund => {}
         // Held back: nothing is counted, so the status is the count as it stands (the
         // reference reads the unchanged counter), not as if these hits had been added.
         Count::Yes { hold_within: true } if !outcome.over => {
@@ -318,10 +318,12 @@ mod tests {
             (over.outcome.over, over.outcome.verdict.count_after),
             (true, 11)
         );
+        // 11 of 10, then 5 given back: reported on the 6 left, within the limit.
         let refund = run(&limits, &mut s, 5, Count::Refund, None);
         assert_eq!(
-            refund.outcome.verdict.count_after, 11,
-            "checked before the refund"
+            (refund.outcome.over, refund.outcome.verdict.count_after),
+            (false, 6),
+            "reported on what the refund leaves"
         );
         assert_eq!(
             run(&limits, &mut s, 0, Count::No, None)

@@ -41,7 +41,8 @@ pub fn apply(store: &mut HashMap<u64, u64>, plan: &SyncPlan) -> [u64; 2] {
 
 /// A fake fleet counter per epoch with a part per node (`(epoch, node)`), as Redis holds it:
 /// the node's part keeps the larger of what it holds and what the node states, hits and
-/// refunds apart. Returns the sums.
+/// refunds apart. Returns the sums, each no less than the plan's floor less the refunds the
+/// counter holds.
 pub fn apply_as(store: &mut PartStore, node: u64, plan: &SyncPlan) -> [u64; 2] {
     let epochs = if plan.epochs[0] == plan.epochs[1] {
         1
@@ -56,7 +57,15 @@ pub fn apply_as(store: &mut PartStore, node: u64, plan: &SyncPlan) -> [u64; 2] {
             mine.refunds = mine.refunds.max(said.refunds);
         }
     }
-    std::array::from_fn(|i| part(store, plan.epochs[i]).max(0) as u64)
+    std::array::from_fn(|i| {
+        let refunds: u64 = store
+            .iter()
+            .filter(|((e, _), _)| *e == plan.epochs[i])
+            .map(|(_, p)| p.refunds)
+            .sum();
+        let floor = plan.floors[i].saturating_sub(refunds) as i64;
+        part(store, plan.epochs[i]).max(floor).max(0) as u64
+    })
 }
 
 /// Each node's part of each epoch's counter, keyed by `(epoch, node)`.

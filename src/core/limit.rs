@@ -18,6 +18,10 @@ pub enum Algorithm {
         /// The capacity, in tokens.
         burst: u32,
     },
+    /// At most `requests_per_unit` acquisitions in flight: a hit acquires, a refund
+    /// (`is_negative_hits`) releases, and an acquisition never released lapses one to two
+    /// windows (its *lease*) after it was made (`window/mod.rs`).
+    Concurrency,
 }
 
 /// One limit: `requests_per_unit` hits per window of `window_ms`.

@@ -108,11 +108,12 @@ impl LimitState {
         }
     }
 
-    /// Gives `hits` back (`is_negative_hits`).
-    pub fn refund(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
+    /// Gives `hits` back (`is_negative_hits`), knowing `fleet` (a young bucket's own prior
+    /// gets them back too).
+    pub fn refund_with(&mut self, limit: &Limit, now: UnixMillis, hits: u64, fleet: &FleetView) {
         match self {
             LimitState::Window(w) => w.refund(limit, now, hits),
-            LimitState::Bucket(b) => b.refund(limit, now, hits),
+            LimitState::Bucket(b) => b.refund_with(limit, now, hits, fleet),
         }
     }
 

@@ -1,7 +1,9 @@
 //! Exact rules in global mode (docs/global.md, "Exact rules"): a request's exact descriptors become
 //! [`ExactItem`]s (one per limit: windows and token buckets alike), decided by one atomic
 //! store call per shard, all or none counted; keys known to be over are answered from memory
-//! until their window moves (a bucket: until the `tat` read says the request fits); and when
+//! until their window moves (a bucket: until the `tat` read says the request fits), for a sync
+//! tick at most, so a refund made through another replica is seen within a tick (a refund
+//! through this one clears the key at once); and when
 //! the store fails, the descriptor is decided from memory like a normal rule's, on the prior
 //! every cold entity gets (`core/window/prior.rs`: `1.05 × limit / live replicas`, a bucket's own
 //! bucket of `1.05 × burst / live replicas`), and counted so.
@@ -21,9 +23,11 @@ use crate::core::bucket::verdict_owed;
 use crate::core::clock::UnixMillis;
 use crate::core::decide::{pick, Outcome};
 use crate::core::limit::verdict_on;
-use crate::core::window::window_count;
+use crate::core::window::{window_count, Prev};
+use crate::core::FleetView;
 use crate::core::{Algorithm, Verdict};
-use crate::global::exact::{ExactBucket, ExactCount, ExactReply, ExactStats};
+use crate::global::exact::bucket::refunded;
+use crate::global::exact::{given_back, ExactBucket, ExactCount, ExactReply, ExactStats};
 use crate::global::{ExactItem, StoreError};
 use crate::telemetry::{names, Telemetry};
 
@@ -60,8 +64,8 @@ struct Seen {
     /// A bucket's `tat` as read (Unix ns): it only moves later with spends, so while it says
     /// a request would not fit, that request is over (refunds aside, as for windows).
     tat_ns: u64,
-    /// The epoch's end, or when the bucket is full again (Unix ms): past it the entry is
-    /// stale.
+    /// The epoch's end, or when the bucket is full again, and at most a sync tick after the
+    /// read (Unix ms): past it the entry is stale.
     until: u64,
 }
 
@@ -84,19 +88,24 @@ fn now_ns(it: &ExactItem, now: UnixMillis) -> u64 {
 }
 
 /// Keys known to be over, by (entity, limit index): bounded, dropped when their epoch ends (a
-/// bucket's when it is full again).
+/// bucket's when it is full again) or a sync tick after they were read. Other replicas' refunds
+/// reach Redis, not this memory: the tick bounds how long a key they took back under its
+/// limit is still refused here (envoyproxy/ratelimit's over-limit cache refused it until
+/// the window ended, its PR #1230), at a Redis call per over key and tick.
 #[derive(Debug, Default)]
 pub(super) struct OverCache(Mutex<HashMap<(u128, u8), Seen>>);
 
 impl OverCache {
-    fn get(&self, it: &ExactItem) -> Option<Seen> {
+    fn get(&self, it: &ExactItem, now: UnixMillis) -> Option<Seen> {
         let map = self.0.lock();
         map.get(&(it.entity, it.limit))
             .copied()
-            .filter(|s| s.epoch == it.epoch)
+            .filter(|s| s.epoch == it.epoch && now.0 < s.until)
     }
 
-    fn remember(&self, it: &ExactItem, c: &ExactCount, now: UnixMillis) {
+    /// Remembers (or, when it fits or gives back, forgets) what the store said of `it` at
+    /// `now`, for `tick_ms` at most.
+    fn remember(&self, it: &ExactItem, c: &ExactCount, now: UnixMillis, tick_ms: u64) {
         let mut map = self.0.lock();
         if !c.over || it.refund {
             map.remove(&(it.entity, it.limit));
@@ -129,7 +138,8 @@ impl OverCache {
                 until: (it.epoch + 1) * it.window_ms,
             },
         };
-        map.insert((it.entity, it.limit), seen);
+        let until = seen.until.min(now.0.saturating_add(tick_ms));
+        map.insert((it.entity, it.limit), Seen { until, ..seen });
     }
 
     /// Entries held.
@@ -141,10 +151,23 @@ impl OverCache {
 
 /// The item's own verdict on what the store held (`c`): the window's formula, or the
 /// bucket's (`core/bucket/`, as local mode reports it: remaining whole tokens, reset until
-/// full, retry until the request would fit). A refund is reported with 0 hits.
+/// full, retry until the request would fit). A refund is reported with 0 hits on what it
+/// leaves, as `core::decide` reports one.
 fn natural(it: &ExactItem, now: UnixMillis, c: &ExactCount) -> Verdict {
     let limit = it.limit();
-    let hits = if it.refund { 0 } else { it.hits };
+    let (hits, c) = if it.refund {
+        let [prev, curr] = given_back(it, c);
+        let left = ExactCount {
+            prev: c.prev - prev,
+            curr: c.curr - curr,
+            owed_ns: it.bucket.map_or(0, |_| refunded(it, c.owed_ns)),
+            ..*c
+        };
+        (0, left)
+    } else {
+        (it.hits, *c)
+    };
+    let c = &c;
     if it.bucket.is_some() {
         return verdict_owed(&limit, now, c.owed_ns, hits);
     }
@@ -207,7 +230,7 @@ impl RateLimiter {
                     epoch: if bucket.is_some() { 0 } else { now.0 / w },
                     window_ms: w,
                     left_ms: w - now.0 % w,
-                    sliding: spec.limit.algorithm == Algorithm::SlidingWindow,
+                    prev: Prev::of(spec.limit.algorithm),
                     requests_per_unit: spec.limit.requests_per_unit,
                     hits: hits[i].min(1 << 32),
                     ttl_ms: 2 * w,
@@ -232,7 +255,7 @@ impl RateLimiter {
         if plan.items.iter().any(|it| it.refund) {
             return None;
         }
-        let seen: Vec<Option<Seen>> = plan.items.iter().map(|it| self.over.get(it)).collect();
+        let seen: Vec<Option<Seen>> = plan.items.iter().map(|it| self.over.get(it, now)).collect();
         let verdicts: Vec<Verdict> = plan
             .items
             .iter()
@@ -262,12 +285,16 @@ impl RateLimiter {
     ) -> Vec<Option<ExactAnswer>> {
         match reply {
             Ok(r) => {
+                let tick_ms = self
+                    .sync
+                    .as_ref()
+                    .map_or(FleetView::ALONE.tick_ms, |q| q.fleet().tick_ms);
                 let verdicts: Vec<Verdict> = plan
                     .items
                     .iter()
                     .zip(&r.counts)
                     .map(|(it, c)| {
-                        self.over.remember(it, c, now);
+                        self.over.remember(it, c, now, tick_ms);
                         verdict(it, now, c, c.over)
                     })
                     .collect();

@@ -31,12 +31,16 @@ fn fixture() -> Fixture {
 }
 
 fn fixture_with(yaml: &str, opts: Options) -> Fixture {
+    replica_of(yaml, opts, Arc::new(MemoryStore::default()))
+}
+
+/// A replica of its own (limiter, queues, clock) on `store`.
+fn replica_of(yaml: &str, opts: Options, store: Arc<MemoryStore>) -> Fixture {
     let rules = crate::rules::compile_sources(&[("r.yaml".into(), yaml.into())], false).unwrap();
     let names = vec!["memory".to_string()];
     let queues = Arc::new(SyncQueues::new(ShardRouter::new(&names), 1, 10_000));
     let clock = ManualClock::new(T0);
     let telemetry = Arc::new(crate::telemetry::Telemetry::new().unwrap());
-    let store = Arc::new(MemoryStore::default());
     let client = ExactClient::new(
         vec![store.clone()],
         ShardRouter::new(&names),
@@ -114,7 +118,7 @@ async fn a_request_counts_all_its_exact_descriptors_or_none() {
 }
 
 #[tokio::test]
-async fn a_key_known_to_be_over_is_answered_from_memory_until_its_window_moves() {
+async fn a_key_known_to_be_over_is_answered_from_memory_for_a_tick_until_its_window_moves() {
     let f = fixture();
     for _ in 0..2 {
         assert_eq!(ask(&f, &["a"]).await[0].0, OK);
@@ -123,8 +127,9 @@ async fn a_key_known_to_be_over_is_answered_from_memory_until_its_window_moves()
     let calls = f.store.exact_calls.load(Ordering::Relaxed);
     assert_eq!(calls, 3);
     assert_eq!(f.limiter.over.len(), 1);
-    // Over again, with no store call, until the minute ends; `c` alone still calls.
-    f.clock.advance_ms(59_999);
+    // Over again, with no store call, for the rest of the sync tick (1 s); `c` alone still
+    // calls.
+    f.clock.advance_ms(999);
     for _ in 0..5 {
         assert_eq!(ask(&f, &["a", "c"]).await, vec![(OVER, 0), (OK, 9)]);
     }
@@ -132,10 +137,48 @@ async fn a_key_known_to_be_over_is_answered_from_memory_until_its_window_moves()
     assert_eq!(stored(&f), vec![2]);
     let stats = f.limiter.exact.as_ref().unwrap().stats.clone();
     assert_eq!(stats.from_memory.load(Ordering::Relaxed), 5);
+    // A tick on, Redis is asked again (one call, still over), and remembered for a tick more,
+    // up to the window's end.
+    f.clock.advance_ms(1);
+    assert_eq!(ask(&f, &["a"]).await, vec![(OVER, 0)]);
+    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls + 1);
+    f.clock.advance_ms(58_999);
+    assert_eq!(ask(&f, &["a"]).await, vec![(OVER, 0)]);
+    assert_eq!(ask(&f, &["a"]).await, vec![(OVER, 0)]);
+    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls + 2);
     // The next window: asked again, and admitted.
     f.clock.advance_ms(1);
     assert_eq!(ask(&f, &["a"]).await, vec![(OK, 1)]);
-    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls + 1);
+    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls + 3);
+}
+
+#[tokio::test]
+async fn a_refund_clears_a_key_known_over_here_at_once_and_on_other_replicas_within_a_tick() {
+    // Two replicas on one store. `a` takes 2 a minute: a reservation of 2 through A fills it.
+    let a = fixture();
+    let b = replica_of(RULES, Options::default(), a.store.clone());
+    assert_eq!(status(&a.limiter, &hits("a", 2, false)).await.0, OK);
+    for f in [&a, &b] {
+        assert_eq!(status(&f.limiter, &hits("a", 1, false)).await.0, OVER);
+        assert_eq!(f.limiter.over.len(), 1);
+    }
+    // A gives one back (the settle): its entry goes, and the refund reports what it leaves.
+    assert_eq!(
+        status(&a.limiter, &hits("a", 1, true)).await,
+        (OK, 1, 60, 0)
+    );
+    assert_eq!(a.limiter.over.len(), 0);
+    assert_eq!(status(&a.limiter, &hits("a", 1, false)).await.0, OK);
+    assert_eq!(status(&a.limiter, &hits("a", 1, true)).await.0, OK);
+    // B does not see the refund until its entry is a tick old; then Redis admits.
+    b.clock.advance_ms(999);
+    assert_eq!(status(&b.limiter, &hits("a", 1, false)).await.0, OVER);
+    b.clock.advance_ms(1);
+    assert_eq!(
+        status(&b.limiter, &hits("a", 1, false)).await,
+        (OK, 0, 59, 0)
+    );
+    assert_eq!(stored(&a), vec![2]);
 }
 
 #[tokio::test]
@@ -331,8 +374,12 @@ async fn a_denied_bucket_is_answered_from_memory_until_the_request_would_fit() {
     assert_eq!(status(&f.limiter, &req(&["t"])).await.0, OVER);
     let calls = f.store.exact_calls.load(Ordering::Relaxed);
     assert_eq!(f.limiter.over.len(), 1);
-    // A token comes back an hour after the first spend: until then, no store call.
-    f.clock.advance_ms(HOUR_MS - 1);
+    // A token comes back an hour after the first spend: until then refused, from memory for
+    // a sync tick (1 s) after each read.
+    f.clock.advance_ms(999);
+    assert_eq!(status(&f.limiter, &req(&["t"])).await.0, OVER);
+    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls);
+    f.clock.advance_ms(HOUR_MS - 1000);
     for _ in 0..3 {
         let s = status(&f.limiter, &req(&["t"])).await;
         assert_eq!(
@@ -341,14 +388,14 @@ async fn a_denied_bucket_is_answered_from_memory_until_the_request_would_fit() {
             "retry in 1 ms, rounded up to a second"
         );
     }
-    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls);
+    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls + 1);
     // Two tokens would not fit for another hour: still from memory.
     f.clock.advance_ms(1);
     assert_eq!(status(&f.limiter, &hits("t", 2, false)).await.0, OVER);
-    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls);
+    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls + 1);
     // One does: asked, and admitted.
     assert_eq!(status(&f.limiter, &req(&["t"])).await.0, OK);
-    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls + 1);
+    assert_eq!(f.store.exact_calls.load(Ordering::Relaxed), calls + 2);
     let stats = f.limiter.exact.as_ref().unwrap().stats.clone();
     assert_eq!(stats.from_memory.load(Ordering::Relaxed), 4);
 }

@@ -35,6 +35,9 @@ pub(super) struct Policy<'a> {
     pub(super) window: u64,
     /// `t`: seconds until the room left grows (see [`Policy::of`]).
     pub(super) grows: u64,
+    /// A concurrency limit: `q` counts requests in flight (the draft's quota unit
+    /// `concurrent-requests`), `w` is their lease.
+    pub(super) concurrent: bool,
 }
 
 impl<'a> Policy<'a> {
@@ -66,7 +69,7 @@ impl<'a> Policy<'a> {
                 let window = g.capacity_ns.div_ceil(NS_PER_SEC).max(1);
                 (u64::from(burst), window, grows)
             }
-            Algorithm::SlidingWindow | Algorithm::FixedWindow => {
+            Algorithm::SlidingWindow | Algorithm::FixedWindow | Algorithm::Concurrency => {
                 let grows = if verdict.over {
                     verdict.retry_ms
                 } else {
@@ -81,6 +84,7 @@ impl<'a> Policy<'a> {
             quota,
             window,
             grows,
+            concurrent: limit.algorithm == Algorithm::Concurrency,
         }
     }
 }
@@ -136,6 +140,9 @@ pub(super) fn headers(
         }
         sf_string(&mut list, &p.name);
         let _ = write!(list, ";q={};w={}", p.quota, p.window);
+        if p.concurrent {
+            list.push_str(";qu=\"concurrent-requests\"");
+        }
     }
     let mut limit = String::new();
     sf_string(&mut limit, &pick.name);
@@ -208,6 +215,7 @@ mod tests {
             quota,
             window,
             grows,
+            concurrent: false,
         }
     }
 
@@ -260,6 +268,21 @@ mod tests {
             Policy::of("p".into(), &s, &verdict(0, 12_300, 2_001)),
             policy("p", 100, 90, 3)
         );
+    }
+
+    #[test]
+    fn a_concurrency_limit_is_its_places_in_flight_per_their_lease() {
+        let s = spec(4, 30, Algorithm::Concurrency);
+        let p = Policy::of("c".into(), &s, &verdict(1, 9_500, 0));
+        assert_eq!(
+            p,
+            Policy {
+                concurrent: true,
+                ..policy("c", 4, 30, 10)
+            }
+        );
+        let [field, _] = headers(&[&p], &p, 1);
+        assert_eq!(field.value, r#""c";q=4;w=30;qu="concurrent-requests""#);
     }
 
     #[test]

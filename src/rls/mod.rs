@@ -499,8 +499,8 @@ impl RateLimiter {
         }
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a normal descriptor over holds the
         // exact ones back too.
-        plan.commit =
-            !(self.opts.stop_increment_when_over_limit && self.any_over(&targets, &hits, now, &[]));
+        plan.commit = !(self.opts.stop_increment_when_over_limit
+            && self.any_over(req, &targets, &hits, now, &[]));
         drop(open);
         let reply = client.check_and_count(&plan.items, plan.commit).await;
         let _open = self.gate.enter().ok_or(RequestError::ShuttingDown)?;
@@ -517,15 +517,20 @@ impl RateLimiter {
         })
     }
 
-    /// Whether a descriptor would go over (nothing is counted).
+    /// Whether a descriptor would go over (nothing is counted). A refund never does: it
+    /// takes a count down, so it holds nothing back, whatever the count before it.
     fn any_over(
         &self,
+        req: &RateLimitRequest,
         targets: &[Target<'_>],
         hits: &[u64],
         now: UnixMillis,
         exact: &[Option<ExactAnswer>],
     ) -> bool {
         targets.iter().zip(hits).enumerate().any(|(i, (t, &h))| {
+            if req.descriptors[i].is_negative_hits {
+                return false;
+            }
             match exact.get(i).and_then(Option::as_ref) {
                 Some(ExactAnswer::Decided(o)) => o.over,
                 Some(ExactAnswer::Prior) => {
@@ -548,8 +553,8 @@ impl RateLimiter {
     ) -> RateLimitResponse {
         let stats = &self.telemetry.service;
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, look before counting anything.
-        let hold_within =
-            self.opts.stop_increment_when_over_limit && self.any_over(targets, hits, now, exact);
+        let hold_within = self.opts.stop_increment_when_over_limit
+            && self.any_over(req, targets, hits, now, exact);
         let mut response = respond::Response::with_capacity(targets.len(), &self.opts);
         for (i, t) in targets.iter().enumerate() {
             let count = if req.descriptors[i].is_negative_hits {

@@ -10,7 +10,7 @@
 //!   (0/1), then the number of limits as one byte, then per limit:
 //!   `algorithm tag (u8) ‖ requests_per_unit (u32 LE) ‖ window_ms (u64 LE)`, with tags
 //!   0 = sliding window, 1 = fixed window, 2 = token bucket (followed by its `burst`, u32
-//!   LE). A new algorithm gets a new tag and may append fields of its own after these;
+//!   LE), 3 = concurrency. A new algorithm gets a new tag and may append fields of its own after these;
 //!   existing rules keep their ids.
 //! - **Entity key** = XXH3-128 (seed 0), streamed over: for each request value at a key-only
 //!   or wildcard level without `share_threshold`, `u64 LE length ‖ bytes` (length-prefixed so
@@ -66,6 +66,7 @@ fn algorithm_tag(a: Algorithm) -> u8 {
         Algorithm::SlidingWindow => 0,
         Algorithm::FixedWindow => 1,
         Algorithm::TokenBucket { .. } => 2,
+        Algorithm::Concurrency => 3,
     }
 }
 
@@ -140,6 +141,16 @@ mod tests {
             algorithm: Algorithm::TokenBucket { burst: 30 },
         };
         assert_eq!(rule_id("edge.ip", false, &[bucket]), 0xddc2_7543_a79a_4674);
+        // Tag 3: 4 in flight, a lease of 10 minutes.
+        let concurrency = Limit {
+            requests_per_unit: 4,
+            window_ms: 600_000,
+            algorithm: Algorithm::Concurrency,
+        };
+        assert_eq!(
+            rule_id("edge.ip", false, &[concurrency]),
+            0x6782_4b65_8999_76d4
+        );
         assert_eq!(
             rule_id(
                 "edge.ip",

@@ -348,11 +348,15 @@ impl RuleSet {
                         Algorithm::TokenBucket { burst } => {
                             let _ = write!(out, " algorithm=token_bucket burst={burst}");
                         }
+                        Algorithm::Concurrency => out.push_str(" algorithm=concurrency"),
                         Algorithm::SlidingWindow => {}
                     }
-                    // Shown when not the algorithm's default (buckets are lenient unless told).
-                    let lenient_default =
-                        matches!(l.limit.algorithm, Algorithm::TokenBucket { .. });
+                    // Shown when not the algorithm's default (buckets are lenient unless
+                    // told; concurrency limits always are).
+                    let lenient_default = matches!(
+                        l.limit.algorithm,
+                        Algorithm::TokenBucket { .. } | Algorithm::Concurrency
+                    );
                     if l.strict == lenient_default {
                         let _ = write!(out, " strict={}", l.strict);
                     }
@@ -393,6 +397,18 @@ mod tests {
                 "d.u: unit=SECOND requests_per_unit=10 algorithm=token_bucket burst=30, \
              unit=MINUTE requests_per_unit=5 algorithm=token_bucket burst=5 strict=true, \
              unit=HOUR requests_per_unit=100, shadow_mode"
+            ),
+            "{}",
+            s.dump()
+        );
+    }
+
+    #[test]
+    fn rlconfig_shows_a_concurrency_limit_and_its_lease() {
+        let s = set("domain: d\ndescriptors:\n  - key: t\n    rate_limit: {unit: minute, unit_multiplier: 10, requests_per_unit: 4, algorithm: concurrency}\n");
+        assert!(
+            s.dump().contains(
+                "d.t: unit=MINUTE requests_per_unit=4 unit_multiplier=10 algorithm=concurrency, shadow_mode"
             ),
             "{}",
             s.dump()

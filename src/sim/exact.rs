@@ -145,6 +145,7 @@ fn window_record(
 pub fn exact_estimate(limit: &Limit, t: u64, curr: u64, prev: u64) -> u64 {
     match limit.algorithm {
         Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => curr,
+        Algorithm::Concurrency => prev + curr,
         Algorithm::SlidingWindow => {
             let w = u128::from(limit.window_ms);
             let left = w - u128::from(t % limit.window_ms);

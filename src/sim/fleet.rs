@@ -68,6 +68,7 @@ pub fn rules_yaml(limit: &Limit, strict: bool) -> String {
         Algorithm::SlidingWindow => "sliding_window, strict: false".to_string(),
         Algorithm::FixedWindow => "fixed_window".to_string(),
         Algorithm::TokenBucket { burst } => format!("token_bucket, burst: {burst}"),
+        Algorithm::Concurrency => "concurrency".to_string(),
     };
     format!(
         "domain: sim\ndescriptors:\n  - key: k\n    rate_limit: {{unit: {unit}, \

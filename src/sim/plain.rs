@@ -122,6 +122,8 @@ impl PlainNode {
                     hits: d.max(0) as u64,
                     refunds: 0,
                 }),
+                // Reads as they are: the plain design keeps no floor.
+                floors: [0, 0],
                 ttl_ms: 2 * limit.window_ms,
             },
         };

@@ -147,7 +147,7 @@ pub struct RlqsReport {
     pub report_ms: u64,
     /// The limit per window (a bucket's refill per window).
     pub limit: u32,
-    /// The rule's algorithm, for the table: `sliding`, `fixed` or `bucket`.
+    /// The rule's algorithm, for the table: `sliding`, `fixed`, `bucket` (or `concurrency`).
     pub rule: &'static str,
     /// The limit's window (ms): a bucket refills `limit` per window.
     pub window_ms: u64,
@@ -293,6 +293,7 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
             Algorithm::SlidingWindow => "sliding",
             Algorithm::FixedWindow => "fixed",
             Algorithm::TokenBucket { .. } => "bucket",
+            Algorithm::Concurrency => "concurrency",
         },
         window_ms: s.limit.window_ms,
         period_ms: period_ms(&fleet_scenario),

@@ -1,7 +1,8 @@
 //! Hit accounting over gRPC (docs/rules.md, "Decisions"): every hit is counted, admitted or not, as
 //! the reference's `INCRBY` (so usage reports that overshoot a budget are charged), unless a
 //! limit says `strict: false`; descriptors held back by `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
-//! report their count as it stands; counts saturate and refunds stop at zero.
+//! report their count as it stands; counts saturate and refunds stop at zero, report what they
+//! leave and hold nothing back.
 
 use crate::common::{desc, http_async, Server, T0};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
@@ -122,6 +123,24 @@ async fn a_held_back_descriptor_reports_its_real_remaining() {
     assert_eq!(st[0].code, Code::OverLimit as i32);
     assert_eq!((st[1].code, st[1].limit_remaining), (Code::Ok as i32, 2));
     assert_eq!(ask(&s, "small", "h", 0).await, (false, 2));
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_refund_reports_what_it_leaves_and_holds_nothing_back() {
+    let s = Server::start(RULES, |st| st.options.stop_increment_when_over_limit = true).await;
+    // `small` (3 a minute) reserved 5: over. A settle gives 3 back in the same request as a
+    // charge of 1 on `tenant`: the refund reports the 2 it leaves (within, 1 left), and does
+    // not hold the charge back as an over descriptor would.
+    assert_eq!(ask(&s, "small", "r", 5).await, (true, 0));
+    let mut r = hits("small", "r", 3, true);
+    r.descriptors
+        .push(hits("tenant", "r", 1, false).descriptors.remove(0));
+    let st = send(&s, r).await;
+    assert_eq!((st[0].code, st[0].limit_remaining), (Code::Ok as i32, 1));
+    assert_eq!((st[1].code, st[1].limit_remaining), (Code::Ok as i32, 999));
+    assert_eq!(ask(&s, "tenant", "r", 0).await, (false, 999), "charged");
+    assert_eq!(ask(&s, "small", "r", 1).await, (false, 0));
     s.stop().await.unwrap();
 }
 

@@ -1,7 +1,8 @@
 //! Property tests of the decision core on a manual clock, against a straightforward model:
 //! a single node never admits more than the limit in a window and never denies a request the
 //! model says fits, strict or not, with huge addends (saturating, never wrapping) and refunds
-//! (never below zero, never adding). Plus exactness of the limiter under concurrent threads.
+//! (never below zero, never adding); a concurrency limit holds what a model of the
+//! acquisitions in flight holds. Plus exactness of the limiter under concurrent threads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,7 +29,7 @@ impl Model {
         let e = t / W;
         let curr = u128::from(self.per_window.get(&e).copied().unwrap_or(0));
         match limit.algorithm {
-            Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => curr,
+            Algorithm::FixedWindow | Algorithm::TokenBucket { .. } | Algorithm::Concurrency => curr,
             Algorithm::SlidingWindow => {
                 let prev = if e == 0 {
                     0
@@ -125,6 +126,56 @@ proptest! {
             for (_, admitted) in model.admitted {
                 prop_assert!(admitted <= u64::from(rpu));
             }
+        }
+    }
+}
+
+/// The model of a concurrency limit: every acquisition in flight with its time, oldest
+/// first. One lapses when its window (of `W`) leaves the count, i.e. from the start of the
+/// window after next; a release removes the oldest.
+#[derive(Default)]
+struct InFlight(std::collections::VecDeque<u64>);
+
+impl InFlight {
+    fn at(&mut self, t: u64) -> usize {
+        while self.0.front().is_some_and(|&a| a / W + 2 <= t / W) {
+            self.0.pop_front();
+        }
+        self.0.len()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_concurrency_limit_holds_what_is_in_flight_as_the_model_does(
+        n in 0u32..6,
+        steps in prop::collection::vec((0..W, 0u64..4, prop::bool::weighted(0.4)), 1..300),
+    ) {
+        let limit = Limit { requests_per_unit: n, window_ms: W, algorithm: Algorithm::Concurrency };
+        let mut state = WindowState::default();
+        let mut model = InFlight::default();
+        let mut t = T0;
+        for (dt, hits, release) in steps {
+            t += dt / 3;
+            let held = model.at(t);
+            if release {
+                state.refund(&limit, UnixMillis(t), hits);
+                for _ in 0..hits.min(held as u64) {
+                    model.0.pop_front();
+                }
+                continue;
+            }
+            let v = hit(&mut state, &limit, false, UnixMillis(t), hits);
+            let fits = n != 0 && held as u64 + hits <= u64::from(n);
+            prop_assert_eq!(v.over, !fits, "at t={} hits={} held={}", t, hits, held);
+            if fits {
+                model.0.extend(std::iter::repeat_n(t, hits as usize));
+                prop_assert_eq!(u64::from(v.remaining), u64::from(n) - held as u64 - hits);
+            }
+            // Never more in flight than the limit, whatever came late.
+            prop_assert!(model.at(t) <= n as usize);
         }
     }
 }

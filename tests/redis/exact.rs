@@ -1,20 +1,22 @@
 //! Exact rules (`exact: true`) against real Redis servers started by the tests (redis-server
 //! must be installed; scripts/test.sh installs it): no over-admission by a fleet of in-process
 //! replicas under concurrent clients, the sliding window's formula in the script, all or
-//! nothing across a Redis Cluster's slots, and the prior when Redis is killed; the same for
-//! token buckets (a bucket's burst exactly, a bucket beside a window, refunds, a cluster).
+//! nothing across a Redis Cluster's slots, and the prior when Redis is killed; a refund through
+//! one replica clearing the others' over answers within a tick; the same for token buckets (a
+//! bucket's burst exactly, a bucket beside a window, refunds, a cluster).
 
 use crate::common;
 use crate::common::redis::{global_mode, RedisCluster, RedisServer};
 use crate::common::{desc, http_async, Server};
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use sluice::global::exact::redis::{exact_bucket_key, exact_key};
 
 /// 100 a minute, sliding window (the default), exact; `tb`, a bucket of 100 refilling 1 an
 /// hour; `bw`, a bucket of 3 refilling 1 an hour beside a fixed window of 5 a minute; `f3`, a
-/// bucket of 4 refilling 3 a second (a token every 333,333,333 ns).
-const RULES: &str = "domain: x\ndescriptors:\n  - key: login\n    rate_limit: {unit: minute, requests_per_unit: 100, exact: true}\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, exact: true}\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 5, exact: true}\n  - key: tb\n    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 100, exact: true}\n  - key: bw\n    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 3, exact: true}\n    additional_limits:\n      - {unit: minute, requests_per_unit: 5, algorithm: fixed_window, strict: false}\n  - key: f3\n    rate_limit: {unit: second, requests_per_unit: 3, algorithm: token_bucket, burst: 4, exact: true}\n";
+/// bucket of 4 refilling 3 a second (a token every 333,333,333 ns); `cc`, 2 in flight with a
+/// lease of a minute.
+const RULES: &str = "domain: x\ndescriptors:\n  - key: login\n    rate_limit: {unit: minute, requests_per_unit: 100, exact: true}\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, exact: true}\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 5, exact: true}\n  - key: tb\n    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 100, exact: true}\n  - key: bw\n    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 3, exact: true}\n    additional_limits:\n      - {unit: minute, requests_per_unit: 5, algorithm: fixed_window, strict: false}\n  - key: f3\n    rate_limit: {unit: second, requests_per_unit: 3, algorithm: token_bucket, burst: 4, exact: true}\n  - key: cc\n    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency, exact: true}\n";
 
 fn req(entries: &[(&str, &str)]) -> RateLimitRequest {
     RateLimitRequest {
@@ -111,6 +113,76 @@ async fn with_redis_killed_every_request_is_answered_by_the_prior_and_counted() 
         .unwrap_or_else(|| panic!("no fallback metric in\n{body}"));
     assert!(line.ends_with(" 120"), "{line}");
     s.stop().await.unwrap();
+}
+
+const CAROL: (&str, &str) = ("b", "carol");
+
+/// `n` hits of `key`=`value` through `s`'s gRPC port, given back with `refund`.
+async fn ask(s: &Server, (key, value): (&str, &str), n: u64, refund: bool) -> RateLimitResponse {
+    let r = hits(key, value, n, refund);
+    s.client()
+        .await
+        .should_rate_limit(r)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_through_one_replica_clears_the_others_over_answer_within_a_tick() {
+    // Reserve, then settle: A reserves the whole minute of `b` (5); B is refused and keeps
+    // the key as over; A gives 3 back. B asks Redis again once its entry is a sync tick old
+    // (50 ms here), and admits what the refund freed (PR #1230 of envoyproxy/ratelimit: there,
+    // every replica's over-limit cache kept refusing until the window ended).
+    let redis = RedisServer::start();
+    let a = Server::start(RULES, global_mode(vec![redis.url()], false, 4)).await;
+    let b = Server::start(RULES, global_mode(vec![redis.url()], false, 4)).await;
+    assert_eq!(ask(&a, CAROL, 5, false).await.overall_code, 1);
+    assert_eq!(ask(&b, CAROL, 1, false).await.overall_code, 2);
+    let settle = ask(&a, CAROL, 3, true).await;
+    assert_eq!(
+        (settle.overall_code, settle.statuses[0].limit_remaining),
+        (1, 3),
+        "the refund reports what it leaves"
+    );
+    let key = exact_key("", entity("b", "carol"), 0, minute_epoch());
+    assert_eq!(redis.get(&key).as_deref(), Some("2"));
+    // Within the tick B still answers from memory; a second on, Redis decides: 3 fit.
+    b.clock.set(common::T0.plus_millis(49));
+    assert_eq!(ask(&b, CAROL, 1, false).await.overall_code, 2);
+    b.clock.set(common::T0.plus_millis(1_000));
+    assert_eq!(ask(&b, CAROL, 3, false).await.overall_code, 1);
+    assert_eq!(redis.get(&key).as_deref(), Some("5"));
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_hold_an_exact_concurrency_limit_released_anywhere_and_lapsing() {
+    const DAVE: (&str, &str) = ("cc", "dave");
+    let redis = RedisServer::start();
+    let a = Server::start(RULES, global_mode(vec![redis.url()], false, 4)).await;
+    let b = Server::start(RULES, global_mode(vec![redis.url()], false, 4)).await;
+    // A holds both places: B is refused. A request of A's ends and its release lands on B.
+    assert_eq!(ask(&a, DAVE, 2, false).await.overall_code, 1);
+    assert_eq!(ask(&b, DAVE, 1, false).await.overall_code, 2);
+    assert_eq!(ask(&b, DAVE, 1, true).await.overall_code, 1);
+    assert_eq!(ask(&b, DAVE, 1, false).await.overall_code, 1);
+    assert_eq!(ask(&a, DAVE, 1, false).await.overall_code, 2);
+    let key = exact_key("", entity("cc", "dave"), 0, minute_epoch());
+    assert_eq!(redis.get(&key).as_deref(), Some("2"));
+    // In the next minute the two still hold (their lease); the minute after, they lapsed.
+    for (s, at) in [(&a, 119_999), (&b, 119_999)] {
+        s.clock.set(common::T0.plus_millis(at));
+    }
+    assert_eq!(ask(&a, DAVE, 1, false).await.overall_code, 2);
+    for s in [&a, &b] {
+        s.clock.set(common::T0.plus_millis(120_000));
+    }
+    assert_eq!(ask(&a, DAVE, 2, false).await.overall_code, 1);
+    assert_eq!(ask(&b, DAVE, 1, false).await.overall_code, 2);
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
 }
 
 // === token buckets ===

@@ -1,12 +1,13 @@
 //! The exact rules' Redis store against its Rust twin: the same random sequence of exact calls
-//! (fixed and sliding windows and token buckets mixed, checks and commits, refunds, limits of
-//! 0) gets the same replies from the Lua script on a real redis-server, standalone and as a
+//! (fixed and sliding windows, token buckets and concurrency limits mixed, checks and
+//! commits, refunds and releases, limits of 0) gets the same replies from the Lua script on a real redis-server, standalone and as a
 //! cluster, as from `exact::apply` (the in-memory store's exact path, which the exact rules'
 //! unit tests and the prior run on). Every count and every nanosecond a bucket owes agree.
 
 use crate::common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use sluice::core::window::Prev;
 use sluice::global::exact::redis::RedisExact;
 use sluice::global::exact::{ExactBucket, ExactItem, ExactStore};
 use sluice::global::redis::RedisOptions;
@@ -25,7 +26,8 @@ const WINDOW_MS: u64 = 60_000;
 const BUCKET_WINDOW_MS: u64 = 3_600_000;
 
 /// One item: `(entity, kind, requests per unit, hits, refund, burst)`; the kind is the limit
-/// index (0: fixed window, 1: sliding window, 2: token bucket), so a key keeps its kind.
+/// index (0: fixed window, 1: sliding window, 2: token bucket, 3: concurrency), so a key keeps
+/// its kind.
 type Spec = (u8, u8, u32, u64, bool, u32);
 
 /// One call: ms since the previous one, commit, its items.
@@ -40,7 +42,11 @@ fn item((entity, kind, rpu, hits, refund, burst): Spec, now_ms: u64) -> ExactIte
         epoch: now_ms / window_ms,
         window_ms,
         left_ms: window_ms - now_ms % window_ms,
-        sliding: kind == 1,
+        prev: match kind {
+            1 => Prev::Decays,
+            3 => Prev::Whole,
+            _ => Prev::Out,
+        },
         requests_per_unit: rpu,
         hits,
         ttl_ms: 2 * window_ms,
@@ -56,7 +62,7 @@ fn item((entity, kind, rpu, hits, refund, burst): Spec, now_ms: u64) -> ExactIte
 fn calls(entities: u8) -> impl Strategy<Value = Vec<Call>> {
     let spec = (
         0..entities,
-        0u8..3,
+        0u8..4,
         0u32..6,
         0u64..4,
         prop::bool::weighted(0.2),
@@ -175,4 +181,40 @@ fn two_refunds_of_one_counter_in_a_call_leave_it_at_0_as_the_twin_does() {
         (10, false, vec![(0, 0, 5, 0, false, 1)]),
     ];
     rt.block_on(same_as_memory(&store, &calls));
+}
+
+/// A concurrency limit of 3 across the minute: two acquired before it, one after (the two
+/// still count: a fourth is over); a release of two takes the earlier minute's two, one of
+/// four empties the count, and then 3 fit, 4 do not; all as the twin does.
+#[test]
+fn a_concurrency_limit_counts_and_releases_across_epochs_as_the_twin_does() {
+    let redis = RedisServer::start();
+    let rt = runtime();
+    let (_, store) = RedisExact::all(&[redis.url()], false, None, &options(0))
+        .unwrap()
+        .remove(0);
+    let acquire = |hits| (0, 3, 3, hits, false, 1);
+    let release = |hits| (0, 3, 3, hits, true, 1);
+    let calls: Vec<Call> = vec![
+        (0, true, vec![acquire(2)]),
+        (3_500, true, vec![acquire(1)]),
+        (10, true, vec![acquire(1)]),
+        (10, true, vec![release(2)]),
+        (10, true, vec![acquire(2)]),
+        (10, true, vec![release(4)]),
+        (10, false, vec![acquire(3)]),
+        (10, false, vec![acquire(4)]),
+    ];
+    rt.block_on(same_as_memory(&store, &calls));
+    let memory = MemoryStore::default();
+    let mut now_ms = START_MS;
+    let mut over = Vec::new();
+    for (step, commit, specs) in &calls {
+        now_ms += step;
+        let items: Vec<ExactItem> = specs.iter().map(|s| item(*s, now_ms)).collect();
+        over.push(!rt.block_on(memory.exact(&items, *commit)).unwrap().fits);
+    }
+    // The fourth acquisition (after the minute turned) is over; after the releases 3 fit, 4 do
+    // not.
+    assert_eq!(over, [false, false, true, false, false, false, false, true]);
 }

@@ -52,6 +52,9 @@ fn item((entity, bucket, delta, at): (u8, bool, i64, u64)) -> SyncItem {
                 },
                 Part::default(),
             ],
+            // Now and then a floor above the sum (a store that lost the counter), less its
+            // refunds.
+            floors: [at % 90, 0],
             ttl_ms: 120_000,
         }
     };
@@ -177,4 +180,55 @@ fn a_bucket_lost_by_redis_is_restored_to_what_the_replica_read() {
         ttl > 60_000 && ttl <= 63_000,
         "kept until full plus a minute: {ttl}"
     );
+}
+
+#[test]
+fn a_window_reads_its_refunds_at_once_and_a_lost_one_reads_its_floor_less_its_refunds() {
+    let redis = RedisServer::start();
+    let rt = runtime();
+    let shard = RedisStore::new(&redis.url(), &RedisOptions::default()).unwrap();
+    let memory = MemoryStore::default();
+    let epoch = NOW_MS / 60_000;
+    let state = |hits, refunds, floor| SyncItem {
+        entity: 7,
+        limit: 0,
+        op: SyncOp::Window {
+            epochs: [epoch, epoch - 1],
+            parts: [Part { hits, refunds }, Part::default()],
+            floors: [floor, 0],
+            ttl_ms: 120_000,
+        },
+    };
+    let both = |replica, it: SyncItem| {
+        let want = rt.block_on(memory.sync(replica, &[it])).unwrap()[0];
+        let got = rt.block_on(shard.sync(replica, &[it])).unwrap()[0];
+        assert_eq!(got, want, "redis and memory");
+        got[0]
+    };
+    // Replica 1 reserves 100; replica 2 reads it (floor 0: nothing read before).
+    assert_eq!(both(1, state(100, 0, 0)), 100);
+    assert_eq!(both(2, state(0, 0, 0)), 100);
+    // 1 gives 40 back: replica 2, which last read 100, reads 60, not 100.
+    assert_eq!(both(1, state(100, 40, 100)), 60);
+    assert_eq!(both(2, state(0, 0, 100)), 60);
+    // The stores lose the counter: a read answers the floor (60) less the refunds they hold
+    // (none yet), then less the 40 replica 1 restates with its part: 60, not 0 or 20.
+    redis.cli(&["FLUSHALL"]);
+    let memory_lost = MemoryStore::default();
+    let lost = rt
+        .block_on(memory_lost.sync(2, &[state(0, 0, 60)]))
+        .unwrap()[0];
+    assert_eq!(
+        rt.block_on(shard.sync(2, &[state(0, 0, 60)])).unwrap()[0],
+        lost
+    );
+    assert_eq!(lost[0], 60);
+    let restated = rt
+        .block_on(memory_lost.sync(1, &[state(100, 40, 60)]))
+        .unwrap()[0];
+    assert_eq!(
+        rt.block_on(shard.sync(1, &[state(100, 40, 60)])).unwrap()[0],
+        restated
+    );
+    assert_eq!(restated[0], 60);
 }

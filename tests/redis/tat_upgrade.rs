@@ -145,7 +145,7 @@ fn exact_item(hits: u64, at: u64) -> ExactItem {
         epoch: 0,
         window_ms: 1000,
         left_ms: 0,
-        sliding: false,
+        prev: sluice::core::window::Prev::Out,
         requests_per_unit: 3,
         hits,
         ttl_ms: 0,

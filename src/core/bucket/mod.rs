@@ -303,14 +303,20 @@ impl BucketState {
             <= now_ns
     }
 
-    /// Gives `hits` tokens back at `now`, never past full.
-    pub fn refund(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
+    /// Gives `hits` tokens back at `now`, never past full: to this node's view and, while
+    /// young in `fleet`, to its own bucket too, which would deny on tokens already given back
+    /// otherwise.
+    pub fn refund_with(&mut self, limit: &Limit, now: UnixMillis, hits: u64, fleet: &FleetView) {
         let g = Geometry::of(limit);
         let now_ns = now.0.saturating_mul(NS_PER_MS);
         let owed = g.tokens_up(gcra::owed(self.tat, now_ns));
         let back = hits.min(owed);
         if back > 0 {
             self.tat = gcra::give_back(self.tat, now_ns, now_ns, g.span(back));
+            if self.young(fleet) {
+                let own = own_geometry(&g, fleet);
+                self.own_tat = gcra::give_back(self.own_tat, now_ns, now_ns, own.span(back));
+            }
             if self.pending_spend == 0 {
                 self.pending_since = now.0;
             }

@@ -88,9 +88,9 @@ fn a_refund_gives_tokens_back_never_past_full() {
     let l = bucket(10, 30);
     let mut b = BucketState::default();
     hit_lenient(&mut b, &l, T0, 20);
-    b.refund(&l, T0, 5);
+    b.refund_with(&l, T0, 5, &FleetView::ALONE);
     assert_eq!(b.owed(&l, T0), 15);
-    b.refund(&l, T0, u64::MAX);
+    b.refund_with(&l, T0, u64::MAX, &FleetView::ALONE);
     assert_eq!(b.owed(&l, T0), 0);
     assert_eq!(drain(&mut b, &l, T0), 30);
 }
@@ -340,6 +340,20 @@ fn after_a_pause_the_share_is_of_a_full_bucket_whatever_was_read() {
     // at most as much again (`settled_allowance`).
     let n = drain_in(&mut b, &l, T0.plus_millis(12_000), &f);
     assert!((14..=15).contains(&n), "{n}");
+}
+
+#[test]
+fn a_refund_gives_a_young_bucket_its_prior_back() {
+    // Prior on 20 replicas: 1.05 × 200 / 20 = 10 tokens of its own, all spent: denied.
+    let l = bucket(100, 200);
+    let f = fleet(20);
+    let mut b = BucketState::default();
+    assert_eq!(drain_in(&mut b, &l, T0, &f), 10);
+    // Four given back: they fit again, on the prior as on the fleet's bucket (the prior's
+    // own bucket kept them spent before, denying until it refilled).
+    b.refund_with(&l, T0, 4, &f);
+    assert_eq!(drain_in(&mut b, &l, T0, &f), 4);
+    assert_eq!(b.pending(), 10);
 }
 
 #[test]

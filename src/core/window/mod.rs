@@ -12,6 +12,17 @@
 //!   `floor(prev × (1 − progress)) + curr`.
 //! - **Fixed window** (`algorithm: fixed_window`), envoyproxy/ratelimit's windows: a counter per
 //!   epoch, reset at each boundary.
+//! - **Concurrency** (`algorithm: concurrency`): the same two counters, counted whole,
+//!   `prev + curr`: acquisitions in flight, each lapsing when its epoch leaves the window (one
+//!   to two windows, the *lease*, after it was made). A refund (a release) takes from the
+//!   previous epoch first, then the current one: the counters cannot tell acquisitions apart,
+//!   and taking the oldest leaves the ones still counted in the newest epochs they could
+//!   belong to, so no acquisition in flight lapses before its lease (taking the newest
+//!   first, a release of an old acquisition would leave it counted in its old epoch, where it
+//!   lapses early for the newer one still in flight). A release never takes the count below
+//!   zero; one that comes after its acquisition lapsed frees another's place instead, one
+//!   extra admission until that one lapses too (a lease longer than the longest request
+//!   avoids it).
 //!
 //! In both, a request of `hits` is over the limit when `count + hits > limit` (the reference's
 //! `count > limit` after its `INCRBY`); reaching the limit exactly is within it, and a limit
@@ -37,6 +48,28 @@ pub use sync::{Part, SyncPlan};
 use super::clock::UnixMillis;
 use super::fleet_view::FleetView;
 use super::limit::{Algorithm, Limit, Verdict, MAX_COUNT};
+
+/// How a window's count takes the previous epoch's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prev {
+    /// Not at all: a fixed window (or epoch 0, which has none).
+    Out,
+    /// Weighted by the time left in the window: the sliding window.
+    Decays,
+    /// Whole: acquisitions in flight (`Concurrency`).
+    Whole,
+}
+
+impl Prev {
+    /// How `algorithm` takes the previous epoch's count (a bucket has none).
+    pub fn of(algorithm: Algorithm) -> Prev {
+        match algorithm {
+            Algorithm::SlidingWindow => Prev::Decays,
+            Algorithm::Concurrency => Prev::Whole,
+            Algorithm::FixedWindow | Algorithm::TokenBucket { .. } => Prev::Out,
+        }
+    }
+}
 
 /// Counts of one epoch, split by where they are in the sync pipeline.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -152,8 +185,8 @@ pub(super) struct Span {
     /// The time left in the window ([`left_ms`]).
     pub(super) left_ms: u64,
     window_ms: u64,
-    /// Whether the previous epoch's count is in the window (a sliding window past epoch 0).
-    sliding: bool,
+    /// How the previous epoch's count is in the window (none at epoch 0).
+    prev: Prev,
 }
 
 impl Span {
@@ -164,29 +197,33 @@ impl Span {
             start_ms: epoch.saturating_mul(limit.window_ms),
             left_ms: left_ms(limit, now, epoch),
             window_ms: limit.window_ms,
-            sliding: limit.algorithm == Algorithm::SlidingWindow && epoch != 0,
+            prev: if epoch == 0 {
+                Prev::Out
+            } else {
+                Prev::of(limit.algorithm)
+            },
         }
     }
 
     /// The window formula over the counts of `epoch - 1` and `epoch`: `floor(prev × left /
-    /// W) + curr` in a sliding window, `curr` otherwise.
+    /// W) + curr` in a sliding window, `prev + curr` for concurrency, `curr` otherwise.
     #[inline]
     pub(super) fn count(&self, prev: u64, curr: u64) -> u64 {
-        if self.sliding {
-            weigh(prev, self.left_ms, self.window_ms) + curr
-        } else {
-            curr
+        match self.prev {
+            Prev::Decays => weigh(prev, self.left_ms, self.window_ms) + curr,
+            Prev::Whole => prev.saturating_add(curr),
+            Prev::Out => curr,
         }
     }
 
-    /// How much of the previous epoch's count is still in the window (`left / W`; 0 in a
-    /// fixed window, a bucket, or epoch 0, which has none).
+    /// How much of the previous epoch's count is still in the window (`left / W`; all of it
+    /// for concurrency; 0 in a fixed window, a bucket, or epoch 0, which has none).
     #[inline]
     pub(super) fn weight(&self) -> f64 {
-        if self.sliding {
-            float(self.left_ms) / float(self.window_ms)
-        } else {
-            0.0
+        match self.prev {
+            Prev::Decays => float(self.left_ms) / float(self.window_ms),
+            Prev::Whole => 1.0,
+            Prev::Out => 0.0,
         }
     }
 }
@@ -344,18 +381,34 @@ impl WindowState {
     }
 
     /// Gives `hits` back to the current window (Envoy's `is_negative_hits`), never taking the
-    /// count below zero.
+    /// count below zero; a concurrency limit's release takes from the previous epoch first
+    /// (see the module docs).
     pub fn refund(&mut self, limit: &Limit, now: UnixMillis, hits: u64) {
-        let s = self.slot_mut(now.0 / limit.window_ms);
+        let epoch = self.slot_mut(now.0 / limit.window_ms).epoch;
+        let mut left = hits;
+        if limit.algorithm == Algorithm::Concurrency && epoch > 0 {
+            left -= self.give_back(epoch - 1, left);
+        }
+        self.give_back(epoch, left);
+    }
+
+    /// Takes up to `hits` off the count of `epoch` (nothing when no slot holds it), never
+    /// below zero; returns how many.
+    fn give_back(&mut self, epoch: u64, hits: u64) -> u64 {
+        let i = (epoch % 2) as usize;
+        let s = &mut self.slots[i];
+        if s.epoch != epoch {
+            return 0;
+        }
         // `min` before the cast, so a refund of 2^63 or more never becomes a negative number
         // (which would add hits). In global mode the negative delta reaches Redis too.
         let back = i64::try_from(hits.min(s.total())).unwrap_or(i64::MAX);
         s.pending = s.pending.saturating_sub(back);
-        let i = (s.epoch % 2) as usize;
         // Not clamped at 0: the counter's part of this node goes down by `back` in Redis too.
-        let back = back.clamp(0, i64::from(i32::MAX)) as i32;
-        self.own[i] = self.own[i].saturating_sub(back);
-        self.refunded[i] = self.refunded[i].saturating_add(back as u32);
+        let part = back.clamp(0, i64::from(i32::MAX)) as i32;
+        self.own[i] = self.own[i].saturating_sub(part);
+        self.refunded[i] = self.refunded[i].saturating_add(part as u32);
+        back as u64
     }
 
     /// Hits counted in the current epoch, as this node sees them (before extrapolation).
@@ -582,6 +635,79 @@ mod tests {
         let l = fixed(1);
         hit(&mut s, &l, T0.plus_millis(MIN), 1);
         assert!(hit(&mut s, &l, T0, 1).over);
+    }
+
+    fn concurrency(n: u32) -> Limit {
+        Limit {
+            requests_per_unit: n,
+            window_ms: MIN,
+            algorithm: Algorithm::Concurrency,
+        }
+    }
+
+    #[test]
+    fn concurrency_counts_acquisitions_until_released_or_lapsed() {
+        let l = concurrency(2);
+        let mut s = WindowState::default();
+        // Two acquisitions fit, a third does not (and is not counted: lenient).
+        assert!(!hit_lenient(&mut s, &l, T0, 1).over);
+        let t = T0.plus_millis(30_000);
+        assert!(!hit_lenient(&mut s, &l, t, 1).over);
+        assert!(hit_lenient(&mut s, &l, t, 1).over);
+        // A release frees a place.
+        s.refund(&l, t, 1);
+        assert!(!hit_lenient(&mut s, &l, t, 1).over);
+        // Never released, they count whole through the next window (no decay)...
+        let next = T0.plus_millis(2 * MIN - 1);
+        let v = s.check(&l, next, 0);
+        assert_eq!((v.count_after, v.remaining, v.reset_ms), (2, 0, 1));
+        assert!(s.check(&l, next, 1).over);
+        // ...and lapse when their window leaves (a lease of a minute: one to two leases on).
+        let later = T0.plus_millis(2 * MIN);
+        assert_eq!(s.check(&l, later, 0).count_after, 0);
+        // A release that comes after its acquisition lapsed takes nothing below zero: the
+        // limit's two places are still there.
+        s.refund(&l, later, 5);
+        assert_eq!(s.check(&l, later, 0).count_after, 0);
+        assert!(!hit_lenient(&mut s, &l, later, 2).over);
+        assert!(hit_lenient(&mut s, &l, later, 1).over);
+    }
+
+    #[test]
+    fn a_release_takes_the_oldest_acquisition_so_none_in_flight_lapses_before_its_lease() {
+        let l = concurrency(2);
+        let mut s = WindowState::default();
+        // A acquires late in a window, B early in the next; then A is released.
+        hit_lenient(&mut s, &l, T0.plus_millis(50_000), 1);
+        let b = T0.plus_millis(MIN + 1_000);
+        hit_lenient(&mut s, &l, b, 1);
+        s.refund(&l, b.plus_millis(1_000), 1);
+        // B, still in flight, counts until a lease after it was acquired and beyond (taking
+        // the release from B's window instead would leave A's count, which lapses 59 s
+        // after B was acquired).
+        for at in [T0.plus_millis(2 * MIN), b.plus_millis(MIN)] {
+            assert_eq!(s.check(&l, at, 0).count_after, 1, "{at:?}");
+        }
+        assert_eq!(s.check(&l, T0.plus_millis(3 * MIN), 0).count_after, 0);
+    }
+
+    #[test]
+    fn a_release_after_its_lapse_frees_at_most_its_own_hits_of_another() {
+        // A's 2 places lapsed unreleased; C holds one of 2. A release of 3 comes late: it takes
+        // C's count and nothing below zero, so one admission beyond the limit while C runs (C's
+        // place), not three.
+        let l = concurrency(2);
+        let mut s = WindowState::default();
+        hit_lenient(&mut s, &l, T0, 2);
+        let t = T0.plus_millis(2 * MIN);
+        hit_lenient(&mut s, &l, t, 1);
+        s.refund(&l, t, 3);
+        assert_eq!(s.check(&l, t, 0).count_after, 0);
+        assert!(!hit_lenient(&mut s, &l, t, 2).over);
+        assert!(
+            hit_lenient(&mut s, &l, t, 1).over,
+            "C and two more: no fourth"
+        );
     }
 
     #[test]

@@ -27,6 +27,11 @@ pub struct SyncPlan {
     /// same, then was sent again, a late duplicate, calls applied out of order, and a store
     /// that restarted empty all leave the part at exactly what this node counted.
     pub parts: [Part; 2],
+    /// The fleet's count of each epoch as this node last read it: the store answers no less
+    /// than this less the refunds it holds (`floor − refunds`), so a store that restarted
+    /// empty does not read as room while the others restate their parts, yet a refund made
+    /// through any replica shows at this node's next read.
+    pub floors: [u64; 2],
     /// A burst read (`prior.rs`): a reply this soon after the last one measures the others'
     /// rate all the same.
     pub burst: bool,
@@ -94,6 +99,7 @@ impl WindowState {
                     hits: (i64::from(self.own[slot]) + i64::from(refunds)).max(0) as u64,
                     refunds: u64::from(refunds),
                 };
+                plan.floors[i] = s.remote;
                 plan.deltas[i] = s.pending;
                 s.inflight += s.pending;
                 s.pending = 0;
@@ -103,8 +109,9 @@ impl WindowState {
     }
 
     /// Completes a sync: `totals` are the fleet's counters of `plan.epochs` after the deltas
-    /// were added, read at `now`. Measures the other nodes' rate from what they added since
-    /// the previous reply.
+    /// were added, read at `now`, never below the plan's floors less the refunds the store
+    /// holds ([`SyncPlan::floors`]). Measures the other nodes' rate from what they added
+    /// since the previous reply.
     pub fn complete_sync(
         &mut self,
         limit: &Limit,
@@ -130,8 +137,17 @@ impl WindowState {
             // What the others added since the last reply (or since the slot was opened, when
             // the last reply predates the epoch).
             others += total as i64 - s.remote as i64 - plan.deltas[i];
-            // Capped as every count is, so a slot's sum stays far inside i64 (`Slot::total`).
-            s.remote = s.remote.max(total.min(MAX_COUNT));
+            // The store's count as it is, lower after refunds (the floor kept it from
+            // dropping for a store that lost its counters). A burst read's reply may be older
+            // than one settled before it (two calls under way, applied in either order): it
+            // only raises the count. Capped as every count is, so a slot's sum stays far
+            // inside i64 (`Slot::total`).
+            let total = total.min(MAX_COUNT);
+            s.remote = if plan.burst {
+                s.remote.max(total)
+            } else {
+                total
+            };
         }
         if self.synced_at == 0 {
             // A first reply: the others' hits since the current epoch began give a first guess
@@ -298,7 +314,8 @@ mod tests {
         let totals = apply_as(&mut store, 1, &plan);
         a.complete_sync(&l, &plan, totals, next);
         // A's part of the previous epoch is back at once; B's with B's next sync, a read.
-        assert_eq!(totals, [1, 100]);
+        // Meanwhile the store answers what A last read of that epoch (its floor), not 100.
+        assert_eq!(totals, [1, 220]);
         sync_as(&mut b, 2, &l, &mut store, next);
         assert_eq!(
             (part(&store, T0.0 / MIN), part(&store, T0.0 / MIN + 1)),
@@ -337,6 +354,39 @@ mod tests {
         store.get_mut(&(T0.0 / MIN, 1)).unwrap().hits += 3;
         sync_as(&mut a, 1, &l, &mut store, T0.plus_millis(3_000));
         assert_eq!(store[&(T0.0 / MIN, 1)].hits, 13);
+    }
+
+    #[test]
+    fn a_refund_through_another_replica_shows_on_the_next_read() {
+        // A charges 100 of 100 (a reservation); B reads the key over. A gives 40 back (the
+        // settle): B's next read shows 60 and B admits again. (B kept the largest count it had
+        // read, and denied until the window ended.)
+        let l = fixed(100);
+        let mut store = PartStore::new();
+        let (mut a, mut b) = (WindowState::default(), WindowState::default());
+        hit(&mut a, &l, T0, 100);
+        sync_as(&mut a, 1, &l, &mut store, T0);
+        sync_as(&mut b, 2, &l, &mut store, T0);
+        assert!(b.check(&l, T0, 1).over);
+        a.refund(&l, T0, 40);
+        let t = T0.plus_millis(1_000);
+        sync_as(&mut a, 1, &l, &mut store, t);
+        sync_as(&mut b, 2, &l, &mut store, t);
+        let v = b.check(&l, t, 0);
+        assert_eq!((v.count_after, v.remaining), (60, 40));
+        // The store restarts empty: B's next read keeps what it last read, less the refunds
+        // restated since (none yet), not the empty store's room.
+        store.clear();
+        let t = T0.plus_millis(2_000);
+        sync_as(&mut b, 2, &l, &mut store, t);
+        assert_eq!(b.check(&l, t, 0).count_after, 60);
+        // A restates its part (100 hits, 40 refunds): the count is whole again.
+        sync_as(&mut a, 1, &l, &mut store, t);
+        sync_as(&mut b, 2, &l, &mut store, t.plus_millis(1_000));
+        assert_eq!(
+            (part(&store, T0.0 / MIN), b.check(&l, t, 0).count_after),
+            (60, 60)
+        );
     }
 
     #[test]

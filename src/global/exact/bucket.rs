@@ -85,7 +85,7 @@ mod tests {
             epoch: 0,
             window_ms: 1000,
             left_ms: 0,
-            sliding: false,
+            prev: crate::core::window::Prev::Out,
             requests_per_unit: rpu,
             hits,
             ttl_ms: 0,

@@ -5,6 +5,7 @@ local n = #KEYS / 2
 local out = {0}
 local fits = true
 local curr = {}
+local prev = {}
 for i = 1, n do
   local a = 1 + (i - 1) * 7
   local hits = tonumber(ARGV[a + 1])
@@ -27,7 +28,7 @@ for i = 1, n do
   else
     local c = tonumber(redis.call('GET', KEYS[2 * i - 1]) or '0')
     local p = 0
-    if ARGV[a + 5] == '1' then
+    if ARGV[a + 5] == '1' or ARGV[a + 5] == '3' then
       p = tonumber(redis.call('GET', KEYS[2 * i]) or '0')
     end
     if ARGV[a + 7] ~= '1' then
@@ -35,6 +36,8 @@ for i = 1, n do
       local count = c + hits
       if ARGV[a + 5] == '1' then
         count = count + math.floor(p * tonumber(ARGV[a + 4]) / tonumber(ARGV[a + 3]))
+      elseif ARGV[a + 5] == '3' then
+        count = count + p
       end
       if limit == 0 or count > limit then
         over = 1
@@ -42,6 +45,7 @@ for i = 1, n do
       end
     end
     curr[i] = c
+    prev[i] = p
     out[#out + 1] = p
     out[#out + 1] = c
     out[#out + 1] = over
@@ -68,10 +72,17 @@ for i = 1, n do
       end
     end
   elseif ARGV[a + 7] == '1' then
-    local back = math.min(hits, curr[i])
+    -- Each refund takes back at most what the call read; two of one counter in a call
+    -- (a request naming a descriptor twice) stop at 0 together, as the twin's counter. A
+    -- concurrency limit's release takes from the previous epoch first.
+    local back_prev = 0
+    if ARGV[a + 5] == '3' then back_prev = math.min(hits, prev[i]) end
+    if back_prev > 0 then
+      local left = redis.call('DECRBY', KEYS[2 * i], back_prev)
+      if left < 0 then redis.call('INCRBY', KEYS[2 * i], -left) end
+    end
+    local back = math.min(hits - back_prev, curr[i])
     if back > 0 then
-      -- Each refund takes back at most what the call read; two of one counter in a call
-      -- (a request naming a descriptor twice) stop at 0 together, as the twin's counter.
       local left = redis.call('DECRBY', KEYS[2 * i - 1], back)
       if left < 0 then redis.call('INCRBY', KEYS[2 * i - 1], -left) end
     end

@@ -17,14 +17,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::window::Prev;
 use crate::core::{Algorithm, Limit};
 use crate::global::sync::queue::ShardRouter;
 use crate::global::sync::store::StoreError;
 pub use bucket::ExactBucket;
 
 /// One limit of one entity in an exact call: check `hits` against the limit on the store's
-/// exact counters of `epoch` (and `epoch - 1` for the sliding window) and count them if every
-/// item of the call fits; or, with `refund`, give `hits` back to `epoch` unconditionally.
+/// exact counters of `epoch` (and `epoch - 1` for the sliding window and concurrency) and
+/// count them if every item of the call fits; or, with `refund`, give `hits` back to `epoch`
+/// unconditionally (to `epoch - 1` first for concurrency, as `core/window/` does).
 /// With `bucket` set, the limit is a token bucket instead (`bucket.rs`): the epoch
 /// fields are unused and the store's bucket is checked and spent, or refunded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,8 +42,9 @@ pub struct ExactItem {
     /// Milliseconds left in the current epoch (`window_ms - now % window_ms`), for the weight
     /// of the previous epoch.
     pub left_ms: u64,
-    /// Sliding window (the previous epoch counts, weighted); else fixed (it does not).
-    pub sliding: bool,
+    /// How the previous epoch counts: not (fixed), weighted (sliding) or whole
+    /// (concurrency). A bucket's is [`Prev::Out`].
+    pub prev: Prev,
     /// The limit.
     pub requests_per_unit: u32,
     /// Hits to check and count (or give back). At most 2^32: more is over any limit anyway,
@@ -59,15 +62,16 @@ pub struct ExactItem {
 }
 
 impl ExactItem {
-    /// The limit the item checks (a bucket's, or a window's by its `sliding` flag).
+    /// The limit the item checks (a bucket's, or a window's by its `prev`).
     pub fn limit(&self) -> Limit {
         Limit {
             requests_per_unit: self.requests_per_unit,
             window_ms: self.window_ms,
-            algorithm: match self.bucket {
-                Some(b) => Algorithm::TokenBucket { burst: b.burst },
-                None if self.sliding => Algorithm::SlidingWindow,
-                None => Algorithm::FixedWindow,
+            algorithm: match (self.bucket, self.prev) {
+                (Some(b), _) => Algorithm::TokenBucket { burst: b.burst },
+                (None, Prev::Decays) => Algorithm::SlidingWindow,
+                (None, Prev::Whole) => Algorithm::Concurrency,
+                (None, Prev::Out) => Algorithm::FixedWindow,
             },
         }
     }
@@ -282,6 +286,17 @@ impl ExactClient {
     }
 }
 
+/// What a refund item takes off the window counts `c` read: `[previous, current]`, never
+/// below 0; a concurrency limit's release from the previous epoch first (`core/window/`).
+pub fn given_back(it: &ExactItem, c: &ExactCount) -> [u64; 2] {
+    let prev = if it.prev == Prev::Whole {
+        it.hits.min(c.prev)
+    } else {
+        0
+    };
+    [prev, (it.hits - prev).min(c.curr)]
+}
+
 /// A store's exact counters, for [`apply`]: window counters by (entity, limit, epoch) and
 /// buckets' `tat` by (entity, limit).
 pub trait ExactCounters {
@@ -316,17 +331,19 @@ pub fn apply(items: &[ExactItem], commit: bool, store: &mut impl ExactCounters) 
             continue;
         }
         let curr = store.read(it.entity, it.limit, it.epoch);
-        let prev = if it.sliding && it.epoch > 0 {
+        let prev = if it.prev != Prev::Out && it.epoch > 0 {
             store.read(it.entity, it.limit, it.epoch - 1)
         } else {
             0
         };
         let mut over = false;
         if !it.refund {
-            let weighted = if it.sliding {
-                (u128::from(prev) * u128::from(it.left_ms) / u128::from(it.window_ms)) as u64
-            } else {
-                0
+            let weighted = match it.prev {
+                Prev::Decays => {
+                    (u128::from(prev) * u128::from(it.left_ms) / u128::from(it.window_ms)) as u64
+                }
+                Prev::Whole => prev,
+                Prev::Out => 0,
             };
             let count = weighted + curr + it.hits;
             over = it.requests_per_unit == 0 || count > u64::from(it.requests_per_unit);
@@ -353,7 +370,10 @@ pub fn apply(items: &[ExactItem], commit: bool, store: &mut impl ExactCounters) 
                 store.set_tat(it.entity, it.limit, tat);
             }
         } else if it.refund {
-            let back = it.hits.min(c.curr);
+            let [back_prev, back] = given_back(it, c);
+            if back_prev > 0 {
+                store.add(it.entity, it.limit, it.epoch - 1, -(back_prev as i64));
+            }
             if back > 0 {
                 store.add(it.entity, it.limit, it.epoch, -(back as i64));
             }

@@ -13,6 +13,7 @@ use deadpool_redis::redis::{self, Value};
 
 use super::bucket as exact_bucket;
 use super::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
+use crate::core::window::Prev;
 use crate::global::redis::pool::{OpenError, RedisPool};
 use crate::global::redis::script::{Call, Lua};
 use crate::global::redis::{RedisOptions, SentinelMaster};
@@ -20,7 +21,7 @@ use crate::global::sync::store::StoreError;
 
 /// KEYS: two per item (a window: current epoch, previous epoch; a bucket: its key twice).
 /// ARGV[1]: commit (1/0); then seven per item: hits, limit, window ms, ms left in the epoch,
-/// mode (0 fixed, 1 sliding, 2 bucket), ttl ms, refund (1/0); a bucket has its interval (ns)
+/// mode (0 fixed, 1 sliding, 2 bucket, 3 concurrency), ttl ms, refund (1/0); a bucket has its interval (ns)
 /// in place of the window, the request's time (Unix µs) in place of the ms left, and its
 /// capacity (ns) in place of the ttl.
 /// Returns `{fits, a₁, b₁, over₁, a₂, …}`, read before counting: a window's `prev`, `curr`;
@@ -81,9 +82,14 @@ fn args(cmd: &mut redis::Cmd, prefix: &str, items: &[ExactItem], commit: bool) {
                     .arg(g.capacity_ns);
             }
             None => {
+                let mode = match it.prev {
+                    Prev::Out => 0,
+                    Prev::Decays => 1,
+                    Prev::Whole => 3,
+                };
                 cmd.arg(it.window_ms)
                     .arg(it.left_ms)
-                    .arg(u8::from(it.sliding))
+                    .arg(mode)
                     .arg(it.ttl_ms);
             }
         }
@@ -215,7 +221,7 @@ mod tests {
             epoch: 10,
             window_ms: 60_000,
             left_ms: 30_000,
-            sliding: true,
+            prev: Prev::Decays,
             requests_per_unit: 5,
             hits: 1,
             ttl_ms: 120_000,
@@ -257,7 +263,7 @@ mod tests {
             epoch: 0,
             window_ms: 1000,
             left_ms: 500,
-            sliding: false,
+            prev: Prev::Out,
             requests_per_unit: 3,
             hits: 1,
             ttl_ms: 2000,

@@ -11,7 +11,17 @@
 //! hits and refunds in the epoch so far, `Part`), and the script keeps the larger of what a
 //! field holds and what the call says (the smaller, for the negative refunds field); sets the
 //! expiry (two windows) when a write finds the key without one, i.e. when the script created
-//! it; and returns the sum of the fields. A read (nothing counted) writes nothing.
+//! it; and returns the sum of the fields, but never less than the count the replica last read
+//! (its *floor*) less the refunds the key holds. A read (nothing counted) writes nothing.
+//!
+//! Why a floor, less refunds: the sum drops for two reasons. A refund (Envoy's
+//! `is_negative_hits`) takes it down, and every replica must see that, or a key that a
+//! refund took back under its limit stays over on them until its window ends (the bug of
+//! envoyproxy/ratelimit's over-limit cache, PR #1230). A Redis that restarted empty takes it
+//! down too, until each replica restated its part, and no replica should read that as room.
+//! A healthy key's sum is never below the floor less its refunds (hits only grow), so the
+//! floor changes nothing there; a lost key reads as the floor, less the refunds restated
+//! so far.
 //!
 //! Why stated parts and not `HINCRBY`: a call that timed out may still run in Redis, and its
 //! hits go again with the next call; an increment would count them twice (with Redis slower
@@ -26,7 +36,7 @@
 //! part per replica makes the statement idempotent and the sum right, and a Redis that
 //! restarted empty gets every live replica's part back with its next sync of the entity.
 //!
-//! Costs. The sum is an `HVALS` over the fields: O(replicas that counted the entity in that
+//! Costs. The sum is an `HGETALL` over the fields: O(replicas that counted the entity in that
 //! epoch), at most the fleet (≤ 50 by the targets), so a chunk of 500 items reads at most
 //! 500 × 2 × 50 values. A total kept in a field of its own would make the read O(1), but
 //! it is a second write per key that must stay in step with the parts, and a script aborted
@@ -90,8 +100,9 @@ use super::script::{self, Call, Lua};
 use crate::global::{Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
 
 /// States parts and reads counters (see the module docs). KEYS: two per item (current,
-/// previous epoch). ARGV: the replica's field, then five per item (ttl ms, current hits,
-/// previous hits, current refunds, previous refunds). Returns one integer per key: the sum.
+/// previous epoch). ARGV: the replica's field, then seven per item (ttl ms, current hits,
+/// previous hits, current refunds, previous refunds, current floor, previous floor). Returns
+/// one integer per key: the sum, at least the floor less the key's refunds.
 const SYNC_SCRIPT: &str = include_str!("sync.lua");
 
 /// A replica's heartbeat. KEYS: the replicas' set. ARGV: replica id, now (ms), the oldest
@@ -199,12 +210,20 @@ fn item_args(cmd: &mut redis::Cmd, kind: Kind, replica: u64, items: &[&SyncItem]
             }
             cmd.arg(field(replica));
             for it in items {
-                if let SyncOp::Window { parts, ttl_ms, .. } = it.op {
+                if let SyncOp::Window {
+                    parts,
+                    ttl_ms,
+                    floors,
+                    ..
+                } = it.op
+                {
                     cmd.arg(ttl_ms)
                         .arg(parts[0].hits)
                         .arg(parts[1].hits)
                         .arg(parts[0].refunds)
-                        .arg(parts[1].refunds);
+                        .arg(parts[1].refunds)
+                        .arg(floors[0])
+                        .arg(floors[1]);
                 }
             }
         }
@@ -510,6 +529,7 @@ mod tests {
             op: SyncOp::Window {
                 epochs,
                 parts: Default::default(),
+                floors: [0, 0],
                 ttl_ms: 1,
             },
         }

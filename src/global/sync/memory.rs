@@ -154,13 +154,15 @@ impl MemoryStore {
 }
 
 /// A window item: the larger of the replica's part and what the item states, hits and
-/// refunds apart, as the script keeps it; the sums.
+/// refunds apart, as the script keeps it; the sums, each at least its floor less the
+/// counter's refunds.
 fn window(
     c: &mut HashMap<(u128, u8, u64), Parts>,
     replica: u64,
     it: &SyncItem,
     epochs: [u64; 2],
     parts: [Part; 2],
+    floors: [u64; 2],
 ) -> [u64; 2] {
     // Epoch 0 has no previous epoch: the item names it twice, with the same part.
     let n = if epochs[0] == epochs[1] { 1 } else { 2 };
@@ -175,7 +177,11 @@ fn window(
     }
     std::array::from_fn(|i| {
         let key = (it.entity, it.limit, epochs[i]);
-        c.get(&key).map_or(0, net).max(0) as u64
+        let refunds: u64 = c
+            .get(&key)
+            .map_or(0, |p| p.values().map(|p| p.refunds).sum());
+        let floor = floors[i].saturating_sub(refunds) as i64;
+        c.get(&key).map_or(0, net).max(floor).max(0) as u64
     })
 }
 
@@ -193,7 +199,12 @@ impl ShardStore for MemoryStore {
         let totals = items
             .iter()
             .map(|it| match it.op {
-                SyncOp::Window { epochs, parts, .. } => window(&mut c, replica, it, epochs, parts),
+                SyncOp::Window {
+                    epochs,
+                    parts,
+                    floors,
+                    ..
+                } => window(&mut c, replica, it, epochs, parts, floors),
                 SyncOp::Bucket {
                     delta,
                     spend,

@@ -42,12 +42,16 @@ pub struct SyncItem {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncOp {
     /// A window: keep the larger of this replica's part of the counters of `epochs`
-    /// (current, previous) and `parts`, hits and refunds apart, and return both totals.
+    /// (current, previous) and `parts`, hits and refunds apart, and return both totals, each
+    /// at least its floor less the refunds the counter holds.
     Window {
         /// The current and previous epoch.
         epochs: [u64; 2],
         /// This replica's part of each: every hit and refund it counted there so far.
         parts: [Part; 2],
+        /// The totals this replica last read (`SyncPlan::floors`): a store that lost the
+        /// counters answers them, less its refunds, until the replicas restated their parts.
+        floors: [u64; 2],
         /// Expiry of a counter the call creates: two windows.
         ttl_ms: u64,
     },
@@ -90,6 +94,7 @@ impl SyncItem {
             Plan::Window(p) => SyncOp::Window {
                 epochs: p.epochs,
                 parts: p.parts,
+                floors: p.floors,
                 ttl_ms: 2 * limit.window_ms,
             },
             Plan::Bucket(p) => {

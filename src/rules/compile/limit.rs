@@ -34,6 +34,15 @@ impl Compiler<'_> {
         let window_ms = self.window(l, unit, composite, at)?;
         let algorithm = self.algorithm(l, requests_per_unit, window_ms, composite, at)?;
         let bucket = matches!(algorithm, Algorithm::TokenBucket { .. });
+        if algorithm == Algorithm::Concurrency && l.strict == Some(true) {
+            // Envoy releases only what it admitted: a denied acquisition counted would hold
+            // its place until it lapsed.
+            self.error_at(
+                &at_key(at, "strict"),
+                format!("{composite}: strict cannot be used with algorithm: concurrency (a denied acquisition is never released)"),
+            );
+            return None;
+        }
         Some(LimitSpec {
             limit: Limit {
                 requests_per_unit,
@@ -41,8 +50,11 @@ impl Compiler<'_> {
                 algorithm,
             },
             unit,
-            // Buckets are lenient unless told: a denied request takes no token.
-            strict: l.strict.unwrap_or(!bucket),
+            // Buckets are lenient unless told: a denied request takes no token. Concurrency
+            // limits always are.
+            strict: l
+                .strict
+                .unwrap_or(!bucket && algorithm != Algorithm::Concurrency),
         })
     }
 
@@ -113,7 +125,8 @@ impl Compiler<'_> {
     }
 
     /// The algorithm, with the keys only a token bucket takes (`burst`) and its bound on
-    /// the refill rate checked.
+    /// the refill rate checked. `concurrency`: `requests_per_unit` acquisitions in flight,
+    /// each lapsing one to two windows (the lease) after it was made.
     fn algorithm(
         &mut self,
         l: &LimitConfig,
@@ -128,11 +141,12 @@ impl Compiler<'_> {
             Some("token_bucket") => Algorithm::TokenBucket {
                 burst: l.burst.unwrap_or(requests_per_unit),
             },
+            Some("concurrency") => Algorithm::Concurrency,
             Some(other) => {
                 self.error_at(
                     &at_key(at, "algorithm"),
                     format!(
-                        "invalid algorithm '{other}' (expected sliding_window, fixed_window or token_bucket)"
+                        "invalid algorithm '{other}' (expected sliding_window, fixed_window, token_bucket or concurrency)"
                     ),
                 );
                 return None;

@@ -110,10 +110,14 @@ impl Compiler<'_> {
             let Some(spec) = self.limit(&limit, &value_composite, &at) else {
                 continue;
             };
-            let parent = &self.rules[index];
             let limits: Vec<_> = std::iter::once(spec)
-                .chain(parent.limits[1..].iter().copied())
+                .chain(self.rules[index].limits[1..].iter().copied())
                 .collect();
+            let algorithms = limits.iter().map(|l| l.limit.algorithm);
+            if !self.check_concurrency(algorithms, &at, &value_composite) {
+                continue;
+            }
+            let parent = &self.rules[index];
             let rule = Rule {
                 id: rule_id(&value_composite, false, &plain(&limits)),
                 full_key: value_composite,

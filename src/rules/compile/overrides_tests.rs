@@ -137,7 +137,7 @@ fn every_override_error_is_reported_at_its_line() {
             "o.yaml: override value 'beta' does not match 'acme-*', so it would never apply: 'd.t_acme-*' (line 18, column 7; domain 'd', descriptor path 't_acme-*')",
             "o.yaml: invalid rate limit unit 'fortnight' (valid: second, minute, hour, day, week, month, year) (line 20, column 16; domain 'd', descriptor path 't_acme-*')",
             "o.yaml: override of 'd.t_acme-3' has no requests_per_unit (say `unlimited: true` for no limit, or `requests_per_unit: 0` to deny every request) (line 21, column 15; domain 'd', descriptor path 't_acme-*')",
-            "o.yaml: invalid algorithm 'leaky' (expected sliding_window, fixed_window or token_bucket) (line 23, column 52; domain 'd', descriptor path 't_acme-*')",
+            "o.yaml: invalid algorithm 'leaky' (expected sliding_window, fixed_window, token_bucket or concurrency) (line 23, column 52; domain 'd', descriptor path 't_acme-*')",
             "o.yaml: duplicate override value '7' in 'd.t' (line 28, column 7; domain 'd', descriptor path 't')",
             "o.yaml: duplicate descriptor composite key 'd.t_acme-1' (another descriptor of key 't' names the value too) (line 30, column 7; domain 'd', descriptor path 't')",
             "o.yaml: duplicate descriptor composite key 'd.t_exact' (line 31, column 5; domain 'd', descriptor path 't_exact')",
@@ -188,5 +188,22 @@ fn the_rules_past_the_bound_of_overrides_in_all_are_refused() {
     assert_eq!(
         errors(&names),
         [format!("last.yaml: the rules have more than {MAX_OVERRIDES} overrides in all ('d{full}.t' brings them to {}) (line 5, column 5; domain 'd{full}', descriptor path 't')", MAX_OVERRIDES + 1)]
+    );
+}
+
+#[test]
+fn an_override_to_a_concurrency_limit_beside_other_limits_is_refused() {
+    // A release gives back to every limit of its rule: as for a rule's own limits.
+    let yaml = "domain: d\ndescriptors:
+  - key: t
+    rate_limit: {unit: second, requests_per_unit: 1}
+    additional_limits: [{unit: minute, requests_per_unit: 10}]
+    overrides:
+      a: {unit: minute, requests_per_unit: 4, algorithm: concurrency}
+      b: 5
+";
+    assert_eq!(
+        errors(&[("c.yaml", yaml)]),
+        ["c.yaml: algorithm: concurrency cannot be combined with other limits in one rule (a release gives back to every limit of it): 'd.t_a' (line 7, column 10; domain 'd', descriptor path 't')"]
     );
 }

@@ -2,7 +2,7 @@
 //! the checks that apply to the rule as a whole.
 
 use super::Compiler;
-use crate::core::Limit;
+use crate::core::{Algorithm, Limit};
 use crate::rules::identity::rule_id;
 use crate::rules::locate::Step;
 use crate::rules::model::{DescriptorConfig, RateLimitConfig};
@@ -33,6 +33,9 @@ impl Compiler<'_> {
         } else {
             self.limits(d, rl, composite)
         };
+        let additional = [Step::KeyItself("additional_limits".into())];
+        let algorithms = limits.iter().map(|l| l.limit.algorithm);
+        self.check_concurrency(algorithms, &additional, composite);
         let stricts =
             std::iter::once(rl.strict).chain(d.additional_limits.iter().map(|l| l.strict));
         self.check_exact(rl.exact, stricts, &in_rate_limit("exact"), composite);
@@ -123,6 +126,27 @@ impl Compiler<'_> {
                 ),
             );
         }
+    }
+
+    /// A release (`is_negative_hits`) gives back to every limit of its rule, so a concurrency
+    /// limit stands alone: beside a window or a bucket, each release would refund that rate
+    /// too.
+    /// `algorithms` are the rule's limits'; the error goes `at`.
+    pub(super) fn check_concurrency(
+        &mut self,
+        algorithms: impl ExactSizeIterator<Item = Algorithm>,
+        at: &[Step],
+        composite: &str,
+    ) -> bool {
+        let mut algorithms = algorithms;
+        let alone = algorithms.len() == 1 || !algorithms.any(|a| a == Algorithm::Concurrency);
+        if !alone {
+            self.error_at(
+                at,
+                format!("algorithm: concurrency cannot be combined with other limits in one rule (a release gives back to every limit of it): '{composite}'"),
+            );
+        }
+        alone
     }
 
     /// Each `replaces` entry names another rule.

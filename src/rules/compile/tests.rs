@@ -315,6 +315,25 @@ fn a_bucket_sits_beside_a_window_in_additional_limits() {
 }
 
 #[test]
+fn a_concurrency_limit_is_lenient_alone_and_takes_no_burst() {
+    let s = set("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 8, algorithm: concurrency}\n");
+    let l = &s.rules()[0].limits[0];
+    assert_eq!(
+        (l.limit.algorithm, l.limit.window_ms, l.strict),
+        (Algorithm::Concurrency, 300_000, false)
+    );
+    let yaml = "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: concurrency, strict: true}\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: concurrency, burst: 8}\n  - key: c\n    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: concurrency}\n    additional_limits:\n      - {unit: hour, requests_per_unit: 100}\n";
+    assert_eq!(
+        errors(yaml),
+        [
+            "edge.yaml: edge.a: strict cannot be used with algorithm: concurrency (a denied acquisition is never released) (line 4, column 78; domain 'edge', descriptor path 'a')",
+            "edge.yaml: edge.b: burst needs algorithm: token_bucket (line 6, column 78; domain 'edge', descriptor path 'b')",
+            "edge.yaml: algorithm: concurrency cannot be combined with other limits in one rule (a release gives back to every limit of it): 'edge.c' (line 9, column 5; domain 'edge', descriptor path 'c')",
+        ]
+    );
+}
+
+#[test]
 fn bucket_keys_are_checked() {
     let f = parse(
         "b.yaml",
@@ -328,7 +347,7 @@ fn bucket_keys_are_checked() {
         vec![
             "b.yaml: d.a: burst needs algorithm: token_bucket (domain 'd', descriptor path 'a')",
             "b.yaml: d.b: burst needs algorithm: token_bucket (domain 'd', descriptor path 'b')",
-            "b.yaml: invalid algorithm 'foo' (expected sliding_window, fixed_window or token_bucket) (domain 'd', descriptor path 'c')",
+            "b.yaml: invalid algorithm 'foo' (expected sliding_window, fixed_window, token_bucket or concurrency) (domain 'd', descriptor path 'c')",
             "b.yaml: d.e: a token bucket refills at most 1000000000 tokens a second (domain 'd', descriptor path 'e')",
             "b.yaml: d.f: burst needs algorithm: token_bucket (domain 'd', descriptor path 'f')",
         ]

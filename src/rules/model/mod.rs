@@ -109,13 +109,15 @@ pub struct RateLimitConfig {
     /// Window length in units (sluice extension; default 1).
     #[serde(default, deserialize_with = "optional_whole_u32")]
     pub unit_multiplier: Option<u32>,
-    /// `sliding_window` (default), `fixed_window` or `token_bucket` (sluice extension).
+    /// `sliding_window` (default), `fixed_window`, `token_bucket` or `concurrency` (sluice
+    /// extensions).
     #[serde(default)]
     pub algorithm: Option<String>,
     /// A token bucket's capacity (sluice extension; default `requests_per_unit`).
     #[serde(default, deserialize_with = "optional_whole_u32")]
     pub burst: Option<u32>,
-    /// Whether denied hits are counted (sluice extension; default true, false for buckets).
+    /// Whether denied hits are counted (sluice extension; default true, false for buckets and
+    /// concurrency limits).
     #[serde(default)]
     pub strict: Option<bool>,
     /// Global mode: decide every hit against Redis, atomically (sluice extension; docs/global.md,
@@ -152,13 +154,14 @@ pub struct LimitConfig {
     /// Window length in units (default 1).
     #[serde(default, deserialize_with = "optional_whole_u32")]
     pub unit_multiplier: Option<u32>,
-    /// `sliding_window` (default), `fixed_window` or `token_bucket`.
+    /// `sliding_window` (default), `fixed_window`, `token_bucket` or `concurrency`.
     #[serde(default)]
     pub algorithm: Option<String>,
     /// A token bucket's capacity (default `requests_per_unit`).
     #[serde(default, deserialize_with = "optional_whole_u32")]
     pub burst: Option<u32>,
-    /// Whether denied hits are counted (default true, false for buckets).
+    /// Whether denied hits are counted (default true, false for buckets and concurrency
+    /// limits).
     #[serde(default)]
     pub strict: Option<bool>,
 }

@@ -75,6 +75,79 @@ async fn one_replica_is_exact_under_concurrency_and_redis_holds_every_hit() {
     assert_eq!(counters(&redis).0, 320);
 }
 
+/// `n` hits of `key`=`value` through `s` (a look with 0), given back with `refund`: whether
+/// over, and the status's remaining.
+async fn status(s: &Server, key: &str, value: &str, n: u64, refund: bool) -> (bool, u32) {
+    let mut r = req(key, value);
+    r.descriptors[0].hits_addend =
+        Some(envoy_types::pb::google::protobuf::UInt64Value { value: n });
+    r.descriptors[0].is_negative_hits = refund;
+    let resp = s.client().await.should_rate_limit(r).await.unwrap();
+    let st = &resp.into_inner().statuses[0];
+    (st.code == 2, st.limit_remaining)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_through_one_replica_reaches_the_others_count() {
+    // Reserve, then settle, across two replicas: A reserves the whole day's 100; B reads 0 left.
+    // A gives 40 back: B's next reads show 40 left. (B kept the largest count it had read, and
+    // showed 0 left until the day ended.)
+    let redis = RedisServer::start();
+    let a = Server::start(RULES, global_mode(vec![redis.url()], false, 2)).await;
+    let b = Server::start(RULES, global_mode(vec![redis.url()], false, 2)).await;
+    assert_eq!(status(&a, "k", "settle", 100, false).await, (false, 0));
+    wait_until_async(10, "B reads the reservation", || async {
+        status(&b, "k", "settle", 0, false).await.1 == 0
+    })
+    .await;
+    status(&a, "k", "settle", 40, true).await;
+    wait_until_async(10, "B reads the refund", || async {
+        status(&b, "k", "settle", 0, false).await.1 == 40
+    })
+    .await;
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+    assert_eq!(counters(&redis).0, 60);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acquisitions_in_flight_reach_redis_released_from_the_oldest_minute_and_lapse() {
+    // 4 in flight, a lease of a minute. 3 acquired; in the next minute one released (from
+    // the first minute's count) and 2 acquired: 4 in flight. Two minutes on, the first
+    // minute's 2 lapsed: 2 more fit. Redis holds each minute's acquisitions and releases.
+    let rules = "domain: g\ndescriptors:\n  - key: c\n    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: concurrency}\n";
+    let redis = RedisServer::start();
+    let s = Server::start(rules, global_mode(vec![redis.url()], false, 2)).await;
+    let acquire = |n| status(&s, "c", "t", n, false);
+    // Each minute's counter in Redis, oldest first, once the sync sent them.
+    let minutes = |want: &'static [u64]| {
+        let redis = &redis;
+        wait_until_async(10, "the sync", move || async move {
+            let mut keys = counters(redis).1;
+            keys.sort();
+            let counts: Vec<u64> = keys
+                .iter()
+                .map(|k| parts(&redis.cli(&["HVALS", k])))
+                .collect();
+            counts == want
+        })
+    };
+    for _ in 0..3 {
+        assert!(!acquire(1).await.0);
+    }
+    minutes(&[3]).await;
+    s.clock.set(crate::common::T0.plus_millis(70_000));
+    status(&s, "c", "t", 1, true).await;
+    assert_eq!(acquire(2).await, (false, 0));
+    assert!(acquire(1).await.0, "4 in flight");
+    minutes(&[2, 2]).await;
+    s.clock.set(crate::common::T0.plus_millis(120_000));
+    assert_eq!(acquire(2).await, (false, 0), "the first minute's lapsed");
+    assert!(acquire(1).await.0);
+    s.stop().await.unwrap(); // the final flush
+    minutes(&[2, 2, 2]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redis_slower_than_the_timeout_counts_every_hit_once() {
     // Every sync call times out (100 ms) while Redis holds its replies 300 ms, and runs in
