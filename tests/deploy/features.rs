@@ -287,6 +287,54 @@ fn sentinel_values_name_the_master_first_and_take_the_sentinels_password_from_a_
 }
 
 #[test]
+fn a_per_second_redis_reaches_sluices_settings_with_its_password_from_a_secret() {
+    let main = ["--set", "redis.urls={redis:6379}"];
+    // Off by default.
+    let c = render(&main);
+    let c = sluice_container(c.deployment());
+    assert!(env_var(c, "REDIS_PERSECOND").is_none());
+    let m = render(&[
+        main[0],
+        main[1],
+        "--set",
+        "redis.perSecond.urls={fast-0.redis:26379,fast-1.redis:26379}",
+        "--set",
+        "redis.perSecond.type=SENTINEL",
+        "--set",
+        "redis.perSecond.masterName=fast",
+        "--set",
+        "redis.perSecond.auth.existingSecret=fast-creds",
+    ]);
+    let c = sluice_container(m.deployment());
+    assert_eq!(env_value(c, "REDIS_PERSECOND"), "true");
+    assert_eq!(
+        env_value(c, "REDIS_PERSECOND_URL"),
+        "fast,fast-0.redis:26379,fast-1.redis:26379"
+    );
+    let auth = env_var(c, "REDIS_PERSECOND_AUTH").expect("REDIS_PERSECOND_AUTH");
+    assert_eq!(str_at(auth, "valueFrom.secretKeyRef.name"), "fast-creds");
+    let settings = resolve_env(c, |_| false, &[]);
+    assert!(settings.redis_per_second.is_some(), "a per-second Redis");
+    // Its master's name is required too.
+    let run = helm_template_run(&[
+        main[0],
+        main[1],
+        "--set",
+        "redis.perSecond.urls={fast-0.redis:26379}",
+        "--set",
+        "redis.perSecond.type=SENTINEL",
+    ]);
+    assert!(
+        !run.status.success()
+            && run
+                .stderr
+                .contains("redis.perSecond.masterName is required"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
 fn the_quota_service_is_on_by_default_and_its_values_reach_sluices_settings() {
     // The chart's defaults are sluice's.
     let m = render(&[]);

@@ -229,6 +229,12 @@ fn check_env_settings(c: &Value) {
         ("LOG_FORMAT", "text"),
         ("SHADOW_MODE", "true"),
         ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("REDIS_PERSECOND", "true"),
+        (
+            "REDIS_PERSECOND_URL",
+            "redis-fast.redis.data.svc.cluster.local:6379",
+        ),
+        ("REDIS_PERSECOND_TLS", "true"),
         ("LIMIT_RESPONSE_HEADERS_FORMAT", "ietf"),
         ("LIMIT_RESPONSE_BODY", "problem"),
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
