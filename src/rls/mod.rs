@@ -2,10 +2,12 @@
 //! in four steps, one file each: `validate.rs` (request checks and bounds), `resolve.rs`
 //! (descriptor → rule and entity, limit overrides, `replaces`), `evaluate.rs` (limits checked
 //! and counted on the entity by `core::decide`) and `respond.rs` (statuses, overall code,
-//! headers, with `ietf.rs` for the IETF fields and the problem body); each step uses only the
+//! headers, with `ietf.rs` for the IETF fields and the problem body, and `metadata.rs` for the
+//! dynamic metadata and the quota groups); each step uses only the
 //! ones before it (the decision's `Outcome` and `Count` are the core's). `gate.rs` refuses
 //! requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
-//! mode against the store ([`RateLimiter::should_rate_limit_async`]).
+//! mode against the store ([`RateLimiter::should_rate_limit_async`]). `options.rs` holds the
+//! switches and bounds ([`Options`]).
 //!
 //! These semantics follow envoyproxy/ratelimit (docs/wire.md):
 //! - `hits_addend`: a descriptor's own value wins, 0 included (check without counting);
@@ -16,7 +18,7 @@
 //!   `OK` with 0 left. `duration_until_reset` is the time left in the epoch-aligned window.
 //! - Overall `OVER_LIMIT` iff a non-quota descriptor is over, or every quota group is (quota
 //!   descriptors of one `backend_name`/`model_name_override` pair are a group, over when one
-//!   of them is; the others, a group per distinct entry list: `respond.rs`, `QuotaGroups`).
+//!   of them is; the others, a group per distinct entry list: `metadata.rs`, `QuotaGroups`).
 //!   Rule `shadow_mode` reports `OK`; global shadow mode makes only the overall code `OK`.
 //! - With `stop_increment_when_over_limit`, when any descriptor would go over, the ones that
 //!   would stay within their limits are not counted, and report their count as it stands.
@@ -27,8 +29,10 @@ mod evaluate;
 mod exact;
 mod gate;
 mod ietf;
+mod metadata;
 #[cfg(test)]
 mod metrics_tests;
+mod options;
 mod quota;
 mod resolve;
 mod respond;
@@ -43,13 +47,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::decide::Count;
-use crate::core::table::{CacheSettings, EntityTable};
+use crate::core::table::EntityTable;
 use crate::global::{ExactClient, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
-use crate::telemetry::{names, RuleStats, SeriesBounds, Telemetry};
+use crate::telemetry::{names, RuleStats, Telemetry};
 use exact::{ExactAnswer, OverCache};
 use gate::Gate;
+pub use options::{HeaderFormat, HeaderNames, Options};
 pub use quota::QuotaCount;
 use resolve::Target;
 
@@ -59,101 +64,6 @@ impl EntryRef for Entry {
     }
     fn value(&self) -> &str {
         &self.value
-    }
-}
-
-/// Names of the rate-limit response headers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderNames {
-    /// The limit of the most restrictive descriptor.
-    pub limit: String,
-    /// Hits left under it.
-    pub remaining: String,
-    /// Seconds until its window resets.
-    pub reset: String,
-}
-
-impl Default for HeaderNames {
-    fn default() -> Self {
-        HeaderNames {
-            limit: "RateLimit-Limit".into(),
-            remaining: "RateLimit-Remaining".into(),
-            reset: "RateLimit-Reset".into(),
-        }
-    }
-}
-
-/// Which rate-limit response headers `LIMIT_RESPONSE_HEADERS_ENABLED` adds
-/// (`LIMIT_RESPONSE_HEADERS_FORMAT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum HeaderFormat {
-    /// The reference's `RateLimit-Limit`, `-Remaining` and `-Reset` ([`HeaderNames`]).
-    #[default]
-    Reference,
-    /// draft-ietf-httpapi-ratelimit-headers-11's `RateLimit-Policy` and `RateLimit`
-    /// (docs/wire.md, "IETF headers and the problem body").
-    Ietf,
-}
-
-/// Behaviour switches and request bounds of the service.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// `SHADOW_MODE`: the overall code is always OK.
-    pub shadow_mode: bool,
-    /// `QUOTA_MODE`: every rule is treated as a quota.
-    pub quota_mode: bool,
-    /// `LIMIT_RESPONSE_HEADERS_ENABLED`: add rate-limit headers (with these names).
-    pub response_headers: Option<HeaderNames>,
-    /// `LIMIT_RESPONSE_HEADERS_FORMAT`: which headers `response_headers` adds.
-    pub header_format: HeaderFormat,
-    /// `LIMIT_RESPONSE_BODY=problem`: a refused request's response carries an RFC 9457
-    /// `application/problem+json` body naming the violated policies.
-    pub problem_body: bool,
-    /// `RESPONSE_DYNAMIC_METADATA`: the response carries the reference's dynamic metadata
-    /// (`respond.rs`).
-    pub dynamic_metadata: bool,
-    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
-    pub stop_increment_when_over_limit: bool,
-    /// `NEAR_LIMIT_RATIO`: counts past this share of the limit are "near limit" in metrics.
-    pub near_limit_ratio: f64,
-    /// Most descriptors in one request.
-    pub max_descriptors: usize,
-    /// Most entries in one descriptor.
-    pub max_entries: usize,
-    /// Longest key or value, in bytes.
-    pub max_value_bytes: usize,
-    /// Limits of the entity table.
-    pub cache: CacheSettings,
-    /// Bounds of the metric series made from client input.
-    pub metric_series: SeriesBounds,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            shadow_mode: false,
-            quota_mode: false,
-            response_headers: None,
-            header_format: HeaderFormat::Reference,
-            problem_body: false,
-            dynamic_metadata: false,
-            stop_increment_when_over_limit: false,
-            near_limit_ratio: 0.8,
-            max_descriptors: 64,
-            max_entries: 32,
-            max_value_bytes: 4096,
-            cache: CacheSettings::default(),
-            metric_series: SeriesBounds::default(),
-        }
-    }
-}
-
-impl Options {
-    /// Whether responses name each limited descriptor's policy: the IETF headers or the
-    /// problem body are on.
-    fn wants_policies(&self) -> bool {
-        self.problem_body
-            || (self.response_headers.is_some() && self.header_format == HeaderFormat::Ietf)
     }
 }
 

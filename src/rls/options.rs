@@ -1,0 +1,100 @@
+//! The service's behaviour switches and request bounds ([`Options`], built by `settings/`
+//! from the reference's variables), with the names and format of the rate-limit headers.
+
+use crate::core::table::CacheSettings;
+use crate::telemetry::SeriesBounds;
+
+/// Names of the rate-limit response headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    /// The limit of the most restrictive descriptor.
+    pub limit: String,
+    /// Hits left under it.
+    pub remaining: String,
+    /// Seconds until its window resets.
+    pub reset: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        HeaderNames {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+/// Which rate-limit response headers `LIMIT_RESPONSE_HEADERS_ENABLED` adds
+/// (`LIMIT_RESPONSE_HEADERS_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeaderFormat {
+    /// The reference's `RateLimit-Limit`, `-Remaining` and `-Reset` ([`HeaderNames`]).
+    #[default]
+    Reference,
+    /// draft-ietf-httpapi-ratelimit-headers-11's `RateLimit-Policy` and `RateLimit`
+    /// (docs/wire.md, "IETF headers and the problem body").
+    Ietf,
+}
+
+/// Behaviour switches and request bounds of the service.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `SHADOW_MODE`: the overall code is always OK.
+    pub shadow_mode: bool,
+    /// `QUOTA_MODE`: every rule is treated as a quota.
+    pub quota_mode: bool,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`: add rate-limit headers (with these names).
+    pub response_headers: Option<HeaderNames>,
+    /// `LIMIT_RESPONSE_HEADERS_FORMAT`: which headers `response_headers` adds.
+    pub header_format: HeaderFormat,
+    /// `LIMIT_RESPONSE_BODY=problem`: a refused request's response carries an RFC 9457
+    /// `application/problem+json` body naming the violated policies.
+    pub problem_body: bool,
+    /// `RESPONSE_DYNAMIC_METADATA`: the response carries the reference's dynamic metadata
+    /// (`metadata.rs`).
+    pub dynamic_metadata: bool,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
+    pub stop_increment_when_over_limit: bool,
+    /// `NEAR_LIMIT_RATIO`: counts past this share of the limit are "near limit" in metrics.
+    pub near_limit_ratio: f64,
+    /// Most descriptors in one request.
+    pub max_descriptors: usize,
+    /// Most entries in one descriptor.
+    pub max_entries: usize,
+    /// Longest key or value, in bytes.
+    pub max_value_bytes: usize,
+    /// Limits of the entity table.
+    pub cache: CacheSettings,
+    /// Bounds of the metric series made from client input.
+    pub metric_series: SeriesBounds,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            shadow_mode: false,
+            quota_mode: false,
+            response_headers: None,
+            header_format: HeaderFormat::Reference,
+            problem_body: false,
+            dynamic_metadata: false,
+            stop_increment_when_over_limit: false,
+            near_limit_ratio: 0.8,
+            max_descriptors: 64,
+            max_entries: 32,
+            max_value_bytes: 4096,
+            cache: CacheSettings::default(),
+            metric_series: SeriesBounds::default(),
+        }
+    }
+}
+
+impl Options {
+    /// Whether responses name each limited descriptor's policy: the IETF headers or the
+    /// problem body are on.
+    pub(super) fn wants_policies(&self) -> bool {
+        self.problem_body
+            || (self.response_headers.is_some() && self.header_format == HeaderFormat::Ietf)
+    }
+}
