@@ -82,6 +82,14 @@ fn code(st: &DescriptorStatus) -> Code {
     Code::try_from(st.code).unwrap()
 }
 
+/// The value of the response header `name`, if any.
+fn h(r: &RateLimitResponse, name: &str) -> Option<String> {
+    r.response_headers_to_add
+        .iter()
+        .find(|h| h.key == name)
+        .map(|h| h.value.clone())
+}
+
 fn reset(st: &DescriptorStatus) -> i64 {
     st.duration_until_reset.as_ref().unwrap().seconds
 }
@@ -342,12 +350,6 @@ async fn response_headers_and_retry_after() {
     })
     .await;
     s.clock.advance_ms(20_000);
-    let h = |r: &RateLimitResponse, name: &str| {
-        r.response_headers_to_add
-            .iter()
-            .find(|h| h.key == name)
-            .map(|h| h.value.clone())
-    };
     let r = ask(&s, req(vec![desc(&[("k", "a")])])).await;
     assert_eq!(h(&r, "RateLimit-Limit").as_deref(), Some("3"));
     assert_eq!(h(&r, "RateLimit-Remaining").as_deref(), Some("2"));
@@ -404,12 +406,6 @@ async fn ietf_headers_and_a_problem_body_over_grpc_and_json() {
     })
     .await;
     s.clock.advance_ms(20_000);
-    let h = |r: &RateLimitResponse, name: &str| {
-        r.response_headers_to_add
-            .iter()
-            .find(|h| h.key == name)
-            .map(|h| h.value.clone())
-    };
     // A rule's policy is its name, else its path; a limit override's, `<domain>.override`
     // (its path would echo the request's values).
     let mut own = desc(&[("k", "mine")]);

@@ -130,15 +130,13 @@ impl Compiler<'_> {
 
     /// A release (`is_negative_hits`) gives back to every limit of its rule, so a concurrency
     /// limit stands alone: beside a window or a bucket, each release would refund that rate
-    /// too.
-    /// `algorithms` are the rule's limits'; the error goes `at`.
+    /// too. `algorithms` are the rule's limits'; the error goes `at`. Whether they pass.
     pub(super) fn check_concurrency(
         &mut self,
-        algorithms: impl ExactSizeIterator<Item = Algorithm>,
+        mut algorithms: impl ExactSizeIterator<Item = Algorithm>,
         at: &[Step],
         composite: &str,
     ) -> bool {
-        let mut algorithms = algorithms;
         let alone = algorithms.len() == 1 || !algorithms.any(|a| a == Algorithm::Concurrency);
         if !alone {
             self.error_at(
