@@ -451,9 +451,7 @@ pub(super) fn room_of(count: &QuotaCount) -> Room {
     let limit = &count.limit;
     let v = &count.verdict;
     match limit.algorithm {
-        Algorithm::TokenBucket { burst } => {
-            Room::bucket(limit, u64::from(burst).saturating_sub(v.count_after))
-        }
+        Algorithm::TokenBucket { .. } => Room::bucket(limit, v.count_after),
         _ => Room::window(limit, v.count_after, v.reset_ms),
     }
 }

@@ -122,6 +122,14 @@ pub struct Room {
     /// When `now` is 0: milliseconds until room returns (the window's reset, a bucket's
     /// refill of one token).
     pub until_ms: u64,
+    /// How far the fleet's count is past the limit (a bucket's debt), in tokens.
+    pub over: u64,
+    /// The limit gives its room back within one Envoy reporting interval ([`LAG_S`]): a
+    /// bucket that refills from empty to full, or a window that passes, in that time. Then
+    /// a report charges as much as the whole room at once, and the room read after it says
+    /// nothing of whether the fleet keeps to the rate: its streams' buckets, whose rates add
+    /// up to the limit's, are what keep it there ([`Room::exhausted`]).
+    pub short: bool,
 }
 
 // === impl Room ===
@@ -151,29 +159,53 @@ impl Room {
             }
             _ => reset_ms,
         };
+        let rpu = u64::from(limit.requests_per_unit);
         Room {
-            now: u64::from(limit.requests_per_unit).saturating_sub(count),
+            now: rpu.saturating_sub(count),
             rate: steady_rate(limit),
             until_ms,
+            over: count.saturating_sub(rpu),
+            short: limit.window_ms <= LAG_MS,
         }
     }
 
-    /// The room of a token bucket limit whose fleet-wide bucket holds `tokens`: those (at
-    /// most its burst) at once, refilled at `requests_per_unit` per window.
-    pub fn bucket(limit: &Limit, tokens: u64) -> Room {
+    /// The room of a token bucket limit whose fleet-wide bucket owes `owed` tokens (its
+    /// burst less what it holds; past the burst, a debt): what it holds (at most its burst)
+    /// at once, refilled at `requests_per_unit` per window.
+    pub fn bucket(limit: &Limit, owed: u64) -> Room {
         let burst = match limit.algorithm {
             Algorithm::TokenBucket { burst } => u64::from(burst),
             _ => u64::from(limit.requests_per_unit),
         };
         let rpu = u64::from(limit.requests_per_unit).max(1);
         Room {
-            now: tokens.min(burst),
+            now: burst.saturating_sub(owed),
             rate: steady_rate(limit),
             // The time one token takes, rounded up so room has surely returned by then.
             until_ms: limit.window_ms.div_ceil(rpu),
+            over: owed.saturating_sub(burst),
+            short: burst.saturating_mul(limit.window_ms) / rpu <= LAG_MS,
         }
     }
+
+    /// Whether the fleet must be denied (`DenyAll` until room returns): no room at once;
+    /// for a [`short`](Room::short) limit, only when its count is past the limit by more
+    /// than a reporting interval of its rate.
+    ///
+    /// Usage at a short limit is no reason to deny: each report charges up to a reporting
+    /// interval's worth at once, which reads as no room although the streams' buckets keep
+    /// the fleet to the rate. Denying then (and the new, full bucket after it) held a lone
+    /// Envoy at a 50/s bucket of burst 50 to 0.6× what an exact bucket admits.
+    pub fn exhausted(&self) -> bool {
+        self.now == 0 && (!self.short || self.over as f64 > self.rate * LAG_S)
+    }
 }
+
+/// Envoy 1.40's reporting interval, the longest a stream's usage waits to be counted.
+pub const LAG_S: f64 = 5.0;
+
+/// [`LAG_S`] in milliseconds.
+const LAG_MS: u64 = 5_000;
 
 /// How many seconds a counter's unused room is handed back over as rate ([`catch_up`]).
 pub const CATCH_UP_S: f64 = 10.0;
@@ -190,7 +222,15 @@ pub const CATCH_UP_S: f64 = 10.0;
 /// simulator measured 0.75x (10 Envoys) and 0.3x (50) a window's limit admitted at twice it,
 /// and 0.82x of an exact bucket's admitted on a bucket rule (a full bucket's refill is lost
 /// too). Handed back as rate, the room is what the count lacks; at the limit there is none.
+///
+/// A [`short`](Room::short) limit's room is not handed back: it refills within a report
+/// interval while the streams spend what they have not reported yet, so what it holds at a
+/// read is mostly spent already (a lone Envoy reporting every 5 s ran at 1.10× the rate on
+/// top of it).
 pub fn catch_up(room: &Room) -> Room {
+    if room.short {
+        return *room;
+    }
     Room {
         rate: room.rate + room.now as f64 / CATCH_UP_S,
         ..*room
@@ -453,15 +493,29 @@ fn clamp_fraction(fraction: f64) -> f64 {
 }
 
 /// The assignment for `fraction` of `room`'s rate and `max_tokens` at once (see [`assign`]).
+///
+/// A [`short`](Room::short) limit's stream gets at least a second of its rate at once
+/// (whatever the room read after the last report), and its rate is not held to its capacity:
+/// a bucket that holds less turns down requests that arrive together although the rate has
+/// room for them, and a fill capped at a capacity cut from the room held a busy stream far
+/// below its share.
 fn with_tokens(room: &Room, fraction: f64, max_tokens: u64, ttl: Duration) -> Assignment {
-    if room.now == 0 {
+    if room.exhausted() {
         return Assignment {
             strategy: Strategy::DenyAll,
             ttl_s: whole_secs(Duration::from_millis(room.until_ms)),
         };
     }
+    let rate = room.rate * fraction;
+    let (max_tokens, per_fill_cap) = if room.short {
+        let at_once = max_tokens.max(rate.floor() as u64).max(1);
+        (at_once, u64::from(u32::MAX))
+    } else {
+        (max_tokens, max_tokens)
+    };
     let max_tokens = u32::try_from(max_tokens).unwrap_or(u32::MAX);
-    let strategy = match fill(room.rate * fraction, max_tokens) {
+    let per_fill_cap = u32::try_from(per_fill_cap).unwrap_or(u32::MAX);
+    let strategy = match fill(rate, per_fill_cap).filter(|_| max_tokens > 0) {
         Some((tokens_per_fill, fill_interval_s)) => Strategy::TokenBucket {
             max_tokens,
             tokens_per_fill,

@@ -13,6 +13,8 @@ fn room(now: u64, rate: f64) -> Room {
         now,
         rate,
         until_ms: 100,
+        over: 0,
+        short: false,
     }
 }
 

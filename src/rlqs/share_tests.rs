@@ -212,10 +212,46 @@ fn a_bucket_room_is_its_tokens_up_to_its_burst_refilled_one_token_at_a_time() {
         window_ms: 1000,
         algorithm: Algorithm::TokenBucket { burst: 20 },
     };
+    // Owing nothing: full; owing 50 of a burst of 20: empty, 30 past it.
+    let full = Room::bucket(&limit, 0);
+    assert_eq!((full.now, full.over), (20, 0));
     let room = Room::bucket(&limit, 50);
-    assert_eq!(room.now, 20);
+    assert_eq!((room.now, room.over), (0, 30));
     assert!(close(room.rate, 3.0));
     assert_eq!(room.until_ms, 334);
+    // 20 tokens at 3 a second refill in under 7 s: longer than a report interval.
+    assert!(!room.short);
+}
+
+#[test]
+fn a_short_limit_is_denied_only_past_a_reporting_interval_of_its_rate() {
+    // 50 a second with a burst of one second: it refills within a report interval.
+    let limit = Limit {
+        requests_per_unit: 50,
+        window_ms: 1000,
+        algorithm: Algorithm::TokenBucket { burst: 50 },
+    };
+    let at_limit = Room::bucket(&limit, 50);
+    assert!(at_limit.short && at_limit.now == 0);
+    // At the limit, a stream keeps its rate and a second of it at once, its fill not held
+    // to a capacity cut from the room.
+    assert!(!at_limit.exhausted());
+    assert_eq!(
+        assign(&at_limit, 0.5, Duration::from_secs(15)).strategy,
+        bucket(25, 25, 1)
+    );
+    // Past the limit by more than five seconds of its rate: denied.
+    let mut over = at_limit;
+    over.over = 251;
+    assert!(over.exhausted());
+    assert_eq!(
+        assign(&over, 0.5, Duration::from_secs(15)).strategy,
+        Strategy::DenyAll
+    );
+    // A limit that is not short is denied at no room, as before.
+    let mut long = at_limit;
+    long.short = false;
+    assert!(long.exhausted());
 }
 
 // === assign ===
@@ -225,6 +261,8 @@ fn room(now: u64, rate: f64) -> Room {
         now,
         rate,
         until_ms: 2500,
+        over: 0,
+        short: false,
     }
 }
 

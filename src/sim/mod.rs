@@ -43,6 +43,7 @@ mod exact;
 mod fleet;
 mod plain;
 pub mod rlqs;
+pub mod rlqs_matrix;
 mod rlqs_table;
 mod store;
 mod table;

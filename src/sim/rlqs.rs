@@ -159,6 +159,9 @@ pub struct RlqsReport {
     pub windows: Vec<WindowStats>,
     /// Hits the fleet admitted, second by second.
     pub admitted_per_s: Vec<u64>,
+    /// Hits each Envoy admitted after the first period (once the shares settled), and hits
+    /// offered to it then: the fairness between Envoys of equal demand.
+    pub per_envoy: Vec<(u64, u64)>,
     /// Reporting intervals from Envoy 0 going idle until the others use its share (until the
     /// token buckets they run add up to 90 % of the limit's rate); `Some(None)` when that
     /// never happened in the run.
@@ -177,6 +180,15 @@ impl RlqsReport {
     /// False denials in window `i` over its reference.
     pub fn false_denials(&self, i: usize) -> f64 {
         self.windows[i].false_denials as f64 / self.reference(i) as f64
+    }
+
+    /// What the exact limiter fed the same arrivals admits in window `i`: an exact bucket's
+    /// admitted hits, or the offered hits up to the window's limit (at least 1).
+    pub fn expected(&self, i: usize) -> u64 {
+        match self.rule {
+            "bucket" => self.windows[i].exact_admitted.max(1),
+            _ => self.windows[i].offered.min(u64::from(self.limit)).max(1),
+        }
     }
 
     /// Offered hits in window `i` over the limit in a period (a bucket's refill in one).
@@ -241,7 +253,7 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let (windows, admitted_per_s, reuse, join) = runtime.block_on(async {
+    let (windows, admitted_per_s, per_envoy, reuse, join) = runtime.block_on(async {
         let zero = Instant::now() + Duration::from_millis(2 * TICK_MS);
         let clock = SimClock {
             t0: UnixMillis(T0),
@@ -278,10 +290,10 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
         let joiner = s
             .join_at_ms
             .map(|at| sample(s, filters[s.envoys - 1..].to_vec(), zero, at));
-        let (windows, per_s) = drive(s, &fleet_scenario, &arrivals, &envoys, zero).await;
+        let (windows, per_s, per_envoy) = drive(s, &fleet_scenario, &arrivals, &envoys, zero).await;
         let reuse = others.map(|rates| reuse_intervals(&rates.lock(), s));
         let join = joiner.and_then(|rates| join_shares(&rates.lock(), s));
-        (windows, per_s, reuse, join)
+        (windows, per_s, per_envoy, reuse, join)
     });
     RlqsReport {
         scenario: s.name,
@@ -300,24 +312,27 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
         under_limit: s.under_limit(),
         windows,
         admitted_per_s,
+        per_envoy,
         reuse,
         join,
     }
     // Dropping the runtime dropped every task: nothing after the last window is measured.
 }
 
-/// Hands each arrival to its Envoy at its time; the per-window stats and the admitted hits
-/// per second.
+/// Hands each arrival to its Envoy at its time; the per-window stats, the admitted hits
+/// per second, and each Envoy's (admitted, offered) after the first period.
 async fn drive(
     s: &RlqsScenario,
     fleet: &Scenario,
     arrivals: &[(u64, usize)],
     envoys: &[Envoy],
     zero: Instant,
-) -> (Vec<WindowStats>, Vec<u64>) {
-    let end = s.windows * period_ms(fleet);
+) -> (Vec<WindowStats>, Vec<u64>, Vec<(u64, u64)>) {
+    let period = period_ms(fleet);
+    let end = s.windows * period;
     let mut exact = Exact::new(fleet);
     let mut per_s = vec![0u64; end.div_ceil(1000) as usize];
+    let mut per_envoy = vec![(0u64, 0u64); envoys.len()];
     for &(t, e) in arrivals.iter().take_while(|&&(t, _)| t < end) {
         let at = zero + Duration::from_millis(t);
         if Instant::now() < at {
@@ -332,9 +347,13 @@ async fn drive(
         if admitted {
             per_s[(t / 1000) as usize] += 1;
         }
+        if t >= period {
+            per_envoy[e].0 += u64::from(admitted);
+            per_envoy[e].1 += 1;
+        }
     }
     sleep_until(zero + Duration::from_millis(end)).await;
-    (exact.stats, per_s)
+    (exact.stats, per_s, per_envoy)
 }
 
 /// Samples, every [`SAMPLE_MS`] from `from_ms` to the end of the run, the rate of the token
