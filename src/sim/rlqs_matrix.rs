@@ -81,10 +81,10 @@ pub fn cell(
         ..super::windows::base()
     });
     let seed = 0x28_0000
-        ^ (envoys as u64) << 8
-        ^ report_ms / 1000
-        ^ ((times * 10.0) as u64) << 16
-        ^ scale.limit.window_ms << 24;
+        ^ ((envoys as u64) << 8)
+        ^ (report_ms / 1000)
+        ^ (((times * 10.0) as u64) << 16)
+        ^ (scale.limit.window_ms << 24);
     RlqsScenario {
         name: scale.name,
         envoys,
