@@ -12,12 +12,14 @@
 //! (the "exact bucket" the fleet is compared with), whose admitted hits per period are
 //! [`WindowStats::exact_admitted`].
 
-use super::{period_ms, Scenario, WindowStats, T0};
+use super::{period_ms, Scenario, WindowStats};
 use crate::core::{Algorithm, Limit};
 
 /// The exact reference of one run, window or bucket, and the stats it keeps per period.
 pub struct Exact {
     limit: Limit,
+    /// The run's start (Unix ms), on a window boundary.
+    t0: u64,
     /// Whether denied hits count too: a fixed window's, or a `strict` sliding window's.
     counts_denied: bool,
     period_ms: u64,
@@ -57,6 +59,7 @@ impl Exact {
         };
         Exact {
             limit: s.limit,
+            t0: s.t0,
             counts_denied: s.strict || s.limit.algorithm == Algorithm::FixedWindow,
             period_ms: period_ms(s),
             kind,
@@ -66,7 +69,7 @@ impl Exact {
 
     /// A hit at `t` (ms from the start), admitted or not by the fleet.
     pub fn record(&mut self, t: u64, admitted: bool) {
-        let (limit, counts_denied) = (self.limit, self.counts_denied);
+        let (limit, counts_denied, t0) = (self.limit, self.counts_denied, self.t0);
         let stats = &mut self.stats[(t / self.period_ms) as usize];
         stats.offered += 1;
         if admitted {
@@ -74,7 +77,7 @@ impl Exact {
         }
         match &mut self.kind {
             Kind::Window { truth, oracle } => {
-                window_record(&limit, counts_denied, (truth, oracle), stats, (t, admitted));
+                window_record(&limit, counts_denied, (truth, oracle), stats, (t0, t, admitted));
             }
             Kind::Bucket {
                 truth,
@@ -113,12 +116,12 @@ fn window_record(
     counts_denied: bool,
     (truth, oracle): (&mut [u64], &mut [u64]),
     stats: &mut WindowStats,
-    (t, admitted): (u64, bool),
+    (t0, t, admitted): (u64, u64, bool),
 ) {
-    let now = T0 + t;
+    let now = t0 + t;
     let w = limit.window_ms;
     // The run starts on a window boundary, so window and epoch indices coincide.
-    let e = (now / w - T0 / w) as usize;
+    let e = (now / w - t0 / w) as usize;
     let prev = |v: &[u64]| if e == 0 { 0 } else { v[e - 1] };
     let true_count = exact_estimate(limit, now, truth[e], prev(truth));
     let oracle_count = exact_estimate(limit, now, oracle[e], prev(oracle));

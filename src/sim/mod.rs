@@ -64,8 +64,15 @@ pub use rlqs_table::{idle_and_join, render_rlqs, rlqs_scenarios, run_rlqs, scena
 use store::SimStore;
 pub use table::{render_table, run_all};
 
-/// A Unix time aligned to every window the scenarios use, where every simulation starts.
+/// A Unix time aligned to every window of a minute or less, where the simulations start.
 const T0: u64 = 1_700_000_040_000;
+
+/// The start of a run on a limit of `window_ms`: [`T0`], moved back to the window's
+/// boundary (windows are aligned to the Unix epoch, and a per-hour run's periods must be
+/// its epochs).
+pub fn aligned_t0(window_ms: u64) -> u64 {
+    T0 - T0 % window_ms.max(1)
+}
 
 /// Traffic during one stretch of the run: hits evenly spaced in time.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -126,6 +133,10 @@ pub struct Scenario {
     /// Whether a sliding window is `strict` (the default of a rule: denied hits count too),
     /// or `strict: false` (see `fleet::rules_yaml`).
     pub strict: bool,
+    /// The Unix time (ms) the run starts at: on a boundary of the limit's window, so that
+    /// the measured windows are the limit's epochs ([`T0`] for the scenarios up to a minute;
+    /// see [`aligned_t0`]).
+    pub t0: u64,
 }
 
 impl Scenario {
@@ -325,7 +336,7 @@ where
     runtime.block_on(async {
         let zero = Instant::now() + Duration::from_millis(2 * s.tick_ms);
         let clock = SimClock {
-            t0: UnixMillis(T0),
+            t0: UnixMillis(s.t0),
             zero,
         };
         let store = Arc::new(SimStore::new(s.rtt_ms, s.outage, s.restart_at_ms, zero));

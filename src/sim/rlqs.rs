@@ -41,7 +41,7 @@ use super::exact::Exact;
 use super::fleet::{Fleet, SimClock};
 use super::store::SimStore;
 use super::traffic::{phases, SplitMix64};
-use super::{period_ms, windows, Scenario, WindowStats, T0};
+use super::{aligned_t0, period_ms, windows, Scenario, WindowStats};
 use crate::core::clock::UnixMillis;
 use crate::core::{Algorithm, Limit};
 use crate::rlqs::presence::Published;
@@ -129,6 +129,7 @@ impl RlqsScenario {
             strict: false,
             tick_ms: TICK_MS,
             rtt_ms: RTT_MS,
+            t0: aligned_t0(self.limit.window_ms),
             ..windows::base()
         }
     }
@@ -256,7 +257,7 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
     let (windows, admitted_per_s, per_envoy, reuse, join) = runtime.block_on(async {
         let zero = Instant::now() + Duration::from_millis(2 * TICK_MS);
         let clock = SimClock {
-            t0: UnixMillis(T0),
+            t0: UnixMillis(fleet_scenario.t0),
             zero,
         };
         let store = Arc::new(SimStore::new(RTT_MS, None, None, zero));

@@ -31,6 +31,7 @@ pub(super) fn base() -> Scenario {
         alternate: false,
         phases: None,
         strict: false,
+        t0: super::T0,
     }
 }
 

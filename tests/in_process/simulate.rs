@@ -21,6 +21,10 @@ use sluice::sim::{render_table, run, scenarios, Scenario};
 /// of 1.3, before two went at once: `global/sync/shard.rs`, `core/prior.rs`).
 const MAX_FALSE_DENIALS: f64 = 0.02;
 
+/// The least admitted, as a multiple of what the exact limiter admits, in any window whose
+/// demand is at least 1.5× that (the lower bound every scenario is held to).
+const MIN_ADMITTED: f64 = 0.90;
+
 /// What a scenario's run must show besides `MAX_FALSE_DENIALS`: the most sluice admits
 /// from a window on, and the least it admits (so that it does not keep within bounds by
 /// denying), or the least the plain design admits (so that the scenario is one it fails).
@@ -221,6 +225,19 @@ fn check(s: &Scenario) -> Result<(), String> {
                 "window {}: false denials {:.3}",
                 i + 1,
                 r.sluice_false_denials(i)
+            ));
+        }
+    }
+    // Both bounds, in every scenario: where the demand is at least 1.5× what the exact
+    // limiter admits, the fleet admits at least 0.90× of it (it keeps within the upper bound
+    // by sharing, not by denying).
+    for i in 0..windows {
+        let offered = r.sluice[i].offered as f64 / r.reference(i) as f64;
+        if offered >= 1.5 && r.sluice_admitted(i) < MIN_ADMITTED {
+            return fail(format!(
+                "window {}: offered {offered:.2}×, admitted only {:.3}× of what the exact limiter admits",
+                i + 1,
+                r.sluice_admitted(i)
             ));
         }
     }
