@@ -13,14 +13,14 @@ use parking_lot::Mutex;
 
 use super::store::{Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
 use crate::core::gcra;
-use crate::core::Part;
+use crate::core::{Held, Part};
 
-/// A counter: each replica's part (its hits and refunds so far).
-pub type Parts = HashMap<u64, Part>;
+/// A counter: each replica's part (its hits and refunds so far, and the refunds kept out).
+pub type Parts = HashMap<u64, Held>;
 
 /// The net count of a counter's parts.
 fn net(p: &Parts) -> i64 {
-    p.values().map(|p| p.hits as i64 - p.refunds as i64).sum()
+    p.values().map(Held::net).sum()
 }
 
 /// A token bucket as the script keeps it.
@@ -153,9 +153,9 @@ impl MemoryStore {
     }
 }
 
-/// A window item: the larger of the replica's part and what the item states, hits and
-/// refunds apart, as the script keeps it; the sums, each at least its floor less the
-/// counter's refunds.
+/// A window item, as the script takes it in: the replica's part raised to what the item
+/// states, hits and refunds apart, new refunds applied only as far as the count holds
+/// ([`Held::state`]); the sums, each at least its floor less the counter's applied refunds.
 fn window(
     c: &mut HashMap<(u128, u8, u64), Parts>,
     replica: u64,
@@ -169,17 +169,17 @@ fn window(
     for i in 0..n {
         // As the script: a read (nothing counted) creates nothing.
         if parts[i] != Part::default() {
-            let key = (it.entity, it.limit, epochs[i]);
-            let mine = c.entry(key).or_default().entry(replica).or_default();
-            mine.hits = mine.hits.max(parts[i].hits);
-            mine.refunds = mine.refunds.max(parts[i].refunds);
+            let counter = c.entry((it.entity, it.limit, epochs[i])).or_default();
+            let mine = counter.get(&replica).copied().unwrap_or_default();
+            let others = net(counter) - mine.net();
+            counter.entry(replica).or_default().state(parts[i], others);
         }
     }
     std::array::from_fn(|i| {
         let key = (it.entity, it.limit, epochs[i]);
         let refunds: u64 = c
             .get(&key)
-            .map_or(0, |p| p.values().map(|p| p.refunds).sum());
+            .map_or(0, |p| p.values().map(Held::applied).sum());
         let floor = floors[i].saturating_sub(refunds) as i64;
         c.get(&key).map_or(0, net).max(floor).max(0) as u64
     })
