@@ -1,7 +1,7 @@
 //! More given back than was taken, across two in-process replicas on one real Redis: a
 //! concurrency limit's releases (a retried or duplicated stream-done) and a budget's settles
 //! (reserve, then settle) free only what was counted, fleet-wide, as local mode and
-//! `exact: true` do. Before, Redis's count went below zero and the fleet admitted 19 of 40
+//! `exact: true` do. Before, Redis's count went below zero and the fleet admitted 20 of 40
 //! where 10 places were free.
 
 use std::time::Duration;
