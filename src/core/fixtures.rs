@@ -8,7 +8,7 @@ use super::clock::UnixMillis;
 use super::decide::{decide, Count};
 use super::limit::{Algorithm, Limit, Verdict};
 use super::state::LimitState;
-use super::window::{Part, SyncPlan, WindowState};
+use super::window::{Held, Part, SyncPlan, WindowState};
 
 pub const MIN: u64 = 60_000;
 
@@ -40,9 +40,8 @@ pub fn apply(store: &mut HashMap<u64, u64>, plan: &SyncPlan) -> [u64; 2] {
 }
 
 /// A fake fleet counter per epoch with a part per node (`(epoch, node)`), as Redis holds it:
-/// the node's part keeps the larger of what it holds and what the node states, hits and
-/// refunds apart. Returns the sums, each no less than the plan's floor less the refunds the
-/// counter holds.
+/// the node's part takes in what the node states as `sync.lua` does ([`Held::state`]).
+/// Returns the sums, each no less than the plan's floor less the refunds the counter applied.
 pub fn apply_as(store: &mut PartStore, node: u64, plan: &SyncPlan) -> [u64; 2] {
     let epochs = if plan.epochs[0] == plan.epochs[1] {
         1
@@ -52,16 +51,17 @@ pub fn apply_as(store: &mut PartStore, node: u64, plan: &SyncPlan) -> [u64; 2] {
     for i in 0..epochs {
         let said = plan.parts[i];
         if said != Part::default() {
-            let mine = store.entry((plan.epochs[i], node)).or_default();
-            mine.hits = mine.hits.max(said.hits);
-            mine.refunds = mine.refunds.max(said.refunds);
+            let e = plan.epochs[i];
+            let mine = store.get(&(e, node)).copied().unwrap_or_default();
+            let others = part(store, e) - mine.net();
+            store.entry((e, node)).or_default().state(said, others);
         }
     }
     std::array::from_fn(|i| {
         let refunds: u64 = store
             .iter()
             .filter(|((e, _), _)| *e == plan.epochs[i])
-            .map(|(_, p)| p.refunds)
+            .map(|(_, p)| p.applied())
             .sum();
         let floor = plan.floors[i].saturating_sub(refunds) as i64;
         part(store, plan.epochs[i]).max(floor).max(0) as u64
@@ -69,14 +69,14 @@ pub fn apply_as(store: &mut PartStore, node: u64, plan: &SyncPlan) -> [u64; 2] {
 }
 
 /// Each node's part of each epoch's counter, keyed by `(epoch, node)`.
-pub type PartStore = HashMap<(u64, u64), Part>;
+pub type PartStore = HashMap<(u64, u64), Held>;
 
 /// The sum of every node's part of `epoch`'s counter in an [`apply_as`] store.
 pub fn part(store: &PartStore, epoch: u64) -> i64 {
     store
         .iter()
         .filter(|((e, _), _)| *e == epoch)
-        .map(|(_, p)| p.hits as i64 - p.refunds as i64)
+        .map(|(_, p)| p.net())
         .sum()
 }
 

@@ -24,7 +24,7 @@ pub use fleet_view::FleetView;
 pub use limit::{Algorithm, Limit, Verdict, MAX_COUNT};
 pub use state::{LimitState, Plan, Summary};
 pub use tier::{SyncPolicy, Tier};
-pub use window::{Part, SyncPlan, WindowState};
+pub use window::{Held, Part, SyncPlan, WindowState};
 
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -30,4 +30,5 @@ mod presence_store;
 mod redis_deployments;
 mod redis_harness;
 mod redis_store;
+mod refund_store;
 mod tat_upgrade;

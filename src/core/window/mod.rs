@@ -1,7 +1,8 @@
 //! Window counters: the state of one limit of one entity, and `check`/`record`/`refund`.
 //! Global mode's additions to the same state live in its children: `sync.rs` (the
 //! sync accounting), `share.rs` (the others' rate, the shared room, pressure) and `prior.rs`
-//! (the prior and the burst reads).
+//! (the prior and the burst reads); `held.rs` is the store's side of a node's part (how
+//! Redis takes in a statement, refunds never past the count).
 //!
 //! No locks, no I/O, no clock reads: `now` is an argument, so every decision is reproducible
 //! with a manual clock. Nothing here allocates.
@@ -39,10 +40,12 @@
 //! below zero.
 //!
 
+mod held;
 mod prior;
 mod share;
 mod sync;
 
+pub use held::Held;
 pub use sync::{Part, SyncPlan};
 
 use super::clock::UnixMillis;

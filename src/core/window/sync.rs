@@ -28,7 +28,7 @@ pub struct SyncPlan {
     /// that restarted empty all leave the part at exactly what this node counted.
     pub parts: [Part; 2],
     /// The fleet's count of each epoch as this node last read it: the store answers no less
-    /// than this less the refunds it holds (`floor − refunds`), so a store that restarted
+    /// than this less the refunds it applied (`floor − refunds`), so a store that restarted
     /// empty does not read as room while the others restate their parts, yet a refund made
     /// through any replica shows at this node's next read.
     pub floors: [u64; 2],
@@ -110,7 +110,7 @@ impl WindowState {
 
     /// Completes a sync: `totals` are the fleet's counters of `plan.epochs` after the deltas
     /// were added, read at `now`, never below the plan's floors less the refunds the store
-    /// holds ([`SyncPlan::floors`]). Measures the other nodes' rate from what they added
+    /// applied ([`SyncPlan::floors`]). Measures the other nodes' rate from what they added
     /// since the previous reply.
     pub fn complete_sync(
         &mut self,

@@ -246,3 +246,54 @@ fn the_state_stays_small() {
     // cost 8 bytes, the refunds that make a sync idempotent 8 more.
     assert!(std::mem::size_of::<WindowState>() <= 96);
 }
+
+#[test]
+fn a_node_that_gave_back_more_than_it_counted_still_takes_a_share_of_the_room() {
+    // 10 places on two nodes: 5 held through each, read by both; then each releases all 10
+    // (a release retried through the other node). The store keeps the count at 0; each
+    // node's own part is 5 below zero. Neither may stall on it (taken as a share of
+    // nothing, the floor, the two admitted 5), nor admit past the places: of 40
+    // acquisitions, alternating, each node reading the count before each, exactly 10 fit.
+    let l = Limit {
+        algorithm: Algorithm::Concurrency,
+        ..fixed(10)
+    };
+    let fleet = FleetView {
+        live: 2,
+        ..FleetView::ALONE
+    };
+    let mut store = PartStore::new();
+    let mut nodes = [WindowState::default(), WindowState::default()];
+    let sync_all = |nodes: &mut [WindowState; 2], store: &mut PartStore, t| {
+        for (n, s) in nodes.iter_mut().enumerate() {
+            sync_as(s, n as u64, &l, store, t);
+        }
+    };
+    for s in &mut nodes {
+        s.record(&l, T0, 5);
+    }
+    sync_all(&mut nodes, &mut store, T0);
+    sync_all(&mut nodes, &mut store, T0.plus_millis(1_000));
+    for s in &mut nodes {
+        assert_eq!(
+            s.check_with(&l, T0.plus_millis(1_000), 0, &fleet)
+                .count_after,
+            10
+        );
+        s.refund(&l, T0.plus_millis(1_000), 10);
+    }
+    let mut t = T0.plus_millis(2_000);
+    sync_all(&mut nodes, &mut store, t);
+    assert_eq!(part(&store, T0.0 / MIN), 0);
+    let mut admitted = 0;
+    for i in 0..40 {
+        t = t.plus_millis(7);
+        let s = &mut nodes[i % 2];
+        if !s.check_with(&l, t, 1, &fleet).over {
+            s.record(&l, t, 1);
+            admitted += 1;
+        }
+        sync_all(&mut nodes, &mut store, t);
+    }
+    assert_eq!((admitted, part(&store, T0.0 / MIN)), (10, 10));
+}

@@ -6,22 +6,37 @@
 //! A counter of (entity, limit, epoch) is a hash at
 //! `{prefix}sluice:v2:{<entity>}:<limit>:<epoch>` (the hash tag keeps an entity's keys in one
 //! cluster slot) with one part per replica: the field named by its id (16 hex digits) holds
-//! its hits, and, once it refunded any, the field `<id>-` holds its refunds as a negative
-//! number; the count is the sum of every field. A call states the replica's part whole (its
-//! hits and refunds in the epoch so far, `Part`), and the script keeps the larger of what a
-//! field holds and what the call says (the smaller, for the negative refunds field); sets the
-//! expiry (two windows) when a write finds the key without one, i.e. when the script created
-//! it; and returns the sum of the fields, but never less than the count the replica last read
-//! (its *floor*) less the refunds the key holds. A read (nothing counted) writes nothing.
+//! its hits; once it refunded any, the field `<id>-` holds its refunds as a negative
+//! number, and once some of them were kept out (below), `<id>+` holds how many; the count is
+//! the sum of every field. A call states the replica's part whole (its hits and refunds in
+//! the epoch so far, `Part`), and the script keeps the larger of what a field holds and what
+//! the call says (the smaller, for the negative refunds field); applies the refunds the call
+//! adds only as far as the count holds hits, this call's included, and keeps the rest out
+//! (`core/window/held.rs`, `Held::state`); sets the expiry (two windows) when a write finds
+//! the key without one, i.e. when the script created it; and returns the sum of the fields,
+//! but never less than the count the replica last read (its *floor*) less the refunds the
+//! key applied. A read (nothing counted) writes nothing.
+//!
+//! Why refunds are kept out: a replica gives back what its own view of the count holds, and
+//! two replicas can give back the same hits (a release retried through another replica, two
+//! settles of one reservation). Summed whole they took the count below zero (10 places held,
+//! 10 released through each of two replicas: -10), and the fleet admitted the limit again
+//! on top (20 of 40 acquisitions on 10 places). Applied only as far as the count holds, a
+//! release frees at most what was taken, fleet-wide, as in local mode and with `exact: true`.
+//! Each refund is judged once, when the script first sees it, and what it kept out stays
+//! kept out, so a resent or late statement still applies nothing twice. The price is after
+//! a Redis restart: a replica that restates its refunds before another restated the hits
+//! they gave back has them kept out, and the count errs high until the key expires.
 //!
 //! Why a floor, less refunds: the sum drops for two reasons. A refund (Envoy's
 //! `is_negative_hits`) takes it down, and every replica must see that, or a key that a
 //! refund took back under its limit stays over on them until its window ends (the bug of
 //! envoyproxy/ratelimit's over-limit cache, PR #1230). A Redis that restarted empty takes it
 //! down too, until each replica restated its part, and no replica should read that as room.
-//! A healthy key's sum is never below the floor less its refunds (hits only grow), so the
-//! floor changes nothing there; a lost key reads as the floor, less the refunds restated
-//! so far.
+//! A healthy key's sum is never below the floor less its applied refunds (hits only grow),
+//! so the floor changes nothing there; a lost key reads as the floor, less the refunds
+//! applied since it was restated. Refunds kept out never took anything from the count the
+//! floor was read on, so they do not lower it.
 //!
 //! Why stated parts and not `HINCRBY`: a call that timed out may still run in Redis, and its
 //! hits go again with the next call; an increment would count them twice (with Redis slower
@@ -49,7 +64,9 @@
 //! they acknowledged) and replicas that state their parts share these keys during a rolling
 //! upgrade: each writes only its own fields, every version sums all of them, so the fleet
 //! keeps one count; the older replicas keep their own double counting under timeouts until
-//! they are replaced.
+//! they are replaced. So do the versions before refunds were kept out: they read the same
+//! count (the `<id>+` fields are in the sum), and their own refunds are applied whole, as
+//! they were, until they are replaced (`tests/redis/refund_store.rs`).
 //!
 //! Upgrading from key version 1 (plain strings at `{prefix}sluice:{<entity>}:…`) starts every
 //! counter afresh once: a version-2 replica never reads or writes a version-1 key, so a
@@ -102,7 +119,7 @@ use crate::global::{Heartbeat, Others, Presence, ShardStore, StoreError, SyncIte
 /// States parts and reads counters (see the module docs). KEYS: two per item (current,
 /// previous epoch). ARGV: the replica's field, then seven per item (ttl ms, current hits,
 /// previous hits, current refunds, previous refunds, current floor, previous floor). Returns
-/// one integer per key: the sum, at least the floor less the key's refunds.
+/// one integer per key: the sum, at least the floor less the key's applied refunds.
 const SYNC_SCRIPT: &str = include_str!("sync.lua");
 
 /// A replica's heartbeat. KEYS: the replicas' set. ARGV: replica id, now (ms), the oldest

@@ -13,14 +13,14 @@ use parking_lot::Mutex;
 
 use super::store::{Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
 use crate::core::gcra;
-use crate::core::Part;
+use crate::core::{Held, Part};
 
-/// A counter: each replica's part (its hits and refunds so far).
-pub type Parts = HashMap<u64, Part>;
+/// A counter: each replica's part (its hits and refunds so far, and the refunds kept out).
+pub type Parts = HashMap<u64, Held>;
 
 /// The net count of a counter's parts.
 fn net(p: &Parts) -> i64 {
-    p.values().map(|p| p.hits as i64 - p.refunds as i64).sum()
+    p.values().map(Held::net).sum()
 }
 
 /// A token bucket as the script keeps it.
@@ -153,9 +153,9 @@ impl MemoryStore {
     }
 }
 
-/// A window item: the larger of the replica's part and what the item states, hits and
-/// refunds apart, as the script keeps it; the sums, each at least its floor less the
-/// counter's refunds.
+/// A window item, as the script takes it in: the replica's part raised to what the item
+/// states, hits and refunds apart, new refunds applied only as far as the count holds
+/// ([`Held::state`]); the sums, each at least its floor less the counter's applied refunds.
 fn window(
     c: &mut HashMap<(u128, u8, u64), Parts>,
     replica: u64,
@@ -169,17 +169,17 @@ fn window(
     for i in 0..n {
         // As the script: a read (nothing counted) creates nothing.
         if parts[i] != Part::default() {
-            let key = (it.entity, it.limit, epochs[i]);
-            let mine = c.entry(key).or_default().entry(replica).or_default();
-            mine.hits = mine.hits.max(parts[i].hits);
-            mine.refunds = mine.refunds.max(parts[i].refunds);
+            let counter = c.entry((it.entity, it.limit, epochs[i])).or_default();
+            let mine = counter.get(&replica).copied().unwrap_or_default();
+            let others = net(counter) - mine.net();
+            counter.entry(replica).or_default().state(parts[i], others);
         }
     }
     std::array::from_fn(|i| {
         let key = (it.entity, it.limit, epochs[i]);
         let refunds: u64 = c
             .get(&key)
-            .map_or(0, |p| p.values().map(|p| p.refunds).sum());
+            .map_or(0, |p| p.values().map(Held::applied).sum());
         let floor = floors[i].saturating_sub(refunds) as i64;
         c.get(&key).map_or(0, net).max(floor).max(0) as u64
     })
@@ -300,5 +300,81 @@ impl ShardStore for MemoryStore {
     }
     async fn time_ms(&self) -> Result<u64, StoreError> {
         Ok(1_700_000_005_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW_MS: u64 = 1_700_000_040_000;
+    const EPOCH: u64 = NOW_MS / 60_000;
+
+    /// A replica's statement of entity 1's counter in the current epoch, floor 0.
+    fn window(hits: u64, refunds: u64) -> SyncItem {
+        SyncItem {
+            entity: 1,
+            limit: 0,
+            op: SyncOp::Window {
+                epochs: [EPOCH, EPOCH - 1],
+                parts: [Part { hits, refunds }, Part::default()],
+                floors: [0, 0],
+                ttl_ms: 120_000,
+            },
+        }
+    }
+
+    async fn count(m: &MemoryStore, replica: u64, it: SyncItem) -> u64 {
+        m.sync(replica, &[it]).await.unwrap()[0][0]
+    }
+
+    #[tokio::test]
+    async fn refunds_past_the_count_are_kept_out_once() {
+        let m = MemoryStore::default();
+        assert_eq!(count(&m, 1, window(5, 0)).await, 5);
+        assert_eq!(count(&m, 2, window(5, 0)).await, 10);
+        // Each gives back 10: the second finds the count at 0 (it took it to -10).
+        assert_eq!(count(&m, 1, window(5, 10)).await, 0);
+        assert_eq!(count(&m, 2, window(5, 10)).await, 0);
+        assert_eq!(m.total(1, 0, EPOCH), 0);
+        // Resent, or arriving late, once the count has grown: nothing more is given back.
+        assert_eq!(count(&m, 3, window(4, 0)).await, 4);
+        assert_eq!(count(&m, 2, window(5, 10)).await, 4);
+        assert_eq!(count(&m, 1, window(5, 3)).await, 4);
+        let held = |r| m.counters.lock()[&(1, 0, EPOCH)][&r];
+        let kept = |hits, refunds, kept| Held {
+            hits,
+            refunds,
+            kept,
+        };
+        assert_eq!(
+            (held(1), held(2), held(3)),
+            (kept(5, 10, 0), kept(5, 10, 10), kept(4, 0, 0))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lost_counter_reads_its_floor_less_the_refunds_applied_and_never_below_zero() {
+        let m = MemoryStore::default();
+        let read = |floor| {
+            let mut it = window(0, 0);
+            if let SyncOp::Window { floors, .. } = &mut it.op {
+                *floors = [floor, 0];
+            }
+            it
+        };
+        // Replica 1 counts 6, replica 3 reads them; replica 2 gives back 10: 6 apply.
+        count(&m, 1, window(6, 0)).await;
+        assert_eq!(count(&m, 3, read(0)).await, 6);
+        assert_eq!(count(&m, 2, window(0, 10)).await, 0);
+        // The store loses the counter. Replica 3's read answers its floor, 6, until the
+        // replicas restate their parts: not room the fleet never had.
+        m.flush_all();
+        assert_eq!(count(&m, 3, read(6)).await, 6);
+        // Replica 2's refunds restated before the hits they gave back find nothing to take
+        // from, and are kept out: the count errs high, never below zero.
+        assert_eq!(count(&m, 2, window(0, 10)).await, 0);
+        assert_eq!(count(&m, 3, read(6)).await, 6);
+        assert_eq!(count(&m, 1, window(6, 0)).await, 6);
     }
 }

@@ -174,9 +174,9 @@ async fn a_store_that_restarts_empty_gets_this_nodes_hits_back_with_the_next_hit
         .unwrap()
         .insert(
             2,
-            crate::core::Part {
+            crate::core::Held {
                 hits: 40,
-                refunds: 0,
+                ..Default::default()
             },
         );
     sync.store.flush_all();

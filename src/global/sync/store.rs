@@ -8,7 +8,10 @@
 //! only ever growing — and the store keeps, of each, the larger of what it holds and what the
 //! call says. So a call is idempotent: one that timed out but ran and is then sent again, a
 //! late duplicate, or two applied out of order count each hit once; and a store that
-//! restarted empty gets back what the live replicas counted. Replicas are told apart by a
+//! restarted empty gets back what the live replicas counted. Refunds the store has not seen
+//! are applied once, as far as the count holds hits, and the rest kept out
+//! (`core/window/held.rs`): two replicas giving back the same hits free them once, and a
+//! count never goes below zero. Replicas are told apart by a
 //! random id per process start ([`new_replica_id`]): a restarted replica is a new one, and
 //! the part of the old one stays as it was.
 //!
@@ -42,15 +45,17 @@ pub struct SyncItem {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncOp {
     /// A window: keep the larger of this replica's part of the counters of `epochs`
-    /// (current, previous) and `parts`, hits and refunds apart, and return both totals, each
-    /// at least its floor less the refunds the counter holds.
+    /// (current, previous) and `parts`, hits and refunds apart, new refunds applied only as
+    /// far as the count holds (`Held::state`), and return both totals, each at least its
+    /// floor less the refunds the counter applied.
     Window {
         /// The current and previous epoch.
         epochs: [u64; 2],
         /// This replica's part of each: every hit and refund it counted there so far.
         parts: [Part; 2],
         /// The totals this replica last read (`SyncPlan::floors`): a store that lost the
-        /// counters answers them, less its refunds, until the replicas restated their parts.
+        /// counters answers them, less its applied refunds, until the replicas restated their
+        /// parts.
         floors: [u64; 2],
         /// Expiry of a counter the call creates: two windows.
         ttl_ms: u64,

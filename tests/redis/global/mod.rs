@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use sluice::global::ShardRouter;
 
 mod fleet;
+mod refunds;
 mod rlqs;
 mod security;
 
