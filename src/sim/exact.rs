@@ -77,7 +77,13 @@ impl Exact {
         }
         match &mut self.kind {
             Kind::Window { truth, oracle } => {
-                window_record(&limit, counts_denied, (truth, oracle), stats, (t0, t, admitted));
+                window_record(
+                    &limit,
+                    counts_denied,
+                    (truth, oracle),
+                    stats,
+                    (t0, t, admitted),
+                );
             }
             Kind::Bucket {
                 truth,

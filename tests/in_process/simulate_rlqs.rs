@@ -176,4 +176,3 @@ fn scale_matrix() {
     let reports: Vec<RlqsReport> = cells.iter().map(run).collect();
     println!("{}", sluice::sim::rlqs_matrix::render_matrix(&reports));
 }
-

@@ -78,6 +78,7 @@ fn a_redis_that_restarts_empty_gets_the_fleets_count_back() {
         windows: 1,
         seed: 12,
         alternate: false,
+        t0: sim::aligned_t0(60_000),
         phases: None,
         strict: false,
     };
@@ -138,6 +139,7 @@ fn processes(nodes: usize, rpu: u32, tick_ms: u64, load: (u64, f64), seed: u64) 
         windows: 1,
         seed,
         alternate: false,
+        t0: sim::aligned_t0(60_000),
         phases: None,
         strict: false,
     }
