@@ -88,6 +88,9 @@ struct Shares {
     stale: bool,
     /// Whether the presence exchange has told what the rest of the fleet has (`rest`).
     rest_known: bool,
+    /// The limit's steady rate at the latest split (0 before one): what a member without a
+    /// rate yet is published at, its prior share of it.
+    rate: f64,
 }
 
 /// A (stream, bucket) sharing the counter.
@@ -269,6 +272,7 @@ impl Quotas {
             m.assigned = Some(a);
         }
         shares.stale = false;
+        shares.rate = room.rate;
         shares.cache = Some(Cache {
             at: now,
             room: room.now,
@@ -294,9 +298,10 @@ impl Quotas {
         } else {
             catch_up(&room)
         };
-        let fractions = split(room.rate, &demands, shares.rest);
-        let pressed = over_rate(room.rate, &demands, shares.rest);
-        let fleet_streams = (members.len() as u64).saturating_add(shares.rest.streams);
+        let rest = self.rest(shares, &demands, room.rate);
+        let fractions = split(room.rate, &demands, rest);
+        let pressed = over_rate(room.rate, &demands, rest);
+        let fleet_streams = (members.len() as u64).saturating_add(rest.streams);
         let burst = burst_fractions(&fractions, fleet_streams);
         let mut assigned: Vec<Assignment> = assign_split(&room, &fractions, &burst, ttl);
         if young.contains(&true) {
@@ -309,6 +314,26 @@ impl Quotas {
             self.cap_young(shares, &room, &parts, &mut assigned);
         }
         Split { assigned, pressed }
+    }
+
+    /// What the split takes the rest of the fleet to have on the counter: what the presence
+    /// exchange told, or, until it has, as much as this replica has at each of the other live
+    /// replicas (each may be serving its own Envoys the same rate: two replicas that each
+    /// handed their one Envoy the whole rate admitted 1.5× a per-second bucket until the
+    /// exchange met).
+    fn rest(&self, shares: &Shares, demands: &[Option<f64>], rate: f64) -> Rest {
+        if shares.rest_known {
+            return shares.rest;
+        }
+        let live = u64::from(self.limiter.live_replicas().max(1));
+        let streams = live.saturating_mul(demands.len() as u64).max(1);
+        // A member without a rate yet wants its prior, as `split` takes it.
+        let prior = rate / streams as f64;
+        let demand: f64 = demands.iter().map(|d| d.unwrap_or(prior)).sum();
+        Rest {
+            streams: (live - 1).saturating_mul(demands.len() as u64),
+            demand: (live - 1) as f64 * demand,
+        }
     }
 
     /// Holds young streams' grants in `assigned` to cautious ones (`share::first_grant_cap`):
@@ -380,14 +405,25 @@ impl Quotas {
     }
 
     /// This replica's counters with members: how many, and their demand together (requests a
-    /// second; members without a rate yet count as none).
+    /// second; a member without a rate yet at its prior, an even share of the limit's rate
+    /// among the streams known: the other replicas split the rate as if it wanted that, as
+    /// this one does, instead of handing their own streams the whole rate until its first
+    /// report).
     pub fn presence(&self, now: UnixMillis) -> Vec<(u128, u32, f64)> {
         let counters = self.counters.lock();
         counters
             .iter()
             .map(|(&entity, seat)| {
                 let s = seat.lock();
-                let demand = s.members.iter().filter_map(|m| m.demand.rate(now)).sum();
+                let known = (s.members.len() as u64)
+                    .saturating_add(s.rest.streams)
+                    .max(1);
+                let prior = s.rate / known as f64;
+                let demand = s
+                    .members
+                    .iter()
+                    .map(|m| m.demand.rate(now).unwrap_or(prior))
+                    .sum();
                 let streams = u32::try_from(s.members.len()).unwrap_or(u32::MAX);
                 (entity, streams, demand)
             })
@@ -400,10 +436,15 @@ impl Quotas {
         for (entity, rest) in others {
             if let Some(seat) = counters.get(entity) {
                 let mut shares = seat.lock();
-                shares.rest_known = true;
-                if shares.rest != *rest {
+                let first = !std::mem::replace(&mut shares.rest_known, true);
+                if first || shares.rest != *rest {
                     shares.rest = *rest;
                     shares.stale = true;
+                    // Each member's stream looks again at its next refresh (a second), not
+                    // at its Envoy's next report (5 s).
+                    for m in &mut shares.members {
+                        m.moved = true;
+                    }
                 }
             }
         }

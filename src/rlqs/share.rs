@@ -432,7 +432,16 @@ pub fn assign_split(
     fractions
         .iter()
         .zip(tokens)
-        .map(|(&f, t)| with_tokens(room, clamp_fraction(f), t, ttl))
+        .map(|(&f, t)| {
+            let f = clamp_fraction(f);
+            // A short limit's stream holds at least a second of its rate (see `with_tokens`).
+            let t = if room.short {
+                t.max((room.rate * f).floor() as u64)
+            } else {
+                t
+            };
+            with_tokens(room, f, t, ttl)
+        })
         .collect()
 }
 
@@ -494,8 +503,9 @@ fn clamp_fraction(fraction: f64) -> f64 {
 
 /// The assignment for `fraction` of `room`'s rate and `max_tokens` at once (see [`assign`]).
 ///
-/// A [`short`](Room::short) limit's stream gets at least a second of its rate at once
-/// (whatever the room read after the last report), and its rate is not held to its capacity:
+/// A [`short`](Room::short) limit's stream gets at least a token at once ([`assign_split`]
+/// gives it a second of its rate, whatever the room read after the last report, unless it is
+/// a young stream's capped first grant), and its rate is not held to its capacity:
 /// a bucket that holds less turns down requests that arrive together although the rate has
 /// room for them, and a fill capped at a capacity cut from the room held a busy stream far
 /// below its share.
@@ -508,8 +518,7 @@ fn with_tokens(room: &Room, fraction: f64, max_tokens: u64, ttl: Duration) -> As
     }
     let rate = room.rate * fraction;
     let (max_tokens, per_fill_cap) = if room.short {
-        let at_once = max_tokens.max(rate.floor() as u64).max(1);
-        (at_once, u64::from(u32::MAX))
+        (max_tokens.max(1), u64::from(u32::MAX))
     } else {
         (max_tokens, max_tokens)
     };

@@ -237,7 +237,7 @@ fn a_short_limit_is_denied_only_past_a_reporting_interval_of_its_rate() {
     // to a capacity cut from the room.
     assert!(!at_limit.exhausted());
     assert_eq!(
-        assign(&at_limit, 0.5, Duration::from_secs(15)).strategy,
+        assign_all(&at_limit, &[0.5], Duration::from_secs(15))[0].strategy,
         bucket(25, 25, 1)
     );
     // Past the limit by more than five seconds of its rate: denied.

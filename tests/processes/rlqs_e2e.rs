@@ -282,6 +282,115 @@ fn two_envoys_on_two_replicas_share_one_limit_and_deny_with_429() {
     });
 }
 
+/// The per-second rule of config/rules/rlqs.yaml (`tenant: pro`): a token bucket of 20 a
+/// second, bursts of 20.
+const PRO_RATE: f64 = 20.0;
+const PRO_BURST: f64 = 20.0;
+
+/// `n` requests for `tenant` through `envoy`, one every `pace` on a fixed schedule from
+/// `start`: each one's send time (seconds from `start`) and status.
+fn schedule(
+    envoy: &Envoy,
+    tenant: &str,
+    n: usize,
+    pace: Duration,
+    start: std::time::Instant,
+) -> Vec<(f64, u16)> {
+    (0..n)
+        .map(|k| {
+            let at = start + pace * k as u32;
+            if let Some(wait) = at.checked_duration_since(std::time::Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let sent = start.elapsed().as_secs_f64();
+            (sent, envoy.get(tenant).0)
+        })
+        .collect()
+}
+
+/// What an exact token bucket of `rate` a second and `burst`, full at the start, admits of
+/// `arrivals` (seconds, any order).
+fn exact_bucket(arrivals: &mut [f64], rate: f64, burst: f64) -> u64 {
+    arrivals.sort_by(f64::total_cmp);
+    let (mut level, mut at, mut admitted) = (burst, 0.0, 0);
+    for &t in arrivals.iter() {
+        level = (level + (t - at) * rate).min(burst);
+        at = t;
+        if level >= 1.0 {
+            level -= 1.0;
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
+#[test]
+fn two_envoys_share_a_per_second_bucket_whole_and_evenly() {
+    // What the fleet admits depends on its processes getting the CPU on time.
+    let _measuring = MEASURING.blocking_lock();
+    let redis = RedisServer::start();
+    let rules = repo().join("config/rules");
+    let replicas = [
+        spawn_sluice(&rules, &redis.url(), &[]),
+        spawn_sluice(&rules, &redis.url(), &[]),
+    ];
+    for r in &replicas {
+        wait_live(r, 2);
+    }
+    let app = upstream();
+    let envoys = [
+        Envoy::start(grpc_addr(&replicas[0]).port(), app),
+        Envoy::start(grpc_addr(&replicas[1]).port(), app),
+    ];
+    // 30 a second at each Envoy (3× the bucket's rate together), for 16 s: three of
+    // Envoy 1.40's 5 s report intervals and more.
+    let (pace, n) = (Duration::from_millis(33), 485);
+    let start = std::time::Instant::now();
+    let runs: Vec<Vec<(f64, u16)>> = std::thread::scope(|s| {
+        let driven: Vec<_> = envoys
+            .iter()
+            .map(|e| s.spawn(move || schedule(e, "pro", n, pace, start)))
+            .collect();
+        driven.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for r in &runs {
+        assert!(r.iter().all(|&(_, c)| c == 200 || c == 429), "{r:?}");
+    }
+    let admitted: Vec<u64> = runs
+        .iter()
+        .map(|r| r.iter().filter(|&&(_, c)| c == 200).count() as u64)
+        .collect();
+    let total: u64 = admitted.iter().sum();
+    let mut arrivals: Vec<f64> = runs.iter().flatten().map(|&(t, _)| t).collect();
+    let exact = exact_bucket(&mut arrivals, PRO_RATE, PRO_BURST);
+    let ratio = total as f64 / exact as f64;
+    let mean = total as f64 / 2.0;
+    let spread = admitted
+        .iter()
+        .map(|&a| (a as f64 - mean).abs() / mean)
+        .fold(0.0, f64::max);
+    let what = || {
+        let sent: Vec<String> = envoys.iter().map(|e| assignments(&e.log())).collect();
+        format!(
+            "the two Envoys admitted {admitted:?} = {total}, an exact bucket {exact} \
+             ({ratio:.3}x), spread {:.1} %; assignments received:\n{sent:#?}",
+            100.0 * spread
+        )
+    };
+    eprintln!(
+        "per-second bucket: admitted {admitted:?} = {total}, exact {exact}, {ratio:.3}x, spread {:.1} %",
+        100.0 * spread
+    );
+    // Both bounds: the whole limit (not denied at it), not more; and evenly.
+    assert!(ratio >= 0.85, "{}: under 0.85x", what());
+    assert!(ratio <= 1.10, "{}: over 1.10x", what());
+    assert!(
+        spread <= 0.15,
+        "{}: an Envoy off the mean by more than 15 %",
+        what()
+    );
+}
+
 /// `sluice`'s count of quota assignments of `kind` sent (`sluice_rlqs_assignments_total`).
 fn assignments_sent(sluice: &Proc, kind: &str) -> u64 {
     let (_, _, metrics) = http(sluice.http, "GET", "/metrics", "", &[]).expect("metrics");
