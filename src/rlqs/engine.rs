@@ -440,8 +440,11 @@ impl Quotas {
                 if first || shares.rest != *rest {
                     shares.rest = *rest;
                     shares.stale = true;
-                    // Each member's stream looks again at its next refresh (a second), not
-                    // at its Envoy's next report (5 s).
+                }
+                if first {
+                    // The first word of the others: each member's stream looks again at its
+                    // next refresh (a second), not at its Envoy's next report (5 s). Later
+                    // changes wait for the reports, as each move replaces Envoy's bucket.
                     for m in &mut shares.members {
                         m.moved = true;
                     }
