@@ -54,7 +54,7 @@ use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{names, RuleStats, Telemetry};
 use exact::{ExactAnswer, OverCache};
 use gate::Gate;
-pub use options::{HeaderFormat, HeaderNames, Options};
+pub use options::{HeaderFormat, HeaderNames, Options, EXACT_BELOW};
 pub use quota::QuotaCount;
 use resolve::Target;
 
@@ -208,7 +208,8 @@ impl RateLimiter {
         if let Some(client) = &exact {
             exact::register_metrics(&telemetry, &client.stats);
         }
-        let compiled = Self::compile_stats(&telemetry, rules, files, clock.now());
+        let exact_below = exact.is_some().then_some(opts.exact_below);
+        let compiled = Self::compile_stats(&telemetry, (rules, exact_below), files, clock.now());
         let limiter = Arc::new(RateLimiter {
             rules: ArcSwap::from_pointee(compiled),
             entities,
@@ -294,10 +295,14 @@ impl RateLimiter {
 
     fn compile_stats(
         t: &Telemetry,
-        rules: RuleSet,
+        (mut rules, exact_below): (RuleSet, Option<u32>),
         files: Vec<String>,
         now: UnixMillis,
     ) -> Compiled {
+        // Global mode: limits too small to share by estimates are shared exactly.
+        if let Some(below) = exact_below {
+            rules.decide_exactly_below(below);
+        }
         let stats = rules
             .rules()
             .iter()
@@ -318,9 +323,10 @@ impl RateLimiter {
     /// xDS churn cannot grow the metrics without bound. Returns the rules that were in force,
     /// for the caller to drop where it costs no request anything (`sources/mod.rs`).
     pub fn swap_rules(&self, rules: RuleSet, files: Vec<String>) -> Arc<Compiled> {
+        let exact_below = self.exact.is_some().then_some(self.opts.exact_below);
         let compiled = Arc::new(Self::compile_stats(
             &self.telemetry,
-            rules,
+            (rules, exact_below),
             files,
             self.clock.now(),
         ));

@@ -244,6 +244,22 @@ impl RuleSet {
         &self.rules
     }
 
+    /// Makes every rule each of whose limits holds fewer than `below` hits (a window's
+    /// `requests_per_unit`, a bucket's burst, a concurrency limit's places) an exact one, as
+    /// `exact: true` would; the number of rules it made so. `unlimited` rules and those
+    /// already exact are left as they are.
+    pub fn decide_exactly_below(&mut self, below: u32) -> usize {
+        let mut made = 0;
+        for r in &mut self.rules {
+            let small = !r.limits.is_empty() && r.limits.iter().all(|l| l.limit.capacity() < below);
+            if small && !r.unlimited && !r.exact {
+                r.exact = true;
+                made += 1;
+            }
+        }
+        made
+    }
+
     /// Whether any rule says `exact: true` (else a request never needs the exact path).
     pub fn has_exact(&self) -> bool {
         self.rules.iter().any(|r| r.exact)
@@ -387,6 +403,21 @@ mod tests {
 
     pub(super) fn set(yaml: &str) -> RuleSet {
         RuleSet::compile(&[("t.yaml".into(), parse("t.yaml", yaml).unwrap())], false).unwrap()
+    }
+
+    #[test]
+    fn rules_whose_every_limit_is_small_are_made_exact() {
+        let mut s = set("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 3}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 100, algorithm: token_bucket, burst: 8}\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 10}\n    additional_limits:\n      - {unit: day, requests_per_unit: 1000}\n  - key: d\n    rate_limit: {unit: minute, requests_per_unit: 16}\n  - key: e\n    rate_limit: {unlimited: true}\n");
+        assert!(!s.has_exact());
+        // A day of 3 and a bucket of burst 8 (its refill does not count): exact. A rule with
+        // one limit past the threshold, one at it, and an unlimited one: not.
+        assert_eq!(s.decide_exactly_below(16), 2);
+        let exact: Vec<bool> = s.rules().iter().map(|r| r.exact).collect();
+        assert_eq!(exact, [true, true, false, false, false]);
+        assert!(s.has_exact() && s.dump().contains("exact: true"));
+        // 0: never.
+        let mut s = set("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 0}\n");
+        assert_eq!(s.decide_exactly_below(0), 0);
     }
 
     #[test]

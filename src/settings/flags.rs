@@ -141,6 +141,7 @@ pub const SERVE: &[Spec] = &[
     spec("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "otlp-metrics-endpoint", None, "OTLP endpoint of metrics, used as is; setting it turns OTLP metrics on"),
     spec("OTEL_METRICS_EXPORTER", "otel-metrics-exporter", Some("none"), "otlp: also push the metrics of /metrics over OTLP (every OTEL_METRIC_EXPORT_INTERVAL ms, default 60000); none or prometheus: only /metrics"),
     spec("NEAR_LIMIT_RATIO", "near-limit-ratio", Some("0.8"), "Share of the limit (0 to 1) past which hits count as near_limit in metrics"),
+    spec("EXACT_BELOW", "exact-below", Some("16"), "Global mode: a rule whose every limit holds fewer hits than this is decided as exact: true decides it (0: never)"),
     Spec { shape: Shape::List, secret: true, ..spec("REDIS_URL", "redis-url", None, "Redis URL(s) for global mode: repeat the flag or separate with commas") },
     spec("REDIS_TYPE", "redis-type", Some("SINGLE"), "Redis deployment: SINGLE, CLUSTER or SENTINEL (REDIS_URL is then <master name>,<sentinel host:port>,...)"),
     Spec { secret: true, ..spec("REDIS_AUTH", "redis-auth", None, "Redis password or user:pass") },

@@ -238,6 +238,7 @@ fn options(v: &mut Values<'_>) -> Options {
             boolean,
         ),
         near_limit_ratio: v.or("NEAR_LIMIT_RATIO", 0.8, ratio),
+        exact_below: v.or("EXACT_BELOW", crate::rls::EXACT_BELOW, number),
         max_descriptors: v.or("MAX_DESCRIPTORS", 1, at_least_one),
         max_entries: v.or("MAX_DESCRIPTOR_ENTRIES", 1, at_least_one),
         max_value_bytes: v.or("MAX_VALUE_BYTES", 1, at_least_one),

@@ -294,12 +294,12 @@ fn schedule(
     tenant: &str,
     n: usize,
     pace: Duration,
-    start: std::time::Instant,
+    start: tokio::time::Instant,
 ) -> Vec<(f64, u16)> {
     (0..n)
         .map(|k| {
             let at = start + pace * k as u32;
-            if let Some(wait) = at.checked_duration_since(std::time::Instant::now()) {
+            if let Some(wait) = at.checked_duration_since(tokio::time::Instant::now()) {
                 std::thread::sleep(wait);
             }
             let sent = start.elapsed().as_secs_f64();
@@ -345,7 +345,7 @@ fn two_envoys_share_a_per_second_bucket_whole_and_evenly() {
     // 30 a second at each Envoy (3× the bucket's rate together), for 16 s: three of
     // Envoy 1.40's 5 s report intervals and more.
     let (pace, n) = (Duration::from_millis(33), 485);
-    let start = std::time::Instant::now();
+    let start = tokio::time::Instant::now();
     let runs: Vec<Vec<(f64, u16)>> = std::thread::scope(|s| {
         let driven: Vec<_> = envoys
             .iter()

@@ -18,6 +18,7 @@ mod fleet;
 mod refunds;
 mod rlqs;
 mod security;
+mod small;
 
 const RULES: &str = "domain: g\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 100, algorithm: fixed_window}\n";
 
