@@ -128,3 +128,16 @@ pub fn global_mode(
         s.sync.timeout = std::time::Duration::from_millis(500);
     }
 }
+
+/// [`global_mode`] with every rule on the background sync, however small its limits
+/// (`EXACT_BELOW=0`): for tests of the sync itself on limits that would be decided exactly.
+pub fn sync_mode(
+    urls: Vec<String>,
+    cluster: bool,
+    pool_size: usize,
+) -> impl FnOnce(&mut sluice::settings::Settings) {
+    move |s| {
+        global_mode(urls, cluster, pool_size)(s);
+        s.options.exact_below = 0;
+    }
+}

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::status;
-use crate::common::redis::{global_mode, RedisServer};
+use crate::common::redis::{sync_mode, RedisServer};
 use crate::common::Server;
 
 /// Every `sluice:v2` counter's fields, summed by kind: hits (`<id>`), refunds as stated
@@ -52,8 +52,8 @@ struct Fleet {
 
 impl Fleet {
     async fn start(rules: &str, redis: &RedisServer, limit: u32) -> Fleet {
-        let a = Server::start(rules, global_mode(vec![redis.url()], false, 2)).await;
-        let b = Server::start(rules, global_mode(vec![redis.url()], false, 2)).await;
+        let a = Server::start(rules, sync_mode(vec![redis.url()], false, 2)).await;
+        let b = Server::start(rules, sync_mode(vec![redis.url()], false, 2)).await;
         Fleet {
             servers: [a, b],
             limit,

@@ -77,7 +77,9 @@ async fn envoys_on_two_replicas_split_one_limit_through_the_presence_exchange() 
     let a = Server::start(SHARED, global_mode(vec![redis.url()], false, 2)).await;
     let b = Server::start(SHARED, global_mode(vec![redis.url()], false, 2)).await;
     let (mut qa, mut qb) = (open(a.grpc).await.unwrap(), open(b.grpc).await.unwrap());
-    // Each Envoy wants 10 a second, the limit's steady rate: alone, each gets all there is.
+    // Each Envoy wants 10 a second, the limit's steady rate. Before a replica has heard of
+    // the other's stream, it gives its Envoy all there is, or half when its heartbeats count
+    // the other replica (it takes it to have as many Envoys as itself).
     // Reported as denied, so the demand shows and the room stays: the test may take as many
     // reports as the presence exchange needs without filling the window.
     let busy = |first: bool| {
@@ -87,7 +89,10 @@ async fn envoys_on_two_replicas_split_one_limit_through_the_presence_exchange() 
     };
     let alone = rate_of(&qa.ask(busy(true)).await.unwrap().unwrap());
     let alone_b = rate_of(&qb.ask(busy(true)).await.unwrap().unwrap());
-    assert!(alone >= 9.0 && alone_b >= 9.0, "alone: {alone}, {alone_b}");
+    assert!(
+        [alone, alone_b].iter().all(|r| (4.5..=10.5).contains(r)),
+        "alone: {alone}, {alone_b}"
+    );
     // Once a replica has heard of the other's stream (a presence tick, 50 ms here), it gives
     // its Envoy less than all of the rate: without the exchange each keeps giving all of it.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
