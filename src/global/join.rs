@@ -105,16 +105,16 @@ impl fmt::Display for Joining {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let live = self.queues.live_replicas();
         match self.status() {
-            JoinStatus::Registering => f.write_str("fleet: joining: registering with Redis"),
+            JoinStatus::Registering => f.write_str("fleet: joining (registering with Redis)"),
             JoinStatus::Counting => write!(
                 f,
-                "fleet: joining: {live} live replicas; waiting for the running ones to count this one"
+                "fleet: joining (live replicas: {live}; waiting for the running ones to count this one)"
             ),
-            JoinStatus::Joined | JoinStatus::Off => write!(f, "fleet: {live} live replicas"),
+            JoinStatus::Joined | JoinStatus::Off => write!(f, "fleet: live replicas: {live}"),
             JoinStatus::Unanswered { timeout, error } => write!(
                 f,
-                "fleet: started without knowing the fleet (Redis did not answer within {}: \
-                 {error}); deciding locally until it does; {live} live replicas as last counted",
+                "fleet: live replicas: {live} (started before Redis answered: nothing within {}, \
+                 {error}; decided locally until it did)",
                 humantime::format_duration(timeout)
             ),
         }

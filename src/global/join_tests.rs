@@ -80,7 +80,7 @@ async fn replicas_started_together_both_count_two_before_either_is_ready() {
     );
     let apart = at_a.0.max(at_b.0) - at_a.0.min(at_b.0);
     assert!(apart <= 3 * POLL, "ready {apart:?} apart");
-    assert_eq!(format!("{}", b.joining), "fleet: 2 live replicas");
+    assert_eq!(format!("{}", b.joining), "fleet: live replicas: 2");
 }
 
 #[tokio::test(start_paused = true)]
@@ -94,6 +94,12 @@ async fn a_newcomer_is_ready_once_the_running_replica_counted_it() {
     assert_eq!(running.queues.live_replicas(), 1);
     let started = Instant::now();
     let newcomer = replica(&store, 2, Duration::from_secs(2), zero).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(newcomer.joining.status(), JoinStatus::Counting);
+    assert_eq!(
+        format!("{}", newcomer.joining),
+        "fleet: joining (live replicas: 2; waiting for the running ones to count this one)"
+    );
     let at = joined(&newcomer, &[&running, &newcomer]).await;
     assert_eq!(at.1, JoinStatus::Joined);
     assert_eq!(
@@ -136,7 +142,7 @@ async fn a_store_that_does_not_answer_leaves_the_replica_to_start_alone_after_th
     assert_eq!(g.joining.status(), JoinStatus::Registering);
     assert_eq!(
         format!("{}", g.joining),
-        "fleet: joining: registering with Redis"
+        "fleet: joining (registering with Redis)"
     );
     let at = joined(&g, &[&g]).await;
     assert_eq!(
@@ -158,7 +164,7 @@ async fn a_store_that_does_not_answer_leaves_the_replica_to_start_alone_after_th
     );
     assert_eq!(
         format!("{}", g.joining),
-        "fleet: started without knowing the fleet (Redis did not answer within 700ms: \
-         connection refused); deciding locally until it does; 1 live replicas as last counted"
+        "fleet: live replicas: 1 (started before Redis answered: nothing within 700ms, \
+         connection refused; decided locally until it did)"
     );
 }
