@@ -80,6 +80,7 @@ fn a_redis_that_restarts_empty_gets_the_fleets_count_back() {
         alternate: false,
         phases: None,
         strict: false,
+        starts: None,
     };
     let predicted = sim::run(&scenario).sluice[0].admitted as usize;
     assert!(
@@ -140,6 +141,7 @@ fn processes(nodes: usize, rpu: u32, tick_ms: u64, load: (u64, f64), seed: u64) 
         alternate: false,
         phases: None,
         strict: false,
+        starts: None,
     }
 }
 
