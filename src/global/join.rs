@@ -10,8 +10,8 @@
 //!
 //! So [`JoinTask`] (started by `global::spawn`, readiness waiting on [`Joining::done`]):
 //! 1. registers: a heartbeat on every shard, retried until one answers or
-//!    `SYNC_JOIN_TIMEOUT` (counted from the start of global mode) passes; the reply is the
-//!    live count, this replica included. Then it reads the shard's set of replicas
+//!    `SYNC_JOIN_TIMEOUT` (counted from the start of global mode, and bounding the whole
+//!    join) passes; the reply is the live count, this replica included. Then it reads the shard's set of replicas
 //!    (`ShardStore::replicas`): each other member and the time its last heartbeat stated.
 //!    If no shard answers, it says so (a warning, and `/readyz`) and the replica starts
 //!    anyway, deciding locally as when Redis fails later;
@@ -20,8 +20,10 @@
 //!    registration, and its reply, the live count that replica decides on, counted this one.
 //!    No clocks are compared. At most a sync tick plus the call timeout: by then each
 //!    running replica's tick heartbeat has landed and been answered, or that replica is
-//!    degraded and decides locally anyway. A replica alone at registration waits that long
-//!    too, to meet replicas started at about the same moment;
+//!    degraded and decides locally anyway. A replica alone at registration waits a tick, to
+//!    meet replicas started at about the same moment. Either wait ends at the timeout too
+//!    (a warning when the running replicas had not all counted it: the tick is longer than
+//!    the timeout allows for);
 //! 3. reads the live count again (another heartbeat, which is also this replica's next
 //!    heartbeat for the replicas that registered meanwhile and wait on it) and reports
 //!    joined.
@@ -122,7 +124,9 @@ impl fmt::Display for Joining {
 }
 
 /// How often a joining replica reads the sets of replicas, watching for the others' next
-/// heartbeats: a few dozen reads of one small key per start.
+/// heartbeats: a read of one small key per shard, some fifty per start on average (a tick
+/// plus the call timeout's worth at most), and the newcomer turns ready within this of the
+/// last heartbeat it waits for.
 const POLL: Duration = Duration::from_millis(10);
 
 /// The join of one replica: its heartbeat on every store, then a heartbeat of each of the
@@ -139,7 +143,7 @@ pub(crate) struct JoinTask<S> {
     pub call_timeout: Duration,
     /// `SYNC_JOIN_TIMEOUT`.
     pub timeout: Duration,
-    /// When registration gives up: the timeout after global mode started.
+    /// When the join gives up, registered or not: the timeout after global mode started.
     pub deadline: Instant,
     pub status: watch::Sender<JoinStatus>,
 }
@@ -192,7 +196,7 @@ impl<S: ShardStore> JoinTask<S> {
         let _ = self.status.send(JoinStatus::Counting);
         // Step 2 (module docs), bounded by a heartbeat round of the running replicas; alone,
         // a tick, so that its end falls with this replica's own tick heartbeat, which the
-        // replicas that registered meanwhile wait on.
+        // replicas that registered meanwhile wait on. Either within the join's timeout.
         let tick = Duration::from_millis(self.settings.policy.tick_ms);
         let waits = others.iter().flatten().any(|o| !o.is_empty());
         let round = Instant::now()
@@ -201,11 +205,20 @@ impl<S: ShardStore> JoinTask<S> {
             } else {
                 tick
             };
-        while Instant::now() < round {
-            tokio::time::sleep(POLL.min(round - Instant::now())).await;
+        let until = round.min(self.deadline);
+        let mut counted = !waits;
+        while Instant::now() < until {
+            tokio::time::sleep(POLL.min(until - Instant::now())).await;
             if waits && self.counted(&others).await {
+                counted = true;
                 break;
             }
+        }
+        if !counted && until < round {
+            tracing::warn!(
+                timeout = %humantime::format_duration(self.timeout),
+                "ready before every running replica counted this one: SYNC_JOIN_TIMEOUT is shorter than SYNC_TICK plus REDIS_TIMEOUT"
+            );
         }
         // Step 3. Its failure leaves the count of the registration and of the ticks.
         let beat = self.heartbeat_all(Instant::now() + self.call_timeout).await;

@@ -168,3 +168,20 @@ async fn a_store_that_does_not_answer_leaves_the_replica_to_start_alone_after_th
          connection refused; decided locally until it did)"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_timeout_bounds_the_whole_join() {
+    let zero = Instant::now();
+    let store = Arc::new(MemoryStore::default());
+    // A member that does not beat again within the round (gone, or on a longer tick), and
+    // a newcomer whose timeout is shorter than the round: ready at its timeout all the same.
+    store.replicas.lock().insert(9, T0);
+    let newcomer = replica(&store, 2, Duration::from_millis(600), zero).await;
+    let at = joined(&newcomer, &[&newcomer]).await;
+    assert_eq!(at.1, JoinStatus::Joined);
+    let waited = at.0 - zero;
+    assert!(
+        waited >= Duration::from_millis(600) && waited <= Duration::from_millis(600) + TIMEOUT,
+        "ready {waited:?} after its start"
+    );
+}
