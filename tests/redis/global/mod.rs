@@ -4,7 +4,8 @@
 //!
 //! Here the in-process servers (exactness, shards, Cluster, faults, the key prefix, the kept
 //! deltas' bound) and what the other files share; `fleet` runs `sluice` processes measured
-//! against the simulator, `security` reaches Redis with credentials and TLS.
+//! against the simulator, `join` starts them together, `security` reaches Redis with
+//! credentials and TLS.
 
 use std::process::Command;
 use std::time::Duration;
@@ -16,6 +17,7 @@ use sluice::global::ShardRouter;
 use sluice::settings::Settings;
 
 mod fleet;
+mod join;
 mod rlqs;
 mod security;
 
