@@ -176,9 +176,10 @@ struct Service {
     sync_stop: CancellationToken,
     /// Where new rules come from: the file watcher, or the xDS client.
     rules_source: JoinHandle<()>,
-    /// xDS: the task that turns accepted sets into readiness, stopped before shutdown turns
-    /// the service unready (so it cannot turn it ready again).
-    xds_readiness: Option<ServerTask<std::convert::Infallible>>,
+    /// The task that turns the service ready once the fleet's join is over (global mode) and
+    /// as the accepted sets say (xDS), stopped before shutdown turns the service unready (so
+    /// it cannot turn it ready again).
+    readiness_gate: Option<ServerTask<std::convert::Infallible>>,
     background: CancellationToken,
 }
 
@@ -186,7 +187,7 @@ struct Service {
 
 impl Service {
     /// Loads the rules, starts global mode (if configured), the gRPC and HTTP servers and the
-    /// rules watcher, then turns ready.
+    /// rules watcher, then turns ready (in global mode, once the replica joined the fleet).
     async fn start(
         settings: &Settings,
         listeners: Listeners,
@@ -267,7 +268,9 @@ impl Service {
         let quotas = start_quotas(settings, &limiter, &telemetry, global.as_ref());
         let rlqs_stops = server::rlqs::Stops::default();
         let (health, health_service) = wiring::Health::new(quotas.is_some());
-        set_health(&health, settings.xds.is_none()).await;
+        // Serving at once only with nothing to wait for: rules over xDS, or (global mode) the
+        // fleet's join, turn it on when they are in (`turn_ready`).
+        set_health(&health, settings.xds.is_none() && global.is_none()).await;
         // Logged as `0.0.0.0:8081`; a listener that cannot say its address (it always can once
         // bound) shows what it was asked to bind.
         let grpc_addr = listeners.grpc.local_addr().unwrap_or(settings.grpc_addr);
@@ -289,10 +292,12 @@ impl Service {
                 .as_ref()
                 .map(|g| g.health.clone())
                 .unwrap_or_default(),
+            fleet: global.as_ref().map(|g| g.joining.clone()),
             tracer: tracer.clone(),
         };
         let http = serve_http(listeners.http, state, settings);
-        let xds_readiness = turn_ready(settings, loaded, &readiness, &health);
+        let joining = global.as_ref().map(|g| g.joining.clone());
+        let readiness_gate = turn_ready(settings, loaded, &readiness, &health, joining);
         tracing::info!(grpc = %grpc_addr, http = %http_addr, "serving");
         Ok(Service {
             limiter,
@@ -307,7 +312,7 @@ impl Service {
             global,
             sync_stop,
             rules_source,
-            xds_readiness,
+            readiness_gate,
             background,
         })
     }
@@ -337,7 +342,7 @@ impl Service {
     async fn stop(self, grace: Duration, store_timeout: Duration) {
         let deadline = Instant::now() + grace;
         let drain_deadline = deadline - flush_reserve(grace, store_timeout);
-        if let Some(gate) = self.xds_readiness {
+        if let Some(gate) = self.readiness_gate {
             gate.stop.cancel();
             let _ = gate.task.await;
         }

@@ -1,7 +1,7 @@
 //! The steps `Service::start` (lib.rs) takes, each a piece of the running service: the rules
 //! at start, global mode, the rules source (files or xDS), the reference's metric outlets,
-//! the quota service's state, the gRPC and HTTP servers, gRPC health and xDS readiness, the
-//! idle-entity sweeper.
+//! the quota service's state, the gRPC and HTTP servers, gRPC health and readiness (after
+//! the fleet's join in global mode, and as xDS says), the idle-entity sweeper.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
-use crate::global::{self, Global};
+use crate::global::{self, Global, Joining};
 use crate::rlqs::{self, Quotas};
 use crate::rls::RateLimiter;
 use crate::rules::{self, model::ConfigError};
@@ -207,41 +207,78 @@ pub(crate) async fn set_health(health: &Health, serving: bool) {
     }
 }
 
-/// Turns the service ready: at once with rules from files; over xDS, as the sets the client
-/// accepts say (the task that does so, for `stop` to end first).
+/// Turns the service ready: with rules from files, at once, or in global mode once the
+/// replica has joined the fleet (`joining`: the running replicas count it, `global/join.rs`);
+/// over xDS, as the sets the client accepts say, from then on. Returns the task that does so
+/// when there is one, for `stop` to end first.
 pub(crate) fn turn_ready(
     settings: &Settings,
     loaded: watch::Receiver<Option<usize>>,
     readiness: &Arc<Readiness>,
     health: &Health,
+    joining: Option<Joining>,
 ) -> Option<ServerTask<std::convert::Infallible>> {
-    match &settings.xds {
-        Some(xds) => Some(spawn_xds_readiness(
+    match (&settings.xds, joining) {
+        (Some(xds), joining) => Some(spawn_xds_readiness(
             xds,
             loaded,
             readiness.clone(),
             health.clone(),
+            joining,
         )),
-        None => {
+        (None, Some(joining)) => Some(spawn_join_readiness(
+            joining,
+            readiness.clone(),
+            health.clone(),
+        )),
+        (None, None) => {
             readiness.set(true);
             None
         }
     }
 }
 
-/// xDS: readiness (and gRPC health) follow the sets the client accepts: not ready until the
-/// first one, unless `force_start`; with `need_a_domain`, ready only while the set in force
-/// has a domain (the reference's `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+/// Global mode, rules from files: ready (and gRPC health serving) once the join is over.
+fn spawn_join_readiness(
+    joining: Joining,
+    readiness: Arc<Readiness>,
+    health: Health,
+) -> ServerTask<std::convert::Infallible> {
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let task = tokio::spawn(async move {
+        tokio::select! {
+            _ = token.cancelled() => return Ok(()),
+            _ = joining.done() => {}
+        }
+        readiness.set(true);
+        set_health(&health, true).await;
+        Ok(())
+    });
+    ServerTask { stop, task }
+}
+
+/// xDS: readiness (and gRPC health) follow the sets the client accepts, once the replica
+/// joined the fleet (global mode): not ready until the first one, unless `force_start`; with
+/// `need_a_domain`, ready only while the set in force has a domain (the reference's
+/// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
 fn spawn_xds_readiness(
     xds: &XdsSettings,
     mut loaded: watch::Receiver<Option<usize>>,
     readiness: Arc<Readiness>,
     health: Health,
+    joining: Option<Joining>,
 ) -> ServerTask<std::convert::Infallible> {
     let (force_start, need_a_domain) = (xds.force_start, xds.need_a_domain);
     let stop = CancellationToken::new();
     let token = stop.clone();
     let task = tokio::spawn(async move {
+        if let Some(joining) = joining {
+            tokio::select! {
+                _ = token.cancelled() => return Ok(()),
+                _ = joining.done() => {}
+            }
+        }
         let mut last = None;
         loop {
             let ready = match *loaded.borrow_and_update() {

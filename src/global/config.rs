@@ -21,13 +21,14 @@ pub struct Config {
 }
 
 impl Config {
-    /// Global mode on `redis` (and `per_second`), syncing with `sync` and at most
-    /// `max_queued` entities waiting.
+    /// Global mode on `redis` (and `per_second`), syncing with `sync`, at most `max_queued`
+    /// entities waiting, joining the fleet within `join_timeout` at start.
     pub fn new(
         redis: RedisSettings,
         per_second: Option<PerSecondRedis>,
         sync: SyncSettings,
         max_queued: usize,
+        join_timeout: Duration,
     ) -> Self {
         let per_second_timeout = per_second.as_ref().map_or(sync.timeout, |p| p.timeout);
         Config {
@@ -35,6 +36,7 @@ impl Config {
             per_second,
             sync: SyncConfig {
                 per_second_timeout,
+                join_timeout,
                 ..SyncConfig::new(sync, max_queued)
             },
         }
@@ -58,11 +60,15 @@ pub struct SyncConfig {
     /// How long the sync tasks wait before their first run: none in production; the
     /// simulator staggers its nodes' ticks as nodes started apart would be.
     pub first_run_after: Duration,
+    /// `SYNC_JOIN_TIMEOUT`: how long the start waits for a store to register this replica
+    /// in the fleet (`global/join.rs`); zero turns the join off (ready at once, as a fleet
+    /// the simulator starts warm, or the benches).
+    pub join_timeout: Duration,
 }
 
 impl SyncConfig {
     /// `settings` for every shard, at most `max_queued` entities waiting, a random replica
-    /// id, no wait.
+    /// id, no wait, no join.
     pub fn new(settings: SyncSettings, max_queued: usize) -> Self {
         SyncConfig {
             settings,
@@ -70,6 +76,7 @@ impl SyncConfig {
             per_second_timeout: settings.timeout,
             replica_id: None,
             first_run_after: Duration::ZERO,
+            join_timeout: Duration::ZERO,
         }
     }
 }
@@ -87,6 +94,14 @@ pub struct SyncSettings {
     pub backoff_max: Duration,
     /// Most items in one store call.
     pub max_batch: usize,
+}
+
+impl SyncSettings {
+    /// How long a heartbeat lasts unrefreshed: three ticks, plus the longest backoff of a
+    /// replica whose calls fail (it is still there, and its hits will arrive).
+    pub fn heartbeat_ttl_ms(&self) -> u64 {
+        3 * self.policy.tick_ms + self.backoff_max.as_millis() as u64
+    }
 }
 
 impl Default for SyncSettings {

@@ -1,7 +1,8 @@
 //! Starting global mode: [`connect`] opens the Redis stores, [`spawn`] starts one sync task
 //! per shard and the clock-offset task over any stores (Redis, or the simulator's in-memory
-//! one), the RLQS presence loop (`presence/`, idle until the quota service attaches) and
-//! registers the sync metrics. `lib::run` calls both and, at shutdown, waits for
+//! one), the RLQS presence loop (`presence/`, idle until the quota service attaches), the
+//! replica's join of the fleet (`join.rs`, which readiness waits for) and registers the sync
+//! metrics. `lib::run` calls both and, at shutdown, waits for
 //! [`Global::join`] (the tasks' final flush); the simulator and the benches call [`spawn`].
 //! Global mode's settings are its own ([`Config`], `config.rs`).
 //!
@@ -11,6 +12,7 @@
 
 pub mod config;
 pub mod exact;
+mod join;
 mod metrics;
 pub mod presence;
 pub mod redis;
@@ -19,6 +21,7 @@ pub mod sync;
 
 pub use config::{Config, PerSecondRedis, RedisSettings, SyncConfig, SyncSettings};
 pub use exact::{ExactClient, ExactItem, ExactStore};
+pub use join::{JoinStatus, Joining};
 pub use presence::{Others, Presence, PresenceHub, PresenceSource};
 pub use redis::OpenError;
 pub use sync::{
@@ -54,6 +57,8 @@ pub struct Global {
     /// Where the RLQS engine attaches itself to publish its streams per counter and learn
     /// the fleet's (`presence/`).
     pub presence: PresenceHub,
+    /// This replica's join of the fleet: readiness waits for [`Joining::done`].
+    pub joining: Joining,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -153,8 +158,9 @@ fn exact_client(config: &Config) -> Result<ExactClient, OpenError> {
 
 /// Starts global mode on `stores`: the queues the hot path marks entities in, the clock
 /// corrected from the first store's time, one supervised sync task per shard, the
-/// clock-offset task and the sync metrics. The tasks stop (after a final flush) on `stop`.
-/// The service, the simulator and the benches all start global mode here.
+/// clock-offset task, the join of the fleet (unless `config.join_timeout` is zero; its
+/// deadline counted from now) and the sync metrics. The tasks stop (after a final flush) on
+/// `stop`. The service, the simulator and the benches all start global mode here.
 ///
 /// # Panics
 /// When `stores` has no main shard.
@@ -165,6 +171,7 @@ pub async fn spawn<S: ShardStore>(
     telemetry: &Telemetry,
     stop: CancellationToken,
 ) -> Global {
+    let began = tokio::time::Instant::now();
     let names = |g: &[Arc<S>]| -> Vec<String> { g.iter().map(|s| s.name().to_string()).collect() };
     let (main_names, ps_names) = (names(&stores.main), names(&stores.per_second));
     let mut queues = SyncQueues::new(
@@ -222,6 +229,7 @@ pub async fn spawn<S: ShardStore>(
         clock: clock.clone(),
         settings: config.settings,
     };
+    let joining = spawn_join(&config, &all, &queues, &clock, began, &stop, &mut tasks);
     let w = watch("presence task", None);
     tasks.push(tokio::spawn(supervise(w, move || {
         let (l, stop) = (l.clone(), stop.clone());
@@ -233,10 +241,39 @@ pub async fn spawn<S: ShardStore>(
         health,
         exact: stores.exact,
         presence,
+        joining,
         tasks,
     };
     register_metrics(telemetry, &g);
     g
+}
+
+/// The join of the fleet (`join.rs`), when on: its task, and what readiness waits for.
+fn spawn_join<S: ShardStore>(
+    config: &SyncConfig,
+    stores: &[Arc<S>],
+    queues: &Arc<SyncQueues>,
+    clock: &Arc<dyn Clock>,
+    began: tokio::time::Instant,
+    stop: &CancellationToken,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Joining {
+    let off = config.join_timeout.is_zero();
+    let (status, joining) = join::channel(queues.clone(), off);
+    if !off {
+        let task = join::JoinTask {
+            stores: stores.to_vec(),
+            queues: queues.clone(),
+            clock: clock.clone(),
+            settings: config.settings,
+            call_timeout: config.settings.timeout.max(config.per_second_timeout),
+            timeout: config.join_timeout,
+            deadline: began + config.join_timeout,
+            status,
+        };
+        tasks.push(tokio::spawn(task.run(stop.clone())));
+    }
+    joining
 }
 
 /// A shard's sync task, supervised, its first run `after` from now.

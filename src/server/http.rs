@@ -36,6 +36,8 @@ pub struct AdminState {
     pub reload: Arc<ReloadStatus>,
     /// Global mode: each Redis shard's health (empty in local mode).
     pub shards: Vec<Arc<crate::global::ShardHealth>>,
+    /// Global mode: the replica's join of the fleet and the live count.
+    pub fleet: Option<crate::global::Joining>,
     /// `TRACING_ENABLED`: the tracer of `/json` calls.
     pub tracer: Option<Arc<Tracer>>,
 }
@@ -80,6 +82,11 @@ async fn readyz(State(s): State<AdminState>) -> Response {
     // answers. Only "ok" means the shard has answered and its last call succeeded.
     for h in &s.shards {
         body.push_str(&format!("redis shard {}: {}\n", h.name, h.status()));
+    }
+    // Whether the running replicas count this one yet, and what it knows of the fleet: a
+    // replica that started while Redis did not answer says so here for as long as it runs.
+    if let Some(fleet) = &s.fleet {
+        body.push_str(&format!("{fleet}\n"));
     }
     if s.readiness.is_ready() {
         (StatusCode::OK, format!("ready\n{body}")).into_response()

@@ -85,6 +85,9 @@ pub struct Settings {
     pub sync: SyncSettings,
     /// Most entities waiting to sync.
     pub sync_max_queued: usize,
+    /// `SYNC_JOIN_TIMEOUT`: how long the start waits for Redis to register this replica in
+    /// the fleet before it reports ready (zero: no join, ready at once).
+    pub sync_join_timeout: Duration,
     /// Testing aid: milliseconds added to the system clock before any correction.
     pub clock_skew_ms: i64,
     /// `USE_PROMETHEUS`: where the reference's Prometheus names are served.
@@ -134,6 +137,7 @@ impl Settings {
         let redis_tls = redis_tls(&mut v);
         let redis = redis(&mut v, &MAIN, &redis_tls);
         let (sync, sync_max_queued) = sync(&mut v);
+        let sync_join_timeout = v.or("SYNC_JOIN_TIMEOUT", Duration::ZERO, duration);
         let redis_per_second = per_second(&mut v, redis.is_some(), sync.timeout, &redis_tls);
         let log_level = v.or("LOG_LEVEL", String::new(), telemetry::log_level);
         let log_format = v.or("LOG_FORMAT", "text", one_of(&["text", "json"]));
@@ -173,6 +177,7 @@ impl Settings {
             redis_per_second,
             sync,
             sync_max_queued,
+            sync_join_timeout,
             clock_skew_ms,
             statsd,
             prometheus,
@@ -204,6 +209,7 @@ impl Settings {
             self.redis_per_second.clone(),
             self.sync,
             self.sync_max_queued,
+            self.sync_join_timeout,
         ))
     }
 }

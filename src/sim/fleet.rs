@@ -8,7 +8,8 @@
 //! scenario's limit into a rules file. The store's `TIME` moves no simulated clock (a
 //! [`SimClock`] keeps no offset), so the offset task changes no number.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -21,13 +22,14 @@ use tokio_util::sync::CancellationToken;
 use super::store::SimStore;
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::{Algorithm, Limit, SyncPolicy};
-use crate::global::{PresenceHub, Stores, SyncConfig, SyncSettings};
+use crate::global::{Joining, PresenceHub, Stores, SyncConfig, SyncSettings};
 use crate::rls::{Options, RateLimiter};
 use crate::telemetry::Telemetry;
 
-/// A node's clock: Unix time `t0` at the instant `zero` of tokio's clock, moving with it.
-/// Under paused time the decisions and the sync task read the same simulated time, and no
-/// wall clock is involved. Before `zero` it reads `t0`.
+/// A node's clock: Unix time `t0` at the instant `zero` of tokio's clock, moving with it,
+/// before `zero` too (a replica starting before the traffic states the time of each
+/// heartbeat, which a replica joining the fleet watches change). Under paused time the
+/// decisions and the sync task read the same simulated time, and no wall clock is involved.
 #[derive(Debug, Clone, Copy)]
 pub struct SimClock {
     /// The Unix time at `zero`.
@@ -38,8 +40,10 @@ pub struct SimClock {
 
 impl Clock for SimClock {
     fn now(&self) -> UnixMillis {
-        let elapsed = Instant::now().saturating_duration_since(self.zero);
-        UnixMillis(self.t0.0 + elapsed.as_millis() as u64)
+        let now = Instant::now();
+        let after = now.saturating_duration_since(self.zero).as_millis() as u64;
+        let before = self.zero.saturating_duration_since(now).as_millis() as u64;
+        UnixMillis(self.t0.0 + after - before)
     }
 }
 
@@ -92,12 +96,109 @@ fn request() -> RateLimitRequest {
     }
 }
 
+/// One replica of a run: its limiter and presence exchange once it has started, and whether
+/// it reports ready.
+#[derive(Default)]
+struct Node {
+    limiter: OnceLock<Arc<RateLimiter>>,
+    /// Its presence exchange, idle until the quota scenarios (`rlqs.rs`) attach their engine.
+    presence: OnceLock<PresenceHub>,
+    /// What a load balancer routes by: set as the service sets its readiness.
+    ready: AtomicBool,
+}
+
+/// What every replica of a run starts from.
+#[derive(Clone)]
+struct Recipe {
+    yaml: String,
+    settings: SyncSettings,
+    clock: SimClock,
+    store: Arc<SimStore>,
+}
+
+impl Recipe {
+    fn new(
+        limit: &Limit,
+        strict: bool,
+        tick_ms: u64,
+        clock: SimClock,
+        store: &Arc<SimStore>,
+    ) -> Self {
+        Recipe {
+            yaml: rules_yaml(limit, strict),
+            settings: SyncSettings {
+                policy: SyncPolicy {
+                    tick_ms,
+                    ..SyncPolicy::default()
+                },
+                ..SyncSettings::default()
+            },
+            clock,
+            store: store.clone(),
+        }
+    }
+
+    /// Starts replica `node` as the service starts global mode (one shard) and its limiter,
+    /// its sync task's first run `first_run_after` from now, joining the fleet when `join`;
+    /// `node` is set once started. Returns what the service's readiness waits for.
+    async fn start(
+        &self,
+        index: usize,
+        node: &Node,
+        first_run_after: Duration,
+        join: bool,
+        stop: CancellationToken,
+    ) -> Joining {
+        let rules = crate::rules::compile_sources(&[("sim.yaml".into(), self.yaml.clone())], false)
+            .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
+        let telemetry = Arc::new(Telemetry::new().expect("a metrics pipeline"));
+        let config = SyncConfig {
+            // Distinct and the same on every run, where production draws one at random.
+            replica_id: Some(index as u64 + 1),
+            first_run_after,
+            // A fleet already running joined long ago; one that starts in the run joins as
+            // the service does, with the service's default timeout.
+            join_timeout: if join {
+                default_join_timeout()
+            } else {
+                Duration::ZERO
+            },
+            ..SyncConfig::new(self.settings, 1_000_000) // SYNC_MAX_QUEUED's default
+        };
+        let global = crate::global::spawn(
+            config,
+            Stores::one(self.store.clone()),
+            Arc::new(self.clock),
+            &telemetry,
+            stop,
+        )
+        .await;
+        let _ = node.presence.set(global.presence.clone());
+        let joining = global.joining.clone();
+        let limiter = RateLimiter::new(
+            rules,
+            vec![],
+            Arc::new(self.clock),
+            Options::default(),
+            telemetry,
+            Some(global.queues.into()),
+        );
+        let _ = node.limiter.set(limiter);
+        joining
+    }
+}
+
+/// `SYNC_JOIN_TIMEOUT`'s default, as `sluice serve` has it.
+fn default_join_timeout() -> Duration {
+    crate::settings::spec_of("SYNC_JOIN_TIMEOUT")
+        .and_then(|s| s.default)
+        .and_then(|d| humantime::parse_duration(d).ok())
+        .expect("SYNC_JOIN_TIMEOUT has a default")
+}
+
 /// The replicas of one run, their sync tasks started.
 pub struct Fleet {
-    limiters: Vec<Arc<RateLimiter>>,
-    /// Each replica's presence exchange, idle until the quota scenarios (`rlqs.rs`) attach
-    /// their engine.
-    presence: Vec<PresenceHub>,
+    nodes: Vec<Arc<Node>>,
     /// Each replica's shutdown: cancelled, its sync task makes its final flush (which
     /// removes its heartbeat), as at SIGTERM.
     stops: Vec<CancellationToken>,
@@ -106,7 +207,8 @@ pub struct Fleet {
 
 impl Fleet {
     /// Starts `phases.len()` replicas on `store`, each deciding on a [`SimClock`] and each
-    /// sync task starting after its own phase. Must run inside the simulation's runtime.
+    /// sync task starting after its own phase: a fleet already running, ready from the
+    /// start. Must run inside the simulation's runtime.
     ///
     /// # Panics
     /// When the limit makes no valid rules file (see [`rules_yaml`]).
@@ -118,75 +220,92 @@ impl Fleet {
         store: &Arc<SimStore>,
         phases: &[u64],
     ) -> Fleet {
-        let yaml = rules_yaml(limit, strict);
-        // Cancelled only for a replica that leaves: a run ends by dropping its runtime, and a
-        // final flush after the last window would measure nothing.
-        let stops: Vec<CancellationToken> =
-            phases.iter().map(|_| CancellationToken::new()).collect();
-        let settings = SyncSettings {
-            policy: SyncPolicy {
-                tick_ms,
-                ..SyncPolicy::default()
-            },
-            ..SyncSettings::default()
-        };
-        let mut limiters = Vec::with_capacity(phases.len());
-        let mut presence = Vec::with_capacity(phases.len());
-        for (node, (&phase, stop)) in phases.iter().zip(&stops).enumerate() {
-            let rules = crate::rules::compile_sources(&[("sim.yaml".into(), yaml.clone())], false)
-                .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
-            let telemetry = Arc::new(Telemetry::new().expect("a metrics pipeline"));
-            // One shard, started as the service starts global mode; the node's sync waits for
-            // its phase.
-            let config = SyncConfig {
-                // Distinct and the same on every run, where production draws one at random.
-                replica_id: Some(node as u64 + 1),
-                first_run_after: Duration::from_millis(phase),
-                ..SyncConfig::new(settings, 1_000_000) // SYNC_MAX_QUEUED's default
-            };
-            let global = crate::global::spawn(
-                config,
-                Stores::one(store.clone()),
-                Arc::new(clock),
-                &telemetry,
-                stop.clone(),
-            )
-            .await;
-            presence.push(global.presence.clone());
-            limiters.push(RateLimiter::new(
-                rules,
-                vec![],
-                Arc::new(clock),
-                Options::default(),
-                telemetry,
-                Some(global.queues.into()),
-            ));
+        let recipe = Recipe::new(limit, strict, tick_ms, clock, store);
+        let fleet = Fleet::empty(phases.len());
+        for (index, &phase) in phases.iter().enumerate() {
+            let node = &fleet.nodes[index];
+            let after = Duration::from_millis(phase);
+            let stop = fleet.stops[index].clone();
+            recipe.start(index, node, after, false, stop).await;
+            node.ready.store(true, Ordering::Relaxed);
         }
-        let fleet = Fleet {
-            limiters,
-            presence,
-            stops,
-            request: request(),
-        };
         debug_assert_eq!(fleet.limit_in_force(), Some(*limit));
         fleet
     }
 
+    /// Starts replica `i` at `zero + starts[i]` ms (at most two ticks before `zero`: the
+    /// runtime's start), as the service starts, its sync task at once; each reports ready as
+    /// the service does. Must run inside the simulation's runtime.
+    pub fn start_at(
+        limit: &Limit,
+        strict: bool,
+        tick_ms: u64,
+        clock: SimClock,
+        store: &Arc<SimStore>,
+        starts: &[i64],
+    ) -> Fleet {
+        let recipe = Recipe::new(limit, strict, tick_ms, clock, store);
+        let fleet = Fleet::empty(starts.len());
+        for (index, &at) in starts.iter().enumerate() {
+            let at = match u64::try_from(at) {
+                Ok(after) => clock.zero + Duration::from_millis(after),
+                Err(_) => clock.zero - Duration::from_millis(at.unsigned_abs()),
+            };
+            let (recipe, node, stop) = (
+                recipe.clone(),
+                fleet.nodes[index].clone(),
+                fleet.stops[index].clone(),
+            );
+            tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                let joining = recipe.start(index, &node, Duration::ZERO, true, stop).await;
+                // Ready as the service turns ready: once the join is over.
+                joining.done().await;
+                node.ready.store(true, Ordering::Relaxed);
+            });
+        }
+        fleet
+    }
+
+    fn empty(n: usize) -> Fleet {
+        Fleet {
+            nodes: (0..n).map(|_| Arc::default()).collect(),
+            // Cancelled only for a replica that leaves: a run ends by dropping its runtime,
+            // and a final flush after the last window would measure nothing.
+            stops: (0..n).map(|_| CancellationToken::new()).collect(),
+            request: request(),
+        }
+    }
+
     /// Node `node` answers one hit: whether it is admitted.
+    ///
+    /// # Panics
+    /// When the node has not started.
     pub fn hit(&self, node: usize) -> bool {
-        self.limiters[node]
+        self.limiter(node)
             .should_rate_limit(&self.request)
             .is_ok_and(|r| r.overall_code == Code::Ok as i32)
     }
 
+    /// Whether node `node` reports ready (a load balancer sends it traffic).
+    pub fn ready(&self, node: usize) -> bool {
+        self.nodes[node].ready.load(Ordering::Relaxed)
+    }
+
     /// Node `node`'s limiter: the quota scenarios (`rlqs.rs`) serve Envoy streams on it.
+    ///
+    /// # Panics
+    /// When the node has not started.
     pub fn limiter(&self, node: usize) -> &Arc<RateLimiter> {
-        &self.limiters[node]
+        self.nodes[node].limiter.get().expect("a replica started")
     }
 
     /// Node `node`'s presence exchange (`global/presence/`).
+    ///
+    /// # Panics
+    /// When the node has not started.
     pub fn presence(&self, node: usize) -> &PresenceHub {
-        &self.presence[node]
+        self.nodes[node].presence.get().expect("a replica started")
     }
 
     /// Node `node` stops cleanly: its sync task flushes and removes its heartbeat.
@@ -196,7 +315,7 @@ impl Fleet {
 
     /// The limit the replicas' rules put on the simulated entity.
     fn limit_in_force(&self) -> Option<Limit> {
-        let rules = self.limiters.first()?.rules();
+        let rules = self.nodes.first()?.limiter.get()?.rules();
         Some(rules.rules.rules().first()?.limits.first()?.limit)
     }
 }

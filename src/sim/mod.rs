@@ -18,8 +18,12 @@
 //! threads. The fleet comes up two ticks before the traffic and each node's sync task starts
 //! after a seeded phase, so a node's ticks fall at its own phase within each tick of the
 //! traffic, as those of replicas already running do, and every node's heartbeats have
-//! counted the whole fleet when the traffic starts. A driver task sleeps until each seeded
-//! arrival and hands it to its node. A scenario therefore gives the same table on every
+//! counted the whole fleet when the traffic starts: a fleet already running, which joined
+//! long before. The scenarios of a fleet that starts or grows during the run
+//! (`Scenario::starts`) start each replica at its moment instead, joining the fleet as the
+//! service does (`global/join.rs`), and the traffic goes only to the replicas that report
+//! ready, as a load balancer sends it. A driver task sleeps until each seeded arrival and
+//! hands it to its node. A scenario therefore gives the same table on every
 //! machine, which is what lets `tests/simulate.rs` assert its bounds.
 //!
 //! # What is measured
@@ -137,6 +141,23 @@ pub struct Scenario {
     /// the measured windows are the limit's epochs ([`T0`] for the scenarios up to a minute;
     /// see [`aligned_t0`]).
     pub t0: u64,
+    /// When each replica starts, for a fleet that starts or grows during the run; `None`:
+    /// the fleet is up and ready two ticks before the traffic (its sync tasks after their
+    /// `phases`). With starts, each replica starts as the service does, and a hit goes only
+    /// to a replica that reports ready, as a load balancer sends it: those addressed to a
+    /// replica not ready yet are spread over the ones that are, and with none ready a hit is
+    /// not offered at all (the client finds no endpoint).
+    pub starts: Option<Vec<Start>>,
+}
+
+/// When a replica of a fleet that starts or grows during the run starts (`Scenario::starts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Start {
+    /// The earliest moment, in ms from the start of the traffic (negative: before it, at
+    /// most two ticks before).
+    pub at_ms: i64,
+    /// The start falls at a moment drawn from the seed within this many ms after `at_ms`.
+    pub spread_ms: u64,
 }
 
 impl Scenario {
@@ -268,8 +289,12 @@ pub fn run(scenario: &Scenario) -> Report {
     let s = scenario;
     let arrivals = traffic::arrivals(s);
     let phases = &traffic::phases(s);
+    let starts = &traffic::starts(s);
     let (sluice, sluice_round_trips) = simulate(s, &arrivals, |clock, store| async move {
-        Fleet::start(&s.limit, s.strict, s.tick_ms, clock, &store, phases).await
+        match starts {
+            Some(at) => Fleet::start_at(&s.limit, s.strict, s.tick_ms, clock, &store, at),
+            None => Fleet::start(&s.limit, s.strict, s.tick_ms, clock, &store, phases).await,
+        }
     });
     let burst = match s.limit.algorithm {
         Algorithm::TokenBucket { burst } => Some(burst),
@@ -279,7 +304,10 @@ pub fn run(scenario: &Scenario) -> Report {
         // The plain design is a window's (a decayed count); it has no bucket to run.
         Some(_) => (vec![], 0),
         None => simulate(s, &arrivals, |clock, store| async move {
-            PlainFleet::start(&s.limit, s.tick_ms, clock, &store, phases)
+            match starts {
+                Some(at) => PlainFleet::start_at(&s.limit, s.tick_ms, clock, &store, at),
+                None => PlainFleet::start(&s.limit, s.tick_ms, clock, &store, phases),
+            }
         }),
     };
     Report {
@@ -300,11 +328,16 @@ trait Replicas {
     fn hit(&self, node: usize) -> bool;
     /// Node `node` stops cleanly.
     fn stop(&self, node: usize);
+    /// Whether node `node` takes traffic (it started and reports ready).
+    fn ready(&self, node: usize) -> bool;
 }
 
 impl Replicas for Fleet {
     fn hit(&self, node: usize) -> bool {
         Fleet::hit(self, node)
+    }
+    fn ready(&self, node: usize) -> bool {
+        Fleet::ready(self, node)
     }
     fn stop(&self, node: usize) {
         Fleet::stop(self, node);
@@ -317,6 +350,28 @@ impl Replicas for PlainFleet {
     }
     /// The plain design has nothing to announce: the node just gets no more traffic.
     fn stop(&self, _: usize) {}
+    fn ready(&self, node: usize) -> bool {
+        PlainFleet::ready(self, node)
+    }
+}
+
+/// Where a load balancer sends a hit addressed to `node`: there, if it is ready; else evenly
+/// over the replicas that are (in turn when the scenario alternates, `turn` counting the
+/// hits that went elsewhere); `None` when none is ready. A fleet that started before the
+/// traffic is always ready, and every hit goes where it was addressed.
+fn route<R: Replicas>(s: &Scenario, fleet: &R, node: usize, turn: &mut usize) -> Option<usize> {
+    if fleet.ready(node) {
+        return Some(node);
+    }
+    let ready: Vec<usize> = (0..s.nodes).filter(|&k| fleet.ready(k)).collect();
+    if ready.is_empty() {
+        return None;
+    }
+    *turn += 1;
+    // The hits addressed to the replicas not ready, spread over those that are: in turn
+    // they alternate, and at random the addressed replica's index is as random as the draw.
+    let pick = if s.alternate { *turn } else { node + *turn };
+    Some(ready[pick % ready.len()])
 }
 
 /// Runs one design over the scenario's arrivals on a fresh paused-time runtime: `start`
@@ -344,6 +399,7 @@ where
         let end = s.windows * period_ms(s);
         let mut exact = Exact::new(s);
         let mut departure = s.departure;
+        let mut turn = 0;
         for &(t, node) in arrivals.iter().take_while(|&&(t, _)| t < end) {
             if let Some(d) = departure.filter(|d| d.at_ms <= t) {
                 sleep_until(zero + Duration::from_millis(d.at_ms)).await;
@@ -354,6 +410,9 @@ where
             if Instant::now() < at {
                 sleep_until(at).await;
             }
+            let Some(node) = route(s, &fleet, node, &mut turn) else {
+                continue;
+            };
             let admitted = fleet.hit(node);
             exact.record(t, admitted);
         }

@@ -163,6 +163,8 @@ pub struct PlainFleet {
     nodes: Vec<Arc<Mutex<PlainNode>>>,
     limit: Limit,
     clock: SimClock,
+    /// When each replica takes traffic: once started (it has nothing to wait for).
+    ready_from: Vec<Instant>,
 }
 
 impl PlainFleet {
@@ -193,10 +195,43 @@ impl PlainFleet {
             })
             .collect();
         PlainFleet {
+            ready_from: vec![Instant::now(); nodes.len()],
             nodes,
             limit: *limit,
             clock,
         }
+    }
+
+    /// Starts replica `i` at `zero + starts[i]` ms (at most two ticks before `zero`), ticking
+    /// from then on; it takes traffic from its start.
+    pub fn start_at(
+        limit: &Limit,
+        tick_ms: u64,
+        clock: SimClock,
+        store: &Arc<SimStore>,
+        starts: &[i64],
+    ) -> PlainFleet {
+        let tick = tick_ms.max(1) as i64;
+        let phases: Vec<u64> = starts
+            .iter()
+            .map(|&at| at.rem_euclid(tick) as u64)
+            .collect();
+        let ready_from = starts
+            .iter()
+            .map(|&at| match u64::try_from(at) {
+                Ok(after) => clock.zero + Duration::from_millis(after),
+                Err(_) => clock.zero - Duration::from_millis(at.unsigned_abs()),
+            })
+            .collect();
+        PlainFleet {
+            ready_from,
+            ..PlainFleet::start(limit, tick_ms, clock, store, &phases)
+        }
+    }
+
+    /// Whether node `node` takes traffic.
+    pub fn ready(&self, node: usize) -> bool {
+        Instant::now() >= self.ready_from[node]
     }
 
     /// Node `node` answers one hit: whether it is admitted.

@@ -134,6 +134,19 @@ impl ShardStore for SimStore {
         self.counters.time_ms().await
     }
 
+    /// The same round trip and outage as a sync call (a replica joining the fleet).
+    async fn replicas(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        sleep(self.there).await;
+        let result = if self.is_down(Instant::now()) {
+            Err(StoreError::Backend("simulated outage".into()))
+        } else {
+            self.counters.replicas().await
+        };
+        sleep(self.back).await;
+        result
+    }
+
     /// The same round trip and outage as a sync call (the RLQS scenarios' replicas).
     async fn presence(
         &self,

@@ -1,6 +1,7 @@
-//! The scenarios' seeded randomness: the hits' arrival times and nodes, and the nodes' tick
-//! phases. A splitmix64 of our own, so the numbers are the same on every machine and in
-//! every version of every crate.
+//! The scenarios' seeded randomness: the hits' arrival times and nodes, the nodes' tick
+//! phases, and when they start in the scenarios of a fleet that starts or grows. A
+//! splitmix64 of our own, so the numbers are the same on every machine and in every version
+//! of every crate.
 
 use super::Scenario;
 
@@ -64,6 +65,19 @@ pub fn arrivals(s: &Scenario) -> Vec<(u64, usize)> {
     }
     out.sort_by_key(|&(t, _)| t);
     out
+}
+
+/// Each node's start (ms from the start of the traffic) when the scenario has starts
+/// (`Scenario::starts`): `at_ms` plus a seeded part of `spread_ms`.
+pub fn starts(s: &Scenario) -> Option<Vec<i64>> {
+    let mut rng = SplitMix64(s.seed ^ 0x0073_7461_7274);
+    let starts = s.starts.as_ref()?;
+    Some(
+        starts
+            .iter()
+            .map(|st| st.at_ms + (rng.next() % (st.spread_ms + 1)) as i64)
+            .collect(),
+    )
 }
 
 /// Each node's tick phase in [0, tick): real replicas start at unrelated moments, so their

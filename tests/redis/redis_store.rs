@@ -1,14 +1,15 @@
 //! The Redis stores against the in-memory one: the same random sequence of sync calls (window
 //! and bucket items mixed, several replicas) gives the same totals from a real redis-server,
 //! standalone and as a cluster, as from `MemoryStore` — the store the simulator and the sync
-//! tests run on. So what the simulator measures is what Redis does.
+//! tests run on. So what the simulator measures is what Redis does. The set of replicas the
+//! heartbeats keep, as a joining replica reads it, too.
 use crate::common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sluice::core::Part;
 use sluice::global::redis::{RedisOptions, RedisStore};
 use sluice::global::sync::memory::MemoryStore;
-use sluice::global::{ShardStore, SyncItem, SyncOp};
+use sluice::global::{Heartbeat, ShardStore, SyncItem, SyncOp};
 
 const NOW_MS: u64 = 1_700_000_040_000;
 
@@ -146,6 +147,43 @@ fn a_redis_cluster_syncs_buckets_as_the_memory_store_does() {
         (1, vec![(0, true, 0, 1_000), (1, false, 0, 1_000)]),
     ];
     same_as_memory(&rt, &store, &calls);
+    same_replicas_as_memory(&rt, &store);
+}
+
+/// Heartbeats of three replicas (one leaving, one refreshed) on `store` and on the memory
+/// store: both list the same members with the times their last heartbeats stated, which a
+/// joining replica watches change (`global/join.rs`).
+fn same_replicas_as_memory<S: ShardStore>(rt: &tokio::runtime::Runtime, store: &S) {
+    let memory = MemoryStore::default();
+    let beat = |replica, now_ms, leaving| Heartbeat {
+        replica,
+        now_ms,
+        ttl_ms: 8_000,
+        leaving,
+    };
+    let beats = [
+        beat(0xa1, NOW_MS, false),
+        beat(0xb2, NOW_MS + 5, false),
+        beat(u64::MAX, NOW_MS + 7, false),
+        beat(0xb2, NOW_MS + 1_000, false),
+        beat(0xa1, NOW_MS + 1_001, true),
+    ];
+    for b in &beats {
+        let (redis, mem) =
+            rt.block_on(async { (store.heartbeat(b).await, memory.heartbeat(b).await) });
+        assert_eq!(redis.unwrap(), mem.unwrap());
+    }
+    let mut listed = rt.block_on(store.replicas()).unwrap();
+    listed.sort_unstable();
+    assert_eq!(listed, vec![(0xb2, NOW_MS + 1_000), (u64::MAX, NOW_MS + 7)]);
+    assert_eq!(listed, rt.block_on(memory.replicas()).unwrap());
+}
+
+#[test]
+fn the_set_of_replicas_reads_as_the_memory_store_has_it() {
+    let redis = RedisServer::start();
+    let store = RedisStore::new(&redis.url(), &RedisOptions::default()).unwrap();
+    same_replicas_as_memory(&runtime(), &store);
 }
 
 #[test]

@@ -159,7 +159,7 @@ pub(super) fn field(replica: u64) -> String {
     format!("{replica:016x}")
 }
 
-fn replicas_key(prefix: &str) -> String {
+pub(super) fn replicas_key(prefix: &str) -> String {
     format!("{prefix}sluice:replicas")
 }
 
@@ -512,6 +512,11 @@ impl ShardStore for RedisStore {
     async fn time_ms(&self) -> Result<u64, StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
         time_of(&mut conn).await
+    }
+
+    /// `replicas.rs`.
+    async fn replicas(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        super::replicas::read(&self.pool, &self.prefix).await
     }
 
     /// `presence.lua` (`presence.rs`, its data model).

@@ -268,6 +268,14 @@ impl ShardStore for MemoryStore {
         r.retain(|_, seen| *seen >= oldest);
         Ok(r.len() as u32)
     }
+    async fn replicas(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(StoreError::Backend("connection refused".into()));
+        }
+        let mut all: Vec<(u64, u64)> = self.replicas.lock().iter().map(|(&r, &t)| (r, t)).collect();
+        all.sort_unstable();
+        Ok(all)
+    }
     async fn presence(
         &self,
         replica: u64,

@@ -267,10 +267,9 @@ impl<S: ShardStore> ShardSync<S> {
             .await
     }
 
-    /// How long a heartbeat lasts unrefreshed: three ticks, plus the longest backoff of a
-    /// replica whose calls fail (it is still there, and its hits will arrive).
+    /// How long a heartbeat lasts unrefreshed (`SyncSettings::heartbeat_ttl_ms`).
     pub(super) fn heartbeat_ttl_ms(&self) -> u64 {
-        3 * self.settings.policy.tick_ms + self.settings.backoff_max.as_millis() as u64
+        self.settings.heartbeat_ttl_ms()
     }
 
     async fn trip(&self, trip: Trip) -> Result<(), StoreError> {

@@ -16,7 +16,7 @@
 //! the part of the old one stays as it was.
 //!
 //! The tick's call also refreshes this replica's heartbeat, which returns how many replicas
-//! are live.
+//! are live; a replica joining the fleet also reads the set itself ([`ShardStore::replicas`]).
 //!
 //! Apart from the counters, [`ShardStore::presence`] publishes how many RLQS streams this
 //! replica holds on each counter, and their demand, and returns what the other live replicas
@@ -231,6 +231,18 @@ pub trait ShardStore: Send + Sync + 'static {
             }
             let totals = self.sync(replica, items).await?;
             Ok((totals, self.heartbeat(beat).await.ok()))
+        }
+    }
+    /// The members of this shard's set of replicas, each with the time its last heartbeat
+    /// stated (Unix ms), expired ones included until a heartbeat drops them: a replica
+    /// joining the fleet watches them for the others' next heartbeats (`global/join.rs`).
+    /// This default lists none, so a join waits the whole heartbeat round; Redis and the
+    /// in-memory store implement it.
+    fn replicas(&self) -> impl Future<Output = Result<Vec<(u64, u64)>, StoreError>> + Send {
+        async {
+            Err(StoreError::Backend(
+                "this store does not list its replicas".into(),
+            ))
         }
     }
     /// Publishes `replica`'s RLQS streams on each counter of `items` until `now_ms + ttl_ms`

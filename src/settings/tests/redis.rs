@@ -214,3 +214,27 @@ fn redis_tls_applies_to_the_per_second_redis_and_skipping_names_is_refused_with_
     )
     .unwrap();
 }
+
+#[test]
+fn the_join_timeout_reaches_global_mode_and_zero_turns_the_join_off() {
+    let global = |env: &[(&str, &str)]| {
+        let mut env = env.to_vec();
+        env.push(("REDIS_URL", "r:6379"));
+        resolve(&[], &env)
+            .unwrap()
+            .global()
+            .unwrap()
+            .sync
+            .join_timeout
+    };
+    assert_eq!(global(&[]), Duration::from_secs(2));
+    assert_eq!(
+        global(&[("SYNC_JOIN_TIMEOUT", "500ms")]),
+        Duration::from_millis(500)
+    );
+    assert_eq!(global(&[("SYNC_JOIN_TIMEOUT", "0")]), Duration::ZERO);
+    let flag = resolve(&["--sync-join-timeout", "5s"], &[]).unwrap();
+    assert_eq!(flag.sync_join_timeout, Duration::from_secs(5));
+    let errs = resolve(&[], &[("SYNC_JOIN_TIMEOUT", "soon")]).unwrap_err();
+    assert_eq!(names(&errs), vec!["SYNC_JOIN_TIMEOUT"]);
+}

@@ -81,6 +81,7 @@ fn a_redis_that_restarts_empty_gets_the_fleets_count_back() {
         t0: sim::aligned_t0(60_000),
         phases: None,
         strict: false,
+        starts: None,
     };
     let predicted = sim::run(&scenario).sluice[0].admitted as usize;
     assert!(
@@ -142,6 +143,7 @@ fn processes(nodes: usize, rpu: u32, tick_ms: u64, load: (u64, f64), seed: u64) 
         t0: sim::aligned_t0(60_000),
         phases: None,
         strict: false,
+        starts: None,
     }
 }
 
@@ -285,7 +287,7 @@ fn a_replica_with_a_skewed_clock_shares_the_fleets_windows() {
 
 /// The rules of the surge at the edge: 600 an hour on `k`, `strict` by default, and on `l`
 /// with `strict: false`.
-const EDGE_RULES: &str = "domain: g\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 600}\n  - key: l\n    rate_limit: {unit: hour, requests_per_unit: 600, strict: false}\n";
+pub(super) const EDGE_RULES: &str = "domain: g\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 600}\n  - key: l\n    rate_limit: {unit: hour, requests_per_unit: 600, strict: false}\n";
 
 /// Each replica's tick phase (ms within the 1 s tick, in Redis time): the score of its last
 /// heartbeat, whose member is the replica id its log names.
@@ -318,7 +320,7 @@ fn redis_now_ms(redis: &RedisServer) -> u64 {
 /// A surge's traffic at the edge: `count` hits of `key=value`, one a millisecond of real
 /// time from `start`, in turn to each replica of `fleet` (gRPC, each request on a task of
 /// its own, so a slow answer never delays the next). Returns the hits admitted.
-async fn surge_at_the_edge(
+pub(super) async fn surge_at_the_edge(
     fleet: &[Proc],
     start: Instant,
     (key, value): (&str, &str),
