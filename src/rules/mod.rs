@@ -406,21 +406,6 @@ mod tests {
     }
 
     #[test]
-    fn rules_whose_every_limit_is_small_are_made_exact() {
-        let mut s = set("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 3}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 100, algorithm: token_bucket, burst: 8}\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 10}\n    additional_limits:\n      - {unit: day, requests_per_unit: 1000}\n  - key: d\n    rate_limit: {unit: minute, requests_per_unit: 16}\n  - key: e\n    rate_limit: {unlimited: true}\n");
-        assert!(!s.has_exact());
-        // A day of 3 and a bucket of burst 8 (its refill does not count): exact. A rule with
-        // one limit past the threshold, one at it, and an unlimited one: not.
-        assert_eq!(s.decide_exactly_below(16), 2);
-        let exact: Vec<bool> = s.rules().iter().map(|r| r.exact).collect();
-        assert_eq!(exact, [true, true, false, false, false]);
-        assert!(s.has_exact() && s.dump().contains("exact: true"));
-        // 0: never.
-        let mut s = set("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 0}\n");
-        assert_eq!(s.decide_exactly_below(0), 0);
-    }
-
-    #[test]
     fn rlconfig_shows_a_bucket_and_strict_only_when_not_its_default() {
         let s = set("domain: d\ndescriptors:\n  - key: u\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 30}\n    additional_limits:\n      - {unit: minute, requests_per_unit: 5, algorithm: token_bucket, strict: true}\n      - {unit: hour, requests_per_unit: 100}\n");
         assert!(

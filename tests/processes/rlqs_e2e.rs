@@ -211,10 +211,9 @@ const BOUND: u64 = LIMIT + LIMIT / 10;
 /// 42-46 each. Denying outright would admit 2 (each bucket's first request).
 const FLOOR: u64 = LIMIT * 6 / 10;
 
-#[test]
-fn two_envoys_on_two_replicas_share_one_limit_and_deny_with_429() {
-    // What the fleet admits depends on its processes getting the CPU on time.
-    let _measuring = MEASURING.blocking_lock();
+/// One Redis, two sluice replicas on it (config/rules) that count each other, and an Envoy
+/// in front of each, over one upstream.
+fn two_envoys_on_two_replicas() -> (RedisServer, [Proc; 2], [Envoy; 2]) {
     let redis = RedisServer::start();
     let rules = repo().join("config/rules");
     let replicas = [
@@ -229,6 +228,14 @@ fn two_envoys_on_two_replicas_share_one_limit_and_deny_with_429() {
         Envoy::start(grpc_addr(&replicas[0]).port(), app),
         Envoy::start(grpc_addr(&replicas[1]).port(), app),
     ];
+    (redis, replicas, envoys)
+}
+
+#[test]
+fn two_envoys_on_two_replicas_share_one_limit_and_deny_with_429() {
+    // What the fleet admits depends on its processes getting the CPU on time.
+    let _measuring = MEASURING.blocking_lock();
+    let (_redis, replicas, envoys) = two_envoys_on_two_replicas();
 
     let statuses: Vec<Vec<u16>> = std::thread::scope(|s| {
         let driven: Vec<_> = envoys
@@ -328,20 +335,7 @@ fn exact_bucket(arrivals: &mut [f64], rate: f64, burst: f64) -> u64 {
 fn two_envoys_share_a_per_second_bucket_whole_and_evenly() {
     // What the fleet admits depends on its processes getting the CPU on time.
     let _measuring = MEASURING.blocking_lock();
-    let redis = RedisServer::start();
-    let rules = repo().join("config/rules");
-    let replicas = [
-        spawn_sluice(&rules, &redis.url(), &[]),
-        spawn_sluice(&rules, &redis.url(), &[]),
-    ];
-    for r in &replicas {
-        wait_live(r, 2);
-    }
-    let app = upstream();
-    let envoys = [
-        Envoy::start(grpc_addr(&replicas[0]).port(), app),
-        Envoy::start(grpc_addr(&replicas[1]).port(), app),
-    ];
+    let (_redis, _replicas, envoys) = two_envoys_on_two_replicas();
     // 30 a second at each Envoy (3× the bucket's rate together), for 16 s: three of
     // Envoy 1.40's 5 s report intervals and more.
     let (pace, n) = (Duration::from_millis(33), 485);
