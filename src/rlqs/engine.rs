@@ -496,7 +496,7 @@ pub(super) fn room_of(count: &QuotaCount) -> Room {
     let v = &count.verdict;
     match limit.algorithm {
         Algorithm::TokenBucket { .. } => Room::bucket(limit, v.count_after),
-        _ => Room::window(limit, v.count_after, v.reset_ms),
+        _ => Room::window(limit, v.count_after, count.prev, v.reset_ms),
     }
 }
 

@@ -115,6 +115,7 @@ fn a_rate_under_one_a_second_loses_least_over_up_to_five_seconds() {
         rate: 1.0,
         until_ms: 0,
         over: 0,
+        drain: 1.0,
         short: false,
     };
     // 0.84 a second: 4 every 5 s, not 1 every 2 s.

@@ -124,6 +124,10 @@ pub struct Room {
     pub until_ms: u64,
     /// How far the fleet's count is past the limit (a bucket's debt), in tokens.
     pub over: u64,
+    /// Tokens per second that come back to the fleet whatever it does: a bucket's refill, a
+    /// sliding window's count draining as its previous epoch slides out (at most the
+    /// steady rate; nothing in a cold window's first epoch), nothing in a fixed window.
+    pub drain: f64,
     /// The limit gives its room back within one Envoy reporting interval ([`LAG_S`]): a
     /// bucket that refills from empty to full, or a window that passes, in that time. Then
     /// a report charges as much as the whole room at once, and the room read after it says
@@ -147,7 +151,7 @@ impl Room {
     /// the limit (1.08× for a minute at Envoy's 5 s). A window as short as a report interval
     /// needs its burst capped too (a full bucket plus a window of refill is twice the limit):
     /// left to the simulator's scenarios to measure and tune.
-    pub fn window(limit: &Limit, count: u64, reset_ms: u64) -> Room {
+    pub fn window(limit: &Limit, count: u64, prev: u64, reset_ms: u64) -> Room {
         // A sliding window's count drains as its previous epoch slides out: room returns
         // about one hit per `window / limit`, long before the epoch ends.
         let until_ms = match limit.algorithm {
@@ -160,11 +164,18 @@ impl Room {
             _ => reset_ms,
         };
         let rpu = u64::from(limit.requests_per_unit);
+        let drain = match limit.algorithm {
+            Algorithm::SlidingWindow => {
+                (prev as f64 * 1000.0 / limit.window_ms.max(1) as f64).min(steady_rate(limit))
+            }
+            _ => 0.0,
+        };
         Room {
             now: rpu.saturating_sub(count),
             rate: steady_rate(limit),
             until_ms,
             over: count.saturating_sub(rpu),
+            drain,
             short: limit.window_ms <= LAG_MS,
         }
     }
@@ -184,8 +195,24 @@ impl Room {
             // The time one token takes, rounded up so room has surely returned by then.
             until_ms: limit.window_ms.div_ceil(rpu),
             over: owed.saturating_sub(burst),
+            drain: steady_rate(limit),
             short: burst.saturating_mul(limit.window_ms) / rpu <= LAG_MS,
         }
+    }
+
+    /// The most tokens a second the streams together may be handed: what comes back
+    /// ([`drain`](Room::drain)) and the room spread over a reporting interval ([`LAG_S`]);
+    /// unbounded for a [`short`](Room::short) limit, whose streams' rates are what hold it.
+    ///
+    /// Why: the count learns what the streams admit only at their reports, so a rate past
+    /// this admits up to an interval of it past the limit before a report turns them to
+    /// `DenyAll`: in a window's first epoch, where nothing drains, two Envoys at twice a
+    /// limit of 600 a minute ran into 1.10× it at 5 s reports.
+    pub fn absorbs(&self) -> f64 {
+        if self.short {
+            return f64::INFINITY;
+        }
+        self.drain + self.now as f64 / LAG_S
     }
 
     /// Whether the fleet must be denied (`DenyAll` until room returns): no room at once;
@@ -261,8 +288,9 @@ pub struct Rest {
 /// A stream with no rate yet is taken to want an even share of the rate among every stream
 /// known (its prior). When the fleet's demand fits in the rate, each stream gets its demand
 /// plus an even part of the rate left over, so a stream whose demand grows has room before
-/// its next report; when it does not fit, each gets a part proportional to its demand, so an
-/// idle stream's share goes to the busy ones. The fractions of every stream of the fleet sum
+/// its next report; when it does not fit, the rate is shared max-min fairly ([`water_level`]):
+/// each stream gets its demand up to a level, the same for every stream that wants more, so an
+/// idle stream's share goes to the busy ones and busy streams get equal shares. The fractions of every stream of the fleet sum
 /// to at most 1, so this replica's never hand out more than the room.
 pub fn split(rate: f64, demands: &[Option<f64>], rest: Rest) -> Vec<f64> {
     let streams = (demands.len() as f64) + rest.streams as f64;
@@ -272,17 +300,46 @@ pub fn split(rate: f64, demands: &[Option<f64>], rest: Rest) -> Vec<f64> {
     let prior = rate / streams;
     let wanted: Vec<f64> = demands.iter().map(|d| d.map_or(prior, sanitize)).collect();
     let total = wanted.iter().sum::<f64>() + sanitize(rest.demand);
+    if total > rate {
+        let level = water_level(rate, &wanted, rest);
+        return wanted
+            .into_iter()
+            .map(|d| (d.min(level) / rate).clamp(0.0, 1.0))
+            .collect();
+    }
     wanted
         .into_iter()
-        .map(|d| {
-            let fraction = if total <= rate {
-                (d + (rate - total) / streams) / rate
-            } else {
-                d / total
-            };
-            fraction.clamp(0.0, 1.0)
-        })
+        .map(|d| ((d + (rate - total) / streams) / rate).clamp(0.0, 1.0))
         .collect()
+}
+
+/// The level that shares `rate` among demands over it, max-min fairly: each stream gets its
+/// demand up to the level, and the level is where they add up to the rate. The rest of the
+/// fleet counts as `rest.streams` streams of an even part of its demand each.
+///
+/// Why not in proportion to demand: a busy stream's estimate is a few requests a report and
+/// swings by a third from one report to the next, and a share in proportion to it swings
+/// with it; each swing replaces Envoy's running bucket and rounds its level down, which cost
+/// ten Envoys on a per-second bucket a tenth of the rate. Under max-min, every stream that
+/// wants more than the level gets the level, however much more it wants, so the shares of
+/// streams of equal demand stay equal and still.
+fn water_level(rate: f64, wanted: &[f64], rest: Rest) -> f64 {
+    let mut demands: Vec<(f64, f64)> = wanted.iter().map(|&d| (d, 1.0)).collect();
+    let rest_demand = sanitize(rest.demand);
+    if rest.streams > 0 || rest_demand > 0.0 {
+        let n = rest.streams.max(1) as f64;
+        demands.push((rest_demand / n, n));
+    }
+    demands.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut left, mut streams) = (rate, demands.iter().map(|d| d.1).sum::<f64>());
+    for &(d, n) in &demands {
+        if d * streams >= left {
+            return left / streams;
+        }
+        left -= d * n;
+        streams -= n;
+    }
+    f64::INFINITY
 }
 
 /// Whether the fleet's demand (this replica's streams', `None` at their prior as in
@@ -516,7 +573,7 @@ fn with_tokens(room: &Room, fraction: f64, max_tokens: u64, ttl: Duration) -> As
             ttl_s: whole_secs(Duration::from_millis(room.until_ms)),
         };
     }
-    let rate = room.rate * fraction;
+    let rate = room.rate.min(room.absorbs()) * fraction;
     let (max_tokens, per_fill_cap) = if room.short {
         (max_tokens.max(1), u64::from(u32::MAX))
     } else {

@@ -14,6 +14,7 @@ fn room(now: u64, rate: f64) -> Room {
         rate,
         until_ms: 100,
         over: 0,
+        drain: rate,
         short: false,
     }
 }

@@ -99,9 +99,19 @@ fn close(a: f64, b: f64) -> bool {
 }
 
 #[test]
-fn over_the_rate_shares_follow_demand() {
+fn over_the_rate_the_shares_are_max_min_fair() {
+    // Both want more than half: half each, however much more.
     let f = split(20.0, &[Some(30.0), Some(10.0)], Rest::default());
-    assert!(close(f[0], 0.75) && close(f[1], 0.25), "{f:?}");
+    assert!(close(f[0], 0.5) && close(f[1], 0.5), "{f:?}");
+    // One wants less: its demand, and the rest to the other.
+    let f = split(20.0, &[Some(30.0), Some(4.0)], Rest::default());
+    assert!(close(f[0], 0.8) && close(f[1], 0.2), "{f:?}");
+    // Three, levels found past the smallest: 2, then 9 each for the two that want more.
+    let f = split(20.0, &[Some(2.0), Some(12.0), Some(40.0)], Rest::default());
+    assert!(
+        close(f[0], 0.1) && close(f[1], 0.45) && close(f[2], 0.45),
+        "{f:?}"
+    );
 }
 
 #[test]
@@ -116,7 +126,15 @@ fn the_rest_of_the_fleet_counts_in_the_split() {
         streams: 1,
         demand: 30.0,
     };
+    // The other replica's stream wants 30: both want more than 5, so 5 each.
     let f = split(10.0, &[Some(10.0)], rest);
+    assert!(close(f[0], 0.5), "{f:?}");
+    // Three there wanting 30 together (10 each): a quarter each.
+    let rest3 = Rest {
+        streams: 3,
+        demand: 30.0,
+    };
+    let f = split(10.0, &[Some(10.0)], rest3);
     assert!(close(f[0], 0.25), "{f:?}");
     // Under the rate, the slack is split among every stream of the fleet, not only ours.
     let rest = Rest {
@@ -138,13 +156,13 @@ fn a_stream_without_a_rate_gets_an_even_share_as_its_prior() {
     };
     let f = split(8.0, &[None, Some(0.0)], rest);
     assert!(close(f[0], 0.25 + 6.0 / 8.0 / 4.0), "{f:?}");
-    // Among busy ones: its prior (2 = 8 / 4) weighed against their demand.
+    // Among busy ones: its prior (2 = 8 / 4) in full, the busy ones an even part of the rest.
     let rest = Rest {
         streams: 2,
         demand: 20.0,
     };
     let f = split(8.0, &[None, Some(10.0)], rest);
-    assert!(close(f[0], 2.0 / 32.0) && close(f[1], 10.0 / 32.0), "{f:?}");
+    assert!(close(f[0], 2.0 / 8.0) && close(f[1], 2.0 / 8.0), "{f:?}");
 }
 
 #[test]
@@ -185,21 +203,21 @@ fn window(rpu: u32, window_ms: u64) -> Limit {
 
 #[test]
 fn a_window_room_is_the_limit_less_the_fleet_count_at_its_steady_rate() {
-    let room = Room::window(&window(600, 60_000), 450, 12_000);
+    let room = Room::window(&window(600, 60_000), 450, 0, 12_000);
     assert_eq!(room.now, 150);
     assert!(close(room.rate, 10.0));
     assert_eq!(
         room.until_ms, 100,
         "a sliding window drains a hit every 100 ms"
     );
-    assert_eq!(Room::window(&window(600, 60_000), 900, 1).now, 0);
-    assert_eq!(Room::window(&window(600, 60_000), 900, 40).until_ms, 40);
+    assert_eq!(Room::window(&window(600, 60_000), 900, 0, 1).now, 0);
+    assert_eq!(Room::window(&window(600, 60_000), 900, 0, 40).until_ms, 40);
     let fixed = Limit {
         algorithm: Algorithm::FixedWindow,
         ..window(600, 60_000)
     };
     assert_eq!(
-        Room::window(&fixed, 600, 12_000).until_ms,
+        Room::window(&fixed, 600, 0, 12_000).until_ms,
         12_000,
         "a fixed window waits for its reset"
     );
@@ -221,6 +239,21 @@ fn a_bucket_room_is_its_tokens_up_to_its_burst_refilled_one_token_at_a_time() {
     assert_eq!(room.until_ms, 334);
     // 20 tokens at 3 a second refill in under 7 s: longer than a report interval.
     assert!(!room.short);
+}
+
+#[test]
+fn a_window_hands_out_no_more_rate_than_it_drains_and_its_room_over_a_report() {
+    let limit = window(600, 60_000);
+    // A first epoch (nothing drains) with 20 left: 4 a second, not the steady 10.
+    let cold = Room::window(&limit, 580, 0, 30_000);
+    assert!(close(cold.absorbs(), 4.0));
+    assert_eq!(assign(&cold, 1.0, INTERVAL).strategy, bucket(20, 4, 1));
+    // A previous epoch of 600 drains 10 a second: that and the room's part.
+    let warm = Room::window(&limit, 580, 600, 30_000);
+    assert!(close(warm.absorbs(), 14.0));
+    // A short limit's streams' rates are what hold it: no cap.
+    let short = Room::window(&window(50, 1_000), 50, 0, 500);
+    assert!(short.absorbs().is_infinite());
 }
 
 #[test]
@@ -262,6 +295,7 @@ fn room(now: u64, rate: f64) -> Room {
         rate,
         until_ms: 2500,
         over: 0,
+        drain: rate,
         short: false,
     }
 }
@@ -528,10 +562,20 @@ proptest! {
         let rests = if total <= rate {
             (rest_demand + rest_streams as f64 * (rate - total) / streams) / rate
         } else {
-            rest_demand / total
+            // Max-min: the level where every stream's demand up to it adds up to the rate,
+            // by bisection (the rest: its streams, at least one, each an even part).
+            let n = rest_streams.max(1) as f64;
+            let wanted: Vec<f64> = demands.iter().map(|d| d.unwrap_or(prior)).collect();
+            let used = |l: f64| wanted.iter().map(|w| w.min(l)).sum::<f64>() + n * (rest_demand / n).min(l);
+            let (mut lo, mut hi) = (0.0, rate);
+            for _ in 0..200 {
+                let mid = (lo + hi) / 2.0;
+                if used(mid) < rate { lo = mid } else { hi = mid }
+            }
+            n * (rest_demand / n).min(lo) / rate
         };
         if rate > 0.0 && !demands.is_empty() {
-            prop_assert!(fractions.iter().sum::<f64>() + rests <= 1.0 + 1e-9);
+            prop_assert!(fractions.iter().sum::<f64>() + rests <= 1.0 + 1e-6);
         }
         let alone: Vec<Assignment> =
             fractions.iter().map(|&f| assign(&r, f, INTERVAL)).collect();

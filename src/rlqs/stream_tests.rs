@@ -231,7 +231,8 @@ fn two_streams_split_the_room_by_demand() {
     // The latest each was sent: the refresh's if it sent one, else the report's.
     let latest = |refreshed: &[BucketAction], reported: &[Option<Pb>]| {
         let r = strategies(refreshed);
-        tokens(r.first().unwrap_or(&reported[0])).1
+        let sent = r.first().or(reported.first()).expect("a share was sent");
+        tokens(sent).1
     };
     let (rate_a, rate_b) = (latest(&ra, &sa), latest(&rb, &sb));
     assert!(rate_a > 3.0 * rate_b, "{rate_a} vs {rate_b}");
@@ -372,8 +373,14 @@ fn a_refresh_sends_a_share_another_members_report_moved_and_nothing_else() {
         .unwrap();
     let at = T0.plus_millis(1000);
     assert!(b.refresh(at).is_empty(), "nothing moved yet");
-    // a turns busy (9 a second of the limit's 10): b's share shrinks.
+    // b wants 2 a second (its share: that and half of what is left), then a turns busy (9 a
+    // second of the limit's 10): b's share shrinks to its demand.
     let later = T0.plus_millis(5000);
+    b.report(
+        &report(vec![usage(prod(), 10, 0, 5)]).encode_to_vec(),
+        later,
+    )
+    .unwrap();
     a.report(
         &report(vec![usage(prod(), 45, 0, 5)]).encode_to_vec(),
         later,

@@ -6,7 +6,7 @@
 use super::{Compiled, RateLimiter};
 use crate::core::clock::UnixMillis;
 use crate::core::decide::Count;
-use crate::core::{Limit, Verdict};
+use crate::core::{Limit, Summary, Verdict};
 use crate::rules::Rule;
 use crate::telemetry::RuleStats;
 
@@ -19,6 +19,9 @@ pub struct QuotaCount {
     pub verdict: Verdict,
     /// The rule never denies: `shadow_mode` (its own, or the service's).
     pub allow_all: bool,
+    /// A window limit's count in the epoch before the current one (0 for a bucket): how fast
+    /// a sliding window's count drains as that epoch slides out.
+    pub prev: u64,
 }
 
 // === impl RateLimiter ===
@@ -50,10 +53,21 @@ impl RateLimiter {
             RuleStats::add(&stats.within_limit, admitted);
             RuleStats::add(&stats.over_limit, denied);
         }
+        let limit = rule.limits[outcome.reported].limit;
+        let summary = self
+            .entities
+            .get(entity, |e| {
+                e.state.states[outcome.reported].summary(&limit, now)
+            })
+            .flatten();
         Some(QuotaCount {
-            limit: rule.limits[outcome.reported].limit,
+            limit,
             verdict: outcome.verdict,
             allow_all: rule.shadow_mode || self.opts.shadow_mode,
+            prev: match summary {
+                Some(Summary::Window { counts, .. }) => counts[0],
+                _ => 0,
+            },
         })
     }
 }
