@@ -14,6 +14,8 @@
 //! - `share.rs`: the pure arithmetic of dividing one limit among the streams sharing a bucket:
 //!   each stream's demand from its reports, its fraction of the fleet's room, and the
 //!   assignment (token bucket or blanket rule, TTL) Envoy gets for it.
+//! - `room.rs`: what a counter leaves the fleet: tokens at once, the rate and what comes
+//!   back, and when the streams must be denied.
 //! - `presence.rs`: the engine as the fleet's presence exchange sees it (`global/presence/`).
 //! - `config.rs`: the `RLQS_*` settings.
 //!
@@ -25,6 +27,7 @@ pub mod engine;
 pub mod presence;
 pub mod replace;
 pub mod report;
+pub mod room;
 pub mod share;
 pub mod stream;
 
