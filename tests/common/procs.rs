@@ -103,8 +103,13 @@ fn start(
 
 /// One hit on `k=value` of domain `g`, as JSON.
 pub fn query(p: &Proc, value: &str) -> serde_json::Value {
+    query_in(p, "g", ("k", value))
+}
+
+/// One descriptor (`key`, `value`) of `domain` through `p`'s `POST /json`: the response.
+pub fn query_in(p: &Proc, domain: &str, (key, value): (&str, &str)) -> serde_json::Value {
     let body = format!(
-        r#"{{"domain":"g","descriptors":[{{"entries":[{{"key":"k","value":"{value}"}}]}}]}}"#
+        r#"{{"domain":"{domain}","descriptors":[{{"entries":[{{"key":"{key}","value":"{value}"}}]}}]}}"#
     );
     let (_, _, text) = http(p.http, "POST", "/json", &body, &[]).unwrap();
     serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"))

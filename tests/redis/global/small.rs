@@ -2,17 +2,13 @@
 //! replicas, the docs' own example (docs/global.md, "Running a fleet": 3 a day per user,
 //! queries alternating between the replicas) admits exactly 3 of every user's requests.
 
-use crate::common::procs::{spawn_sluice, wait_live, Proc};
+use crate::common::procs::{query_in, spawn_sluice, wait_live, Proc};
 use crate::common::redis::RedisServer;
 use crate::common::{http, repo};
 
 /// The overall code of one `envoy-e2e` query for `user` through `p` (`POST /json`).
 fn overall(p: &Proc, user: &str) -> String {
-    let body = format!(
-        r#"{{"domain":"envoy-e2e","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#
-    );
-    let (_, _, text) = http(p.http, "POST", "/json", &body, &[]).expect("sluice /json");
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
+    let v = query_in(p, "envoy-e2e", ("user", user));
     v["overallCode"].as_str().unwrap_or_default().to_string()
 }
 
