@@ -100,6 +100,12 @@ fn a_short_limit_is_denied_only_past_a_reporting_interval_of_its_rate() {
         assign_all(&at_limit, &[0.5], TTL)[0].strategy,
         bucket(25, 25, 1)
     );
+    // Fifty streams of a second's 1 token each hold MIN_SHORT_TOKENS at once, not 1.
+    let fifty = assign_all(&at_limit, &[0.02; 50], TTL);
+    assert!(
+        fifty.iter().all(|a| a.strategy == bucket(3, 1, 1)),
+        "{fifty:?}"
+    );
     // Past the limit by more than five seconds of its rate: denied.
     let mut over = at_limit;
     over.over = 251;

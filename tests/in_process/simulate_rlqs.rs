@@ -132,10 +132,11 @@ fn the_same_scenario_gives_the_same_report() {
 
 /// The scale matrix's cells held to both bounds: a 50/s bucket of burst 50 (one second of
 /// its rate) shared by one and two Envoys, at 1 s and 5 s reports, over the limit and under
-/// it, and by ten Envoys on two replicas over it. After the first period (ten fill times) the
-/// fleet admits 0.90–1.10× what an exact bucket fed the same arrivals admits, and over the
-/// limit each Envoy within 15 % of the mean; under it, at least 0.98× (nearly everything
-/// offered). The cells that still miss are in docs/accuracy.md, with why.
+/// it, by ten Envoys on two replicas over it and under it at 1 s reports, and by fifty on
+/// three over it. After the first period (ten fill times) the fleet admits 0.90–1.10× what
+/// an exact bucket fed the same arrivals admits, and over the limit each Envoy of up to ten
+/// within 15 % of the mean; under it, at least 0.98× (nearly everything offered). The cells
+/// that still miss are in docs/accuracy.md, with why.
 #[test]
 fn a_per_second_bucket_admits_its_whole_limit_and_no_more() {
     use sluice::sim::rlqs_matrix::{bounds, cell, SCALES};
@@ -147,7 +148,13 @@ fn a_per_second_bucket_admits_its_whole_limit_and_no_more() {
             }
         }
     }
-    cells.extend([((10, 2), 1_000, 2.0), ((10, 2), 5_000, 2.0)]);
+    cells.extend([
+        ((10, 2), 1_000, 2.0),
+        ((10, 2), 5_000, 2.0),
+        ((10, 2), 1_000, 0.8),
+        ((50, 3), 1_000, 2.0),
+        ((50, 3), 5_000, 2.0),
+    ]);
     let mut failures = Vec::new();
     let mut reports = Vec::new();
     for (fleet, report_ms, times) in cells {
@@ -160,7 +167,7 @@ fn a_per_second_bucket_admits_its_whole_limit_and_no_more() {
         if times < 1.0 && b.later < 0.98 {
             failures.push(format!("{what}: admitted {:.3}x under the limit", b.later));
         }
-        if times > 1.0 && b.spread > 0.15 {
+        if times > 1.0 && fleet.0 <= 10 && b.spread > 0.15 {
             failures.push(format!("{what}: Envoys {:.1} % apart", 100.0 * b.spread));
         }
         reports.push(r);
