@@ -473,10 +473,11 @@ fn clamp_fraction(fraction: f64) -> f64 {
 ///
 /// A [`short`](Room::short) limit's stream gets at least a token at once ([`assign_split`]
 /// gives it a second of its rate, whatever the room read after the last report, unless it is
-/// a young stream's capped first grant), and its rate is not held to its capacity:
-/// a bucket that holds less turns down requests that arrive together although the rate has
-/// room for them, and a fill capped at a capacity cut from the room held a busy stream far
-/// below its share.
+/// a young stream's capped first grant). No stream's rate is held to its capacity (Envoy's
+/// bucket refills continuously at `tokens_per_fill / fill_interval`, whatever it holds): a
+/// fill capped at a capacity cut from the room held a busy stream far below its share, and a
+/// new Envoy, whose first grant is a token or two, at two thirds of its share until its
+/// second report.
 fn with_tokens(room: &Room, fraction: f64, max_tokens: u64, ttl: Duration) -> Assignment {
     if room.exhausted() {
         return Assignment {
@@ -485,14 +486,13 @@ fn with_tokens(room: &Room, fraction: f64, max_tokens: u64, ttl: Duration) -> As
         };
     }
     let rate = room.rate.min(room.absorbs()) * fraction;
-    let (max_tokens, per_fill_cap) = if room.short {
-        (max_tokens.max(1), u64::from(u32::MAX))
+    let max_tokens = if room.short {
+        max_tokens.max(1)
     } else {
-        (max_tokens, max_tokens)
+        max_tokens
     };
     let max_tokens = u32::try_from(max_tokens).unwrap_or(u32::MAX);
-    let per_fill_cap = u32::try_from(per_fill_cap).unwrap_or(u32::MAX);
-    let strategy = match fill(rate, per_fill_cap).filter(|_| max_tokens > 0) {
+    let strategy = match fill(rate).filter(|_| max_tokens > 0) {
         Some((tokens_per_fill, fill_interval_s)) => Strategy::TokenBucket {
             max_tokens,
             tokens_per_fill,
@@ -507,21 +507,21 @@ fn with_tokens(room: &Room, fraction: f64, max_tokens: u64, ttl: Duration) -> As
 }
 
 /// `rate` tokens per second as (`tokens_per_fill`, whole seconds of `fill_interval`), at most
-/// `rate` and with at most `max_tokens` per fill; `None` when that is no token at all.
+/// `rate`; `None` when that is no token at all.
 ///
 /// The fill interval of 1 to [`MAX_PRECISION_FILL_S`] seconds that loses the least to
 /// rounding (the shortest of equals); when none of them takes a token, one token per the
 /// whole seconds that take at least one. So 0.84 a second is 4 every 5 s (0.8), not one
 /// every 2 s (0.5): a share rounded down that far starves a stream under the limit.
-fn fill(rate: f64, max_tokens: u32) -> Option<(u32, u32)> {
-    if rate.is_nan() || rate <= 0.0 || max_tokens == 0 {
+fn fill(rate: f64) -> Option<(u32, u32)> {
+    if rate.is_nan() || rate <= 0.0 {
         return None;
     }
     let mut best = (0u32, 1u32);
     for interval in 1..=MAX_PRECISION_FILL_S {
         let tokens = (rate * f64::from(interval))
             .floor()
-            .min(f64::from(max_tokens)) as u32;
+            .min(f64::from(u32::MAX)) as u32;
         // tokens / interval > best.0 / best.1, without division.
         if u64::from(tokens) * u64::from(best.1) > u64::from(best.0) * u64::from(interval) {
             best = (tokens, interval);

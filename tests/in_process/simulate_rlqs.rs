@@ -6,8 +6,9 @@
 //! The bounds (issue 21): admitted at most 1.10× the limit in every window; false denials
 //! (hits the exact limiter would have admitted) at most 2 % of the limit in every window while
 //! the offered hits stay under the limit; an idle Envoy's share used by the others within two
-//! reporting intervals; and a new Envoy given a share (a token bucket with a rate) at once. Each at Envoy 1.40's real 5 s reports and at 1 s, on the named seed
-//! and on others, so that they are not one seed's luck.
+//! reporting intervals; a new Envoy given a share (a token bucket with a rate) at once, and
+//! its fair share within two intervals. Each at Envoy 1.40's real 5 s reports and at 1 s, on
+//! the named seed and on others, so that they are not one seed's luck.
 
 use sluice::sim::rlqs::{run, RlqsReport, RlqsScenario};
 use sluice::sim::{render_rlqs, scenarios_at};
@@ -56,11 +57,23 @@ fn misses(r: &RlqsReport) -> Vec<String> {
         }
         _ => {}
     }
-    // Issue 21: "a new Envoy gets a prior share at once".
-    if r.join.is_some_and(|(first, _)| first <= 0.0) {
-        out.push(format!(
-            "{what}: the new Envoy's first assignment had no rate"
-        ));
+    // A new Envoy gets a prior share at once, and its fair share within two intervals:
+    // in the join scenario, a tenth of the rate (ten busy Envoys, one idle), 0.9 of it
+    // for the fill's rounding.
+    if let Some((first, later)) = r.join {
+        if first <= 0.0 {
+            out.push(format!(
+                "{what}: the new Envoy's first assignment had no rate"
+            ));
+        }
+        let fair = 1.0 / (r.envoys - 1) as f64;
+        if later < 0.9 * fair {
+            out.push(format!(
+                "{what}: the new Envoy ran {:.1} % of the rate two intervals in (fair: {:.1} %)",
+                100.0 * later,
+                100.0 * fair
+            ));
+        }
     }
     out
 }
