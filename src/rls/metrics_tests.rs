@@ -256,3 +256,40 @@ fn past_the_client_series_bound_hits_go_to_the_rules_own_series() {
     let total: f64 = rows.iter().map(|(_, v)| v).sum();
     assert_eq!(total, 601.0);
 }
+
+#[test]
+fn an_overrides_hits_count_in_its_own_series_or_with_metrics_override_series_off_the_rules() {
+    let yaml = "domain: d\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 10}\n    overrides: {acme: 50}\n";
+    for (own, acme, tenant) in [(true, Some(2.0), Some(1.0)), (false, None, Some(3.0))] {
+        let opts = Options {
+            override_series: own,
+            ..Options::default()
+        };
+        let l = limiter(yaml, opts);
+        for value in ["acme", "acme", "globex"] {
+            l.should_rate_limit(&request("d", descriptor(&[("tenant", value)])))
+                .unwrap();
+        }
+        let rows = hits(&l.telemetry().render());
+        let read = |rule: &str| {
+            rows.iter()
+                .find(|(k, _)| *k == format!("domain=\"d\",rule=\"{rule}\""))
+                .map(|(_, v)| *v)
+        };
+        assert_eq!(
+            (read("d.tenant_acme"), read("d.tenant")),
+            (acme, tenant),
+            "{rows:?}"
+        );
+    }
+}
+
+#[test]
+fn label_values_are_escaped_once_and_rendered_alike() {
+    let l = limiter(DOMAIN, Options::default());
+    l.should_rate_limit(&request("d", descriptor(&[("u", "a\"b\\c\nd")])))
+        .unwrap();
+    let text = l.telemetry().render();
+    let line = "ratelimit_total_hits_total{domain=\"d\",rule=\"d.u_a\\\"b\\\\c\\nd\"} 1";
+    assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+}

@@ -209,7 +209,8 @@ impl RateLimiter {
             exact::register_metrics(&telemetry, &client.stats);
         }
         let exact_below = exact.is_some().then_some(opts.exact_below);
-        let compiled = Self::compile_stats(&telemetry, (rules, exact_below), files, clock.now());
+        let policy = (exact_below, opts.override_series);
+        let compiled = Self::compile_stats(&telemetry, (rules, policy), files, clock.now());
         let limiter = Arc::new(RateLimiter {
             rules: ArcSwap::from_pointee(compiled),
             entities,
@@ -293,9 +294,11 @@ impl RateLimiter {
         ))
     }
 
+    /// `rules` with their metric series, given (`EXACT_BELOW` in global mode, `None` in
+    /// local mode; `METRICS_OVERRIDE_SERIES`).
     fn compile_stats(
         t: &Telemetry,
-        (mut rules, exact_below): (RuleSet, Option<u32>),
+        (mut rules, (exact_below, override_series)): (RuleSet, (Option<u32>, bool)),
         files: Vec<String>,
         now: UnixMillis,
     ) -> Compiled {
@@ -306,7 +309,13 @@ impl RateLimiter {
         let stats = rules
             .rules()
             .iter()
-            .map(|r| t.rules.get(&r.domain, &r.full_key))
+            .map(|r| {
+                let key = match &r.override_of {
+                    Some(rule) if !override_series => rule,
+                    _ => &r.full_key,
+                };
+                t.rules.get(&r.domain, key)
+            })
             .collect();
         Compiled {
             has_exact: rules.has_exact(),
@@ -326,7 +335,7 @@ impl RateLimiter {
         let exact_below = self.exact.is_some().then_some(self.opts.exact_below);
         let compiled = Arc::new(Self::compile_stats(
             &self.telemetry,
-            (rules, exact_below),
+            (rules, (exact_below, self.opts.override_series)),
             files,
             self.clock.now(),
         ));

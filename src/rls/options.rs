@@ -83,6 +83,9 @@ pub struct Options {
     pub cache: CacheSettings,
     /// Bounds of the metric series made from client input.
     pub metric_series: SeriesBounds,
+    /// `METRICS_OVERRIDE_SERIES`: each of a rule's `overrides` has a metric series of its own
+    /// (as a descriptor for that value alone would); off, its hits count in the rule's.
+    pub override_series: bool,
 }
 
 impl Default for Options {
@@ -91,6 +94,7 @@ impl Default for Options {
             shadow_mode: false,
             quota_mode: false,
             exact_below: EXACT_BELOW,
+            override_series: true,
             response_headers: None,
             header_format: HeaderFormat::Reference,
             problem_body: false,

@@ -136,6 +136,7 @@ impl RateLimiter {
                 replaces: Vec::new(),
                 exact: false,
                 metadata: None,
+                override_of: None,
             };
             let entity =
                 identity::override_entity(&rule.full_key, o.requests_per_unit, unit.seconds());

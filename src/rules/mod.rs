@@ -149,6 +149,9 @@ pub struct Rule {
     pub exact: bool,
     /// The descriptor's free-form `metadata`, for `RESPONSE_DYNAMIC_METADATA`.
     pub metadata: Option<std::sync::Arc<serde_yaml::Value>>,
+    /// For a rule compiled from one of a rule's `overrides`, that rule's `full_key`: its
+    /// metric series when `METRICS_OVERRIDE_SERIES` is off.
+    pub override_of: Option<String>,
 }
 
 impl Rule {
@@ -558,12 +561,25 @@ mod tests {
             &[("p", "/api/v1")],
             &[("p", "/api/v2")],
         ];
+        // The same rules but for knowing whose override each is.
+        let unowned = |r: &Rule| Rule {
+            override_of: None,
+            ..r.clone()
+        };
         for &d in descriptors {
             let (a, b) = (with.find("d", d).unwrap(), expanded.find("d", d).unwrap());
-            assert_eq!((a.rule, a.entity), (b.rule, b.entity), "{d:?}");
+            assert_eq!(
+                (unowned(a.rule), a.entity),
+                (b.rule.clone(), b.entity),
+                "{d:?}"
+            );
             let bucket: HashMap<&str, &str> = d.iter().copied().collect();
             let c = with.find_bucket("d", &bucket).unwrap();
-            assert_eq!((c.rule, c.entity), (b.rule, b.entity), "{d:?}");
+            assert_eq!(
+                (unowned(c.rule), c.entity),
+                (b.rule.clone(), b.entity),
+                "{d:?}"
+            );
             assert_eq!(with.metric_key(&a, d), expanded.metric_key(&b, d), "{d:?}");
         }
         let acme = [("t", "acme-1")];

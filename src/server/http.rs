@@ -24,6 +24,7 @@ use crate::rls::RateLimiter;
 use crate::server::shutdown::Readiness;
 use crate::sources::ReloadStatus;
 use crate::telemetry::otel::{Tracer, Via};
+use crate::telemetry::Telemetry;
 
 /// What the HTTP handlers share.
 #[derive(Debug, Clone)]
@@ -102,7 +103,10 @@ async fn readyz(State(s): State<AdminState>) -> Response {
 async fn metrics(State(s): State<AdminState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.limiter.telemetry().render(),
+        s.limiter
+            .telemetry()
+            .render_off_workers(Telemetry::render)
+            .await,
     )
         .into_response()
 }

@@ -173,6 +173,7 @@ pub const SERVE: &[Spec] = &[
     spec("MAX_DESCRIPTOR_ENTRIES", "max-descriptor-entries", Some("32"), "Most entries in one descriptor"),
     spec("MAX_VALUE_BYTES", "max-value-bytes", Some("4096"), "Longest entry key or value, in bytes"),
     spec("METRICS_MAX_KEY_BYTES", "metrics-max-key-bytes", Some("512"), "Longest metric key made from client input (limit overrides, detailed_metric/value_to_metric values), in bytes (at least 64); a longer one keeps its start and a hash of the whole"),
+    Spec { default: Some("true"), ..boolean("METRICS_OVERRIDE_SERIES", "metrics-override-series", "Each of a rule's overrides has a metric series of its own (as a descriptor for that value would); false: its hits count in the rule's series") },
     spec("METRICS_MAX_CLIENT_SERIES", "metrics-max-client-series", Some("10000"), "Most metric series made from client input; past it their hits are counted under the rule's own series (limit overrides: <domain>.override)"),
     Spec { shape: Shape::Hidden, ..spec("SLUICE_CLOCK_SKEW", "clock-skew", None, "Testing aid: pretend this machine's clock is off by this much (e.g. 30s, -5s); in global mode the offset measured from Redis TIME corrects it") },
     Spec { default: Some("true"), ..boolean("RLQS_ENABLED", "rlqs-enabled", "Serve Envoy's rate-limit quota service (StreamRateLimitQuotas) on the gRPC port") },

@@ -262,6 +262,7 @@ fn options(v: &mut Values<'_>) -> Options {
             ),
             max_client_series: v.or("METRICS_MAX_CLIENT_SERIES", 0, number),
         },
+        override_series: v.or("METRICS_OVERRIDE_SERIES", true, boolean),
     }
 }
 

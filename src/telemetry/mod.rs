@@ -54,6 +54,8 @@ pub struct Telemetry {
     pub service: Arc<ServiceStats>,
     config_loads: Counter<u64>,
     otlp_rule_counters: std::sync::Once,
+    /// Held while a scrape renders: one render at a time, however many scrapers.
+    rendering: tokio::sync::Mutex<()>,
 }
 
 /// Most series per rule counter exported over OTLP (the SDK keeps a map this large per
@@ -136,6 +138,7 @@ impl Telemetry {
             service,
             config_loads,
             otlp_rule_counters: std::sync::Once::new(),
+            rendering: tokio::sync::Mutex::new(()),
         };
         let rules = t.rules.clone();
         t.labelled_gauge(
@@ -238,6 +241,18 @@ impl Telemetry {
         text
     }
 
+    /// `render(self)` ([`Telemetry::render`], or the reference exporter's) on a blocking
+    /// thread, one render at a time: at the rules files' bound of 200,000 overrides a render
+    /// writes 73 MB of text, and on a runtime worker it held the requests queued behind it
+    /// for as long (up to 0.8 s). Concurrent scrapes wait their turn, off the workers too.
+    pub async fn render_off_workers(self: &Arc<Self>, render: fn(&Telemetry) -> String) -> String {
+        let _one = self.rendering.lock().await;
+        let t = self.clone();
+        tokio::task::spawn_blocking(move || render(&t))
+            .await
+            .unwrap_or_default()
+    }
+
     /// Flushes and stops the meter provider. Blocks while an OTLP reader sends its last
     /// export: call it off the runtime's workers.
     pub fn shutdown(&self) {
@@ -264,19 +279,25 @@ pub fn init_logging(level: &str, format: &str) {
 /// the client-made ones, each bounded), labelled by domain and rule path.
 fn write_rule_counters(out: &mut String, rules: &RuleStatsRegistry) {
     use std::fmt::Write as _;
-    let series = rules.snapshot();
+    let series = rules.labelled();
+    // Each counter's line of each series (its name, the labels and a few digits): reserved
+    // once, not regrown a line at a time.
+    let labels: usize = series.iter().map(|(l, _)| l.len()).sum();
+    let names: usize = RULE_COUNTERS
+        .iter()
+        .map(|(suffix, ..)| names::rule_counter_name(suffix).len() + 8)
+        .sum();
+    out.reserve(names * series.len() + RULE_COUNTERS.len() * labels);
     for (suffix, help, read) in RULE_COUNTERS {
         let name = names::rule_counter_name(suffix);
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} counter");
-        for ((domain, key), s) in &series {
-            let _ = writeln!(
-                out,
-                "{name}{{domain=\"{}\",rule=\"{}\"}} {}",
-                label_value(domain),
-                label_value(key),
-                read(s)
-            );
+        for (labels, s) in &series {
+            out.push_str(&name);
+            out.push('{');
+            out.push_str(labels);
+            out.push_str("} ");
+            let _ = writeln!(out, "{}", read(s));
         }
     }
 }
@@ -413,5 +434,34 @@ mod tests {
                 && text.contains(r#"sluice_metric_series{kind="client"} 0"#),
             "{text}"
         );
+    }
+
+    /// A render that records how many renders run at once and where it ran: it holds on a
+    /// moment so that renders not kept one at a time would overlap.
+    fn recording(_: &Telemetry) -> String {
+        use std::sync::atomic::AtomicUsize;
+        static NOW: AtomicUsize = AtomicUsize::new(0);
+        static MOST: AtomicUsize = AtomicUsize::new(0);
+        let n = NOW.fetch_add(1, Ordering::SeqCst) + 1;
+        MOST.fetch_max(n, Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        NOW.fetch_sub(1, Ordering::SeqCst);
+        format!(
+            "{:?} {}",
+            std::thread::current().id(),
+            MOST.load(Ordering::SeqCst)
+        )
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn scrapes_render_off_the_runtime_one_at_a_time() {
+        let t = Arc::new(Telemetry::new().unwrap());
+        let here = format!("{:?}", std::thread::current().id());
+        let renders = (0..4).map(|_| t.render_off_workers(recording));
+        for out in futures_util::future::join_all(renders).await {
+            let (thread, most) = out.split_once(' ').unwrap();
+            assert_ne!(thread, here, "rendered on the runtime's thread");
+            assert_eq!(most, "1", "renders at once");
+        }
     }
 }

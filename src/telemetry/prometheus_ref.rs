@@ -29,7 +29,10 @@ pub fn router(path: &str, telemetry: Arc<Telemetry>) -> Router {
         path,
         get(move || {
             let t = telemetry.clone();
-            async move { ([("content-type", "text/plain; version=0.0.4")], render(&t)) }
+            async move {
+                let text = t.render_off_workers(render).await;
+                ([("content-type", "text/plain; version=0.0.4")], text)
+            }
         }),
     )
 }

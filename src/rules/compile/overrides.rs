@@ -122,6 +122,7 @@ impl Compiler<'_> {
                 id: rule_id(&value_composite, false, &plain(&limits)),
                 full_key: value_composite,
                 limits,
+                override_of: Some(parent.full_key.clone()),
                 ..parent.clone()
             };
             self.rules.push(rule);

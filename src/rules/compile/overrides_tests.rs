@@ -46,8 +46,16 @@ fn an_override_compiles_to_the_rule_of_a_descriptor_for_its_value() {
             "unit: second, requests_per_unit: 5, unit_multiplier: 2,"
         ),
     ));
-    for key in ["d.tenant", "d.tenant_acme", "d.tenant_7"] {
-        assert_eq!(rule(&s, key), rule(&expanded, key), "{key}");
+    // The same but for knowing whose override it is (for METRICS_OVERRIDE_SERIES).
+    assert_eq!(rule(&s, "d.tenant"), rule(&expanded, "d.tenant"));
+    for key in ["d.tenant_acme", "d.tenant_7"] {
+        let o = rule(&s, key);
+        assert_eq!(o.override_of.as_deref(), Some("d.tenant"));
+        let o = Rule {
+            override_of: None,
+            ..o.clone()
+        };
+        assert_eq!(&o, rule(&expanded, key), "{key}");
     }
     // A count keeps the rest of the rule's limit (burst and strict as written); a whole
     // limit replaces it, and the rule's additional limits stay.

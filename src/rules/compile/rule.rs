@@ -54,6 +54,7 @@ impl Compiler<'_> {
             replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
             exact: rl.exact,
             metadata: d.metadata.clone().map(std::sync::Arc::new),
+            override_of: None,
         });
         Some(self.rules.len() - 1)
     }
