@@ -16,17 +16,21 @@
 //! one a descriptor for its value alone would have.
 //!
 //! Files: `model/` (the YAML model and its key check), `prescan.rs` (size and nesting bounds
-//! checked before parsing), `error.rs` (a rules file's error as printed, and giving errors
-//! their lines), `locate.rs` (the line and column of a node in the text), `compile/`
-//! (validation, compilation), `tree/` (the descriptor tree and wildcard matching),
-//! `identity.rs` (rule ids and entity keys).
+//! checked before parsing), `documents.rs` (the first YAML document of a file, and the
+//! warning for the others), `error.rs` (a rules file's error as printed, and giving errors
+//! their lines), `locate.rs` (the line and column of a node in the text), `hints.rs` (the
+//! likely cause of a YAML error, the key an unknown one misspells), `compile/` (validation,
+//! compilation), `tree/` (the descriptor tree and wildcard matching), `identity.rs` (rule
+//! ids and entity keys).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 mod bucket;
 mod compile;
+mod documents;
 pub mod error;
+mod hints;
 pub mod identity;
 pub mod locate;
 pub mod model;
@@ -38,6 +42,7 @@ pub use compile::{compile_sources, with_prior_errors, MAX_OVERRIDES, MAX_OVERRID
 pub use tree::MAX_WILDCARD_CHECKS;
 
 use crate::core::{Algorithm, Limit};
+use error::ConfigError;
 use identity::EntityKey;
 use tree::{KeyLevel, Kind, Node};
 
@@ -224,6 +229,8 @@ impl<'s> Walk<'s> {
 pub struct RuleSet {
     domains: HashMap<String, HashMap<String, KeyLevel>>,
     rules: Vec<Rule>,
+    /// What the files' parse let pass but named ([`RuleSet::warnings`]).
+    warnings: Vec<ConfigError>,
 }
 
 // === impl RuleSet ===
@@ -242,6 +249,14 @@ impl RuleSet {
     /// Every compiled rule, in load order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// What the rules files held that the reference lets pass and so does sluice, but that
+    /// is likely a slip, each with its file and line: a key of the reference's out of place
+    /// (ignored), a YAML document after the first (never read). `sluice check` prints them,
+    /// and a load logs them.
+    pub fn warnings(&self) -> &[ConfigError] {
+        &self.warnings
     }
 
     /// Makes every rule each of whose limits holds fewer than `below` hits (a window's

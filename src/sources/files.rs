@@ -92,7 +92,8 @@ pub fn load_files(files: &[PathBuf], merge_domains: bool) -> Result<RuleSet, Vec
     rules::with_prior_errors(errors, rules::compile_sources(&sources, merge_domains))
 }
 
-/// Loads the rules at `path` (a file or a directory).
+/// Loads the rules at `path` (a file or a directory), at start and on every reload, and
+/// logs their warnings: a load that goes ahead still says what it ignored.
 ///
 /// # Errors
 /// Every error found.
@@ -102,6 +103,9 @@ pub fn load_path(
 ) -> Result<(RuleSet, Vec<String>), Vec<ConfigError>> {
     let files = rule_files(path).map_err(|e| vec![e])?;
     let set = load_files(&files, merge_domains)?;
+    for w in set.warnings() {
+        tracing::warn!(warning = %w, "rules file warning");
+    }
     Ok((set, files.iter().map(|f| f.display().to_string()).collect()))
 }
 

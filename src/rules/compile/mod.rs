@@ -75,7 +75,8 @@ impl RuleSet {
 
 /// Parses and compiles rules sources given as (name, text), reporting every error of every
 /// file at once: key, syntax and type problems and semantic ones alike, each with its line
-/// and column in the file where they can be found (`error.rs`, `locate.rs`).
+/// and column in the file where they can be found (`error.rs`, `locate.rs`). The set keeps
+/// the files' warnings, located the same way.
 ///
 /// # Errors
 /// Every problem found; nothing is compiled when there is one.
@@ -85,18 +86,25 @@ pub fn compile_sources(
 ) -> Result<RuleSet, Vec<ConfigError>> {
     let mut parsed = Vec::new();
     let mut errors = Vec::new();
+    let mut warnings = Vec::new();
     for (name, text) in sources {
-        let (file, mut errs) = model::parse_lenient(name, text);
-        errors.append(&mut errs);
-        if let Some(f) = file {
+        let mut p = model::parse_lenient(name, text);
+        errors.append(&mut p.errors);
+        warnings.append(&mut p.warnings);
+        if let Some(f) = p.file {
             parsed.push((name.clone(), f));
         }
     }
     let mut result = with_prior_errors(errors, RuleSet::compile(&parsed, merge_domains));
-    if let Err(errors) = &mut result {
-        for (name, text) in sources {
-            error::resolve(errors, name, text);
+    let located = match &mut result {
+        Ok(set) => {
+            set.warnings = warnings;
+            &mut set.warnings
         }
+        Err(errors) => errors,
+    };
+    for (name, text) in sources {
+        error::resolve(located, name, text);
     }
     result
 }
@@ -274,5 +282,7 @@ mod limit;
 mod overrides;
 mod rule;
 
+#[cfg(test)]
+mod reading_tests;
 #[cfg(test)]
 mod tests;
