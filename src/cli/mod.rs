@@ -72,7 +72,11 @@ pub fn check(args: &CheckArgs) -> ExitCode {
             }
         }
     }
-    match crate::sources::files::load_files(&files, args.merge_domain_config) {
+    let options = crate::rules::CompileOptions {
+        merge_domains: args.merge_domain_config,
+        ..Default::default()
+    };
+    match crate::sources::files::load_files(&files, options) {
         Ok(set) => {
             for w in set.warnings() {
                 println!("warning: {w}");

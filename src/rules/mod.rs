@@ -38,7 +38,10 @@ pub mod prescan;
 mod tree;
 
 pub use bucket::{MAX_BUCKET_ENTRIES, MAX_BUCKET_LOOKUPS};
-pub use compile::{compile_sources, with_prior_errors, MAX_OVERRIDES, MAX_OVERRIDES_PER_RULE};
+pub use compile::{
+    compile_sources, compile_sources_with, with_prior_errors, CompileOptions, MAX_OVERRIDES,
+    MAX_OVERRIDES_PER_RULE,
+};
 pub use tree::MAX_WILDCARD_CHECKS;
 
 use crate::core::{Algorithm, Limit};

@@ -1,8 +1,9 @@
 //! Tests of reading rules files as envoyproxy/ratelimit reads them, and saying what it
 //! lets pass: the first YAML document only, its keys out of place (accepted, with a
-//! warning), the hints of YAML and key errors.
+//! warning), the hints of YAML and key errors, and the algorithm of limits that name none.
 
 use super::*;
+use crate::core::Algorithm;
 
 fn load(yaml: &str) -> Result<RuleSet, Vec<String>> {
     compile_sources(&[("r.yaml".into(), yaml.into())], false)
@@ -106,4 +107,40 @@ fn an_unknown_key_names_the_known_key_it_likely_misspells() {
             "r.yaml: rate_limit of 'd.k' has no requests_per_unit (say `unlimited: true` for no limit, or `requests_per_unit: 0` to deny every request) (line 4, column 5; domain 'd', descriptor path 'k')",
         ]
     );
+}
+
+#[test]
+fn the_default_algorithm_applies_to_limits_that_name_none() {
+    let yaml = "domain: d\ndescriptors:\n  - key: plain\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    additional_limits:\n      - {unit: day, requests_per_unit: 100}\n    overrides: {acme: 50}\n  - key: named\n    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_window}\n";
+    let with = |default_algorithm| {
+        let options = CompileOptions {
+            default_algorithm,
+            ..CompileOptions::default()
+        };
+        compile_sources_with(&[("r.yaml".into(), yaml.into())], options).unwrap()
+    };
+    let algorithms = |set: &RuleSet, key: &str, value: &str| -> Vec<Algorithm> {
+        let m = set.find("d", &[(key, value)]).unwrap();
+        m.rule.limits.iter().map(|l| l.limit.algorithm).collect()
+    };
+    let fixed = with(Algorithm::FixedWindow);
+    use Algorithm::{FixedWindow, SlidingWindow};
+    assert_eq!(algorithms(&fixed, "plain", "x"), [FixedWindow, FixedWindow]);
+    assert_eq!(
+        algorithms(&fixed, "plain", "acme"),
+        [FixedWindow, FixedWindow]
+    );
+    assert_eq!(algorithms(&fixed, "named", "x"), [SlidingWindow]);
+    assert!(fixed
+        .dump()
+        .contains("d.plain: unit=MINUTE requests_per_unit=5 algorithm=fixed_window,"));
+    // Unset, the default stays sliding, and the two are counted apart (the id says which).
+    let sliding = load(yaml).unwrap();
+    assert_eq!(
+        algorithms(&sliding, "plain", "x"),
+        [SlidingWindow, SlidingWindow]
+    );
+    assert_eq!(with(SlidingWindow).rules(), sliding.rules());
+    assert_ne!(fixed.rules()[0].id, sliding.rules()[0].id);
+    assert_eq!(fixed.rules()[2].id, sliding.rules()[2].id);
 }
