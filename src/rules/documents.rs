@@ -32,22 +32,21 @@ pub(crate) fn ignored<'a>(
             Ok(Empty) => continue,
             Err(e) => e,
         };
-        let parsed = e.to_string().contains(NOT_EMPTY);
+        let not_empty = e.to_string().contains(NOT_EMPTY);
         if first_at.is_none() {
             first_at = Some(e.location());
-        } else if parsed {
+        } else if not_empty {
             more += 1;
         }
         // A syntax error ends the stream (the iterator would yield it again and again); it
         // is the document that was being read, already counted when it began.
-        if !parsed {
+        if !not_empty {
             break;
         }
     }
     let at = first_at?;
     let others = match more {
         0 => String::new(),
-        1 => " (and 1 more after it)".to_string(),
         n => format!(" (and {n} more after it)"),
     };
     let mut warning = ConfigError::new(

@@ -111,6 +111,7 @@ fn an_unknown_key_names_the_known_key_it_likely_misspells() {
 
 #[test]
 fn the_default_algorithm_applies_to_limits_that_name_none() {
+    use Algorithm::{FixedWindow, SlidingWindow};
     let yaml = "domain: d\ndescriptors:\n  - key: plain\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    additional_limits:\n      - {unit: day, requests_per_unit: 100}\n    overrides: {acme: 50}\n  - key: named\n    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_window}\n";
     let with = |default_algorithm| {
         let options = CompileOptions {
@@ -123,8 +124,7 @@ fn the_default_algorithm_applies_to_limits_that_name_none() {
         let m = set.find("d", &[(key, value)]).unwrap();
         m.rule.limits.iter().map(|l| l.limit.algorithm).collect()
     };
-    let fixed = with(Algorithm::FixedWindow);
-    use Algorithm::{FixedWindow, SlidingWindow};
+    let fixed = with(FixedWindow);
     assert_eq!(algorithms(&fixed, "plain", "x"), [FixedWindow, FixedWindow]);
     assert_eq!(
         algorithms(&fixed, "plain", "acme"),
