@@ -48,8 +48,8 @@ pub(crate) async fn load_rules(
     }
     // On a blocking thread, as every later reload: other tasks (exporters, a caller's own)
     // share this runtime.
-    let (path, merge) = (settings.config_path.clone(), settings.merge_domains);
-    let (rules, files) = tokio::task::spawn_blocking(move || reload::load_path(&path, merge))
+    let (path, options) = (settings.config_path.clone(), settings.rules);
+    let (rules, files) = tokio::task::spawn_blocking(move || reload::load_path(&path, options))
         .await
         .unwrap_or_else(|e| {
             Err(vec![ConfigError::new(
@@ -110,7 +110,7 @@ pub(crate) fn spawn_rules_source(
         Some(xds) => {
             let client = XdsClient {
                 settings: xds.clone(),
-                merge_domains: settings.merge_domains,
+                rules: settings.rules,
                 limiter: limiter.clone(),
                 status: status.clone(),
             };
@@ -118,7 +118,7 @@ pub(crate) fn spawn_rules_source(
         }
         None => reload::spawn_watcher(
             settings.config_path.clone(),
-            settings.merge_domains,
+            settings.rules,
             settings.reload_debounce,
             limiter.clone(),
             status.clone(),

@@ -59,7 +59,8 @@ pub enum QueryError {
     },
 }
 
-/// `sluice check`: validates every file (directories are expanded) and lists every error.
+/// `sluice check`: validates every file (directories are expanded) and lists every error, or
+/// every warning of files that are valid (they pass: the reference loads them).
 pub fn check(args: &CheckArgs) -> ExitCode {
     let mut files = Vec::new();
     for p in &args.paths {
@@ -71,8 +72,15 @@ pub fn check(args: &CheckArgs) -> ExitCode {
             }
         }
     }
-    match crate::sources::files::load_files(&files, args.merge_domain_config) {
+    let options = crate::rules::CompileOptions {
+        merge_domains: args.merge_domain_config,
+        ..Default::default()
+    };
+    match crate::sources::files::load_files(&files, options) {
         Ok(set) => {
+            for w in set.warnings() {
+                println!("warning: {w}");
+            }
             println!(
                 "OK: {} rule(s) in {} file(s)",
                 set.rules().len(),

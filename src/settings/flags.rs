@@ -130,6 +130,7 @@ pub const SERVE: &[Spec] = &[
     spec("STATS_FLUSH_INTERVAL", "stats-flush-interval", Some("10s"), "How often the statsd counters are sent"),
     boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "stop-cache-key-increment-when-overlimit", "When any descriptor of a request goes over, do not count the others"),
     boolean("MERGE_DOMAIN_CONFIG", "merge-domain-config", "Merge files that share a domain instead of rejecting them"),
+    spec("DEFAULT_ALGORITHM", "default-algorithm", Some("sliding_window"), "Algorithm of the limits that name none: sliding_window, or fixed_window (envoyproxy/ratelimit's windows, for every rule at once)"),
     boolean("TRACING_ENABLED", "tracing-enabled", "Export a span per ShouldRateLimit over OTLP, continuing Envoy's trace (W3C or B3 headers)"),
     spec("TRACING_EXPORTER_PROTOCOL", "tracing-exporter-protocol", Some("http"), "OTLP protocol: http (protobuf, port 4318) or grpc (port 4317); OTLP metrics use it too"),
     spec("TRACING_SERVICE_NAME", "tracing-service-name", Some("RateLimit"), "service.name of exported spans and OTLP metrics"),

@@ -20,6 +20,7 @@ use crate::global::redis::{normalize_url, RedisOptions, RedisTls, SentinelMaster
 use crate::global::SyncSettings;
 pub use crate::global::{PerSecondRedis, RedisSettings};
 use crate::rls::{HeaderFormat, HeaderNames, Options};
+use crate::rules::CompileOptions;
 use crate::server::grpc_conn::GrpcLimits;
 use crate::server::tls::{self, GrpcTls};
 use crate::sources::xds::XdsSettings;
@@ -65,8 +66,8 @@ pub struct Settings {
     pub http_idle_timeout: Duration,
     /// Most HTTP connections served at once.
     pub http_max_connections: usize,
-    /// Merge files sharing a domain.
-    pub merge_domains: bool,
+    /// How the rules are read: files sharing a domain merged, the default algorithm.
+    pub rules: CompileOptions,
     /// Service behaviour.
     pub options: Options,
     /// Log level.
@@ -132,7 +133,7 @@ impl Settings {
         let mut v = Values::new(args, env);
         let listeners = listen::listeners(&mut v);
         let grpc_tls = listen::grpc_tls(&mut v);
-        let (config_path, merge_domains, reload_debounce) = rules::files(&mut v);
+        let (config_path, rules, reload_debounce) = rules::files(&mut v);
         let options = options(&mut v);
         let redis_tls = redis_tls(&mut v);
         let redis = redis(&mut v, &MAIN, &redis_tls);
@@ -167,7 +168,7 @@ impl Settings {
             http_header_read_timeout: listeners.header_read_timeout,
             http_idle_timeout: listeners.idle_timeout,
             http_max_connections: listeners.max_connections,
-            merge_domains,
+            rules,
             options,
             log_level,
             log_format: log_format.to_string(),

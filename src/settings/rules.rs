@@ -1,5 +1,6 @@
-//! Where the rules come from: the rules path, whether domains merge, the reload debounce, and
-//! `CONFIG_TYPE` with the xDS management server's variables.
+//! Where the rules come from and how they are read: the rules path, whether domains merge,
+//! the default algorithm, the reload debounce, and `CONFIG_TYPE` with the xDS management
+//! server's variables.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,11 +9,13 @@ use super::source::{
     at_least_one, boolean, duration, one_of, positive_duration, ValueError, Values,
 };
 
+use crate::core::Algorithm;
+use crate::rules::CompileOptions;
 use crate::server::tls;
 use crate::sources::xds::{connect, XdsSettings, XdsTls};
 
-/// Where the rules are, whether domains merge, and the reload debounce.
-pub(super) fn files(v: &mut Values<'_>) -> (PathBuf, bool, Duration) {
+/// Where the rules are, how they are read, and the reload debounce.
+pub(super) fn files(v: &mut Values<'_>) -> (PathBuf, CompileOptions, Duration) {
     let config_path = match (v.raw("SLUICE_CONFIG"), v.raw("RUNTIME_ROOT")) {
         (Some(config), _) => PathBuf::from(config),
         (None, Some(root)) => PathBuf::from(root)
@@ -20,9 +23,19 @@ pub(super) fn files(v: &mut Values<'_>) -> (PathBuf, bool, Duration) {
             .join(v.text("RUNTIME_APPDIRECTORY")),
         (None, None) => PathBuf::from("config/rules"),
     };
-    let merge = v.or("MERGE_DOMAIN_CONFIG", false, boolean);
+    let options = CompileOptions {
+        merge_domains: v.or("MERGE_DOMAIN_CONFIG", false, boolean),
+        default_algorithm: match v.or(
+            "DEFAULT_ALGORITHM",
+            "sliding_window",
+            one_of(&["sliding_window", "fixed_window"]),
+        ) {
+            "fixed_window" => Algorithm::FixedWindow,
+            _ => Algorithm::SlidingWindow,
+        },
+    };
     let debounce = v.or("RELOAD_DEBOUNCE", Duration::ZERO, duration);
-    (config_path, merge, debounce)
+    (config_path, options, debounce)
 }
 
 /// `CONFIG_TYPE` and, for `GRPC_XDS_SOTW`, how to reach the management server. The xDS

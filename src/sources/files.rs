@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::rls::RateLimiter;
 use crate::rules::model::ConfigError;
 use crate::rules::prescan::MAX_FILE_BYTES;
-use crate::rules::{self, RuleSet};
+use crate::rules::{self, CompileOptions, RuleSet};
 
 use super::{load_and_swap, ReloadStatus};
 
@@ -76,11 +76,11 @@ fn read_bounded(path: &Path) -> Result<String, ConfigError> {
     Ok(text)
 }
 
-/// Reads, parses, validates and compiles `files`.
+/// Reads, parses, validates and compiles `files`, as `options` say.
 ///
 /// # Errors
 /// Every error in every file.
-pub fn load_files(files: &[PathBuf], merge_domains: bool) -> Result<RuleSet, Vec<ConfigError>> {
+pub fn load_files(files: &[PathBuf], options: CompileOptions) -> Result<RuleSet, Vec<ConfigError>> {
     let mut sources = Vec::new();
     let mut errors = Vec::new();
     for f in files {
@@ -89,19 +89,23 @@ pub fn load_files(files: &[PathBuf], merge_domains: bool) -> Result<RuleSet, Vec
             Err(e) => errors.push(e),
         }
     }
-    rules::with_prior_errors(errors, rules::compile_sources(&sources, merge_domains))
+    rules::with_prior_errors(errors, rules::compile_sources_with(&sources, options))
 }
 
-/// Loads the rules at `path` (a file or a directory).
+/// Loads the rules at `path` (a file or a directory), at start and on every reload, and
+/// logs their warnings: a load that goes ahead still says what it ignored.
 ///
 /// # Errors
 /// Every error found.
 pub fn load_path(
     path: &Path,
-    merge_domains: bool,
+    options: CompileOptions,
 ) -> Result<(RuleSet, Vec<String>), Vec<ConfigError>> {
     let files = rule_files(path).map_err(|e| vec![e])?;
-    let set = load_files(&files, merge_domains)?;
+    let set = load_files(&files, options)?;
+    for w in set.warnings() {
+        tracing::warn!(warning = %w, "rules file warning");
+    }
     Ok((set, files.iter().map(|f| f.display().to_string()).collect()))
 }
 
@@ -110,12 +114,12 @@ pub fn load_path(
 /// were applied.
 pub async fn reload(
     path: &Path,
-    merge_domains: bool,
+    options: CompileOptions,
     limiter: &Arc<RateLimiter>,
     status: &ReloadStatus,
 ) -> bool {
     let path_owned = path.to_path_buf();
-    match load_and_swap(limiter, move || load_path(&path_owned, merge_domains)).await {
+    match load_and_swap(limiter, move || load_path(&path_owned, options)).await {
         Ok(loaded) => {
             tracing::info!(rules = loaded.rules, files = loaded.files, "rules loaded");
             status.count_success(limiter);
@@ -190,7 +194,7 @@ pub fn watch_changes(
 /// When the watcher cannot be set up.
 pub fn spawn_watcher(
     path: PathBuf,
-    merge_domains: bool,
+    options: CompileOptions,
     debounce: Duration,
     limiter: Arc<RateLimiter>,
     status: Arc<ReloadStatus>,
@@ -212,7 +216,7 @@ pub fn spawn_watcher(
                     got = rx.recv() => if got.is_none() { return },
                 }
             }
-            reload(&path, merge_domains, &limiter, &status).await;
+            reload(&path, options, &limiter, &status).await;
         }
     }))
 }
@@ -236,7 +240,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let big = dir.path().join("big.yaml");
         std::fs::write(&big, "#".repeat(MAX_FILE_BYTES + 10)).unwrap();
-        let errs = load_files(&[big], false).unwrap_err();
+        let errs = load_files(&[big], CompileOptions::default()).unwrap_err();
         assert_eq!(errs.len(), 1);
         assert!(
             errs[0]
@@ -292,7 +296,7 @@ mod tests {
                 }
             }
         });
-        assert!(reload(&path, false, &limiter, &status).await);
+        assert!(reload(&path, CompileOptions::default(), &limiter, &status).await);
         let during = ticks.load(Ordering::Relaxed);
         reloading.store(false, Ordering::Relaxed);
         ticker.await.unwrap();
@@ -314,7 +318,7 @@ mod tests {
         for _ in 0..20 {
             std::fs::read_to_string(&rules).unwrap();
             std::fs::read_dir(dir.path()).unwrap().for_each(drop);
-            load_path(dir.path(), false).unwrap();
+            load_path(dir.path(), CompileOptions::default()).unwrap();
         }
         // Then a real change. Events arrive in order, so had a read counted, it would come first.
         let marker = dir.path().join("b.yaml");

@@ -5,7 +5,7 @@
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use crate::common::{desc, http_async, wait_for_body, Server};
+use crate::common::{desc, http_async, wait_for_body, Server, T0};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 const V1: &str = "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: changed\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
@@ -170,4 +170,35 @@ async fn reading_the_rules_never_reloads_them() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(loads(&s).await, start + 2);
     s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn default_algorithm_fixed_window_counts_the_rules_at_start_and_reloaded_in_fixed_windows() {
+    use sluice::core::Algorithm;
+    // `k` (3 a minute, no algorithm named) takes two hits in the first minute; half way
+    // through the next, one more hit leaves what each algorithm leaves.
+    let left_after_a_minute_and_a_half = |default_algorithm| async move {
+        let s = Server::start(V1, |s| s.rules.default_algorithm = default_algorithm).await;
+        assert_eq!(remaining(&s, "k").await, (1, 2));
+        assert_eq!(remaining(&s, "k").await, (1, 1));
+        s.clock.set(T0.plus_millis(90_000));
+        let left = remaining(&s, "k").await;
+        (s, left)
+    };
+    // Sliding, the default: the last minute's two hits still weigh half.
+    let (sliding, left) = left_after_a_minute_and_a_half(Algorithm::SlidingWindow).await;
+    assert_eq!(left, (1, 1));
+    sliding.stop().await.unwrap();
+    // Fixed: a new window, as the reference counts it.
+    let (fixed, left) = left_after_a_minute_and_a_half(Algorithm::FixedWindow).await;
+    assert_eq!(left, (1, 2));
+    // The rules a reload brings are read the same way.
+    std::fs::write(fixed.dir.path().join("rules.yaml"), V2).unwrap();
+    wait_for_body(
+        fixed.http,
+        "/rlconfig",
+        "r.added: unit=MINUTE requests_per_unit=9 algorithm=fixed_window,",
+    )
+    .await;
+    fixed.stop().await.unwrap();
 }

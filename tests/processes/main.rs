@@ -25,4 +25,5 @@ mod envoy_e2e;
 mod otlp;
 mod process;
 mod proto_vendor;
+mod reading;
 mod rlqs_e2e;

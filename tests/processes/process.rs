@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common::{free_port, http, repo, wait_until};
 
-fn sluice() -> Command {
+pub(crate) fn sluice() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
     // A clean environment: a stray HOST or PORT must not change what a test runs.
     c.env_clear()
@@ -260,13 +260,14 @@ fn serve_with_reference_env_then_query_load_and_sigterm() {
     check_serve_log(&log, grpc, port);
 }
 
-/// envoyproxy/ratelimit's layout: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+/// envoyproxy/ratelimit's layout: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; a
+/// file it reads, with a `shadow_mode` out of place (ignored) and a trailing `---`.
 fn write_rules_in_the_reference_layout(root: &Path) {
     let rules = root.join("ratelimit/config");
     std::fs::create_dir_all(&rules).unwrap();
     std::fs::write(
         rules.join("r.yaml"),
-        "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 2, algorithm: fixed_window}\n",
+        "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 2, algorithm: fixed_window, shadow_mode: true}\n---\n",
     )
     .unwrap();
 }
@@ -389,8 +390,8 @@ fn sigterm_with_an_idle_connection_then_log(child: &mut Child, grpc: u16) -> Str
     log
 }
 
-/// The log tells of the signal and the stop, the addresses, and the reference's variable
-/// that has no effect (and not of the one that means what sluice does anyway).
+/// The log tells of the signal and the stop, the addresses, the reference's variable that
+/// has no effect (not the one that means what sluice does anyway), the key out of place.
 fn check_serve_log(log: &str, grpc: u16, port: u16) {
     assert!(log.contains("SIGTERM") && log.contains("stopped"), "{log}");
     // The listen addresses as a user writes them, not `Some(127.0.0.1:…)`.
@@ -403,6 +404,10 @@ fn check_serve_log(log: &str, grpc: u16, port: u16) {
         "{log}"
     );
     assert!(!log.contains("USE_STATSD"), "{log}");
+    assert!(
+        log.contains("misplaced key 'shadow_mode' is ignored, as envoyproxy/ratelimit ignores it: it belongs in the descriptor, beside 'rate_limit', one level further out (line 4, column"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -136,7 +136,8 @@ impl Compiler<'_> {
         at: &[Step],
     ) -> Option<Algorithm> {
         let algorithm = match l.algorithm.as_deref() {
-            None | Some("sliding_window") => Algorithm::SlidingWindow,
+            None => self.default_algorithm,
+            Some("sliding_window") => Algorithm::SlidingWindow,
             Some("fixed_window") => Algorithm::FixedWindow,
             Some("token_bucket") => Algorithm::TokenBucket {
                 burst: l.burst.unwrap_or(requests_per_unit),

@@ -12,18 +12,45 @@ use super::locate::Step;
 use super::model::{self, DescriptorConfig, RulesFile};
 use super::tree::{KeyLevel, Kind, Node, MAX_WILDCARD_CHECKS};
 use super::{Rule, RuleSet};
+use crate::core::Algorithm;
 
 pub use overrides::{MAX_OVERRIDES, MAX_OVERRIDES_PER_RULE};
 
+/// The settings that change what a rules file means; the default is the reference's
+/// reading, but for sluice's sliding windows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// `MERGE_DOMAIN_CONFIG`: files that share a domain are merged; otherwise a domain may
+    /// appear in one file only.
+    pub merge_domains: bool,
+    /// `DEFAULT_ALGORITHM`: the algorithm of a limit that names none (sliding window, or
+    /// the reference's fixed window).
+    pub default_algorithm: Algorithm,
+}
+
 impl RuleSet {
-    /// Validates and compiles parsed files (name, content). With `merge_domains`, files that
-    /// share a domain are merged; otherwise a domain may appear in one file only.
+    /// [`RuleSet::compile_with`] the default options, but `merge_domains`.
     ///
     /// # Errors
     /// Every problem found in every file; nothing is compiled when there is one.
     pub fn compile(
         files: &[(String, RulesFile)],
         merge_domains: bool,
+    ) -> Result<RuleSet, Vec<ConfigError>> {
+        let options = CompileOptions {
+            merge_domains,
+            ..CompileOptions::default()
+        };
+        Self::compile_with(files, options)
+    }
+
+    /// Validates and compiles parsed files (name, content), as `options` say.
+    ///
+    /// # Errors
+    /// Every problem found in every file; nothing is compiled when there is one.
+    pub fn compile_with(
+        files: &[(String, RulesFile)],
+        options: CompileOptions,
     ) -> Result<RuleSet, Vec<ConfigError>> {
         let mut set = RuleSet::default();
         let mut errors = Vec::new();
@@ -37,7 +64,7 @@ impl RuleSet {
                 );
                 continue;
             }
-            if set.domains.contains_key(&file.domain) && !merge_domains {
+            if set.domains.contains_key(&file.domain) && !options.merge_domains {
                 errors.push(
                     ConfigError::new(
                         name,
@@ -54,6 +81,7 @@ impl RuleSet {
                 rules: &mut set.rules,
                 errors: &mut errors,
                 override_count: &mut override_count,
+                default_algorithm: options.default_algorithm,
                 node: vec![Step::Key("descriptors")],
                 path: Vec::new(),
             };
@@ -73,9 +101,7 @@ impl RuleSet {
     }
 }
 
-/// Parses and compiles rules sources given as (name, text), reporting every error of every
-/// file at once: key, syntax and type problems and semantic ones alike, each with its line
-/// and column in the file where they can be found (`error.rs`, `locate.rs`).
+/// [`compile_sources_with`] the default options, but `merge_domains`.
 ///
 /// # Errors
 /// Every problem found; nothing is compiled when there is one.
@@ -83,20 +109,45 @@ pub fn compile_sources(
     sources: &[(String, String)],
     merge_domains: bool,
 ) -> Result<RuleSet, Vec<ConfigError>> {
+    let options = CompileOptions {
+        merge_domains,
+        ..CompileOptions::default()
+    };
+    compile_sources_with(sources, options)
+}
+
+/// Parses and compiles rules sources given as (name, text), as `options` say, reporting
+/// every error of every file at once: key, syntax and type problems and semantic ones alike,
+/// each with its line and column in the file where they can be found (`error.rs`,
+/// `locate.rs`). The set keeps the files' warnings, located the same way.
+///
+/// # Errors
+/// Every problem found; nothing is compiled when there is one.
+pub fn compile_sources_with(
+    sources: &[(String, String)],
+    options: CompileOptions,
+) -> Result<RuleSet, Vec<ConfigError>> {
     let mut parsed = Vec::new();
     let mut errors = Vec::new();
+    let mut warnings = Vec::new();
     for (name, text) in sources {
-        let (file, mut errs) = model::parse_lenient(name, text);
-        errors.append(&mut errs);
-        if let Some(f) = file {
+        let mut p = model::parse_lenient(name, text);
+        errors.append(&mut p.errors);
+        warnings.append(&mut p.warnings);
+        if let Some(f) = p.file {
             parsed.push((name.clone(), f));
         }
     }
-    let mut result = with_prior_errors(errors, RuleSet::compile(&parsed, merge_domains));
-    if let Err(errors) = &mut result {
-        for (name, text) in sources {
-            error::resolve(errors, name, text);
+    let mut result = with_prior_errors(errors, RuleSet::compile_with(&parsed, options));
+    let located = match &mut result {
+        Ok(set) => {
+            set.warnings = warnings;
+            &mut set.warnings
         }
+        Err(errors) => errors,
+    };
+    for (name, text) in sources {
+        error::resolve(located, name, text);
     }
     result
 }
@@ -127,6 +178,8 @@ struct Compiler<'a> {
     errors: &'a mut Vec<ConfigError>,
     /// The overrides of every file so far, for their bound across files.
     override_count: &'a mut usize,
+    /// The algorithm of a limit that names none.
+    default_algorithm: Algorithm,
     /// The steps from the top of the file to the descriptor being compiled (to the
     /// `descriptors` list being walked, between descriptors).
     node: Vec<Step>,
@@ -274,5 +327,7 @@ mod limit;
 mod overrides;
 mod rule;
 
+#[cfg(test)]
+mod reading_tests;
 #[cfg(test)]
 mod tests;

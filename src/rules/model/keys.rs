@@ -1,10 +1,13 @@
-//! The key check of a rules file: every key known (the reference's check) and in its place
-//! (sluice's), each problem an error naming where the key belongs.
+//! The key check of a rules file: every key known (the reference's check, an unknown key
+//! named with the known one it is likely a misspelling of) and in its place (sluice's): each
+//! of sluice's own keys out of place is an error naming where the key belongs, each of the
+//! reference's a warning that it is ignored, as the reference ignores it.
 
 use serde_yaml::Value;
 
-use super::final_key;
+use super::{final_key, Parsed};
 use crate::rules::error::{place, ConfigError};
+use crate::rules::hints;
 use crate::rules::locate::Step;
 
 /// Every key the rules format knows: the reference's, then sluice's extensions.
@@ -86,9 +89,9 @@ const LIMIT_KEYS: &[&str] = &[
     "strict",
 ];
 
-/// envoyproxy/ratelimit's own keys: out of place they are ignored, as the reference does;
-/// sluice's keys out of place are errors (an ignored `algorithm` or `strict` would change
-/// what is counted).
+/// envoyproxy/ratelimit's own keys: out of place they are ignored, as the reference does,
+/// with a warning; sluice's keys out of place are errors (an ignored `algorithm` or `strict`
+/// would change what is counted).
 const REFERENCE_KEYS: &[&str] = &[
     "domain",
     "descriptors",
@@ -125,15 +128,28 @@ fn slipped_out(map: &serde_yaml::Mapping, here: Place, key: &str) -> bool {
 const RULE_KEYS: &[&str] = &["unlimited", "name", "replaces", "exact"];
 
 impl Place {
+    /// The keys a mapping here may hold.
+    fn keys(self) -> impl Iterator<Item = &'static str> {
+        let (own, more): (&[&str], &[&str]) = match self {
+            Place::Root => (ROOT_KEYS, &[]),
+            Place::Descriptor => (DESCRIPTOR_KEYS, &[]),
+            Place::RateLimit => (LIMIT_KEYS, RULE_KEYS),
+            Place::AdditionalLimit | Place::OverrideLimit => (LIMIT_KEYS, &[]),
+            Place::Replaces => (&["name"], &[]),
+            Place::Overrides | Place::Other => (VALID_KEYS, &[]),
+        };
+        own.iter().chain(more).copied()
+    }
+
     fn allows(self, key: &str) -> bool {
-        match self {
-            Place::Root => ROOT_KEYS.contains(&key),
-            Place::Descriptor => DESCRIPTOR_KEYS.contains(&key),
-            Place::RateLimit => LIMIT_KEYS.contains(&key) || RULE_KEYS.contains(&key),
-            Place::AdditionalLimit | Place::OverrideLimit => LIMIT_KEYS.contains(&key),
-            Place::Replaces => key == "name",
-            Place::Overrides | Place::Other => true,
-        }
+        self.keys().any(|k| k == key)
+    }
+
+    /// The known key an unknown `key` here likely misspells: one this place holds first,
+    /// else any the format knows (it may then be out of place, which the next check says).
+    fn did_you_mean(self, key: &str) -> Option<&'static str> {
+        hints::did_you_mean(key, self.keys())
+            .or_else(|| hints::did_you_mean(key, VALID_KEYS.iter().copied()))
     }
 
     /// Where `key`, known but not allowed here, belongs: the likely slip, in words.
@@ -183,6 +199,7 @@ struct KeyCheck<'a> {
     file: &'a str,
     domain: &'a str,
     errors: &'a mut Vec<ConfigError>,
+    warnings: &'a mut Vec<ConfigError>,
     /// The steps from the top to the mapping being checked.
     node: Vec<Step>,
     /// The descriptors' `key`/`key_value` from the top to the mapping being checked.
@@ -191,9 +208,18 @@ struct KeyCheck<'a> {
 
 impl KeyCheck<'_> {
     fn error(&mut self, message: String, node: Vec<Step>) {
-        let place = place(self.domain, &self.path);
-        self.errors
-            .push(ConfigError::new(self.file, message).at(node, place));
+        let e = self.about(message, node);
+        self.errors.push(e);
+    }
+
+    fn warning(&mut self, message: String, node: Vec<Step>) {
+        let w = self.about(message, node);
+        self.warnings.push(w);
+    }
+
+    /// A problem about the node at `node`, in the current descriptor's place.
+    fn about(&self, message: String, node: Vec<Step>) -> ConfigError {
+        ConfigError::new(self.file, message).at(node, place(self.domain, &self.path))
     }
 
     fn mapping(&mut self, map: &serde_yaml::Mapping, here: Place) {
@@ -212,16 +238,29 @@ impl KeyCheck<'_> {
             let mut at_key = self.node.clone();
             at_key.push(Step::KeyItself(key.to_string()));
             let Some(known) = VALID_KEYS.iter().find(|k| **k == key) else {
-                self.error(format!("config error, unknown key '{key}'"), at_key);
+                let guess = here
+                    .did_you_mean(key)
+                    .map(|k| format!("; did you mean '{k}'?"))
+                    .unwrap_or_default();
+                self.error(format!("config error, unknown key '{key}'{guess}"), at_key);
                 continue;
             };
             if !here.allows(key) {
                 // The reference accepts its own keys anywhere and ignores them out of place;
-                // a file it loads loads here too. It loads no file with `overrides`.
+                // a file it loads loads here too, but the slip is named: a `shadow_mode`
+                // inside `rate_limit` leaves the limit enforced. The reference loads no file
+                // with `overrides`.
                 if REFERENCE_KEYS.contains(&key)
                     && !slipped_out(map, here, key)
                     && here != Place::OverrideLimit
                 {
+                    self.warning(
+                        format!(
+                            "misplaced key '{key}' is ignored, as envoyproxy/ratelimit ignores it: {}",
+                            here.belongs(key)
+                        ),
+                        at_key,
+                    );
                     continue;
                 }
                 self.error(
@@ -306,18 +345,15 @@ fn render(v: &Value) -> String {
         .unwrap_or_else(|_| format!("{v:?}"))
 }
 
-/// Checks every key of a file's top-level mapping and of the mappings in it, adding an
-/// error to `errors` for each unknown or misplaced one.
-pub(super) fn check(
-    file: &str,
-    domain: &str,
-    map: &serde_yaml::Mapping,
-    errors: &mut Vec<ConfigError>,
-) {
+/// Checks every key of a file's top-level mapping and of the mappings in it, adding to
+/// `parsed` an error for each unknown key or misplaced key of sluice's, a warning for each
+/// misplaced key of the reference's.
+pub(super) fn check(file: &str, domain: &str, map: &serde_yaml::Mapping, parsed: &mut Parsed) {
     let mut check = KeyCheck {
         file,
         domain,
-        errors,
+        errors: &mut parsed.errors,
+        warnings: &mut parsed.warnings,
         node: Vec::new(),
         path: Vec::new(),
     };

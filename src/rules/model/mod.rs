@@ -3,12 +3,15 @@
 //! live in `compile/`.
 //!
 //! Keys are checked as the reference checks them (a key not in [`VALID_KEYS`] is an error,
-//! `config error, unknown key 'foo'`) and, unlike the reference, in their place: a known key
-//! where it does not belong (`requests_per_unit` beside `key:`, `shadow_mode` inside
-//! `rate_limit`) is an error naming where it belongs, since the reference silently ignores
-//! it and the rule then does something else than it says. Every problem in a file is
-//! reported, not just the first, each as `"<file>: <message> (line L, column C; domain 'd',
-//! descriptor path 'k' > 'k2_v')"`: the reference's wording first, then where (`error.rs`).
+//! `config error, unknown key 'foo'`, with the known key it likely misspells) and, unlike
+//! the reference, in their place, since the reference silently ignores a known key where it
+//! does not belong and the rule then does something else than it says: one of sluice's keys
+//! there (`algorithm` beside `key:`), or a count beside a `rate_limit` that lacks it, is an
+//! error naming where it belongs; one of the reference's (`shadow_mode` inside `rate_limit`)
+//! is a warning naming it, and ignored as there, so that every file the reference loads
+//! loads. Every problem in a file is reported, not just the first, each as `"<file>:
+//! <message> (line L, column C; domain 'd', descriptor path 'k' > 'k2_v')"`: the reference's
+//! wording first, then where (`error.rs`).
 
 use std::fmt;
 
@@ -16,8 +19,8 @@ use serde::de::{self, Deserializer, Unexpected, Visitor};
 use serde::Deserialize;
 use serde_yaml::Value;
 
-use super::error;
 pub use super::error::ConfigError;
+use super::{documents, error, hints};
 
 mod keys;
 mod overrides;
@@ -210,69 +213,95 @@ impl<'de> Deserialize<'de> for Whole {
     }
 }
 
-/// Parses one rules file, reporting every key and syntax problem in it.
+/// Parses one rules file, reporting every key and syntax problem in it (its warnings are
+/// dropped: [`parse_lenient`] has them).
 ///
 /// # Errors
 /// Every problem found, each naming `file`, and the line, column and descriptor path of
 /// what it is about where that is known.
 pub fn parse(file: &str, content: &str) -> Result<RulesFile, Vec<ConfigError>> {
     match parse_lenient(file, content) {
-        (Some(rf), errors) if errors.is_empty() => Ok(rf),
-        (_, mut errors) => {
+        Parsed {
+            file: Some(rf),
+            errors,
+            ..
+        } if errors.is_empty() => Ok(rf),
+        Parsed { mut errors, .. } => {
             error::resolve(&mut errors, file, content);
             Err(errors)
         }
     }
 }
 
+/// What [`parse_lenient`] made of one rules file.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    /// The file, when it could be decoded.
+    pub file: Option<RulesFile>,
+    /// Every key and syntax problem: the file is not loaded when there is one.
+    pub errors: Vec<ConfigError>,
+    /// What the reference lets pass and sluice accepts too, but names, since it is likely a
+    /// slip: a key of the reference's out of place (ignored, there and here), a document
+    /// after the first (never read).
+    pub warnings: Vec<ConfigError>,
+}
+
 /// Parses one rules file, returning what could be decoded alongside every key and syntax
-/// problem. Unknown and misplaced keys do not stop decoding (the rest of the file is still
-/// checked), so a caller can report the file's semantic errors in the same pass. A file past
-/// the size or nesting bounds of `prescan.rs` is refused unparsed. The errors name the node
-/// they are about; `error::resolve` gives them lines.
-pub fn parse_lenient(file: &str, content: &str) -> (Option<RulesFile>, Vec<ConfigError>) {
+/// problem and every warning. Unknown and misplaced keys do not stop decoding (the rest of
+/// the file is still checked), so a caller can report the file's semantic errors in the same
+/// pass. Only the file's first YAML document is read, as the reference reads it
+/// (`documents.rs`). A file past the size or nesting bounds of `prescan.rs` is refused
+/// unparsed. The errors and warnings name the node they are about; `error::resolve` gives
+/// them lines.
+pub fn parse_lenient(file: &str, content: &str) -> Parsed {
+    let failed = |message: String| Parsed {
+        errors: vec![ConfigError::new(file, message)],
+        ..Parsed::default()
+    };
     // Before the parser: pathological nesting costs it quadratic time (see `prescan.rs`).
     if let Err(e) = super::prescan::check(content) {
-        let err = ConfigError::new(file, format!("error loading config file: {e}"));
-        return (None, vec![err]);
+        return failed(format!("error loading config file: {e}"));
     }
-    let value: Value = match serde_yaml::from_str(content) {
+    let mut documents = serde_yaml::Deserializer::from_str(content);
+    let value = match documents.next().map_or(Ok(Value::Null), Value::deserialize) {
         Ok(v) => v,
-        Err(e) => {
-            let err = ConfigError::new(file, format!("error loading config file: {e}"));
-            return (None, vec![err]);
-        }
+        Err(e) => return failed(load_error(&e, content)),
     };
-    let mut errors = Vec::new();
+    let ignored = documents::ignored(file, documents);
+    let mut parsed = Parsed::default();
     match &value {
         // An empty file decodes to the default: the missing domain is reported by compile.
-        Value::Null => return (Some(RulesFile::default()), errors),
+        Value::Null => parsed.file = Some(RulesFile::default()),
         Value::Mapping(map) => {
             let domain = map
                 .get("domain")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            keys::check(file, domain, map, &mut errors);
+            keys::check(file, domain, map, &mut parsed);
+            // Decoded again from the text (not from `value`) so type errors keep their field
+            // path and line.
+            match RulesFile::deserialize(documents::first(content)) {
+                Ok(rf) => parsed.file = Some(rf),
+                Err(e) => parsed
+                    .errors
+                    .push(ConfigError::new(file, load_error(&e, content))),
+            }
         }
         _ => {
-            let err = ConfigError::new(
-                file,
-                "error loading config file: the top level must be a mapping",
-            );
-            return (None, vec![err]);
+            return failed("error loading config file: the top level must be a mapping".to_string())
         }
     }
-    // Decoded again from the text (not from `value`) so type errors keep their field path
-    // and line.
-    match serde_yaml::from_str(content) {
-        Ok(rf) => (Some(rf), errors),
-        Err(e) => {
-            errors.push(ConfigError::new(
-                file,
-                format!("error loading config file: {e}"),
-            ));
-            (None, errors)
-        }
+    // After the first document's own warnings, as it comes after them in the file.
+    parsed.warnings.extend(ignored);
+    parsed
+}
+
+/// The reference's words for a file the YAML decoder refused, with the likely cause of a
+/// syntax slip (`hints.rs`).
+fn load_error(e: &serde_yaml::Error, content: &str) -> String {
+    match hints::yaml(e, content) {
+        Some(hint) => format!("error loading config file: {e}; hint: {hint}"),
+        None => format!("error loading config file: {e}"),
     }
 }
 

@@ -55,7 +55,7 @@ fn defaults_are_the_references() {
         (s.log_level.as_str(), s.log_format.as_str()),
         ("info", "text")
     );
-    assert!(s.redis.is_none() && !s.merge_domains && s.options.response_headers.is_none());
+    assert!(s.redis.is_none() && !s.rules.merge_domains && s.options.response_headers.is_none());
 }
 
 #[test]
@@ -92,13 +92,41 @@ fn booleans_take_reference_spellings() {
         &[("QUOTA_MODE", "yes"), ("LIMIT_RESET_HEADER", "X-Reset")],
     )
     .unwrap();
-    assert!(s.options.shadow_mode && s.options.quota_mode && s.merge_domains);
+    assert!(s.options.shadow_mode && s.options.quota_mode && s.rules.merge_domains);
     assert_eq!(s.options.response_headers.unwrap().reset, "X-Reset");
     let off = resolve(&["--shadow-mode", "false"], &[("SHADOW_MODE", "true")]).unwrap();
     assert!(!off.options.shadow_mode);
     assert_eq!(
         names(&resolve(&[], &[("QUOTA_MODE", "maybe")]).unwrap_err()),
         vec!["QUOTA_MODE"]
+    );
+}
+
+#[test]
+fn the_default_algorithm_is_sliding_unless_set_to_fixed() {
+    use crate::core::Algorithm;
+    let algorithm =
+        |args: &[&str], env: &[(&str, &str)]| resolve(args, env).map(|s| s.rules.default_algorithm);
+    assert_eq!(algorithm(&[], &[]), Ok(Algorithm::SlidingWindow));
+    assert_eq!(
+        algorithm(&[], &[("DEFAULT_ALGORITHM", "fixed_window")]),
+        Ok(Algorithm::FixedWindow)
+    );
+    assert_eq!(
+        algorithm(
+            &["--default-algorithm", "sliding_window"],
+            &[("DEFAULT_ALGORITHM", "fixed_window")]
+        ),
+        Ok(Algorithm::SlidingWindow)
+    );
+    let errs = resolve(&[], &[("DEFAULT_ALGORITHM", "token_bucket")]).unwrap_err();
+    assert_eq!(names(&errs), ["DEFAULT_ALGORITHM"]);
+    assert!(
+        errs[0]
+            .to_string()
+            .contains("is not one of sliding_window, fixed_window"),
+        "{}",
+        errs[0]
     );
 }
 

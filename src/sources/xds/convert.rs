@@ -10,20 +10,21 @@ use prost::Message as _;
 use serde_yaml::{Mapping, Number};
 
 use crate::rules::model::{self, ConfigError};
-use crate::rules::RuleSet;
+use crate::rules::{CompileOptions, RuleSet};
 
 /// The resource type sluice subscribes to (the reference's `resource.RateLimitConfigType`).
 pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
 
 /// Decodes, converts and compiles every resource of one response (state of the world: all
-/// of them are the whole rule set), naming each `xds:<name>` in errors and in `/rlconfig`.
+/// of them are the whole rule set) as `options` say, naming each `xds:<name>` in errors and
+/// in `/rlconfig`.
 ///
 /// # Errors
 /// Every problem of every resource: one that is not a `RateLimitConfig` or does not decode,
 /// and every validation error of the converted rules.
 pub fn compile_resources(
     resources: &[Any],
-    merge_domains: bool,
+    options: CompileOptions,
 ) -> Result<(RuleSet, Vec<String>), Vec<ConfigError>> {
     let mut files = Vec::new();
     let mut errors = Vec::new();
@@ -51,7 +52,7 @@ pub fn compile_resources(
             )),
         }
     }
-    let compiled = RuleSet::compile(&files, merge_domains);
+    let compiled = RuleSet::compile_with(&files, options);
     let set = crate::rules::with_prior_errors(errors, compiled)?;
     Ok((set, files.into_iter().map(|(name, _)| name).collect()))
 }
@@ -221,7 +222,7 @@ mod tests {
         assert!(inner.unlimited && inner.unit.is_empty());
         let meta = serde_yaml::to_string(d.metadata.as_ref().unwrap()).unwrap();
         assert_eq!(meta, "n: 3\nteam: a\n");
-        let (set, names) = compile_resources(&[any(&config)], false).unwrap();
+        let (set, names) = compile_resources(&[any(&config)], CompileOptions::default()).unwrap();
         assert_eq!(names, ["xds:n"]);
         assert_eq!(set.rules().len(), 2);
     }
@@ -250,8 +251,11 @@ mod tests {
             type_url: "type.googleapis.com/other".into(),
             value: vec![],
         };
-        let errs =
-            compile_resources(&[any(&bad_unit), any(&dup), garbage, other], false).unwrap_err();
+        let errs = compile_resources(
+            &[any(&bad_unit), any(&dup), garbage, other],
+            CompileOptions::default(),
+        )
+        .unwrap_err();
         let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
         assert!(
             msgs.iter()
@@ -282,12 +286,19 @@ mod tests {
             }],
             ..bad_unit
         };
-        compile_resources(&[any(&ok), any(&dup)], true).unwrap();
+        compile_resources(
+            &[any(&ok), any(&dup)],
+            CompileOptions {
+                merge_domains: true,
+                ..CompileOptions::default()
+            },
+        )
+        .unwrap();
     }
 
     #[test]
     fn no_resources_is_an_empty_set() {
-        let (set, names) = compile_resources(&[], false).unwrap();
+        let (set, names) = compile_resources(&[], CompileOptions::default()).unwrap();
         assert!(set.rules().is_empty() && names.is_empty());
     }
 }

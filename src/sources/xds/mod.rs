@@ -26,6 +26,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::rls::RateLimiter;
+use crate::rules::CompileOptions;
 use crate::sources::{self, ReloadStatus};
 
 pub mod connect;
@@ -102,8 +103,9 @@ pub struct XdsTls {
 pub struct XdsClient {
     /// The settings.
     pub settings: XdsSettings,
-    /// Merge resources that share a domain (`MERGE_DOMAIN_CONFIG`).
-    pub merge_domains: bool,
+    /// How the sets are read: resources that share a domain merged
+    /// (`MERGE_DOMAIN_CONFIG`), the algorithm of limits that name none.
+    pub rules: CompileOptions,
     /// Where accepted sets go.
     pub limiter: Arc<RateLimiter>,
     /// What the loads did, for `/readyz` and `/rlconfig/status`.
@@ -210,9 +212,9 @@ impl XdsClient {
     ) -> DiscoveryRequest {
         let result = if response.type_url == TYPE_URL {
             let resources = std::mem::take(&mut response.resources);
-            let merge_domains = self.merge_domains;
+            let options = self.rules;
             sources::load_and_swap(&self.limiter, move || {
-                convert::compile_resources(&resources, merge_domains)
+                convert::compile_resources(&resources, options)
             })
             .await
             .map_err(|errors| errors.iter().map(ToString::to_string).collect())
@@ -364,7 +366,7 @@ mod tests {
         .unwrap();
         let client = XdsClient {
             settings: settings(),
-            merge_domains: false,
+            rules: CompileOptions::default(),
             limiter: limiter.clone(),
             status: Arc::new(ReloadStatus::default()),
         };
