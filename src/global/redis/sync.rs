@@ -106,6 +106,17 @@
 //! when it was last seen), which drops members older than the TTL and returns how many are
 //! live. One key, so one slot on a cluster.
 //!
+//! # The generation
+//! The heartbeat also reads the string `{prefix}sluice:generation`, 16 hex digits, and
+//! writes the one the replica sends when there is none (`generation.lua`). It has no expiry:
+//! only a Redis that lost its data (restarted without persistence, flushed, replaced by an
+//! empty one at the same address, or evicting keys under `allkeys-*`) comes back without it,
+//! and the replicas that read the old one then read another (`sync/health.rs` counts and logs
+//! it). On a standalone shard it rides in the heartbeat's script (its second key), so it costs
+//! no command; on a cluster, where the two keys' slots differ, it is a call of its own
+//! (`GENERATION_SCRIPT`) beside the heartbeat, in the same round trip. One key, so on a
+//! cluster it watches the master of its slot only.
+//!
 //! Credentials never leave this module: shard names are the URLs without them.
 
 use deadpool_redis::redis::{self, Value};
@@ -114,7 +125,7 @@ use super::conn::{RedisOptions, SentinelMaster};
 use super::pool::{OpenError, RedisPool, Shard};
 use super::script::{self, Call, Lua};
 
-use crate::global::{Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
+use crate::global::{Beat, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
 
 /// States parts and reads counters (see the module docs). KEYS: two per item (current,
 /// previous epoch). ARGV: the replica's field, then seven per item (ttl ms, current hits,
@@ -122,9 +133,23 @@ use crate::global::{Heartbeat, Others, Presence, ShardStore, StoreError, SyncIte
 /// one integer per key: the sum, at least the floor less the key's applied refunds.
 const SYNC_SCRIPT: &str = include_str!("sync.lua");
 
-/// A replica's heartbeat. KEYS: the replicas' set. ARGV: replica id, now (ms), the oldest
-/// last-seen still live (ms), TTL (ms), 1 when the replica leaves. Returns the live count.
-const HEARTBEAT_SCRIPT: &str = include_str!("heartbeat.lua");
+/// A replica's heartbeat. KEYS: the replicas' set and, on a standalone shard, the
+/// generation's key. ARGV: replica id, now (ms), the oldest last-seen still live (ms), TTL
+/// (ms), 1 when the replica leaves, the generation to write where there is none. Returns the
+/// live count, or with the second key, the live count and the generation (nil when the key
+/// holds something else).
+const HEARTBEAT_SCRIPT: &str = concat!(
+    include_str!("generation.lua"),
+    include_str!("heartbeat.lua")
+);
+
+/// The generation alone, beside a cluster's heartbeat (its key is in another slot). KEYS: the
+/// generation's key. ARGV: the generation to write where there is none. Returns the
+/// generation (nil when the key holds something else).
+const GENERATION_SCRIPT: &str = concat!(
+    include_str!("generation.lua"),
+    "return generation(KEYS[1], ARGV[1])\n"
+);
 
 /// Spends tokens of buckets and reads them (`SyncOp::Bucket`). KEYS: one hash per bucket
 /// (`t`: the `tat`, `W.NNN` Unix µs, `n`: tokens spent, and per replica, under its id and its
@@ -163,15 +188,23 @@ pub(super) fn replicas_key(prefix: &str) -> String {
     format!("{prefix}sluice:replicas")
 }
 
-/// The heartbeat script's keys and arguments.
-fn beat_args(cmd: &mut redis::Cmd, beat: &Heartbeat, prefix: &str) {
-    cmd.arg(1)
-        .arg(replicas_key(prefix))
-        .arg(format!("{:016x}", beat.replica))
+fn generation_key(prefix: &str) -> String {
+    format!("{prefix}sluice:generation")
+}
+
+/// The heartbeat script's keys and arguments: the generation's key too `with_generation`.
+fn beat_args(cmd: &mut redis::Cmd, beat: &Heartbeat, prefix: &str, with_generation: bool) {
+    cmd.arg(1 + usize::from(with_generation))
+        .arg(replicas_key(prefix));
+    if with_generation {
+        cmd.arg(generation_key(prefix));
+    }
+    cmd.arg(format!("{:016x}", beat.replica))
         .arg(beat.now_ms)
         .arg(beat.now_ms.saturating_sub(beat.ttl_ms))
         .arg(beat.ttl_ms.max(1))
-        .arg(u8::from(beat.leaving));
+        .arg(u8::from(beat.leaving))
+        .arg(format!("{:016x}", beat.new_generation));
 }
 
 fn live_count(v: &Value) -> Result<u32, StoreError> {
@@ -179,6 +212,17 @@ fn live_count(v: &Value) -> Result<u32, StoreError> {
         Value::Int(n) => Ok((*n).clamp(0, i64::from(u32::MAX)) as u32),
         _ => Err(backend(format!("unexpected heartbeat reply {v:?}"))),
     }
+}
+
+/// A generation as the scripts return it: 16 hex digits.
+fn generation_of(v: &Value) -> Result<u64, StoreError> {
+    let text = match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s.as_str()),
+        _ => None,
+    };
+    text.and_then(|t| u64::from_str_radix(t, 16).ok())
+        .ok_or_else(|| backend(format!("unexpected generation {v:?}")))
 }
 
 pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -317,6 +361,7 @@ pub struct RedisStore {
     window: Lua,
     bucket: Lua,
     beat: Lua,
+    generation: Lua,
     presence: Lua,
 }
 
@@ -365,6 +410,7 @@ impl RedisStore {
             window: Lua::new(SYNC_SCRIPT),
             bucket: Lua::new(BUCKET_SCRIPT),
             beat: Lua::new(HEARTBEAT_SCRIPT),
+            generation: Lua::new(GENERATION_SCRIPT),
             presence: Lua::new(super::presence::PRESENCE_SCRIPT),
         }
     }
@@ -390,8 +436,38 @@ impl RedisStore {
         })
     }
 
+    /// The heartbeat's call; a standalone shard's reads the generation too.
     fn beat_call<'a>(&'a self, beat: &'a Heartbeat) -> Call<'a> {
-        Call::new(&self.beat, move |cmd| beat_args(cmd, beat, &self.prefix))
+        let with_generation = !self.pool.is_cluster();
+        Call::new(&self.beat, move |cmd| {
+            beat_args(cmd, beat, &self.prefix, with_generation)
+        })
+    }
+
+    /// A standalone shard's heartbeat reply: the live count and the generation. A generation
+    /// that does not read (its key holds something else) is only logged: the heartbeat
+    /// stands, and a loss of the sync's keys goes unnoticed until the key is fixed.
+    fn beat_of(&self, v: &Value) -> Result<Beat, StoreError> {
+        let Value::Array(both) = v else {
+            return Err(backend(format!("heartbeat failed: {v:?}")));
+        };
+        let [live, generation] = both.as_slice() else {
+            return Err(backend(format!("unexpected heartbeat reply {v:?}")));
+        };
+        Ok(Beat {
+            live: live_count(live)?,
+            generation: self.checked(generation_of(generation)),
+        })
+    }
+
+    /// A generation read, or `None` with a warning.
+    fn checked(&self, generation: Result<u64, StoreError>) -> Option<u64> {
+        generation
+            .inspect_err(|e| {
+                tracing::warn!(shard = %self.name, key = %generation_key(&self.prefix), error = %e,
+                    "cannot read the store's generation; a loss of the sync's keys would go unnoticed")
+            })
+            .ok()
     }
 
     /// A standalone shard's call: one pipeline, a script call per chunk of items
@@ -402,7 +478,7 @@ impl RedisStore {
         replica: u64,
         items: &[SyncItem],
         beat: Option<&Heartbeat>,
-    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+    ) -> Result<(Vec<[u64; 2]>, Option<Beat>), StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
         let batches = batches(items);
         let mut calls: Vec<Call<'_>> = batches
@@ -413,14 +489,17 @@ impl RedisStore {
             calls.push(self.beat_call(b));
         }
         let replies = script::pipeline(&mut conn, &calls).await.map_err(backend)?;
-        let live = match beat.and(replies.get(batches.len())) {
+        let live = match beat
+            .and(replies.get(batches.len()))
+            .map(|v| self.beat_of(v))
+        {
             None => None,
-            Some(Value::Int(n)) => Some((*n).clamp(0, i64::from(u32::MAX)) as u32),
-            Some(other) => {
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => {
                 if items.is_empty() {
-                    return Err(backend(format!("heartbeat failed: {other:?}")));
+                    return Err(e);
                 }
-                tracing::warn!(shard = %self.name, reply = ?other, "heartbeat failed");
+                tracing::warn!(shard = %self.name, error = %e, "heartbeat failed");
                 None
             }
         };
@@ -456,11 +535,26 @@ impl RedisStore {
         futures_util::future::try_join_all(calls).await
     }
 
-    /// The heartbeat alone: its own call (a cluster's key is in its own slot).
-    async fn beat_alone(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
-        let mut conn = self.pool.get().await.map_err(backend)?;
-        let v = self.beat_call(beat).run(&mut conn).await.map_err(backend)?;
-        live_count(&v)
+    /// A cluster's heartbeat: its own call (its key is in its own slot), and the generation's
+    /// beside it, both in flight at once. A generation that fails leaves the heartbeat alone.
+    async fn beat_alone(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
+        let conn = self.pool.get().await.map_err(backend)?;
+        let handle = conn
+            .cluster_handle()
+            .ok_or_else(|| backend("not a cluster connection"))?;
+        let (mut a, mut b) = (handle.clone(), handle);
+        let generation = Call::new(&self.generation, |cmd| {
+            cmd.arg(1)
+                .arg(generation_key(&self.prefix))
+                .arg(format!("{:016x}", beat.new_generation));
+        });
+        let (live, generation) =
+            futures_util::future::join(self.beat_call(beat).run(&mut a), generation.run(&mut b))
+                .await;
+        Ok(Beat {
+            live: live_count(&live.map_err(backend)?)?,
+            generation: self.checked(generation.map_err(backend).and_then(|v| generation_of(&v))),
+        })
     }
 }
 
@@ -476,7 +570,7 @@ impl ShardStore for RedisStore {
         Ok(self.pipeline(replica, items, None).await?.0)
     }
 
-    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
         if self.pool.is_cluster() {
             return self.beat_alone(beat).await;
         }
@@ -491,7 +585,7 @@ impl ShardStore for RedisStore {
         replica: u64,
         items: &[SyncItem],
         beat: &Heartbeat,
-    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+    ) -> Result<(Vec<[u64; 2]>, Option<Beat>), StoreError> {
         if !self.pool.is_cluster() {
             return self.pipeline(replica, items, Some(beat)).await;
         }
@@ -537,6 +631,11 @@ impl ShardStore for RedisStore {
         } else {
             items.div_ceil(CHUNK)
         }
+    }
+
+    /// On a cluster the generation is a call of its own (`beat_alone`).
+    fn commands_for_beat(&self) -> usize {
+        1 + usize::from(self.pool.is_cluster())
     }
 }
 
