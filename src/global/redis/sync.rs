@@ -462,12 +462,12 @@ impl RedisStore {
 
     /// A generation read, or `None` with a warning.
     fn checked(&self, generation: Result<u64, StoreError>) -> Option<u64> {
-        generation
-            .inspect_err(|e| {
-                tracing::warn!(shard = %self.name, key = %generation_key(&self.prefix), error = %e,
-                    "cannot read the store's generation; a loss of the sync's keys would go unnoticed")
-            })
-            .ok()
+        let warn = |e: &StoreError| {
+            let key = generation_key(&self.prefix);
+            tracing::warn!(shard = %self.name, %key, error = %e,
+                "cannot read the store's generation; a loss of the sync's keys would go unnoticed");
+        };
+        generation.inspect_err(warn).ok()
     }
 
     /// A standalone shard's call: one pipeline, a script call per chunk of items

@@ -3,8 +3,9 @@
 //! replica, as Redis holds them (`global/redis/sync.rs`), and the replicas' heartbeats (id → last seen).
 //! The sync tests and the fleet simulator run the production sync code against it, and the
 //! exact rules' tests the exact path; [`MemoryStore::flush_all`] is a Redis that restarted
-//! empty, generation marker included (`heartbeat.lua`'s). It also holds the RLQS streams each replica publishes per counter
-//! ([`ShardStore::presence`]), as `presence.lua` keeps them (`global/redis/presence.rs`).
+//! empty, its generation included (`generation.lua`'s). It also holds the RLQS streams each
+//! replica publishes per counter ([`ShardStore::presence`]), as `presence.lua` keeps them
+//! (`global/redis/presence.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -89,7 +90,7 @@ pub struct MemoryStore {
     pub buckets: Mutex<HashMap<(u128, u8), Bucket>>,
     /// Live replicas: id → last seen (Unix ms).
     pub replicas: Mutex<HashMap<u64, u64>>,
-    /// The store's generation, as `heartbeat.lua` keeps it: written by the first heartbeat
+    /// The store's generation, as `generation.lua` keeps it: written by the first heartbeat
     /// that finds none, never expiring.
     pub generation: Mutex<Option<u64>>,
     /// RLQS streams per counter: entity → replica → what it published.

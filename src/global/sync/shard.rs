@@ -16,8 +16,9 @@
 //! The tick's call also carries this replica's heartbeat ([`Heartbeat`]); its reply, the
 //! live replica count, goes to [`SyncQueues::observe_live`], where the hot path reads it, and
 //! the store's generation to [`ShardHealth::observe_generation`], which tells a store that
-//! lost the sync's keys (`store.rs`). The final flush removes the heartbeat. A cold entity queued between ticks wakes the task for
-//! an early round trip (the due entities only, no heartbeat), at most one between two ticks.
+//! lost the sync's keys (`store.rs`). The final flush removes the heartbeat. A cold entity
+//! queued between ticks wakes the task for an early round trip (the due entities only, no
+//! heartbeat), at most one between two ticks.
 //! A young entity running into its prior in a burst wakes it for *burst reads* (the same,
 //! and their replies measure the others however soon they come: `core/window/prior.rs`), at most
 //! one every [`BURST_MIN_GAP`] and [`MAX_BURST_TRIPS`] between two ticks. Burst reads are
@@ -480,11 +481,7 @@ impl<S: ShardStore> ShardSync<S> {
         stats
             .items_sent
             .fetch_add(items.len() as u64, Ordering::Relaxed);
-        let beats = if beat.is_some() {
-            self.store.commands_for_beat()
-        } else {
-            0
-        };
+        let beats = beat.map_or(0, |_| self.store.commands_for_beat());
         let commands = self.store.commands_for(items.len()) + beats;
         stats
             .commands_sent
