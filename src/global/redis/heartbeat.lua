@@ -1,4 +1,4 @@
--- A replica's heartbeat; returns the live count (`HEARTBEAT_SCRIPT`, redis/sync.rs), and with
+-- A replica's heartbeat; returns the live count (`HEARTBEAT_SCRIPT`, redis/heartbeat.rs), and with
 -- a second key, `{live count, the store's generation}` (`generation.lua`, which comes first).
 if ARGV[5] == '1' then
   redis.call('ZREM', KEYS[1], ARGV[1])

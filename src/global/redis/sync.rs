@@ -101,27 +101,15 @@
 //! The RLQS streams per counter that replicas publish (`ShardStore::presence`) have keys and
 //! a script of their own: `presence.rs`.
 //!
-//! Each tick also runs a separate script in the same pipeline: the replica's
-//! heartbeat in the sorted set `{prefix}sluice:replicas` (member: the replica's id, score:
-//! when it was last seen), which drops members older than the TTL and returns how many are
-//! live. One key, so one slot on a cluster.
-//!
-//! # The generation
-//! The heartbeat also reads the string `{prefix}sluice:generation`, 16 hex digits, and
-//! writes the one the replica sends when there is none (`generation.lua`). It has no expiry:
-//! only a Redis that lost its data (restarted without persistence, flushed, replaced by an
-//! empty one at the same address, or evicting keys under `allkeys-*`) comes back without it,
-//! and the replicas that read the old one then read another (`sync/health.rs` counts and logs
-//! it). On a standalone shard it rides in the heartbeat's script (its second key), so it costs
-//! no command; on a cluster, where the two keys' slots differ, it is a call of its own
-//! (`GENERATION_SCRIPT`) beside the heartbeat, in the same round trip. One key, so on a
-//! cluster it watches the master of its slot only.
+//! Each tick also runs a separate script in the same pipeline: the replica's heartbeat, which
+//! counts the live replicas and reads the store's generation (`heartbeat.rs`).
 //!
 //! Credentials never leave this module: shard names are the URLs without them.
 
 use deadpool_redis::redis::{self, Value};
 
 use super::conn::{RedisOptions, SentinelMaster};
+use super::heartbeat::Heartbeats;
 use super::pool::{OpenError, RedisPool, Shard};
 use super::script::{self, Call, Lua};
 
@@ -132,24 +120,6 @@ use crate::global::{Beat, Heartbeat, Others, Presence, ShardStore, StoreError, S
 /// previous hits, current refunds, previous refunds, current floor, previous floor). Returns
 /// one integer per key: the sum, at least the floor less the key's applied refunds.
 const SYNC_SCRIPT: &str = include_str!("sync.lua");
-
-/// A replica's heartbeat. KEYS: the replicas' set and, on a standalone shard, the
-/// generation's key. ARGV: replica id, now (ms), the oldest last-seen still live (ms), TTL
-/// (ms), 1 when the replica leaves, the generation to write where there is none. Returns the
-/// live count, or with the second key, the live count and the generation (nil when the key
-/// holds something else).
-const HEARTBEAT_SCRIPT: &str = concat!(
-    include_str!("generation.lua"),
-    include_str!("heartbeat.lua")
-);
-
-/// The generation alone, beside a cluster's heartbeat (its key is in another slot). KEYS: the
-/// generation's key. ARGV: the generation to write where there is none. Returns the
-/// generation (nil when the key holds something else).
-const GENERATION_SCRIPT: &str = concat!(
-    include_str!("generation.lua"),
-    "return generation(KEYS[1], ARGV[1])\n"
-);
 
 /// Spends tokens of buckets and reads them (`SyncOp::Bucket`). KEYS: one hash per bucket
 /// (`t`: the `tat`, `W.NNN` Unix µs, `n`: tokens spent, and per replica, under its id and its
@@ -182,47 +152,6 @@ fn bucket_key(prefix: &str, it: &SyncItem) -> String {
 /// A replica's field in every counter.
 pub(super) fn field(replica: u64) -> String {
     format!("{replica:016x}")
-}
-
-pub(super) fn replicas_key(prefix: &str) -> String {
-    format!("{prefix}sluice:replicas")
-}
-
-fn generation_key(prefix: &str) -> String {
-    format!("{prefix}sluice:generation")
-}
-
-/// The heartbeat script's keys and arguments: the generation's key too `with_generation`.
-fn beat_args(cmd: &mut redis::Cmd, beat: &Heartbeat, prefix: &str, with_generation: bool) {
-    cmd.arg(1 + usize::from(with_generation))
-        .arg(replicas_key(prefix));
-    if with_generation {
-        cmd.arg(generation_key(prefix));
-    }
-    cmd.arg(format!("{:016x}", beat.replica))
-        .arg(beat.now_ms)
-        .arg(beat.now_ms.saturating_sub(beat.ttl_ms))
-        .arg(beat.ttl_ms.max(1))
-        .arg(u8::from(beat.leaving))
-        .arg(format!("{:016x}", beat.new_generation));
-}
-
-fn live_count(v: &Value) -> Result<u32, StoreError> {
-    match v {
-        Value::Int(n) => Ok((*n).clamp(0, i64::from(u32::MAX)) as u32),
-        _ => Err(backend(format!("unexpected heartbeat reply {v:?}"))),
-    }
-}
-
-/// A generation as the scripts return it: 16 hex digits.
-fn generation_of(v: &Value) -> Result<u64, StoreError> {
-    let text = match v {
-        Value::BulkString(b) => std::str::from_utf8(b).ok(),
-        Value::SimpleString(s) => Some(s.as_str()),
-        _ => None,
-    };
-    text.and_then(|t| u64::from_str_radix(t, 16).ok())
-        .ok_or_else(|| backend(format!("unexpected generation {v:?}")))
 }
 
 pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -360,8 +289,7 @@ pub struct RedisStore {
     prefix: String,
     window: Lua,
     bucket: Lua,
-    beat: Lua,
-    generation: Lua,
+    beats: Heartbeats,
     presence: Lua,
 }
 
@@ -404,13 +332,12 @@ impl RedisStore {
 
     fn on(shard: Shard, opts: &RedisOptions) -> Self {
         RedisStore {
+            beats: Heartbeats::new(&opts.prefix, &shard.name),
             name: shard.name,
             pool: shard.pool,
             prefix: opts.prefix.clone(),
             window: Lua::new(SYNC_SCRIPT),
             bucket: Lua::new(BUCKET_SCRIPT),
-            beat: Lua::new(HEARTBEAT_SCRIPT),
-            generation: Lua::new(GENERATION_SCRIPT),
             presence: Lua::new(super::presence::PRESENCE_SCRIPT),
         }
     }
@@ -436,40 +363,6 @@ impl RedisStore {
         })
     }
 
-    /// The heartbeat's call; a standalone shard's reads the generation too.
-    fn beat_call<'a>(&'a self, beat: &'a Heartbeat) -> Call<'a> {
-        let with_generation = !self.pool.is_cluster();
-        Call::new(&self.beat, move |cmd| {
-            beat_args(cmd, beat, &self.prefix, with_generation)
-        })
-    }
-
-    /// A standalone shard's heartbeat reply: the live count and the generation. A generation
-    /// that does not read (its key holds something else) is only logged: the heartbeat
-    /// stands, and a loss of the sync's keys goes unnoticed until the key is fixed.
-    fn beat_of(&self, v: &Value) -> Result<Beat, StoreError> {
-        let Value::Array(both) = v else {
-            return Err(backend(format!("heartbeat failed: {v:?}")));
-        };
-        let [live, generation] = both.as_slice() else {
-            return Err(backend(format!("unexpected heartbeat reply {v:?}")));
-        };
-        Ok(Beat {
-            live: live_count(live)?,
-            generation: self.checked(generation_of(generation)),
-        })
-    }
-
-    /// A generation read, or `None` with a warning.
-    fn checked(&self, generation: Result<u64, StoreError>) -> Option<u64> {
-        let warn = |e: &StoreError| {
-            let key = generation_key(&self.prefix);
-            tracing::warn!(shard = %self.name, %key, error = %e,
-                "cannot read the store's generation; a loss of the sync's keys would go unnoticed");
-        };
-        generation.inspect_err(warn).ok()
-    }
-
     /// A standalone shard's call: one pipeline, a script call per chunk of items
     /// (`batches`), then the heartbeat (when given). Errors are read per reply: a heartbeat
     /// that fails must not make the chunks, which were applied, be sent again.
@@ -486,12 +379,12 @@ impl RedisStore {
             .map(|(kind, of)| self.call(*kind, replica, items, of))
             .collect();
         if let Some(b) = beat {
-            calls.push(self.beat_call(b));
+            calls.push(self.beats.call(b, true));
         }
         let replies = script::pipeline(&mut conn, &calls).await.map_err(backend)?;
         let live = match beat
             .and(replies.get(batches.len()))
-            .map(|v| self.beat_of(v))
+            .map(|v| self.beats.reply(v))
         {
             None => None,
             Some(Ok(b)) => Some(b),
@@ -534,28 +427,6 @@ impl RedisStore {
         });
         futures_util::future::try_join_all(calls).await
     }
-
-    /// A cluster's heartbeat: its own call (its key is in its own slot), and the generation's
-    /// beside it, both in flight at once. A generation that fails leaves the heartbeat alone.
-    async fn beat_alone(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
-        let conn = self.pool.get().await.map_err(backend)?;
-        let handle = conn
-            .cluster_handle()
-            .ok_or_else(|| backend("not a cluster connection"))?;
-        let (mut a, mut b) = (handle.clone(), handle);
-        let generation = Call::new(&self.generation, |cmd| {
-            cmd.arg(1)
-                .arg(generation_key(&self.prefix))
-                .arg(format!("{:016x}", beat.new_generation));
-        });
-        let (live, generation) =
-            futures_util::future::join(self.beat_call(beat).run(&mut a), generation.run(&mut b))
-                .await;
-        Ok(Beat {
-            live: live_count(&live.map_err(backend)?)?,
-            generation: self.checked(generation.map_err(backend).and_then(|v| generation_of(&v))),
-        })
-    }
 }
 
 impl ShardStore for RedisStore {
@@ -572,7 +443,7 @@ impl ShardStore for RedisStore {
 
     async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
         if self.pool.is_cluster() {
-            return self.beat_alone(beat).await;
+            return self.beats.on_cluster(&self.pool, beat).await;
         }
         self.pipeline(beat.replica, &[], Some(beat))
             .await?
@@ -590,13 +461,18 @@ impl ShardStore for RedisStore {
             return self.pipeline(replica, items, Some(beat)).await;
         }
         if items.is_empty() {
-            return Ok((Vec::new(), Some(self.beat_alone(beat).await?)));
+            return Ok((
+                Vec::new(),
+                Some(self.beats.on_cluster(&self.pool, beat).await?),
+            ));
         }
         // The item calls and the heartbeat in flight at once: one round trip. A failed
         // heartbeat leaves the sync's result alone (its parts were stated).
-        let (totals, live) =
-            futures_util::future::join(self.cluster_sync(replica, items), self.beat_alone(beat))
-                .await;
+        let (totals, live) = futures_util::future::join(
+            self.cluster_sync(replica, items),
+            self.beats.on_cluster(&self.pool, beat),
+        )
+        .await;
         if let Err(e) = &live {
             tracing::warn!(shard = %self.name, error = %e, "heartbeat failed");
         }
@@ -633,7 +509,7 @@ impl ShardStore for RedisStore {
         }
     }
 
-    /// On a cluster the generation is a call of its own (`beat_alone`).
+    /// On a cluster the generation is a call of its own (`heartbeat.rs`).
     fn commands_for_beat(&self) -> usize {
         1 + usize::from(self.pool.is_cluster())
     }
