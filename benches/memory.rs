@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::core::clock::{Clock, ManualClock, UnixMillis};
 use sluice::core::SyncPolicy;
 use sluice::global::{
-    self, Global, Heartbeat, ShardStore, StoreError, Stores, SyncConfig, SyncItem, SyncOp,
+    self, Beat, Global, Heartbeat, ShardStore, StoreError, Stores, SyncConfig, SyncItem, SyncOp,
     SyncQueues, SyncSettings,
 };
 use sluice::rls::{Options, RateLimiter};
@@ -54,8 +54,11 @@ impl ShardStore for NullStore {
             })
             .collect())
     }
-    async fn heartbeat(&self, _: &Heartbeat) -> Result<u32, StoreError> {
-        Ok(1)
+    async fn heartbeat(&self, _: &Heartbeat) -> Result<Beat, StoreError> {
+        Ok(Beat {
+            live: 1,
+            generation: None,
+        })
     }
     async fn time_ms(&self) -> Result<u64, StoreError> {
         Ok(0)

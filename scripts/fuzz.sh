@@ -5,7 +5,8 @@
 #   scripts/fuzz.sh [TARGET|all] [SECONDS]     # default: all targets, 60 s each
 #
 # Targets: rules (rules YAML -> RuleSet or errors), matcher (RuleSet::find), json (proto3
-# JSON -> RateLimiter::should_rate_limit); see fuzz/src/lib.rs. Installs what is missing:
+# JSON -> RateLimiter::should_rate_limit), rlqs (a quota usage report's bytes -> rlqs::check,
+# held to prost's decoding); see fuzz/src/lib.rs. Installs what is missing:
 # clang/llvm (apt-get, for AFL++'s runtime), cargo-afl (cargo install) and AFL++ itself
 # (`cargo afl config --build`). Findings accumulate in fuzz/out/TARGET/default/ (ignored by
 # git) and a later run resumes from there.
@@ -17,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(rules matcher json)
+all_targets=(rules matcher json rlqs)
 target=${1:-all}
 seconds=${2:-60}
 if [ "$target" = all ]; then

@@ -1,18 +1,26 @@
 //! The fuzz targets, as plain functions of the input bytes: the rules parser and compiler,
-//! the descriptor matcher, and the proto3 JSON request path through a local-mode limiter.
+//! the descriptor matcher, the proto3 JSON request path through a local-mode limiter, and the
+//! reading of the quota service's usage reports.
 //!
 //! Each target must return normally for every input; a panic is the bug a fuzzer reports.
 //! The AFL binaries in `src/bin/` call them, and so does `tests/in_process/fuzz_regressions.rs` in the
 //! main crate (which includes this file as a module), replaying `fuzz/regressions/` and
 //! `fuzz/corpus/` and running proptests over them, so CI exercises every target without a
-//! fuzzer. Only `sluice` and `std` may be used here: the main crate's tests compile it too.
+//! fuzzer. Only `sluice`, `std` and crates the main crate depends on itself (`prost`,
+//! `envoy-types`) may be used here: the main crate's tests compile it too.
 #![forbid(unsafe_code)]
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
+use prost::Message;
 use sluice::core::clock::{ManualClock, UnixMillis};
+use sluice::rlqs::{
+    Report, ReportError, MAX_BUCKET_BYTES, MAX_TIME_ELAPSED, MAX_USAGES_PER_REPORT,
+};
 use sluice::rls::{HeaderNames, Options, RateLimiter};
-use sluice::rules::{compile_sources, RuleSet};
+use sluice::rules::{compile_sources, RuleSet, MAX_BUCKET_ENTRIES};
 
 /// Inputs longer than this are ignored: the targets look for logic bugs, and a long input
 /// only slows the fuzzer down. (Deeply nested YAML flow collections take time quadratic in
@@ -22,7 +30,12 @@ pub const MAX_INPUT: usize = 64 * 1024;
 
 /// Every target by name, as the fuzz binaries, `scripts/fuzz.sh` and the regression test
 /// call them (`fuzz/corpus/<name>/`, `fuzz/regressions/<name>/`).
-pub const TARGETS: [(&str, Target); 3] = [("rules", rules), ("matcher", matcher), ("json", json)];
+pub const TARGETS: [(&str, Target); 4] = [
+    ("rules", rules),
+    ("matcher", matcher),
+    ("json", json),
+    ("rlqs", rlqs),
+];
 
 /// A fuzz target: returns for every input, panics on a bug.
 pub type Target = fn(&[u8]);
@@ -172,6 +185,105 @@ pub fn json(data: &[u8]) {
             "one status per descriptor"
         );
         let _ = sluice::server::json::response_json(&resp).to_string();
+    }
+}
+
+/// The stream domain the `rlqs` target reads later messages of a stream with.
+pub const RLQS_STREAM: &str = "edge";
+
+/// Target `rlqs`: a quota stream's message, `RateLimitQuotaUsageReports` as bytes off the
+/// wire, read by `rlqs::check` as a stream's first message and as a later one of a stream
+/// whose domain is [`RLQS_STREAM`].
+///
+/// `check` reads the wire format by hand, so prost's generated decoding of the same bytes is
+/// the oracle: both refuse the same bytes as malformed; what `check` takes is prost's
+/// message field for field (bucket ids sorted, a key sent twice keeping its last value), and
+/// within every bound; and what it refuses breaks a rule of the protocol or a bound.
+pub fn rlqs(data: &[u8]) {
+    if data.len() > MAX_INPUT {
+        return;
+    }
+    let decoded = RateLimitQuotaUsageReports::decode(data);
+    for stream in [None, Some(RLQS_STREAM)] {
+        let read = sluice::rlqs::check(data, stream);
+        let m = match (&read, &decoded) {
+            (Err(ReportError::Malformed(_)), Err(_)) => continue,
+            (Err(ReportError::Malformed(e)), Ok(_)) => panic!("refused what prost reads: {e}"),
+            (_, Err(e)) => panic!("took what prost refuses ({e}): {read:?}"),
+            (_, Ok(m)) => m,
+        };
+        match read {
+            Ok(report) => {
+                assert!(valid(m, stream), "took an invalid report: {m:?}");
+                same_report(&report, m, stream);
+            }
+            // Entries are counted as sent, a key sent twice twice; prost's map keeps one.
+            Err(ReportError::TooManyEntries { count, .. }) => {
+                assert!(
+                    count > MAX_BUCKET_ENTRIES,
+                    "{count} entries are not too many"
+                )
+            }
+            Err(e) => {
+                assert!(!valid(m, stream), "refused a valid report ({e}): {m:?}");
+                assert!(!e.to_string().is_empty());
+            }
+        }
+    }
+}
+
+/// Whether `m`, a message of a stream whose domain is `stream`, keeps every rule `check`
+/// documents: the domain, the bounds, and each usage's bucket id and `time_elapsed`.
+fn valid(m: &RateLimitQuotaUsageReports, stream: Option<&str>) -> bool {
+    let domain = match stream {
+        None => !m.domain.is_empty(),
+        Some(s) => m.domain.is_empty() || m.domain == s,
+    };
+    let bounded = |s: &String| !s.is_empty() && s.len() <= MAX_BUCKET_BYTES;
+    domain
+        && m.domain.len() <= MAX_BUCKET_BYTES
+        && m.bucket_quota_usages.len() <= MAX_USAGES_PER_REPORT
+        && m.bucket_quota_usages.iter().all(|u| {
+            let (Some(id), Some(d)) = (&u.bucket_id, u.time_elapsed) else {
+                return false;
+            };
+            (1..=MAX_BUCKET_ENTRIES).contains(&id.bucket.len())
+                && id.bucket.iter().all(|(k, v)| bounded(k) && bounded(v))
+                && d.seconds >= 0
+                && (0..1_000_000_000).contains(&d.nanos)
+                && Duration::new(d.seconds as u64, d.nanos as u32) <= MAX_TIME_ELAPSED
+        })
+}
+
+/// `report` holds `m`'s usages, in order.
+fn same_report(report: &Report<'_>, m: &RateLimitQuotaUsageReports, stream: Option<&str>) {
+    let domain = if m.domain.is_empty() {
+        stream.unwrap_or_default()
+    } else {
+        &m.domain
+    };
+    assert_eq!(report.domain, domain, "the domain");
+    assert_eq!(report.usages.len(), m.bucket_quota_usages.len(), "usages");
+    for (u, pu) in report.usages.iter().zip(&m.bucket_quota_usages) {
+        let mut want: Vec<(&str, &str)> = pu.bucket_id.as_ref().map_or(Vec::new(), |b| {
+            b.bucket
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect()
+        });
+        want.sort_unstable();
+        assert_eq!(report.bucket(u), &want[..], "a bucket id");
+        assert_eq!(
+            (u.counts.allowed, u.counts.denied),
+            (pu.num_requests_allowed, pu.num_requests_denied),
+            "counts"
+        );
+        let d = pu.time_elapsed.unwrap_or_default();
+        assert_eq!(
+            u.elapsed,
+            Duration::new(d.seconds as u64, d.nanos as u32),
+            "time_elapsed"
+        );
     }
 }
 

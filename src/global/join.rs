@@ -48,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
 use crate::global::config::SyncSettings;
-use crate::global::sync::{Heartbeat, ShardStore, StoreError, SyncQueues};
+use crate::global::sync::{new_generation, Heartbeat, ShardStore, StoreError, SyncQueues};
 
 /// Where a replica is in joining the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,10 +266,12 @@ impl<S: ShardStore> JoinTask<S> {
             now_ms: self.clock.now().0,
             ttl_ms: self.settings.heartbeat_ttl_ms(),
             leaving: false,
+            new_generation: new_generation(),
         };
+        // The generation is left to the sync task's heartbeats, which watch it for a loss.
         let calls = self.stores.iter().map(|s| async move {
             match tokio::time::timeout_at(deadline, s.heartbeat(&beat)).await {
-                Ok(r) => r,
+                Ok(r) => r.map(|b| b.live),
                 Err(_) => Err(StoreError::Timeout(self.timeout)),
             }
         });

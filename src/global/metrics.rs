@@ -1,6 +1,6 @@
 //! Global mode's metrics: the sync's counters (ticks, items, Redis calls, failures), the
-//! queue's gauges and each shard's health, read from [`SyncStats`] and [`ShardHealth`] at
-//! each collection; and the RLQS presence loop's calls.
+//! queue's gauges and each shard's health (and how often it lost the sync's keys), read from
+//! [`SyncStats`] and [`ShardHealth`] at each collection; and the RLQS presence loop's calls.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use opentelemetry::KeyValue;
 
 use crate::global::{Global, ShardHealth, SyncStats};
-use crate::telemetry::{names, Telemetry};
+use crate::telemetry::{names, SeriesFn, Telemetry};
 
 pub(super) fn register_metrics(t: &Telemetry, g: &Global) {
     let s = g.queues.stats.clone();
@@ -123,15 +123,21 @@ fn register_shard_gauges(t: &Telemetry, g: &Global) {
         (names::REDIS_LAST_SYNC, |h| h.last_success_ms() / 1000),
     ];
     for (metric, read) in per_shard {
-        let health = g.health.clone();
-        t.labelled_gauge(
-            metric,
-            Arc::new(move || {
-                health
-                    .iter()
-                    .map(|h| (read(h), vec![KeyValue::new("shard", h.name.clone())]))
-                    .collect()
-            }),
-        );
+        t.labelled_gauge(metric, per_shard_reader(g, read));
     }
+    t.counter(
+        names::SYNC_STORE_RESETS,
+        per_shard_reader(g, ShardHealth::resets),
+    );
+}
+
+/// Reads `read` of each shard's health, labelled by the shard.
+fn per_shard_reader(g: &Global, read: fn(&ShardHealth) -> u64) -> SeriesFn {
+    let health = g.health.clone();
+    Arc::new(move || {
+        health
+            .iter()
+            .map(|h| (read(h), vec![KeyValue::new("shard", h.name.clone())]))
+            .collect()
+    })
 }

@@ -25,8 +25,8 @@ pub use join::{JoinStatus, Joining};
 pub use presence::{Others, Presence, PresenceHub, PresenceSource};
 pub use redis::OpenError;
 pub use sync::{
-    measure_offset, new_replica_id, Heartbeat, ShardHealth, ShardRouter, ShardStore, ShardSync,
-    StoreError, SyncItem, SyncOp, SyncQueues, SyncStats,
+    measure_offset, new_generation, new_replica_id, Beat, Heartbeat, ShardHealth, ShardRouter,
+    ShardStore, ShardSync, StoreError, SyncItem, SyncOp, SyncQueues, SyncStats,
 };
 
 use std::sync::Arc;
@@ -348,7 +348,7 @@ mod tests {
             }
             self.inner.sync(replica, items).await
         }
-        async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+        async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
             self.inner.heartbeat(beat).await
         }
         async fn time_ms(&self) -> Result<u64, StoreError> {

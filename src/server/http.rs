@@ -81,8 +81,14 @@ async fn readyz(State(s): State<AdminState>) -> Response {
     // A degraded shard, or one that has not answered yet, is reported but does not make the
     // service unready: decisions continue from memory and the deltas are kept until Redis
     // answers. Only "ok" means the shard has answered and its last call succeeded.
+    // A store that lost the sync's keys is noted too, and stays ready: the replicas restore
+    // the counts from memory.
     for h in &s.shards {
-        body.push_str(&format!("redis shard {}: {}\n", h.name, h.status()));
+        body.push_str(&format!("redis shard {}: {}", h.name, h.status()));
+        if let Some(note) = h.resets_note() {
+            body.push_str(&format!(" ({note})"));
+        }
+        body.push('\n');
     }
     // Whether the running replicas count this one yet, and what it knows of the fleet: a
     // replica that started while Redis did not answer says so here for as long as it runs.

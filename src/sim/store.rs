@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::global::sync::memory::MemoryStore;
-use crate::global::Heartbeat;
+use crate::global::{Beat, Heartbeat};
 use crate::global::{Others, Presence, ShardStore, StoreError, SyncItem};
 
 /// A [`ShardStore`] shared by every node of one simulated fleet.
@@ -76,7 +76,7 @@ impl SimStore {
         replica: u64,
         items: &[SyncItem],
         beat: Option<&Heartbeat>,
-    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+    ) -> Result<(Vec<[u64; 2]>, Option<Beat>), StoreError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         sleep(self.there).await;
         // Whether the call is refused is decided where it lands, as a connection to a dead
@@ -114,7 +114,7 @@ impl ShardStore for SimStore {
         Ok(self.call(replica, items, None).await?.0)
     }
 
-    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
         self.call(beat.replica, &[], Some(beat))
             .await?
             .1
@@ -126,7 +126,7 @@ impl ShardStore for SimStore {
         replica: u64,
         items: &[SyncItem],
         beat: &Heartbeat,
-    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+    ) -> Result<(Vec<[u64; 2]>, Option<Beat>), StoreError> {
         self.call(replica, items, Some(beat)).await
     }
 

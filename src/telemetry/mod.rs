@@ -41,7 +41,8 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 
 type GaugeFn = Arc<dyn Fn() -> u64 + Send + Sync>;
-type SeriesFn = Arc<dyn Fn() -> Vec<(u64, Vec<KeyValue>)> + Send + Sync>;
+/// Reads a metric's series: each value with its labels.
+pub type SeriesFn = Arc<dyn Fn() -> Vec<(u64, Vec<KeyValue>)> + Send + Sync>;
 
 /// The metrics pipeline: an OpenTelemetry meter provider exporting into a Prometheus registry.
 pub struct Telemetry {

@@ -91,6 +91,7 @@ mod sync {
     pub const SYNC_LIVE_REPLICAS: Metric = gauge("sluice_sync_live_replicas", "Live replicas (this one included) as the Redis heartbeats last counted them");
     pub const REDIS_SHARD_DEGRADED: Metric = gauge("sluice_redis_shard_degraded", "1 while a Redis shard's last call failed");
     pub const REDIS_LAST_SYNC: Metric = gauge("sluice_redis_last_sync_unix_seconds", "When a shard's last sync succeeded (staleness = now - this)");
+    pub const SYNC_STORE_RESETS: Metric = counter("sluice_sync_store_resets_total", "Times a Redis shard was found to have lost the sync's keys (restarted empty, flushed or replaced: its generation changed); the replicas restore the counts from memory");
     pub const PRESENCE_CALLS: Metric = counter("sluice_rlqs_presence_calls_total", "Redis calls publishing this replica's quota-service streams per counter (one per shard a tick), by result");
     pub const PRESENCE_ITEMS: Metric = counter("sluice_rlqs_presence_items_total", "Counters sent in presence calls (removals included)");
 }
@@ -152,6 +153,7 @@ pub const ALL: &[Metric] = &[
     SYNC_LIVE_REPLICAS,
     REDIS_SHARD_DEGRADED,
     REDIS_LAST_SYNC,
+    SYNC_STORE_RESETS,
     PRESENCE_CALLS,
     PRESENCE_ITEMS,
     EXACT_FALLBACK,

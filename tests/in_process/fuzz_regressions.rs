@@ -90,6 +90,21 @@ fn the_seeds_reach_the_interesting_paths() {
     let body = std::fs::read(fuzz_dir().join("corpus/json/many.json")).unwrap();
     let req = sluice::server::json::parse_request(&body).expect("the json seed parses");
     assert_eq!(req.descriptors.len(), 6);
+    // The report seeds: some taken whole, some refused by a check, some malformed.
+    let read: Vec<_> = seeds("rlqs")
+        .iter()
+        .map(
+            |s| match sluice::rlqs::check(s, Some(targets::RLQS_STREAM)) {
+                Ok(r) => ("taken", r.usages.len()),
+                Err(sluice::rlqs::ReportError::Malformed(_)) => ("malformed", 0),
+                Err(_) => ("refused", 0),
+            },
+        )
+        .collect();
+    let count = |what| read.iter().filter(|(w, _)| *w == what).count();
+    assert!(count("taken") >= 8, "{read:?}");
+    assert!(count("refused") >= 8 && count("malformed") >= 3, "{read:?}");
+    assert!(read.iter().any(|&(_, usages)| usages >= 4), "{read:?}");
 }
 
 /// A seed with `insert` spliced in at `at` (a share of its length), after dropping `drop`
@@ -252,6 +267,75 @@ fn json_like() -> impl Strategy<Value = String> {
         })
 }
 
+/// Protobuf's wire format, by hand: a field's key, a varint, a length-delimited field.
+fn wire_key(tag: u64, wire: u64) -> Vec<u8> {
+    varint(tag << 3 | wire)
+}
+
+fn varint(mut n: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+    out
+}
+
+fn delimited(tag: u64, body: &[u8]) -> Vec<u8> {
+    [wire_key(tag, 2), varint(body.len() as u64), body.to_vec()].concat()
+}
+
+fn varint_field(tag: u64, n: u64) -> Vec<u8> {
+    [wire_key(tag, 0), varint(n)].concat()
+}
+
+/// A usage report built field by field, as the wire lets a client send it: bucket entries
+/// with keys repeated, missing or empty, fields sent twice (merged) or unknown, durations of
+/// every sign and range, counts up to 2^64 − 1, the domain or none.
+fn rlqs_like() -> impl Strategy<Value = Vec<u8>> {
+    let text = || select(vec!["tenant", "acme", "a", "", "edge", "other"]);
+    let entry = (prop::option::of(text()), prop::option::of(text())).prop_map(|(k, v)| {
+        let mut e = k.map_or(Vec::new(), |k| delimited(1, k.as_bytes()));
+        e.extend(v.map_or(Vec::new(), |v| delimited(2, v.as_bytes())));
+        delimited(1, &e)
+    });
+    let bucket = prop::collection::vec(entry, 0..5).prop_map(|e| delimited(1, &e.concat()));
+    let signed = select(vec![
+        0i64,
+        5,
+        -1,
+        3_600,
+        3_601,
+        999_999_999,
+        1_000_000_000,
+        i64::MAX,
+    ]);
+    let elapsed =
+        (prop::option::of(signed.clone()), prop::option::of(signed)).prop_map(|(s, n)| {
+            let mut d = s.map_or(Vec::new(), |s| varint_field(1, s as u64));
+            d.extend(n.map_or(Vec::new(), |n| varint_field(2, n as u64)));
+            delimited(2, &d)
+        });
+    let field = prop_oneof![
+        bucket,
+        elapsed,
+        any::<u64>().prop_map(|n| varint_field(3, n)),
+        any::<u64>().prop_map(|n| varint_field(4, n)),
+        Just(varint_field(9, 1)),
+        Just([wire_key(10, 1), vec![7; 8]].concat()),
+    ];
+    let usage = prop::collection::vec(field, 0..6).prop_map(|f| delimited(2, &f.concat()));
+    (
+        prop::option::of(select(vec!["edge", "other", ""])),
+        prop::collection::vec(usage, 0..4),
+    )
+        .prop_map(|(domain, usages)| {
+            let domain = domain.map_or(Vec::new(), |d| delimited(1, d.as_bytes()));
+            [domain, usages.concat()].concat()
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -298,5 +382,20 @@ proptest! {
     #[test]
     fn json_target_survives_requests_of_every_shape(text in json_like()) {
         target("json")(text.as_bytes());
+    }
+
+    #[test]
+    fn rlqs_target_survives_arbitrary_bytes(data in prop::collection::vec(any::<u8>(), 0..256)) {
+        targets::rlqs(&data);
+    }
+
+    #[test]
+    fn rlqs_target_survives_mutated_seeds(data in mutated_seeds("rlqs")) {
+        targets::rlqs(&data);
+    }
+
+    #[test]
+    fn rlqs_target_survives_reports_built_on_the_wire(data in rlqs_like()) {
+        target("rlqs")(&data);
     }
 }

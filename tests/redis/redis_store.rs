@@ -2,14 +2,14 @@
 //! and bucket items mixed, several replicas) gives the same totals from a real redis-server,
 //! standalone and as a cluster, as from `MemoryStore` — the store the simulator and the sync
 //! tests run on. So what the simulator measures is what Redis does. The set of replicas the
-//! heartbeats keep, as a joining replica reads it, too.
+//! heartbeats keep, as a joining replica reads it, and the store's generation they read, too.
 use crate::common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sluice::core::Part;
 use sluice::global::redis::{RedisOptions, RedisStore};
 use sluice::global::sync::memory::MemoryStore;
-use sluice::global::{Heartbeat, ShardStore, SyncItem, SyncOp};
+use sluice::global::{Beat, Heartbeat, ShardStore, SyncItem, SyncOp};
 
 const NOW_MS: u64 = 1_700_000_040_000;
 
@@ -150,17 +150,23 @@ fn a_redis_cluster_syncs_buckets_as_the_memory_store_does() {
     same_replicas_as_memory(&rt, &store);
 }
 
-/// Heartbeats of three replicas (one leaving, one refreshed) on `store` and on the memory
-/// store: both list the same members with the times their last heartbeats stated, which a
-/// joining replica watches change (`global/join.rs`).
-fn same_replicas_as_memory<S: ShardStore>(rt: &tokio::runtime::Runtime, store: &S) {
-    let memory = MemoryStore::default();
-    let beat = |replica, now_ms, leaving| Heartbeat {
+/// A heartbeat of `replica` at `now_ms`, offering `now_ms` as the store's generation.
+fn beat(replica: u64, now_ms: u64, leaving: bool) -> Heartbeat {
+    Heartbeat {
         replica,
         now_ms,
         ttl_ms: 8_000,
         leaving,
-    };
+        new_generation: now_ms,
+    }
+}
+
+/// Heartbeats of three replicas (one leaving, one refreshed) on `store` and on the memory
+/// store: both answer the same live counts and generation (the first heartbeat's), and list
+/// the same members with the times their last heartbeats stated, which a joining replica
+/// watches change (`global/join.rs`).
+fn same_replicas_as_memory<S: ShardStore>(rt: &tokio::runtime::Runtime, store: &S) {
+    let memory = MemoryStore::default();
     let beats = [
         beat(0xa1, NOW_MS, false),
         beat(0xb2, NOW_MS + 5, false),
@@ -173,6 +179,7 @@ fn same_replicas_as_memory<S: ShardStore>(rt: &tokio::runtime::Runtime, store: &
             rt.block_on(async { (store.heartbeat(b).await, memory.heartbeat(b).await) });
         assert_eq!(redis.unwrap(), mem.unwrap());
     }
+    assert_eq!(*memory.generation.lock(), Some(NOW_MS));
     let mut listed = rt.block_on(store.replicas()).unwrap();
     listed.sort_unstable();
     assert_eq!(listed, vec![(0xb2, NOW_MS + 1_000), (u64::MAX, NOW_MS + 7)]);
@@ -184,6 +191,45 @@ fn the_set_of_replicas_reads_as_the_memory_store_has_it() {
     let redis = RedisServer::start();
     let store = RedisStore::new(&redis.url(), &RedisOptions::default()).unwrap();
     same_replicas_as_memory(&runtime(), &store);
+}
+
+#[test]
+fn a_redis_that_lost_its_keys_answers_a_new_generation_as_the_memory_store_does() {
+    let redis = RedisServer::start();
+    let rt = runtime();
+    let store = RedisStore::new(&redis.url(), &RedisOptions::default()).unwrap();
+    let memory = MemoryStore::default();
+    let both = |b: Heartbeat| {
+        let (got, want) =
+            rt.block_on(async { (store.heartbeat(&b).await, memory.heartbeat(&b).await) });
+        let want = want.unwrap();
+        assert_eq!(got.unwrap(), want);
+        want
+    };
+    let generation = |b: Beat| b.generation.unwrap();
+    assert_eq!(generation(both(beat(1, NOW_MS, false))), NOW_MS);
+    assert_eq!(generation(both(beat(2, NOW_MS + 5, false))), NOW_MS);
+    // Kept for good: counters expire, the generation does not.
+    assert_eq!(redis.cli(&["PTTL", "sluice:generation"]), "-1");
+    // Lost with the rest: the next heartbeat's offer is the new one, a leaving one's too.
+    redis.cli(&["FLUSHALL"]);
+    memory.flush_all();
+    // (`flush_all` keeps the heartbeats, as the simulator's restart wants; Redis lost them.)
+    memory.replicas.lock().clear();
+    assert_eq!(generation(both(beat(2, NOW_MS + 9, true))), NOW_MS + 9);
+    assert_eq!(generation(both(beat(1, NOW_MS + 20, false))), NOW_MS + 9);
+    // A key of another type in its place is left alone: no generation, the heartbeat stands.
+    redis.cli(&["DEL", "sluice:generation"]);
+    redis.cli(&["HSET", "sluice:generation", "f", "v"]);
+    let got = rt.block_on(store.heartbeat(&beat(1, NOW_MS + 30, false)));
+    assert_eq!(
+        got.unwrap(),
+        Beat {
+            live: 1,
+            generation: None
+        }
+    );
+    assert_eq!(redis.cli(&["HGET", "sluice:generation", "f"]), "v");
 }
 
 #[test]

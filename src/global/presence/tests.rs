@@ -328,7 +328,10 @@ impl ShardStore for Silent {
     ) -> Result<Vec<[u64; 2]>, StoreError> {
         std::future::pending().await
     }
-    async fn heartbeat(&self, _: &crate::global::Heartbeat) -> Result<u32, StoreError> {
+    async fn heartbeat(
+        &self,
+        _: &crate::global::Heartbeat,
+    ) -> Result<crate::global::Beat, StoreError> {
         std::future::pending().await
     }
     async fn time_ms(&self) -> Result<u64, StoreError> {

@@ -1,4 +1,5 @@
--- A replica's heartbeat; returns the live count (`HEARTBEAT_SCRIPT`, redis/sync.rs).
+-- A replica's heartbeat; returns the live count (`HEARTBEAT_SCRIPT`, redis/heartbeat.rs), and with
+-- a second key, `{live count, the store's generation}` (`generation.lua`, which comes first).
 if ARGV[5] == '1' then
   redis.call('ZREM', KEYS[1], ARGV[1])
 else
@@ -6,4 +7,6 @@ else
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
-return redis.call('ZCARD', KEYS[1])
+local live = redis.call('ZCARD', KEYS[1])
+if KEYS[2] then return {live, generation(KEYS[2], ARGV[6])} end
+return live

@@ -1,11 +1,13 @@
 //! Redis for global mode: connection settings (URLs, auth, TLS, Sentinel, Cluster clients) in
 //! `conn.rs`, the one pool type over standalone, Sentinel and Cluster in `pool.rs`, scripts
 //! and their `NOSCRIPT` fallback in `script.rs`, the sync's store (its data model and
-//! scripts) in `sync.rs`, the set of replicas as a joining replica reads it in
-//! `replicas.rs`, and the RLQS streams each replica publishes per counter in `presence.rs`. The exact rules' store is in `global/exact/redis.rs`, on pools of
-//! its own opened here.
+//! scripts) in `sync.rs`, the heartbeats and the store's generation they read in
+//! `heartbeat.rs`, the set of replicas as a joining replica reads it in `replicas.rs`, and
+//! the RLQS streams each replica publishes per counter in `presence.rs`. The exact rules'
+//! store is in `global/exact/redis.rs`, on pools of its own opened here.
 
 pub mod conn;
+mod heartbeat;
 pub(crate) mod pool;
 mod presence;
 mod replicas;

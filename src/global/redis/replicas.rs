@@ -1,13 +1,14 @@
 //! The set of replicas as a replica joining the fleet reads it ([`ShardStore::replicas`] of
 //! [`super::RedisStore`], `global/join.rs`): every member of `{prefix}sluice:replicas` with
-//! its score, the time its last heartbeat stated (`heartbeat.lua` writes them, `sync.rs`).
+//! its score, the time its last heartbeat stated (`heartbeat.rs` writes them).
 //!
 //! [`ShardStore::replicas`]: crate::global::ShardStore::replicas
 
 use deadpool_redis::redis::{self, Value};
 
+use super::heartbeat::replicas_key;
 use super::pool::RedisPool;
-use super::sync::{backend, replicas_key};
+use super::sync::backend;
 use crate::global::StoreError;
 
 /// `ZRANGE <set> 0 -1 WITHSCORES`: each member's id and score. Members that are not a

@@ -101,30 +101,25 @@
 //! The RLQS streams per counter that replicas publish (`ShardStore::presence`) have keys and
 //! a script of their own: `presence.rs`.
 //!
-//! Each tick also runs a separate script in the same pipeline: the replica's
-//! heartbeat in the sorted set `{prefix}sluice:replicas` (member: the replica's id, score:
-//! when it was last seen), which drops members older than the TTL and returns how many are
-//! live. One key, so one slot on a cluster.
+//! Each tick also runs a separate script in the same pipeline: the replica's heartbeat, which
+//! counts the live replicas and reads the store's generation (`heartbeat.rs`).
 //!
 //! Credentials never leave this module: shard names are the URLs without them.
 
 use deadpool_redis::redis::{self, Value};
 
 use super::conn::{RedisOptions, SentinelMaster};
+use super::heartbeat::Heartbeats;
 use super::pool::{OpenError, RedisPool, Shard};
 use super::script::{self, Call, Lua};
 
-use crate::global::{Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
+use crate::global::{Beat, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
 
 /// States parts and reads counters (see the module docs). KEYS: two per item (current,
 /// previous epoch). ARGV: the replica's field, then seven per item (ttl ms, current hits,
 /// previous hits, current refunds, previous refunds, current floor, previous floor). Returns
 /// one integer per key: the sum, at least the floor less the key's applied refunds.
 const SYNC_SCRIPT: &str = include_str!("sync.lua");
-
-/// A replica's heartbeat. KEYS: the replicas' set. ARGV: replica id, now (ms), the oldest
-/// last-seen still live (ms), TTL (ms), 1 when the replica leaves. Returns the live count.
-const HEARTBEAT_SCRIPT: &str = include_str!("heartbeat.lua");
 
 /// Spends tokens of buckets and reads them (`SyncOp::Bucket`). KEYS: one hash per bucket
 /// (`t`: the `tat`, `W.NNN` Unix µs, `n`: tokens spent, and per replica, under its id and its
@@ -157,28 +152,6 @@ fn bucket_key(prefix: &str, it: &SyncItem) -> String {
 /// A replica's field in every counter.
 pub(super) fn field(replica: u64) -> String {
     format!("{replica:016x}")
-}
-
-pub(super) fn replicas_key(prefix: &str) -> String {
-    format!("{prefix}sluice:replicas")
-}
-
-/// The heartbeat script's keys and arguments.
-fn beat_args(cmd: &mut redis::Cmd, beat: &Heartbeat, prefix: &str) {
-    cmd.arg(1)
-        .arg(replicas_key(prefix))
-        .arg(format!("{:016x}", beat.replica))
-        .arg(beat.now_ms)
-        .arg(beat.now_ms.saturating_sub(beat.ttl_ms))
-        .arg(beat.ttl_ms.max(1))
-        .arg(u8::from(beat.leaving));
-}
-
-fn live_count(v: &Value) -> Result<u32, StoreError> {
-    match v {
-        Value::Int(n) => Ok((*n).clamp(0, i64::from(u32::MAX)) as u32),
-        _ => Err(backend(format!("unexpected heartbeat reply {v:?}"))),
-    }
 }
 
 pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -316,7 +289,7 @@ pub struct RedisStore {
     prefix: String,
     window: Lua,
     bucket: Lua,
-    beat: Lua,
+    beats: Heartbeats,
     presence: Lua,
 }
 
@@ -359,12 +332,12 @@ impl RedisStore {
 
     fn on(shard: Shard, opts: &RedisOptions) -> Self {
         RedisStore {
+            beats: Heartbeats::new(&opts.prefix, &shard.name),
             name: shard.name,
             pool: shard.pool,
             prefix: opts.prefix.clone(),
             window: Lua::new(SYNC_SCRIPT),
             bucket: Lua::new(BUCKET_SCRIPT),
-            beat: Lua::new(HEARTBEAT_SCRIPT),
             presence: Lua::new(super::presence::PRESENCE_SCRIPT),
         }
     }
@@ -390,10 +363,6 @@ impl RedisStore {
         })
     }
 
-    fn beat_call<'a>(&'a self, beat: &'a Heartbeat) -> Call<'a> {
-        Call::new(&self.beat, move |cmd| beat_args(cmd, beat, &self.prefix))
-    }
-
     /// A standalone shard's call: one pipeline, a script call per chunk of items
     /// (`batches`), then the heartbeat (when given). Errors are read per reply: a heartbeat
     /// that fails must not make the chunks, which were applied, be sent again.
@@ -402,7 +371,7 @@ impl RedisStore {
         replica: u64,
         items: &[SyncItem],
         beat: Option<&Heartbeat>,
-    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+    ) -> Result<(Vec<[u64; 2]>, Option<Beat>), StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
         let batches = batches(items);
         let mut calls: Vec<Call<'_>> = batches
@@ -410,17 +379,20 @@ impl RedisStore {
             .map(|(kind, of)| self.call(*kind, replica, items, of))
             .collect();
         if let Some(b) = beat {
-            calls.push(self.beat_call(b));
+            calls.push(self.beats.call(b, true));
         }
         let replies = script::pipeline(&mut conn, &calls).await.map_err(backend)?;
-        let live = match beat.and(replies.get(batches.len())) {
+        let live = match beat
+            .and(replies.get(batches.len()))
+            .map(|v| self.beats.reply(v))
+        {
             None => None,
-            Some(Value::Int(n)) => Some((*n).clamp(0, i64::from(u32::MAX)) as u32),
-            Some(other) => {
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => {
                 if items.is_empty() {
-                    return Err(backend(format!("heartbeat failed: {other:?}")));
+                    return Err(e);
                 }
-                tracing::warn!(shard = %self.name, reply = ?other, "heartbeat failed");
+                tracing::warn!(shard = %self.name, error = %e, "heartbeat failed");
                 None
             }
         };
@@ -455,13 +427,6 @@ impl RedisStore {
         });
         futures_util::future::try_join_all(calls).await
     }
-
-    /// The heartbeat alone: its own call (a cluster's key is in its own slot).
-    async fn beat_alone(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
-        let mut conn = self.pool.get().await.map_err(backend)?;
-        let v = self.beat_call(beat).run(&mut conn).await.map_err(backend)?;
-        live_count(&v)
-    }
 }
 
 impl ShardStore for RedisStore {
@@ -476,9 +441,9 @@ impl ShardStore for RedisStore {
         Ok(self.pipeline(replica, items, None).await?.0)
     }
 
-    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
         if self.pool.is_cluster() {
-            return self.beat_alone(beat).await;
+            return self.beats.on_cluster(&self.pool, beat).await;
         }
         self.pipeline(beat.replica, &[], Some(beat))
             .await?
@@ -491,18 +456,23 @@ impl ShardStore for RedisStore {
         replica: u64,
         items: &[SyncItem],
         beat: &Heartbeat,
-    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+    ) -> Result<(Vec<[u64; 2]>, Option<Beat>), StoreError> {
         if !self.pool.is_cluster() {
             return self.pipeline(replica, items, Some(beat)).await;
         }
         if items.is_empty() {
-            return Ok((Vec::new(), Some(self.beat_alone(beat).await?)));
+            return Ok((
+                Vec::new(),
+                Some(self.beats.on_cluster(&self.pool, beat).await?),
+            ));
         }
         // The item calls and the heartbeat in flight at once: one round trip. A failed
         // heartbeat leaves the sync's result alone (its parts were stated).
-        let (totals, live) =
-            futures_util::future::join(self.cluster_sync(replica, items), self.beat_alone(beat))
-                .await;
+        let (totals, live) = futures_util::future::join(
+            self.cluster_sync(replica, items),
+            self.beats.on_cluster(&self.pool, beat),
+        )
+        .await;
         if let Err(e) = &live {
             tracing::warn!(shard = %self.name, error = %e, "heartbeat failed");
         }
@@ -537,6 +507,11 @@ impl ShardStore for RedisStore {
         } else {
             items.div_ceil(CHUNK)
         }
+    }
+
+    /// On a cluster the generation is a call of its own (`heartbeat.rs`).
+    fn commands_for_beat(&self) -> usize {
+        1 + usize::from(self.pool.is_cluster())
     }
 }
 

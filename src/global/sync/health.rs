@@ -1,5 +1,6 @@
 //! A shard's health as readiness and metrics report it: whether it has ever answered, whether
-//! its last call (or its sync task) failed and why, and since when.
+//! its last call (or its sync task) failed and why, and since when; and how often the store
+//! was found to have lost the sync's keys (its generation changed, `store.rs`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,6 +54,10 @@ pub struct ShardHealth {
     reason: Mutex<Option<String>>,
     degraded_since_ms: AtomicU64,
     last_success_ms: AtomicU64,
+    /// The store's generation as the heartbeats last read it: none until the first.
+    generation: Mutex<Option<u64>>,
+    resets: AtomicU64,
+    last_reset_ms: AtomicU64,
 }
 
 impl ShardHealth {
@@ -65,6 +70,9 @@ impl ShardHealth {
             reason: Mutex::new(None),
             degraded_since_ms: AtomicU64::new(0),
             last_success_ms: AtomicU64::new(0),
+            generation: Mutex::new(None),
+            resets: AtomicU64::new(0),
+            last_reset_ms: AtomicU64::new(0),
         }
     }
 
@@ -99,6 +107,43 @@ impl ShardHealth {
     /// When the last call succeeded (Unix ms; 0: never).
     pub fn last_success_ms(&self) -> u64 {
         self.last_success_ms.load(Ordering::Relaxed)
+    }
+
+    /// How many times the store was found to have lost the sync's keys since start.
+    pub fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Relaxed)
+    }
+
+    /// What readiness adds to the status once the store lost the sync's keys: how often, and
+    /// when last.
+    pub fn resets_note(&self) -> Option<String> {
+        let n = self.resets();
+        (n > 0).then(|| {
+            let ms = self.last_reset_ms.load(Ordering::Relaxed);
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+            format!(
+                "lost the sync's keys {n} time(s) since start, last at {}",
+                humantime::format_rfc3339_seconds(at)
+            )
+        })
+    }
+
+    /// Takes in the store's generation as a heartbeat read it at `now`. Another one than the
+    /// last read means the store lost the sync's keys in between: counted and logged. The
+    /// first read is only remembered: a replica that never read one cannot tell a store that
+    /// lost it from a fleet's first start, which writes it.
+    pub(in crate::global) fn observe_generation(&self, generation: u64, now: UnixMillis) {
+        let before = self.generation.lock().replace(generation);
+        if before.is_some_and(|b| b != generation) {
+            let n = self.resets.fetch_add(1, Ordering::Relaxed) + 1;
+            self.last_reset_ms.store(now.0, Ordering::Relaxed);
+            tracing::warn!(
+                shard = %self.name,
+                resets = n,
+                "store shard lost the sync's keys (restarted empty, flushed or replaced); \
+                 restoring the counts from the replicas' memory"
+            );
+        }
     }
 
     /// Records an answer at `now`; logs the recovery of a degraded shard with how long it was
@@ -150,5 +195,24 @@ mod tests {
         h.failed(&"timed out", UnixMillis(6_000));
         assert_eq!(h.status().to_string(), "degraded: timed out");
         assert!(h.is_degraded() && h.has_answered());
+    }
+
+    #[test]
+    fn only_a_generation_that_changed_counts_as_lost_keys() {
+        let h = ShardHealth::new("r".into());
+        // The first read (a fleet's first start wrote it, or this replica is new) and the same
+        // one again: nothing lost.
+        h.observe_generation(7, UnixMillis(1_000));
+        h.observe_generation(7, UnixMillis(2_000));
+        assert_eq!((h.resets(), h.resets_note()), (0, None));
+        h.observe_generation(9, UnixMillis(1_700_000_000_000));
+        h.observe_generation(9, UnixMillis(1_700_000_001_000));
+        assert_eq!(h.resets(), 1);
+        assert_eq!(
+            h.resets_note().unwrap(),
+            "lost the sync's keys 1 time(s) since start, last at 2023-11-14T22:13:20Z"
+        );
+        h.observe_generation(7, UnixMillis(1_700_000_002_000));
+        assert_eq!(h.resets(), 2);
     }
 }

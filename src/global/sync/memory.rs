@@ -3,15 +3,16 @@
 //! replica, as Redis holds them (`global/redis/sync.rs`), and the replicas' heartbeats (id → last seen).
 //! The sync tests and the fleet simulator run the production sync code against it, and the
 //! exact rules' tests the exact path; [`MemoryStore::flush_all`] is a Redis that restarted
-//! empty. It also holds the RLQS streams each replica publishes per counter
-//! ([`ShardStore::presence`]), as `presence.lua` keeps them (`global/redis/presence.rs`).
+//! empty, its generation included (`generation.lua`'s). It also holds the RLQS streams each
+//! replica publishes per counter ([`ShardStore::presence`]), as `presence.lua` keeps them
+//! (`global/redis/presence.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::store::{Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
+use super::store::{Beat, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
 use crate::core::gcra;
 use crate::core::{Held, Part};
 
@@ -89,6 +90,9 @@ pub struct MemoryStore {
     pub buckets: Mutex<HashMap<(u128, u8), Bucket>>,
     /// Live replicas: id → last seen (Unix ms).
     pub replicas: Mutex<HashMap<u64, u64>>,
+    /// The store's generation, as `generation.lua` keeps it: written by the first heartbeat
+    /// that finds none, never expiring.
+    pub generation: Mutex<Option<u64>>,
     /// RLQS streams per counter: entity → replica → what it published.
     pub presence: Mutex<HashMap<u128, HashMap<u64, Published>>>,
     /// Presence calls received (failed ones included).
@@ -145,11 +149,13 @@ impl MemoryStore {
             .map_or(0, net)
     }
 
-    /// Forgets every counter, as a Redis without persistence does when it restarts.
+    /// Forgets every counter and the generation, as a Redis without persistence does when
+    /// it restarts.
     pub fn flush_all(&self) {
         self.counters.lock().clear();
         self.buckets.lock().clear();
         self.presence.lock().clear();
+        *self.generation.lock() = None;
     }
 }
 
@@ -254,10 +260,11 @@ impl ShardStore for MemoryStore {
         }
         Ok(totals)
     }
-    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
         if self.down.load(Ordering::Relaxed) {
             return Err(StoreError::Backend("connection refused".into()));
         }
+        let generation = *self.generation.lock().get_or_insert(beat.new_generation);
         let mut r = self.replicas.lock();
         if beat.leaving {
             r.remove(&beat.replica);
@@ -266,7 +273,10 @@ impl ShardStore for MemoryStore {
         }
         let oldest = beat.now_ms.saturating_sub(beat.ttl_ms);
         r.retain(|_, seen| *seen >= oldest);
-        Ok(r.len() as u32)
+        Ok(Beat {
+            live: r.len() as u32,
+            generation: Some(generation),
+        })
     }
     async fn replicas(&self) -> Result<Vec<(u64, u64)>, StoreError> {
         if self.down.load(Ordering::Relaxed) {

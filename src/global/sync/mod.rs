@@ -18,5 +18,6 @@ pub use health::ShardHealth;
 pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use shard::ShardSync;
 pub use store::{
-    new_replica_id, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp,
+    new_generation, new_replica_id, Beat, Heartbeat, Others, Presence, ShardStore, StoreError,
+    SyncItem, SyncOp,
 };

@@ -14,9 +14,11 @@
 //! deciding from memory meanwhile.
 //!
 //! The tick's call also carries this replica's heartbeat ([`Heartbeat`]); its reply, the
-//! live replica count, goes to [`SyncQueues::observe_live`], where the hot path reads it. The
-//! final flush removes the heartbeat. A cold entity queued between ticks wakes the task for
-//! an early round trip (the due entities only, no heartbeat), at most one between two ticks.
+//! live replica count, goes to [`SyncQueues::observe_live`], where the hot path reads it, and
+//! the store's generation to [`ShardHealth::observe_generation`], which tells a store that
+//! lost the sync's keys (`store.rs`). The final flush removes the heartbeat. A cold entity
+//! queued between ticks wakes the task for an early round trip (the due entities only, no
+//! heartbeat), at most one between two ticks.
 //! A young entity running into its prior in a burst wakes it for *burst reads* (the same,
 //! and their replies measure the others however soon they come: `core/window/prior.rs`), at most
 //! one every [`BURST_MIN_GAP`] and [`MAX_BURST_TRIPS`] between two ticks. Burst reads are
@@ -43,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 use super::health::ShardHealth;
 use super::in_flight::{put_back, InFlight, Planned};
 use super::queue::SyncQueues;
-use super::store::{Heartbeat, ShardStore, StoreError, SyncItem};
+use super::store::{new_generation, Beat, Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::table::EntityState;
 use crate::core::tier::Tier;
@@ -121,7 +123,7 @@ struct Started<'a> {
 struct Answered<'a> {
     trip: Trip,
     guard: InFlight<'a>,
-    result: Result<(Vec<[u64; 2]>, Option<u32>), StoreError>,
+    result: Result<(Vec<[u64; 2]>, Option<Beat>), StoreError>,
 }
 
 /// What a round trip is for.
@@ -303,6 +305,7 @@ impl<S: ShardStore> ShardSync<S> {
             now_ms: now.0,
             ttl_ms: self.heartbeat_ttl_ms(),
             leaving: trip == Trip::Flush,
+            new_generation: new_generation(),
         });
         Some(Started {
             trip,
@@ -333,11 +336,14 @@ impl<S: ShardStore> ShardSync<S> {
         let planned = std::mem::take(&mut guard.planned);
         let done = self.clock.now();
         match result {
-            Ok((totals, live)) => {
+            Ok((totals, beat)) => {
                 stats.calls_ok.fetch_add(1, Ordering::Relaxed);
                 self.health.ok(done);
-                if let (Some(n), Trip::Tick) = (live, trip) {
-                    self.queues.observe_live(n, done);
+                if let (Some(b), Trip::Tick) = (beat, trip) {
+                    self.queues.observe_live(b.live, done);
+                }
+                if let Some(generation) = beat.and_then(|b| b.generation) {
+                    self.health.observe_generation(generation, done);
                 }
                 self.settle(planned, totals, done);
                 Ok(())
@@ -465,17 +471,18 @@ impl<S: ShardStore> ShardSync<S> {
     }
 
     /// The store call (with the heartbeat, when given), within the timeout, with its
-    /// counters. Returns the totals and, with a heartbeat, the live replicas.
+    /// counters. Returns the totals and, with a heartbeat, its reply.
     async fn call(
         &self,
         items: &[SyncItem],
         beat: Option<&Heartbeat>,
-    ) -> Result<(Vec<[u64; 2]>, Option<u32>), StoreError> {
+    ) -> Result<(Vec<[u64; 2]>, Option<Beat>), StoreError> {
         let stats = &self.queues.stats;
         stats
             .items_sent
             .fetch_add(items.len() as u64, Ordering::Relaxed);
-        let commands = self.store.commands_for(items.len()) + usize::from(beat.is_some());
+        let beats = beat.map_or(0, |_| self.store.commands_for_beat());
+        let commands = self.store.commands_for(items.len()) + beats;
         stats
             .commands_sent
             .fetch_add(commands as u64, Ordering::Relaxed);

@@ -1,6 +1,6 @@
 //! Tests of the fleet side of the sync task: heartbeats and the live count, a clean stop
-//! leaving at once, early round trips for cold entities, burst reads, and the Redis load
-//! they add.
+//! leaving at once, a store that lost the sync's keys, early round trips for cold entities,
+//! burst reads, and the Redis load they add.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::memory::MemoryStore as FakeStore;
 use super::shard::tests::{limit, on, setup, T0};
-use super::store::Heartbeat;
-use super::{ShardRouter, ShardStore, ShardSync, StoreError, SyncItem, SyncQueues};
+use super::store::{Beat, Heartbeat};
+use super::{ShardHealth, ShardRouter, ShardStore, ShardSync, StoreError, SyncItem, SyncQueues};
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::table::EntityTable;
 
@@ -115,6 +115,57 @@ async fn heartbeats_count_the_live_replicas_and_a_clean_stop_leaves_at_once() {
     assert_eq!(queues_a.live_replicas(), 1);
 }
 
+/// Another replica's task on `a`'s store, with queues and health of its own.
+fn another(a: &ShardSync<FakeStore>) -> ShardSync<FakeStore> {
+    ShardSync {
+        queues: Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000)),
+        health: Arc::new(ShardHealth::new("fake".into())),
+        ..a.clone()
+    }
+}
+
+#[tokio::test]
+async fn every_replica_notices_a_store_that_lost_the_syncs_keys_and_nothing_else() {
+    // A fresh fleet: A's first heartbeat writes the generation, B reads it. Nothing lost.
+    let (cache, queues, a, clock) = setup();
+    let b = another(&a);
+    let resets = |s: &ShardSync<FakeStore>| s.health.resets();
+    for s in [&a, &b, &a, &b] {
+        s.tick(false).await.unwrap();
+    }
+    assert_eq!((resets(&a), resets(&b)), (0, 0));
+    // Counters expiring (an idle entity's) leave the generation alone.
+    hit_at(&cache, &queues, 1, clock.now());
+    a.tick(false).await.unwrap();
+    a.store.counters.lock().clear();
+    for s in [&a, &b] {
+        s.tick(false).await.unwrap();
+    }
+    assert_eq!((resets(&a), resets(&b)), (0, 0));
+    // The store restarts empty: each replica's next heartbeat notices, once.
+    hit_at(&cache, &queues, 1, clock.now());
+    a.tick(false).await.unwrap();
+    a.store.flush_all();
+    for s in [&b, &a, &b, &a] {
+        s.tick(false).await.unwrap();
+    }
+    assert_eq!((resets(&a), resets(&b)), (1, 1));
+    // A replica started since has nothing to compare with: the new generation is all it knows.
+    let c = another(&a);
+    c.tick(false).await.unwrap();
+    assert_eq!(resets(&c), 0);
+    // A second loss is a second one, whoever writes the generation first.
+    a.store.flush_all();
+    for s in [&c, &a, &b] {
+        s.tick(false).await.unwrap();
+    }
+    assert_eq!((resets(&a), resets(&b), resets(&c)), (2, 2, 1));
+    // A's part comes back with its next sync of the entity: 2 hits, and 1 more.
+    hit_at(&cache, &queues, 1, clock.now());
+    a.tick(false).await.unwrap();
+    assert_eq!(a.store.total(1, 0, T0 / 60_000), 3);
+}
+
 #[tokio::test]
 async fn in_a_fleet_an_entity_stays_queued_until_its_first_reply_is_a_tick_old() {
     let (cache, queues, sync, clock) = setup();
@@ -196,7 +247,7 @@ impl ShardStore for Distant {
         self.under_way.fetch_sub(1, Ordering::Relaxed);
         totals
     }
-    async fn heartbeat(&self, beat: &Heartbeat) -> Result<u32, StoreError> {
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
         self.inner.heartbeat(beat).await
     }
     async fn time_ms(&self) -> Result<u64, StoreError> {

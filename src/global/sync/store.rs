@@ -17,6 +17,12 @@
 //!
 //! The tick's call also refreshes this replica's heartbeat, which returns how many replicas
 //! are live; a replica joining the fleet also reads the set itself ([`ShardStore::replicas`]).
+//! The heartbeat also reads the store's *generation* ([`Beat::generation`]): a random number
+//! the first replica to find none writes, with no expiry. Each replica remembers the one it
+//! read; a store that answers another has lost the sync's keys (a Redis restarted empty,
+//! flushed or replaced), and the replica says so (`health.rs`). A fresh fleet finds none and
+//! remembers nothing to compare with, so it never mistakes that for a loss; and counters
+//! expiring leave the generation alone.
 //!
 //! Apart from the counters, [`ShardStore::presence`] publishes how many RLQS streams this
 //! replica holds on each counter, and their demand, and returns what the other live replicas
@@ -139,6 +145,19 @@ pub struct Heartbeat {
     pub ttl_ms: u64,
     /// The replica is stopping: remove it rather than refresh it.
     pub leaving: bool,
+    /// The store's generation if it holds none: a fresh random number per heartbeat
+    /// ([`new_generation`]), so a store that lost its keys twice never gets an old one back.
+    pub new_generation: u64,
+}
+
+/// What a heartbeat answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Beat {
+    /// How many replicas are live, this one included.
+    pub live: u32,
+    /// The store's generation (written by this heartbeat when the store held none); `None`
+    /// when the store keeps none (a fake) or could not read it.
+    pub generation: Option<u64>,
 }
 
 /// One counter's RLQS streams on this replica, as published each tick
@@ -212,10 +231,11 @@ pub trait ShardStore: Send + Sync + 'static {
         items: &[SyncItem],
     ) -> impl Future<Output = Result<Vec<[u64; 2]>, StoreError>> + Send;
     /// Refreshes (or, when leaving, removes) `beat`'s replica, drops those not seen within
-    /// the TTL, and returns how many are live.
-    fn heartbeat(&self, beat: &Heartbeat) -> impl Future<Output = Result<u32, StoreError>> + Send;
+    /// the TTL, and returns how many are live and the store's generation (writing
+    /// `beat.new_generation` when it holds none).
+    fn heartbeat(&self, beat: &Heartbeat) -> impl Future<Output = Result<Beat, StoreError>> + Send;
     /// [`ShardStore::sync`] and [`ShardStore::heartbeat`] in one round trip (this default
-    /// makes two; stores override it). The live count is `None` when only the heartbeat
+    /// makes two; stores override it). The beat is `None` when only the heartbeat
     /// failed: the sync's parts were stated all the same. With
     /// no items, a failed heartbeat fails the call.
     fn sync_and_beat(
@@ -223,7 +243,7 @@ pub trait ShardStore: Send + Sync + 'static {
         replica: u64,
         items: &[SyncItem],
         beat: &Heartbeat,
-    ) -> impl Future<Output = Result<(Vec<[u64; 2]>, Option<u32>), StoreError>> + Send {
+    ) -> impl Future<Output = Result<(Vec<[u64; 2]>, Option<Beat>), StoreError>> + Send {
         async move {
             if items.is_empty() {
                 // The heartbeat is the whole call: its failure is the call's.
@@ -267,6 +287,10 @@ pub trait ShardStore: Send + Sync + 'static {
     fn commands_for(&self, items: usize) -> usize {
         usize::from(items > 0)
     }
+    /// How many commands a heartbeat sends.
+    fn commands_for_beat(&self) -> usize {
+        1
+    }
 }
 
 /// A random id for this replica's part of every counter: drawn once per process start (by
@@ -274,6 +298,16 @@ pub trait ShardStore: Send + Sync + 'static {
 /// but by a 2^-64 chance; if they did, their parts would merge, and only the rebuilding after
 /// a Redis restart would lose precision (a shared part is raised to the larger of the two).
 pub fn new_replica_id() -> u64 {
+    random()
+}
+
+/// A random store generation for a heartbeat to write where there is none
+/// ([`Heartbeat::new_generation`]): a new one each call.
+pub fn new_generation() -> u64 {
+    random()
+}
+
+fn random() -> u64 {
     use std::hash::BuildHasher;
     // std's hasher keys are random per process (and differ between calls): no RNG crate.
     std::collections::hash_map::RandomState::new().hash_one(std::process::id())

@@ -4,8 +4,8 @@
 //!
 //! Here the in-process servers (exactness, shards, Cluster, faults, the key prefix, the kept
 //! deltas' bound) and what the other files share; `fleet` runs `sluice` processes measured
-//! against the simulator, `join` starts them together, `security` reaches Redis with
-//! credentials and TLS.
+//! against the simulator, `join` starts them together, `lost_keys` replaces their Redis with
+//! an empty one, `security` reaches Redis with credentials and TLS.
 
 use std::process::Command;
 use std::time::Duration;
@@ -18,6 +18,7 @@ use sluice::settings::Settings;
 
 mod fleet;
 mod join;
+mod lost_keys;
 mod refunds;
 mod rlqs;
 mod security;
