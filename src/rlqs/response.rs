@@ -4,10 +4,10 @@
 //! copied in as those bytes.
 //!
 //! Every action must carry its bucket's id, so the id is on the wire once per action whatever
-//! the stream keeps. Kept as envoy-types' `BucketId` (a hash map of two strings an entry) and
-//! cloned into each `BucketAction`, a small id took several hundred bytes in a dozen
-//! allocations, and every assignment sent made and freed them all again. Encoded, it takes its
-//! bytes and a few more in one allocation, and an action costs a copy of them.
+//! the stream keeps. envoy-types' `BucketId` is a hash map of two strings an entry: a small id
+//! takes several hundred bytes in it, in a dozen allocations, and each `BucketAction` needs a
+//! `BucketId` of its own. Encoded, an id takes its bytes and a few more in one allocation, and
+//! an action costs a copy of them.
 
 use std::fmt;
 
