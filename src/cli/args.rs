@@ -121,7 +121,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub rate: Option<u64>,
     /// Drive the quota service (RLQS) instead: `--streams` Envoys, each reporting its
-    /// `--buckets` buckets `{key: v<i>}` every `--report-interval`.
+    /// `--buckets` buckets (`{key: v<i>}`, or `--bucket-id`) every `--report-interval`.
     #[arg(long)]
     pub rlqs: bool,
     /// With `--rlqs`: streams (Envoys), one connection each.
@@ -133,6 +133,11 @@ pub struct LoadArgs {
     /// With `--rlqs`: time between a stream's reports.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub report_interval: Duration,
+    /// With `--rlqs`: each bucket's id, as `key=value,...`, where `{i}` is the bucket's number,
+    /// `{s}` the stream's (so each stream's buckets are counters of their own) and `{x:N}` N
+    /// times `x`; default `<key>=v{i}`.
+    #[arg(long)]
+    pub bucket_id: Option<String>,
 }
 
 #[cfg(test)]

@@ -17,6 +17,12 @@ pub struct Config {
     pub max_buckets_per_stream: usize,
     /// Buckets tracked, every stream together (`RLQS_MAX_BUCKETS`).
     pub max_buckets: usize,
+    /// Bytes of one bucket id's keys and values together (`RLQS_MAX_BUCKET_ID_BYTES`); a report
+    /// with a longer one ends the stream with `INVALID_ARGUMENT`.
+    pub max_bucket_id_bytes: usize,
+    /// Bytes of the keys and values of every tracked bucket's id, every stream together
+    /// (`RLQS_MAX_TRACKED_ID_BYTES`).
+    pub max_tracked_id_bytes: usize,
     /// How long an assignment lasts in Envoy unless renewed (`RLQS_ASSIGNMENT_TTL`): what
     /// Envoy keeps enforcing when it loses sluice.
     pub assignment_ttl: Duration,
@@ -32,6 +38,8 @@ impl Default for Config {
             max_streams: 4096,
             max_buckets_per_stream: 10_000,
             max_buckets: 200_000,
+            max_bucket_id_bytes: 1024,
+            max_tracked_id_bytes: 64 << 20,
             assignment_ttl: Duration::from_secs(15),
             abandon_after: Duration::from_secs(600),
             unknown: UnknownBuckets::default(),

@@ -39,6 +39,8 @@ pub struct Quotas {
     counters: Mutex<HashMap<u128, Arc<Mutex<Shares>>>>,
     pub(super) streams: AtomicUsize,
     pub(super) buckets: AtomicUsize,
+    /// The bytes of the tracked buckets' ids' keys and values, every stream together.
+    pub(super) id_bytes: AtomicUsize,
     next_id: AtomicU64,
     /// The metrics' counters.
     pub stats: QuotaStats,
@@ -146,6 +148,7 @@ impl Quotas {
             counters: Mutex::new(HashMap::new()),
             streams: AtomicUsize::new(0),
             buckets: AtomicUsize::new(0),
+            id_bytes: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             stats: QuotaStats::default(),
         })
@@ -159,6 +162,11 @@ impl Quotas {
     /// Tracked (stream, bucket) pairs, every stream together.
     pub fn bucket_count(&self) -> usize {
         self.buckets.load(Ordering::Relaxed)
+    }
+
+    /// The bytes of the tracked buckets' ids' keys and values, every stream together.
+    pub fn id_bytes(&self) -> usize {
+        self.id_bytes.load(Ordering::Relaxed)
     }
 
     /// Counters with members on this replica.

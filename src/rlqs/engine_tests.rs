@@ -43,7 +43,7 @@ fn first_report() -> RateLimitQuotaUsageReports {
 /// The capacity of the token bucket a report got.
 fn capacity(s: &mut Stream) -> u32 {
     let actions = s.report(&first_report().encode_to_vec(), T0).unwrap();
-    match actions[0].bucket_action.as_ref().unwrap() {
+    match actions.to_proto()[0].bucket_action.as_ref().unwrap() {
         Action::QuotaAssignmentAction(q) => match q.rate_limit_strategy.unwrap().strategy {
             Some(Pb::TokenBucket(t)) => t.max_tokens,
             other => panic!("not a token bucket: {other:?}"),

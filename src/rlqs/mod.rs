@@ -9,6 +9,8 @@
 //!   into typed per-bucket usage, or the `INVALID_ARGUMENT` message that names the problem.
 //! - `stream.rs`: one Envoy stream: its buckets, each resolved and counted; what a report and
 //!   the periodic refresh send back.
+//! - `response.rs`: what a stream sends, encoded as it is made, and the bucket ids it keeps
+//!   to send, each kept once as its encoding.
 //! - `engine.rs`: what every stream shares (`Quotas`): each counter's sharers and their
 //!   demand, the split of its room, the bounds, the metrics.
 //! - `share.rs`: the pure arithmetic of dividing one limit among the streams sharing a bucket:
@@ -27,6 +29,7 @@ pub mod engine;
 pub mod presence;
 pub mod replace;
 pub mod report;
+pub mod response;
 pub mod room;
 pub mod share;
 pub mod stream;
@@ -37,8 +40,9 @@ pub use report::{
     check, Counts, Report, ReportError, Usage, MAX_BUCKET_BYTES, MAX_TIME_ELAPSED,
     MAX_USAGES_PER_REPORT,
 };
+pub use response::Actions;
 pub use share::{
     assign, assign_all, carried_tokens, hold, must_send, over_rate, split, strategy_proto, to_send,
     whole_secs, Assignment, Demand, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
 };
-pub use stream::{Stream, StreamError, REFRESH};
+pub use stream::{Refused, Stream, StreamError, REFRESH};

@@ -163,6 +163,16 @@ pub enum ReportError {
         /// The longest key or value.
         len: usize,
     },
+    /// A bucket id whose keys and values are more than `RLQS_MAX_BUCKET_ID_BYTES` together.
+    #[error("bucket usage {index}: the bucket_id's keys and values are {len} bytes, more than RLQS_MAX_BUCKET_ID_BYTES ({max})")]
+    IdTooLong {
+        /// The usage's position.
+        index: usize,
+        /// Its keys' and values' bytes ([`text_len`]).
+        len: usize,
+        /// The bound.
+        max: usize,
+    },
     /// A bucket id entry with an empty key.
     #[error("bucket usage {index}: a bucket_id key is empty")]
     EmptyKey {
@@ -206,12 +216,17 @@ pub enum ReportError {
 }
 
 /// Reads and checks one message of a stream whose domain is `stream` (`None` before its first
-/// message), in the message's order.
+/// message), in the message's order, its bucket ids' keys and values at most `max_id_bytes`
+/// each (`RLQS_MAX_BUCKET_ID_BYTES`).
 ///
 /// # Errors
 /// A message that is not valid protobuf, then the first problem found: the message's, then
 /// each usage's in order.
-pub fn check<'a>(msg: &'a [u8], stream: Option<&'a str>) -> Result<Report<'a>, ReportError> {
+pub fn check<'a>(
+    msg: &'a [u8],
+    stream: Option<&'a str>,
+    max_id_bytes: usize,
+) -> Result<Report<'a>, ReportError> {
     let mut raw = Raw::default();
     read_message(msg, &mut raw).map_err(|e| ReportError::Malformed(e.0))?;
     let domain = domain(raw.domain, stream)?;
@@ -222,7 +237,7 @@ pub fn check<'a>(msg: &'a [u8], stream: Option<&'a str>) -> Result<Report<'a>, R
         .usages
         .iter()
         .enumerate()
-        .map(|(index, u)| usage(index, u, &mut raw.entries))
+        .map(|(index, u)| usage(index, u, &mut raw.entries, max_id_bytes))
         .collect::<Result<_, _>>()?;
     Ok(Report {
         domain,
@@ -409,7 +424,12 @@ fn domain<'a>(message: &'a str, stream: Option<&'a str>) -> Result<&'a str, Repo
 
 /// One usage, at `index` in the message: its entries (in `entries`) sorted by key, a key sent
 /// twice keeping its last value (a map's rule), then checked.
-fn usage(index: usize, u: &RawUsage, entries: &mut [(&str, &str)]) -> Result<Usage, ReportError> {
+fn usage(
+    index: usize,
+    u: &RawUsage,
+    entries: &mut [(&str, &str)],
+    max_id_bytes: usize,
+) -> Result<Usage, ReportError> {
     let range = u.bucket.clone().ok_or(ReportError::NoBucketId { index })?;
     if u.sent > MAX_BUCKET_ENTRIES {
         return Err(ReportError::TooManyEntries {
@@ -429,7 +449,7 @@ fn usage(index: usize, u: &RawUsage, entries: &mut [(&str, &str)]) -> Result<Usa
         kept += 1;
     }
     let range = range.start..range.start + kept;
-    check_bucket(index, &entries[range.clone()])?;
+    check_bucket(index, &entries[range.clone()], max_id_bytes)?;
     let (seconds, nanos) = u.elapsed.ok_or(ReportError::NoTimeElapsed { index })?;
     Ok(Usage {
         entries: range,
@@ -439,7 +459,11 @@ fn usage(index: usize, u: &RawUsage, entries: &mut [(&str, &str)]) -> Result<Usa
 }
 
 /// A bucket id's entries (sorted by key, distinct): how many, how long, none empty.
-fn check_bucket(index: usize, bucket: &[(&str, &str)]) -> Result<(), ReportError> {
+fn check_bucket(
+    index: usize,
+    bucket: &[(&str, &str)],
+    max_id_bytes: usize,
+) -> Result<(), ReportError> {
     if bucket.is_empty() {
         return Err(ReportError::EmptyBucket { index });
     }
@@ -451,6 +475,14 @@ fn check_bucket(index: usize, bucket: &[(&str, &str)]) -> Result<(), ReportError
     if len > MAX_BUCKET_BYTES {
         return Err(ReportError::EntryTooLong { index, len });
     }
+    let len = text_len(bucket.iter().copied());
+    if len > max_id_bytes {
+        return Err(ReportError::IdTooLong {
+            index,
+            len,
+            max: max_id_bytes,
+        });
+    }
     if bucket[0].0.is_empty() {
         return Err(ReportError::EmptyKey { index });
     }
@@ -461,6 +493,12 @@ fn check_bucket(index: usize, bucket: &[(&str, &str)]) -> Result<(), ReportError
         });
     }
     Ok(())
+}
+
+/// The bytes of a bucket id's keys and values together: what `RLQS_MAX_BUCKET_ID_BYTES` bounds
+/// in one id and `RLQS_MAX_TRACKED_ID_BYTES` in every tracked one.
+pub fn text_len<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> usize {
+    entries.into_iter().map(|(k, v)| k.len() + v.len()).sum()
 }
 
 /// `time_elapsed` as a duration: zero or more, at most [`MAX_TIME_ELAPSED`].

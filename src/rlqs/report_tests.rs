@@ -9,12 +9,15 @@ use prost::Message;
 
 use super::*;
 
+/// `RLQS_MAX_BUCKET_ID_BYTES`'s default.
+const ID_BYTES: usize = 1024;
+
 /// [`super::check`] of `m`'s bytes (kept for the test's life: the report borrows them).
 fn check(
     m: &RateLimitQuotaUsageReports,
     stream: Option<&'static str>,
 ) -> Result<Report<'static>, ReportError> {
-    super::check(m.encode_to_vec().leak(), stream)
+    super::check(m.encode_to_vec().leak(), stream, ID_BYTES)
 }
 
 fn bucket(entries: &[(&str, &str)]) -> Option<BucketId> {
@@ -183,6 +186,39 @@ fn bucket_ids_are_bounded() {
             }
         );
     }
+}
+
+#[test]
+fn a_bucket_ids_keys_and_values_are_bounded_together() {
+    // Four entries of 256 bytes (key and value): the bound exactly, then a byte over it.
+    let keys: Vec<String> = (0..4).map(|i| format!("{i}{}", "k".repeat(127))).collect();
+    let value = "v".repeat(128);
+    let mut entries: Vec<(&str, &str)> =
+        keys.iter().map(|k| (k.as_str(), value.as_str())).collect();
+    let fits = BucketQuotaUsage {
+        bucket_id: bucket(&entries),
+        ..usage()
+    };
+    assert!(check(&message(vec![fits]), None).is_ok());
+    let longer = format!("{value}v");
+    entries[3].1 = &longer;
+    let e = error_of(BucketQuotaUsage {
+        bucket_id: bucket(&entries),
+        ..usage()
+    });
+    assert_eq!(
+        e,
+        ReportError::IdTooLong {
+            index: 1,
+            len: ID_BYTES + 1,
+            max: ID_BYTES
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "bucket usage 1: the bucket_id's keys and values are 1025 bytes, more than \
+         RLQS_MAX_BUCKET_ID_BYTES (1024)"
+    );
 }
 
 #[test]
@@ -360,7 +396,7 @@ fn the_wire_format_is_read_as_protobuf_defines_it() {
     let mut msg = Vec::new();
     field(&mut msg, 1, b"edge");
     field(&mut msg, 2, &u);
-    let r = super::check(&msg, None).unwrap();
+    let r = super::check(&msg, None, ID_BYTES).unwrap();
     let usage = &r.usages[0];
     assert_eq!(r.bucket(usage), [("method", "GET"), ("tenant", "beta")]);
     assert_eq!(usage.elapsed, Duration::new(5, 9));
@@ -372,12 +408,12 @@ fn the_wire_format_is_read_as_protobuf_defines_it() {
     assert_eq!(pu.time_elapsed, secs(5, 9));
 
     // Malformed: truncated, a known field of the wrong wire type, a string not UTF-8.
-    let e = super::check(&msg[..msg.len() - 1], None).unwrap_err();
+    let e = super::check(&msg[..msg.len() - 1], None, ID_BYTES).unwrap_err();
     assert!(matches!(e, ReportError::Malformed(_)), "{e}");
     let mut wrong = Vec::new();
     encode_key(1, WireType::Varint, &mut wrong);
     encode_varint(1, &mut wrong);
-    let e = super::check(&wrong, None).unwrap_err();
+    let e = super::check(&wrong, None, ID_BYTES).unwrap_err();
     assert!(
         e.to_string().starts_with("the report is not a valid"),
         "{e}"
@@ -385,11 +421,11 @@ fn the_wire_format_is_read_as_protobuf_defines_it() {
     let (mut count_as_bytes, mut wrong) = (Vec::new(), Vec::new());
     field(&mut count_as_bytes, 3, b"4");
     field(&mut wrong, 2, &count_as_bytes);
-    let e = super::check(&wrong, None).unwrap_err();
+    let e = super::check(&wrong, None, ID_BYTES).unwrap_err();
     assert!(matches!(e, ReportError::Malformed(_)), "{e}");
     let mut bad = Vec::new();
     field(&mut bad, 1, &[0xff, 0xfe]);
-    let e = super::check(&bad, None).unwrap_err();
+    let e = super::check(&bad, None, ID_BYTES).unwrap_err();
     assert!(e.to_string().contains("UTF-8"), "{e}");
 }
 
@@ -425,7 +461,7 @@ proptest::proptest! {
                 .collect(),
         };
         let whole = m.encode_to_vec();
-        if let Ok(r) = super::check(&whole, None) {
+        if let Ok(r) = super::check(&whole, None, ID_BYTES) {
             let p = &m.bucket_quota_usages;
             proptest::prop_assert_eq!(r.domain, m.domain.as_str());
             proptest::prop_assert_eq!(r.usages.len(), p.len());
@@ -448,7 +484,7 @@ proptest::proptest! {
             }
         }
         let bytes = &bytes[..cut.index(bytes.len() + 1)];
-        let ours = matches!(super::check(bytes, None), Err(ReportError::Malformed(_)));
+        let ours = matches!(super::check(bytes, None, ID_BYTES), Err(ReportError::Malformed(_)));
         let theirs = RateLimitQuotaUsageReports::decode(bytes).is_err();
         proptest::prop_assert_eq!(ours, theirs, "{:?}", bytes);
     }

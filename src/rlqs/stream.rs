@@ -2,19 +2,16 @@
 //! each resolved to its rule's counter and joined to that counter's shares; what a report
 //! does ([`Stream::report`]: count, observe, assign) and what the periodic refresh does
 //! ([`Stream::refresh`]: new shares, TTL renewals, deny-alls that end, abandons). Each returns
-//! the bucket actions to send. No transport: `server/rlqs.rs` carries the messages.
+//! the bucket actions to send, encoded (`response.rs`). No transport: `server/rlqs.rs` carries
+//! the messages.
 
 use std::collections::hash_map::RandomState;
+use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
-    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
-};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use hashbrown::HashTable;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
@@ -22,8 +19,9 @@ use crate::core::clock::UnixMillis;
 use crate::rls::{Compiled, QuotaCount};
 
 use super::engine::{room_of, Quotas, Seat};
-use super::report::{check, Counts, ReportError};
-use super::share::{hold, must_send, strategy_proto, to_send, Assignment, Strategy};
+use super::report::{check, text_len, Counts, ReportError};
+use super::response::{Actions, StoredId};
+use super::share::{hold, must_send, to_send, Assignment, Strategy};
 
 /// How often a stream's assignments are looked at again between its reports.
 pub const REFRESH: Duration = Duration::from_secs(1);
@@ -53,15 +51,28 @@ pub struct Stream {
     seed: u64,
     /// Reused by `fingerprint` to lay out an entry's bytes.
     scratch: Vec<u8>,
-    /// Usages refused at a bound, not logged yet.
-    refused: u64,
+    /// New buckets refused at a bound, not logged yet.
+    refused: Refused,
+}
+
+/// New buckets a stream refused (sent no assignment, counted nothing of), by the bound that
+/// refused them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Refused {
+    /// At `RLQS_MAX_BUCKETS_PER_STREAM`.
+    pub per_stream: u64,
+    /// At `RLQS_MAX_BUCKETS`.
+    pub buckets: u64,
+    /// At `RLQS_MAX_TRACKED_ID_BYTES`.
+    pub id_bytes: u64,
 }
 
 /// A bucket of the stream.
 struct Tracked {
-    /// `Stream::fingerprint(id.bucket)`: the bucket's identity in the stream.
+    /// `Stream::fingerprint` of its id's entries: the bucket's identity in the stream.
     fingerprint: u128,
-    id: BucketId,
+    /// Its id, kept once: every action of the bucket carries it.
+    id: StoredId,
     /// Its membership in a counter's shares: unique in the process.
     member: u64,
     /// The counter it resolved to in `Stream::rules`: `None` before it is resolved, then the
@@ -101,7 +112,7 @@ impl Stream {
             // move on with each `RandomState`.
             seed: RandomState::new().hash_one(0u8),
             scratch: Vec::new(),
-            refused: 0,
+            refused: Refused::default(),
         })
     }
 
@@ -110,8 +121,8 @@ impl Stream {
         self.buckets.len()
     }
 
-    /// Usages refused at a bucket bound since the last call (for a log line).
-    pub fn take_refused(&mut self) -> u64 {
+    /// New buckets refused at a bound since the last call (for a log line).
+    pub fn take_refused(&mut self) -> Refused {
         std::mem::take(&mut self.refused)
     }
 
@@ -121,20 +132,20 @@ impl Stream {
     ///
     /// # Errors
     /// The report's problem (nothing of it is taken then).
-    pub fn report(
-        &mut self,
-        msg: &[u8],
-        now: UnixMillis,
-    ) -> Result<Vec<BucketAction>, StreamError> {
+    pub fn report(&mut self, msg: &[u8], now: UnixMillis) -> Result<Actions, StreamError> {
         let domain = self.domain.clone();
-        let report = check(msg, domain.as_deref())?;
+        let report = check(
+            msg,
+            domain.as_deref(),
+            self.quotas.config.max_bucket_id_bytes,
+        )?;
         let q = self.quotas.clone();
         q.stats.reports.fetch_add(1, Ordering::Relaxed);
         if self.domain.is_none() {
             self.domain = Some(report.domain.to_string());
         }
         self.follow_rules();
-        let mut actions = Vec::new();
+        let mut actions = Actions::default();
         for usage in &report.usages {
             let bucket = report.bucket(usage);
             let fingerprint = self.fingerprint(bucket);
@@ -143,17 +154,13 @@ impl Stream {
                 Ok(found) => found.into_mut(),
                 Err(absent) => {
                     let table = absent.into_table();
-                    if !admit_bucket(&q, table.len(), &mut self.refused) {
+                    let id_bytes = text_len(bucket.iter().copied());
+                    if !admit_bucket(&q, table.len(), id_bytes, &mut self.refused) {
                         continue;
                     }
                     let new = Tracked {
                         fingerprint,
-                        id: BucketId {
-                            bucket: bucket
-                                .iter()
-                                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-                                .collect(),
-                        },
+                        id: StoredId::new(bucket),
                         member: q.next_id(),
                         resolved: None,
                         seat: None,
@@ -173,7 +180,7 @@ impl Stream {
             }
             let usage = Some((usage.counts, usage.elapsed));
             let a = assess(&q, &self.rules, domain, tracked, Look::Report(usage), now);
-            actions.extend(offer(&q, tracked, a, now));
+            offer(&q, tracked, a, now, &mut actions);
         }
         Ok(actions)
     }
@@ -181,13 +188,13 @@ impl Stream {
     /// Looks again at the buckets that are due at `now` ([`due`]): assignments whose share
     /// moved, whose TTL lapses before the next refresh, or that must end (a deny-all until
     /// room returns); and abandons the buckets idle past `RLQS_ABANDON_AFTER`.
-    pub fn refresh(&mut self, now: UnixMillis) -> Vec<BucketAction> {
+    pub fn refresh(&mut self, now: UnixMillis) -> Actions {
         let q = self.quotas.clone();
         self.follow_rules();
         let domain = self.domain.clone().unwrap_or_default();
         let idle_ms = u64::try_from(q.config.abandon_after.as_millis()).unwrap_or(u64::MAX);
         let idle = |t: &Tracked| now.0.saturating_sub(t.active_at.0) >= idle_ms;
-        let mut actions = Vec::new();
+        let mut actions = Actions::default();
         for tracked in self.buckets.iter_mut() {
             if idle(tracked) {
                 continue;
@@ -196,16 +203,13 @@ impl Stream {
                 continue;
             };
             let a = assess(&q, &self.rules, &domain, tracked, look, now);
-            actions.extend(offer(&q, tracked, a, now));
+            offer(&q, tracked, a, now, &mut actions);
         }
         let abandoned: Vec<Tracked> = self.buckets.extract_if(|t| idle(t)).collect();
         for mut t in abandoned {
             forget(&q, &mut t);
             q.stats.abandons.fetch_add(1, Ordering::Relaxed);
-            actions.push(BucketAction {
-                bucket_id: Some(t.id),
-                bucket_action: Some(Action::AbandonAction(AbandonAction {})),
-            });
+            actions.abandon(&t.id);
         }
         actions
     }
@@ -243,20 +247,31 @@ impl Stream {
     }
 }
 
-/// Whether one more bucket fits in the bounds, `tracked` being the stream's (counted in the
-/// service's if it does; else counted in `refused`).
-fn admit_bucket(q: &Quotas, tracked: usize, refused: &mut u64) -> bool {
-    let fits = tracked < q.config.max_buckets_per_stream
-        && q.buckets.fetch_add(1, Ordering::Relaxed) < q.config.max_buckets;
-    if !fits {
-        if tracked < q.config.max_buckets_per_stream {
-            // The fetch_add above counted it: take it back.
-            q.buckets.fetch_sub(1, Ordering::Relaxed);
-        }
-        q.stats.buckets_refused.fetch_add(1, Ordering::Relaxed);
-        *refused += 1;
-    }
-    fits
+/// Whether one more bucket, of an id of `id_bytes`, fits in the bounds, `tracked` being the
+/// stream's buckets: if it does, counted in the service's buckets and id bytes (`forget`
+/// takes both back); if not, counted in `refused` by the bound it does not fit in.
+fn admit_bucket(q: &Quotas, tracked: usize, id_bytes: usize, refused: &mut Refused) -> bool {
+    let bound = if tracked >= q.config.max_buckets_per_stream {
+        &mut refused.per_stream
+    } else if q.buckets.fetch_add(1, Ordering::Relaxed) >= q.config.max_buckets {
+        q.buckets.fetch_sub(1, Ordering::Relaxed);
+        &mut refused.buckets
+    } else if q
+        .id_bytes
+        .fetch_add(id_bytes, Ordering::Relaxed)
+        .saturating_add(id_bytes)
+        > q.config.max_tracked_id_bytes
+    {
+        // Both fetch_adds above counted it: take them back.
+        q.id_bytes.fetch_sub(id_bytes, Ordering::Relaxed);
+        q.buckets.fetch_sub(1, Ordering::Relaxed);
+        &mut refused.id_bytes
+    } else {
+        return true;
+    };
+    *bound += 1;
+    q.stats.buckets_refused.fetch_add(1, Ordering::Relaxed);
+    false
 }
 
 /// Takes a bucket out of its counter's shares.
@@ -266,10 +281,11 @@ fn leave(q: &Quotas, t: &mut Tracked) {
     }
 }
 
-/// Takes a bucket that goes out of its counter's shares and of the service's count.
+/// Takes a bucket that goes out of its counter's shares and of the service's counts.
 fn forget(q: &Quotas, t: &mut Tracked) {
     leave(q, t);
     q.buckets.fetch_sub(1, Ordering::Relaxed);
+    q.id_bytes.fetch_sub(t.id.text_len(), Ordering::Relaxed);
 }
 
 impl Drop for Stream {
@@ -355,7 +371,7 @@ fn assess(
         None => {
             let r = rules
                 .rules
-                .find_bucket(domain, tracked.id.bucket.iter())
+                .find_bucket(domain, tracked.id.entries())
                 .map(|m| (m.index, m.entity));
             tracked.resolved = Some(r);
             r
@@ -391,24 +407,27 @@ fn assess(
     }
 }
 
-/// The action for `tracked`'s assignment `a` at `now`, if it must go out before the next
-/// refresh (the next chance to send): held to what Envoy runs where a change is not worth a
-/// replacement (`replace::hold`, given whether the fleet's demand is over the rate), then
-/// sent if it is news or a renewal is due.
+/// Adds the action for `tracked`'s assignment `a` at `now` to `actions`, if it must go out
+/// before the next refresh (the next chance to send): held to what Envoy runs where a change
+/// is not worth a replacement (`replace::hold`, given whether the fleet's demand is over the
+/// rate), then sent if it is news or a renewal is due.
 fn offer(
     q: &Quotas,
     tracked: &mut Tracked,
     (a, pressed): (Assignment, bool),
     now: UnixMillis,
-) -> Option<BucketAction> {
+    actions: &mut Actions,
+) {
     let a = hold(tracked.last.as_ref().map(|(last, _)| last), a, pressed);
     let last = tracked.last.as_ref().map(|(a, t)| (a, *t));
-    must_send(last, &a, now, refresh_ms()).then(|| send(q, tracked, a, now))
+    if must_send(last, &a, now, refresh_ms()) {
+        send(q, tracked, a, now, actions);
+    }
 }
 
-/// The action carrying `a` (or, when only its TTL is news, the settings Envoy runs: see
-/// `to_send`) for `tracked`, remembered as sent at `now`.
-fn send(q: &Quotas, tracked: &mut Tracked, a: Assignment, now: UnixMillis) -> BucketAction {
+/// Adds the action carrying `a` (or, when only its TTL is news, the settings Envoy runs: see
+/// `to_send`) for `tracked` to `actions`, remembered as sent at `now`.
+fn send(q: &Quotas, tracked: &mut Tracked, a: Assignment, now: UnixMillis, actions: &mut Actions) {
     let a = to_send(tracked.last.as_ref().map(|(last, _)| last), a);
     let replaced = tracked
         .last
@@ -418,12 +437,32 @@ fn send(q: &Quotas, tracked: &mut Tracked, a: Assignment, now: UnixMillis) -> Bu
     }
     tracked.last = Some((a, now));
     q.sent(&a);
-    BucketAction {
-        bucket_id: Some(tracked.id.clone()),
-        bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
-            assignment_time_to_live: Some(a.ttl_proto()),
-            rate_limit_strategy: Some(strategy_proto(&a.strategy)),
-        })),
+    actions.assign(&tracked.id, &a);
+}
+
+// === impl Refused ===
+
+impl Refused {
+    /// Every bound's together.
+    pub fn total(&self) -> u64 {
+        self.per_stream + self.buckets + self.id_bytes
+    }
+}
+
+/// The bounds that refused, by setting: `RLQS_MAX_BUCKETS: 3, ...`.
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let by = [
+            ("RLQS_MAX_BUCKETS_PER_STREAM", self.per_stream),
+            ("RLQS_MAX_BUCKETS", self.buckets),
+            ("RLQS_MAX_TRACKED_ID_BYTES", self.id_bytes),
+        ];
+        let mut sep = "";
+        for (setting, n) in by.into_iter().filter(|&(_, n)| n > 0) {
+            write!(f, "{sep}{setting}: {n}")?;
+            sep = ", ";
+        }
+        Ok(())
     }
 }
 

@@ -8,7 +8,6 @@ use std::time::Duration;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -72,8 +71,9 @@ fn report(usages: Vec<BucketQuotaUsage>) -> RateLimitQuotaUsageReports {
 }
 
 /// The strategy of each action, in order (`None`: an abandon).
-fn strategies(actions: &[BucketAction]) -> Vec<Option<Pb>> {
+fn strategies(actions: &Actions) -> Vec<Option<Pb>> {
     actions
+        .to_proto()
         .iter()
         .map(|a| match a.bucket_action.as_ref().unwrap() {
             Action::QuotaAssignmentAction(q) => q.rate_limit_strategy.unwrap().strategy,
@@ -186,7 +186,7 @@ fn a_full_window_denies_until_its_reset_then_room_returns() {
     );
     assert!(is_blanket(&sent[0], BlanketRule::DenyAll));
     // The fixed window ends at T0 + 60 s: the deny lasts until then.
-    let ttl = |actions: &[BucketAction]| match actions[0].bucket_action.as_ref().unwrap() {
+    let ttl = |actions: &Actions| match actions.to_proto()[0].bucket_action.as_ref().unwrap() {
         Action::QuotaAssignmentAction(q) => q.assignment_time_to_live.unwrap().seconds,
         Action::AbandonAction(_) => panic!("an abandon"),
     };
@@ -229,7 +229,7 @@ fn two_streams_split_the_room_by_demand() {
     let ra = a.refresh(later);
     let rb = b.refresh(later);
     // The latest each was sent: the refresh's if it sent one, else the report's.
-    let latest = |refreshed: &[BucketAction], reported: &[Option<Pb>]| {
+    let latest = |refreshed: &Actions, reported: &[Option<Pb>]| {
         let r = strategies(refreshed);
         let sent = r.first().or(reported.first()).expect("a share was sent");
         tokens(sent).1
@@ -292,7 +292,14 @@ fn the_bounds_refuse_streams_and_buckets_and_free_them_on_close() {
         a.report(&report(many).encode_to_vec(), T0).unwrap().len(),
         2
     );
-    assert_eq!(a.take_refused(), 3);
+    assert_eq!(
+        a.take_refused(),
+        Refused {
+            per_stream: 3,
+            buckets: 0,
+            id_bytes: 0
+        }
+    );
     assert_eq!(q.bucket_count(), 2);
     drop(a);
     assert_eq!(
@@ -446,4 +453,123 @@ fn a_bucket_is_found_again_whatever_its_maps_order() {
     )
     .unwrap();
     assert_eq!((s.bucket_count(), q.bucket_count()), (2, 2));
+}
+
+#[test]
+fn an_id_over_its_byte_bound_ends_the_stream_naming_the_setting() {
+    let (q, _) = setup(Config {
+        max_bucket_id_bytes: 16,
+        ..Config::default()
+    });
+    let mut s = Stream::open(&q).unwrap();
+    // 6 + 10 bytes: the bound exactly.
+    let fits = usage(bucket(&[("tenant", "acme-12345")]), 1, 0, 0);
+    let over = usage(bucket(&[("tenant", "acme-123456")]), 1, 0, 0);
+    let e = s
+        .report(&report(vec![fits.clone(), over]).encode_to_vec(), T0)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "bucket usage 1: the bucket_id's keys and values are 17 bytes, more than \
+         RLQS_MAX_BUCKET_ID_BYTES (16)"
+    );
+    assert_eq!((q.bucket_count(), q.id_bytes()), (0, 0), "nothing taken");
+    assert_eq!(
+        s.report(&report(vec![fits]).encode_to_vec(), T0)
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(q.id_bytes(), 16);
+}
+
+#[test]
+fn tracked_ids_are_bounded_in_bytes_every_stream_together_and_freed() {
+    let (q, _) = setup(Config {
+        max_tracked_id_bytes: 28,
+        abandon_after: Duration::from_secs(60),
+        ..Config::default()
+    });
+    let (mut a, mut b) = (Stream::open(&q).unwrap(), Stream::open(&q).unwrap());
+    // Ten bytes each ("tenant" and "t-00"): two fit in 28, the third does not.
+    let tenants: Vec<_> = (0..3)
+        .map(|i| usage(bucket(&[("tenant", &format!("t-0{i}"))]), 1, 0, 0))
+        .collect();
+    let sent = a.report(&report(tenants).encode_to_vec(), T0).unwrap();
+    assert_eq!(sent.len(), 2, "the third bucket gets no assignment");
+    assert_eq!(
+        a.take_refused(),
+        Refused {
+            id_bytes: 1,
+            ..Refused::default()
+        }
+    );
+    assert_eq!(a.take_refused().to_string(), "", "taken");
+    assert_eq!((q.bucket_count(), q.id_bytes()), (2, 20));
+    // Another stream's 10 bytes do not fit either; its 8 do, to the byte.
+    let other = usage(bucket(&[("tenant", "t-09")]), 1, 0, 0);
+    assert!(b
+        .report(&report(vec![other.clone()]).encode_to_vec(), T0)
+        .unwrap()
+        .is_empty());
+    let refused = b.take_refused();
+    assert_eq!(refused.to_string(), "RLQS_MAX_TRACKED_ID_BYTES: 1");
+    let prod = usage(bucket(&[("name", "prod")]), 1, 0, 0);
+    let sent = b.report(&report(vec![prod]).encode_to_vec(), T0).unwrap();
+    assert_eq!(sent.len(), 1);
+    assert_eq!((q.bucket_count(), q.id_bytes()), (3, 28));
+    // a's buckets go idle and are abandoned: their bytes are free, and b's bucket fits.
+    let at = T0.plus_millis(60_000);
+    let abandoned = a.refresh(at).to_proto();
+    assert_eq!(abandoned.len(), 2);
+    assert_eq!(q.id_bytes(), 8);
+    let sent = b.report(&report(vec![other]).encode_to_vec(), at).unwrap();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(q.id_bytes(), 18);
+    // A closed stream frees its buckets' bytes: none leak.
+    drop(b);
+    assert_eq!((q.bucket_count(), q.id_bytes()), (0, 0));
+    let stats = q
+        .stats
+        .buckets_refused
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(stats, 2);
+}
+
+#[test]
+fn an_action_carries_the_id_as_reported_and_a_reload_resolves_it_again() {
+    let (q, _) = setup(Config::default());
+    let mut s = Stream::open(&q).unwrap();
+    let id = bucket(&[("tenant", "acme"), ("method", "GET"), ("path", "/a")]);
+    let rules = |yaml: &str| {
+        crate::rules::compile_sources(&[("rules.yaml".into(), yaml.into())], false).unwrap()
+    };
+    q.limiter().swap_rules(
+        rules(
+            "domain: edge\ndescriptors:\n  - key: tenant\n    descriptors:\n      \
+             - key: method\n        descriptors:\n          - key: path\n            \
+             rate_limit: {unit: minute, requests_per_unit: 60}\n",
+        ),
+        vec![],
+    );
+    let sent = s
+        .report(
+            &report(vec![usage(id.clone(), 1, 0, 0)]).encode_to_vec(),
+            T0,
+        )
+        .unwrap()
+        .to_proto();
+    assert_eq!(sent[0].bucket_id.as_ref(), Some(&id));
+    // The new rules are read against the id the stream kept.
+    q.limiter().swap_rules(
+        rules(
+            "domain: edge\ndescriptors:\n  - key: tenant\n    descriptors:\n      \
+             - key: method\n        descriptors:\n          - key: path\n            \
+             rate_limit: {unit: minute, requests_per_unit: 6}\n",
+        ),
+        vec![],
+    );
+    let sent = s.refresh(T0.plus_millis(1000));
+    assert_eq!(sent.to_proto()[0].bucket_id.as_ref(), Some(&id));
+    assert!(tokens(&strategies(&sent)[0]).0 <= 6, "{sent:?}");
 }

@@ -8,7 +8,8 @@
 //! reconnects to continues from the fleet's count.
 //!
 //! The server is envoy-types' generated one but for its codec: a report reaches
-//! `rlqs::Stream::report` as the message's bytes, read in place (`rlqs/report.rs` says why).
+//! `rlqs::Stream::report` as the message's bytes, read in place (`rlqs/report.rs` says why),
+//! and a response leaves as the bytes the stream encoded (`rlqs/response.rs`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,11 +17,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::SERVICE_NAME;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse;
-use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -29,7 +27,7 @@ use tonic::codegen::{Body, StdError};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::rlqs::{Quotas, Stream, StreamError, REFRESH};
+use crate::rlqs::{Actions, Quotas, Stream, StreamError, REFRESH};
 
 /// Responses a stream may have waiting for Envoy to read them: a stream whose Envoy stops
 /// reading stops being refreshed instead of queueing without bound.
@@ -72,8 +70,8 @@ impl QuotaService {
     }
 }
 
-type Responses =
-    Pin<Box<dyn tokio_stream::Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
+/// `RateLimitQuotaResponse` messages, as their bytes.
+type Responses = Pin<Box<dyn tokio_stream::Stream<Item = Result<Bytes, Status>> + Send>>;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -112,7 +110,7 @@ where
 }
 
 impl StreamingService<Bytes> for QuotaService {
-    type Response = RateLimitQuotaResponse;
+    type Response = Bytes;
     type ResponseStream = Responses;
     type Future = std::future::Ready<Result<Response<Responses>, Status>>;
 
@@ -121,12 +119,12 @@ impl StreamingService<Bytes> for QuotaService {
     }
 }
 
-/// Reports in as their bytes, responses out as prost encodes them.
+/// Reports in and responses out as their bytes.
 #[derive(Clone, Copy, Default)]
 struct ReportCodec;
 
 impl Codec for ReportCodec {
-    type Encode = RateLimitQuotaResponse;
+    type Encode = Bytes;
     type Decode = Bytes;
     type Encoder = ReportCodec;
     type Decoder = ReportCodec;
@@ -141,13 +139,13 @@ impl Codec for ReportCodec {
 }
 
 impl Encoder for ReportCodec {
-    type Item = RateLimitQuotaResponse;
+    type Item = Bytes;
     type Error = Status;
 
-    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        // EncodeBuf grows as needed: encoding into it cannot run out of room.
-        item.encode(dst)
-            .map_err(|e| Status::internal(format!("encoding a response: {e}")))
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        // EncodeBuf grows as needed.
+        dst.put_slice(&item);
+        Ok(())
     }
 }
 
@@ -167,7 +165,7 @@ async fn run(
     quotas: Arc<Quotas>,
     mut stream: Stream,
     mut reports: Streaming<Bytes>,
-    tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
+    tx: mpsc::Sender<Result<Bytes, Status>>,
     stops: Stops,
 ) {
     let mut refresh = tokio::time::interval(REFRESH);
@@ -193,11 +191,12 @@ async fn run(
             _ = refresh.tick() => stream.refresh(quotas.limiter().now()),
         };
         let refused = stream.take_refused();
-        if refused > 0 {
+        if refused.total() > 0 {
             tracing::warn!(
-                refused,
+                refused = refused.total(),
+                by = %refused,
                 buckets = stream.bucket_count(),
-                "quota stream: buckets past RLQS_MAX_BUCKETS_PER_STREAM or RLQS_MAX_BUCKETS get no assignment"
+                "quota stream: new buckets past a bound get no assignment"
             );
         }
         if !send(&tx, actions).await {
@@ -212,17 +211,11 @@ async fn run(
 }
 
 /// Sends `actions` if there are any; false once the stream is gone.
-async fn send(
-    tx: &mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
-    actions: Vec<BucketAction>,
-) -> bool {
+async fn send(tx: &mpsc::Sender<Result<Bytes, Status>>, actions: Actions) -> bool {
     if actions.is_empty() {
         return true;
     }
-    let response = RateLimitQuotaResponse {
-        bucket_action: actions,
-    };
-    tx.send(Ok(response)).await.is_ok()
+    tx.send(Ok(actions.into_bytes())).await.is_ok()
 }
 
 /// A stream error as the status Envoy gets; a refused report counted (a refused stream is,

@@ -15,6 +15,8 @@ pub(super) fn rlqs(v: &mut Values<'_>) -> Option<Config> {
         max_streams: v.or("RLQS_MAX_STREAMS", 1, at_least_one),
         max_buckets_per_stream: v.or("RLQS_MAX_BUCKETS_PER_STREAM", 1, at_least_one),
         max_buckets: v.or("RLQS_MAX_BUCKETS", 1, at_least_one),
+        max_bucket_id_bytes: v.or("RLQS_MAX_BUCKET_ID_BYTES", 1, at_least_one),
+        max_tracked_id_bytes: v.or("RLQS_MAX_TRACKED_ID_BYTES", 1, at_least_one),
         assignment_ttl: v.or("RLQS_ASSIGNMENT_TTL", Duration::from_secs(1), whole_seconds),
         abandon_after: v.or(
             "RLQS_ABANDON_AFTER",

@@ -483,7 +483,7 @@ async fn serve(
             _ = refresh.tick() => stream.refresh(quotas.limiter().now()),
         };
         if !actions.is_empty() {
-            to_envoy.send(actions);
+            to_envoy.send(actions.to_proto());
         }
     }
 }

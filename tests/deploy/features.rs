@@ -356,6 +356,10 @@ fn the_quota_service_is_on_by_default_and_its_values_reach_sluices_settings() {
         "quotaService.maxBucketsPerStream=50",
         "--set",
         "quotaService.maxBuckets=1000",
+        "--set",
+        "quotaService.maxBucketIdBytes=2048",
+        "--set",
+        "quotaService.maxTrackedIdBytes=134217728",
     ]);
     let c = sluice_container(m.deployment());
     let rlqs = resolve_env(c, |_| false, &[]).rlqs.expect("served");
@@ -372,6 +376,10 @@ fn the_quota_service_is_on_by_default_and_its_values_reach_sluices_settings() {
             rlqs.max_buckets
         ),
         (100, 50, 1000)
+    );
+    assert_eq!(
+        (rlqs.max_bucket_id_bytes, rlqs.max_tracked_id_bytes),
+        (2048, 128 << 20)
     );
 
     // Off: the one variable that says so, none of the others.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sluice::cli::load_rlqs::{run, Plan, Summary};
+use sluice::cli::load_rlqs::{run, IdTemplate, Plan, Summary};
 use tonic::transport::Endpoint;
 
 use crate::common::Server;
@@ -25,7 +25,7 @@ async fn the_rlqs_load_reports_every_bucket_and_gets_their_assignments() {
     }
     let plan = Plan {
         domain: "cpu".into(),
-        key: "user".into(),
+        id: IdTemplate::parse("user=v{i}").unwrap(),
         buckets: 50,
         streams: 3,
         rate: 3000,

@@ -1,6 +1,7 @@
 //! The quota service (RLQS) on the real server's gRPC port, in process with a manual clock:
-//! assignments on a stream, the counters it shares with `ShouldRateLimit`, bad reports,
-//! the stream bound, health, metrics, `RLQS_ENABLED=false`, and shutdown ending streams.
+//! assignments on a stream, the counters it shares with `ShouldRateLimit`, bad reports, the
+//! stream and bucket id bounds, health, metrics, `RLQS_ENABLED=false`, and shutdown ending
+//! streams.
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -254,6 +255,77 @@ async fn oversized_reports_end_the_stream_naming_the_problem() {
         strategy(&answer),
         Strategy::BlanketRule(BlanketRule::DenyAll as i32)
     );
+    server.stop().await.unwrap();
+}
+
+/// The server's metrics page.
+async fn metrics(server: &Server) -> String {
+    http_async(server.http, "GET", "/metrics", "")
+        .await
+        .unwrap()
+        .2
+}
+
+#[tokio::test]
+async fn bucket_ids_are_bounded_in_bytes_each_and_all_together() {
+    let server = Server::start(RULES, |s| {
+        let r = s.rlqs.as_mut().unwrap();
+        r.max_bucket_id_bytes = 64;
+        r.max_tracked_id_bytes = 100;
+    })
+    .await;
+    // "tenant" and 59 bytes: one past the id bound, which ends the stream naming it.
+    let e = open(&server)
+        .await
+        .unwrap()
+        .ask(report(vec![usage(&"x".repeat(59), 1, Some(0))]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.message()
+            .ends_with("65 bytes, more than RLQS_MAX_BUCKET_ID_BYTES (64)"),
+        "{}",
+        e.message()
+    );
+    // Ids of 50 bytes: two fill the 100 tracked, every stream together; a third gets no
+    // assignment, on this stream or another.
+    let tenant = |i: usize| format!("{i}{}", "y".repeat(43));
+    let mut first = open(&server).await.unwrap();
+    let three = (0..3).map(|i| usage(&tenant(i), 1, Some(0))).collect();
+    let answer = first.ask(report(three)).await.unwrap().unwrap();
+    let ids: Vec<_> = answer
+        .bucket_action
+        .iter()
+        .map(|a| a.bucket_id.as_ref().unwrap().bucket["tenant"].clone())
+        .collect();
+    assert_eq!(ids, [tenant(0), tenant(1)]);
+    let mut second = open(&server).await.unwrap();
+    second
+        .tx
+        .send(report(vec![usage(&tenant(3), 1, Some(0))]))
+        .await
+        .unwrap();
+    let refused = "sluice_rlqs_refused_total{what=\"bucket\"} 2";
+    crate::common::wait_until_async(10, refused, || async {
+        metrics(&server).await.contains(refused)
+    })
+    .await;
+    // The first stream's end frees its ids' bytes: the second's bucket is tracked at its
+    // next report.
+    drop(first);
+    crate::common::wait_until_async(10, "the closed stream's buckets freed", || async {
+        metrics(&server).await.contains("sluice_rlqs_buckets 0")
+    })
+    .await;
+    let answer = second
+        .ask(report(vec![usage(&tenant(3), 1, Some(5))]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.bucket_action.len(), 1);
+    assert!(metrics(&server).await.contains("sluice_rlqs_buckets 1"));
+    drop(second);
     server.stop().await.unwrap();
 }
 

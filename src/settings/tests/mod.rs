@@ -131,6 +131,30 @@ fn the_default_algorithm_is_sliding_unless_set_to_fixed() {
 }
 
 #[test]
+fn the_quota_service_bounds_default_to_its_config_and_take_flags_and_variables() {
+    let s = resolve(&[], &[]).unwrap();
+    assert_eq!(s.rlqs, Some(crate::rlqs::Config::default()));
+    let s = resolve(
+        &["--rlqs-max-bucket-id-bytes", "256"],
+        &[("RLQS_MAX_TRACKED_ID_BYTES", "4096")],
+    )
+    .unwrap();
+    let rlqs = s.rlqs.unwrap();
+    assert_eq!(
+        (rlqs.max_bucket_id_bytes, rlqs.max_tracked_id_bytes),
+        (256, 4096)
+    );
+    let bad = [
+        ("RLQS_MAX_BUCKET_ID_BYTES", "0"),
+        ("RLQS_MAX_TRACKED_ID_BYTES", "1k"),
+    ];
+    assert_eq!(
+        names(&resolve(&[], &bad).unwrap_err()),
+        vec!["RLQS_MAX_BUCKET_ID_BYTES", "RLQS_MAX_TRACKED_ID_BYTES"]
+    );
+}
+
+#[test]
 fn the_header_format_and_the_problem_body_are_chosen_by_name() {
     let s = resolve(&[], &[]).unwrap();
     assert_eq!(s.options.header_format, HeaderFormat::Reference);
