@@ -205,7 +205,7 @@ pub fn rlqs(data: &[u8]) {
     }
     let decoded = RateLimitQuotaUsageReports::decode(data);
     for stream in [None, Some(RLQS_STREAM)] {
-        let read = sluice::rlqs::check(data, stream);
+        let read = sluice::rlqs::check(data, stream, MAX_ID_BYTES);
         let m = match (&read, &decoded) {
             (Err(ReportError::Malformed(_)), Err(_)) => continue,
             (Err(ReportError::Malformed(e)), Ok(_)) => panic!("refused what prost reads: {e}"),
@@ -249,11 +249,21 @@ fn valid(m: &RateLimitQuotaUsageReports, stream: Option<&str>) -> bool {
             };
             (1..=MAX_BUCKET_ENTRIES).contains(&id.bucket.len())
                 && id.bucket.iter().all(|(k, v)| bounded(k) && bounded(v))
+                && id
+                    .bucket
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len())
+                    .sum::<usize>()
+                    <= MAX_ID_BYTES
                 && d.seconds >= 0
                 && (0..1_000_000_000).contains(&d.nanos)
                 && Duration::new(d.seconds as u64, d.nanos as u32) <= MAX_TIME_ELAPSED
         })
 }
+
+/// The bucket id bound the target checks reports against: `RLQS_MAX_BUCKET_ID_BYTES`'s
+/// default.
+const MAX_ID_BYTES: usize = 1024;
 
 /// `report` holds `m`'s usages, in order.
 fn same_report(report: &Report<'_>, m: &RateLimitQuotaUsageReports, stream: Option<&str>) {

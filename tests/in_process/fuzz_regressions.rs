@@ -94,7 +94,7 @@ fn the_seeds_reach_the_interesting_paths() {
     let read: Vec<_> = seeds("rlqs")
         .iter()
         .map(
-            |s| match sluice::rlqs::check(s, Some(targets::RLQS_STREAM)) {
+            |s| match sluice::rlqs::check(s, Some(targets::RLQS_STREAM), 1024) {
                 Ok(r) => ("taken", r.usages.len()),
                 Err(sluice::rlqs::ReportError::Malformed(_)) => ("malformed", 0),
                 Err(_) => ("refused", 0),
