@@ -42,7 +42,7 @@ impl Drop for Proc {
 /// When a held upstream ([`upstream_held`]) may answer: each request is counted as it arrives
 /// and answered once a permit is there (a slow model server whose pace the test sets).
 #[derive(Default)]
-struct Hold {
+pub(crate) struct Hold {
     arrived: AtomicUsize,
     permits: Mutex<usize>,
     freed: Condvar,
@@ -50,7 +50,7 @@ struct Hold {
 
 impl Hold {
     /// A hold that never holds.
-    fn open() -> Arc<Hold> {
+    pub(crate) fn open() -> Arc<Hold> {
         let hold = Arc::new(Hold::default());
         hold.release(usize::MAX);
         hold
@@ -64,7 +64,7 @@ impl Hold {
     }
 
     /// Requests that reached the upstream so far.
-    fn arrived(&self) -> usize {
+    pub(crate) fn arrived(&self) -> usize {
         self.arrived.load(Ordering::SeqCst)
     }
 
@@ -111,10 +111,12 @@ fn serve(mut conn: std::net::TcpStream, hold: &Hold) {
         while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
             buf.drain(..end + 4);
+            // A header that is not a number is as good as absent: a bootstrap that lets
+            // `x-max-tokens: abc` through must be seen answering 200, not a dropped connection.
             let number = |name: &str| -> Option<u64> {
                 head.lines()
                     .find_map(|l| l.strip_prefix(name))
-                    .map(|v| v.trim().parse().expect("a number"))
+                    .and_then(|v| v.trim().parse().ok())
             };
             let tokens = number("x-want-tokens:").unwrap_or(0);
             let unused = number("x-max-tokens:")
@@ -133,14 +135,14 @@ fn serve(mut conn: std::net::TcpStream, hold: &Hold) {
 
 /// sluice (the rules in config/rules, `env` added to its environment) and Envoy (the bootstrap
 /// `config/envoy/<bootstrap>`, its ports rewritten) in front of the upstream, both ready.
-struct Stack {
+pub(crate) struct Stack {
     sluice: Option<Proc>,
     _envoy: Proc,
     _dir: tempfile::TempDir,
     /// Where Envoy's access log goes (bootstraps that have one).
     access_log: std::path::PathBuf,
-    front: SocketAddr,
-    sluice_http: SocketAddr,
+    pub(crate) front: SocketAddr,
+    pub(crate) sluice_http: SocketAddr,
 }
 
 impl Stack {
@@ -160,7 +162,7 @@ impl Stack {
     /// [`Stack::start`] in front of an upstream whose answers wait for `hold`'s permits, with
     /// the filter's timeout raised to 5 s: Envoy fails open when sluice answers late, which
     /// would admit what the test counts on sluice to deny on a busy machine.
-    fn start_holding(bootstrap: &str, hold: Arc<Hold>) -> Stack {
+    pub(crate) fn start_holding(bootstrap: &str, hold: Arc<Hold>) -> Stack {
         let slow = |c: String| c.replace(" timeout: 0.25s", " timeout: 5s");
         Self::start_on(bootstrap, &[], slow, upstream_held(hold))
     }
@@ -659,7 +661,7 @@ fn at_once(front: SocketAddr, client: &str, n: usize) -> (Vec<HttpResponse>, Dur
 
 /// sluice's count of what `key`=`value` has left in `domain`, by a look that spends nothing
 /// (`hitsAddend: 0`).
-fn left(sluice: SocketAddr, domain: &str, key: &str, value: &str) -> u64 {
+pub(crate) fn left(sluice: SocketAddr, domain: &str, key: &str, value: &str) -> u64 {
     let body = format!(
         r#"{{"domain":"{domain}","descriptors":[{{"entries":[{{"key":"{key}","value":"{value}"}}],"hitsAddend":0}}]}}"#
     );

@@ -22,6 +22,7 @@ mod common {
 }
 
 mod envoy_e2e;
+mod llm_budget;
 mod otlp;
 mod process;
 mod proto_vendor;

@@ -1,0 +1,150 @@
+//! config/envoy/llm-reserve.yaml (reserve, then settle) against a real Envoy 1.40: a tenant's
+//! request whose `x-max-tokens` is missing or not a positive integer is refused by the route
+//! (400) instead of passing a spent budget unchecked, while valid requests reserve and settle
+//! as before; and what the per-rule counters add up to for a token dashboard
+//! (docs/llm-budgets.md, *The counters*), pinned on 8 reservations of 40,000 that use 10,000.
+
+use std::net::SocketAddr;
+
+use crate::common::http;
+use crate::common::wait_until;
+use crate::envoy_e2e::{left, Hold, Stack};
+
+/// The budget of config/rules/llm-reserve.yaml: tokens an hour per tenant.
+const BUDGET: u64 = 100_000;
+
+/// A request through Envoy for `tenant` (none if empty) declaring `max` (no header if `None`)
+/// and using `used` tokens (what the upstream reports): its status and body.
+fn ask(front: SocketAddr, tenant: &str, max: Option<&str>, used: u64) -> (u16, String) {
+    let used = used.to_string();
+    let mut headers = vec![("x-want-tokens", used.as_str())];
+    if !tenant.is_empty() {
+        headers.push(("x-tenant", tenant));
+    }
+    if let Some(max) = max {
+        headers.push(("x-max-tokens", max));
+    }
+    let (status, _, body) = http(front, "GET", "/", "", &headers).expect("through envoy");
+    (status, body)
+}
+
+/// The per-rule counter `ratelimit_<name>_total` of the tenant rule on sluice's `/metrics`
+/// (0 before its first hit).
+fn counter(sluice: SocketAddr, name: &str) -> u64 {
+    let (_, _, metrics) = http(sluice, "GET", "/metrics", "", &[]).expect("metrics");
+    let prefix =
+        format!(r#"ratelimit_{name}_total{{domain="llm-reserve",rule="llm-reserve.tenant"}} "#);
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[test]
+fn a_tenant_request_without_a_valid_max_tokens_is_refused_not_let_through_a_spent_budget() {
+    // An upstream that never holds, and the filter's timeout raised to 5 s: on a busy machine
+    // a late answer makes Envoy fail open, which would admit what this test counts on sluice
+    // to deny.
+    let hold = Hold::open();
+    let stack = Stack::start_holding("llm-reserve.yaml", hold.clone());
+    let (front, sluice) = (stack.front, stack.sluice_http);
+
+    // The tenant spends its whole budget (the settle gives nothing back: all of it was used).
+    let all = BUDGET.to_string();
+    assert_eq!(
+        ask(front, "acme", Some(&all), BUDGET),
+        (200, "hello".into())
+    );
+    // (0 left, unless the hour turns meanwhile: the sliding window then drains the spent
+    // hour by under 30 tokens a second.)
+    let spent = left(sluice, "llm-reserve", "tenant", "acme");
+    assert!(spent < 1000, "{spent} left");
+    // A valid reservation is denied, as before.
+    assert_eq!(
+        ask(front, "acme", Some("1000"), 0).0,
+        429,
+        "the budget is spent"
+    );
+
+    // Envoy cannot read these as a `hits_addend`: it would drop the reservation's descriptor
+    // and the request would reach the app with no check. The route refuses them first.
+    let arrived = hold.arrived();
+    for max in [None, Some("abc"), Some("-5000"), Some("0"), Some("12abc")] {
+        let (status, body) = ask(front, "acme", max, 10);
+        assert_eq!(
+            status, 400,
+            "x-max-tokens {max:?} on a spent budget must be refused, not let through: {body}"
+        );
+        assert!(
+            body.contains("x-max-tokens must be a positive integer"),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        hold.arrived(),
+        arrived,
+        "a refused request never reaches the app"
+    );
+    // Refused whatever the budget holds: another tenant's is untouched, and a bad header is
+    // refused there too, while a valid one reserves, runs and settles.
+    assert_eq!(ask(front, "fresh", Some("abc"), 10).0, 400);
+    assert_eq!(ask(front, "fresh", None, 10).0, 400);
+    assert_eq!(
+        ask(front, "fresh", Some("4000"), 1000),
+        (200, "hello".into())
+    );
+    wait_until(20, "the settle of the 3,000 not used", || {
+        left(sluice, "llm-reserve", "tenant", "fresh") >= BUDGET - 1000
+    });
+    // A request without a tenant carries no budget (the actions send nothing for it): it
+    // passes, with or without a maximum.
+    assert_eq!(ask(front, "", None, 10).0, 200);
+    assert_eq!(ask(front, "", Some("abc"), 10).0, 200);
+}
+
+#[test]
+fn the_counters_count_a_settle_as_hits_given_back_and_a_denial_as_its_declared_maximum() {
+    let stack = Stack::start_holding("llm-reserve.yaml", Hold::open());
+    let (front, sluice) = (stack.front, stack.sluice_http);
+    let hits = || counter(sluice, "total_hits");
+    let tenants = ["dash-a", "dash-b"];
+
+    // 8 requests, one after the other, each declaring 40,000 and using 10,000: each reserves
+    // 40,000 and settles 30,000. Four per tenant, so that every reservation fits its tenant's
+    // budget (the rule's counters add up its tenants).
+    for i in 1..=8u64 {
+        let tenant = tenants[i as usize % 2];
+        assert_eq!(
+            ask(front, tenant, Some("40000"), 10_000).0,
+            200,
+            "request {i}"
+        );
+        // The settle is sent when the stream is done, after the response: wait for it to be
+        // counted before the next reservation (which might not fit without it).
+        wait_until(20, &format!("the settle of request {i}"), || {
+            hits() == i * (40_000 + 30_000)
+        });
+    }
+    // total_hits and within_limit: the reservations admitted plus the tokens given back.
+    // Neither is the tokens used (80,000): those are the reservations less the settles, which
+    // these counters add up instead of subtracting.
+    assert_eq!(hits(), 8 * 40_000 + 8 * 30_000);
+    assert_eq!(counter(sluice, "within_limit"), 560_000);
+    assert_eq!(counter(sluice, "over_limit"), 0);
+    // What each tenant has left: the budget less the tokens it used (plus under 30 tokens a
+    // second since the hour turned, if it turned meanwhile: the window slides).
+    let holds = |l: u64| (BUDGET - 40_000..BUDGET - 39_000).contains(&l);
+    for tenant in tenants {
+        let l = left(sluice, "llm-reserve", "tenant", tenant);
+        assert!(holds(l), "{tenant}: {l} left, after 40,000 used");
+    }
+
+    // A reservation that does not fit the 60,000 left: denied, and its declared maximum is
+    // counted in total_hits and over_limit, though nothing was charged (`strict: false`).
+    assert_eq!(ask(front, "dash-a", Some("70000"), 10_000).0, 429);
+    assert_eq!(counter(sluice, "over_limit"), 70_000);
+    assert_eq!(hits(), 630_000);
+    assert_eq!(counter(sluice, "within_limit"), 560_000);
+    let l = left(sluice, "llm-reserve", "tenant", "dash-a");
+    assert!(holds(l), "{l} left: the denial charged nothing");
+}
