@@ -69,7 +69,18 @@ fn a_tenant_request_without_a_valid_max_tokens_is_refused_not_let_through_a_spen
     // Envoy cannot read these as a `hits_addend`: it would drop the reservation's descriptor
     // and the request would reach the app with no check. The route refuses them first.
     let arrived = hold.arrived();
-    for max in [None, Some("abc"), Some("-5000"), Some("0"), Some("12abc")] {
+    let bad = [
+        None,
+        Some("abc"),
+        Some("-5000"),
+        Some(""),
+        Some("0"),
+        Some("012"),
+        Some("12abc"),
+        Some("1e5"),
+        Some("1000000000"),
+    ];
+    for max in bad {
         let (status, body) = ask(front, "acme", max, 10);
         assert_eq!(
             status, 400,
@@ -78,6 +89,31 @@ fn a_tenant_request_without_a_valid_max_tokens_is_refused_not_let_through_a_spen
         assert!(
             body.contains("x-max-tokens must be a positive integer"),
             "{body}"
+        );
+    }
+    // Sent twice: never let through a spent budget either.
+    for (first, second) in [
+        ("1000", "1000"),
+        ("1000", "abc"),
+        ("abc", "1000"),
+        ("abc", "-1"),
+    ] {
+        let twice = [
+            ("x-tenant", "acme"),
+            ("x-max-tokens", first),
+            ("x-max-tokens", second),
+        ];
+        let (status, _, body) = http(front, "GET", "/", "", &twice).expect("through envoy");
+        // Two valid values reserve the first (denied here: the budget is spent); a bad
+        // one, first or second, refuses the request.
+        let want = if (first, second) == ("1000", "1000") {
+            429
+        } else {
+            400
+        };
+        assert_eq!(
+            status, want,
+            "x-max-tokens {first:?} then {second:?}: {body}"
         );
     }
     assert_eq!(
@@ -89,6 +125,15 @@ fn a_tenant_request_without_a_valid_max_tokens_is_refused_not_let_through_a_spen
     // refused there too, while a valid one reserves, runs and settles.
     assert_eq!(ask(front, "fresh", Some("abc"), 10).0, 400);
     assert_eq!(ask(front, "fresh", None, 10).0, 400);
+    // A refused request charges nothing, not even a valid first value of the header: the
+    // rate limit filter does not act on a route that answers directly.
+    let twice = [
+        ("x-tenant", "fresh"),
+        ("x-max-tokens", "1000"),
+        ("x-max-tokens", "abc"),
+    ];
+    assert_eq!(http(front, "GET", "/", "", &twice).unwrap().0, 400);
+    assert_eq!(left(sluice, "llm-reserve", "tenant", "fresh"), BUDGET);
     assert_eq!(
         ask(front, "fresh", Some("4000"), 1000),
         (200, "hello".into())
