@@ -21,6 +21,7 @@ mod common {
     pub mod redis;
 }
 
+mod doc_blocks;
 mod envoy_e2e;
 mod llm_budget;
 mod otlp;
