@@ -1,6 +1,6 @@
 //! The docs' runnable shell blocks work when pasted: every ```sh or ```bash block of
 //! README.md and docs/*.md that follows a `<!-- runnable -->` line is run with
-//! `bash -euo pipefail`, from a scratch directory that has the repository's `config/`, with the
+//! `bash -euo pipefail` (and `-x`), from a scratch directory that has the repository's `config/`, with the
 //! built `sluice`, Envoy's venv and redis-server on the PATH. A block checks its own results,
 //! so it fails (and this test with it, naming the file and line) when the documented behaviour
 //! does not happen; it must also stop every process it started.
@@ -109,8 +109,9 @@ fn run(block: &Block, path: &std::ffi::OsStr) -> Result<(), String> {
     let log = std::fs::File::create(&log_path).expect("create the output log");
     // Output goes to a file, not a pipe: a process the block leaves behind would hold a pipe
     // open, and reading it would hang instead of failing.
+    // `-x`: on a failure, the output shows which command failed, not only what it printed.
     let mut child = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &block.code])
+        .args(["-euxo", "pipefail", "-c", &block.code])
         .current_dir(dir.path())
         .env("PATH", path)
         .env("TMPDIR", dir.path())
