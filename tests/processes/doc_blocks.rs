@@ -1,14 +1,18 @@
 //! The docs' runnable shell blocks work when pasted: every ```sh or ```bash block of
 //! README.md and docs/*.md that follows a `<!-- runnable -->` line is run with
-//! `bash -euo pipefail` (and `-x`), from a scratch directory that has the repository's `config/`, with the
-//! built `sluice`, Envoy's venv and redis-server on the PATH. A block checks its own results,
+//! `bash -euo pipefail` (and `-x`), from a scratch directory that has the repository's
+//! `config/`, with the built `sluice`, Envoy's venv and redis-server on the PATH. A block checks its own results,
 //! so it fails (and this test with it, naming the file and line) when the documented behaviour
 //! does not happen; it must also stop every process it started.
 
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The repository reads time through tokio's Instant (std's is disallowed); outside a runtime
+// it is the system's monotonic clock.
+use tokio::time::Instant;
 
 use crate::common::{repo, require_tool};
 
@@ -181,10 +185,9 @@ fn runnable_doc_blocks_run() {
     }
     let sluice = Path::new(env!("CARGO_BIN_EXE_sluice"));
     let dirs = [sluice, &envoy, &redis].map(|p| p.parent().expect("a directory").to_owned());
-    let path = std::env::join_paths(
-        dirs.into_iter()
-            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
-    )
+    let path = std::env::join_paths(dirs.into_iter().chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
     .expect("a PATH");
 
     let blocks = all_blocks();
@@ -193,10 +196,7 @@ fn runnable_doc_blocks_run() {
         blocks.iter().any(|b| b.file == "docs/deploy.md"),
         "no runnable block in docs/deploy.md: {blocks:?}"
     );
-    let failures: Vec<String> = blocks
-        .iter()
-        .filter_map(|b| run(b, &path).err())
-        .collect();
+    let failures: Vec<String> = blocks.iter().filter_map(|b| run(b, &path).err()).collect();
     assert!(
         failures.is_empty(),
         "{} of {} runnable doc blocks failed:\n\n{}",
