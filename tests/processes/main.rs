@@ -21,6 +21,7 @@ mod common {
     pub mod redis;
 }
 
+mod descriptors;
 mod doc_blocks;
 mod envoy_e2e;
 mod llm_budget;
