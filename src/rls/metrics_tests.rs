@@ -69,6 +69,13 @@ fn hits(text: &str) -> Vec<(String, f64)> {
     series(text, "ratelimit_total_hits_total")
 }
 
+/// The hits of domain `d`'s series `rule` in `rows` (from [`hits`]), if it is there.
+fn hits_of(rows: &[(String, f64)], rule: &str) -> Option<f64> {
+    rows.iter()
+        .find(|(k, _)| *k == format!("domain=\"d\",rule=\"{rule}\""))
+        .map(|(_, v)| *v)
+}
+
 const DOMAIN: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n  - key: u\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 10}\n";
 
 #[test]
@@ -239,11 +246,7 @@ fn past_the_client_series_bound_hits_go_to_the_rules_own_series() {
     l.should_rate_limit(&request("d", descriptor(&[("k", "v")])))
         .unwrap();
     let rows = hits(&l.telemetry().render());
-    let read = |rule: &str| {
-        rows.iter()
-            .find(|(k, _)| *k == format!("domain=\"d\",rule=\"{rule}\""))
-            .map(|(_, v)| *v)
-    };
+    let read = |rule: &str| hits_of(&rows, rule);
     assert_eq!(read("d.k"), Some(1.0));
     let client = rows
         .iter()
@@ -271,11 +274,7 @@ fn an_overrides_hits_count_in_its_own_series_or_with_metrics_override_series_off
                 .unwrap();
         }
         let rows = hits(&l.telemetry().render());
-        let read = |rule: &str| {
-            rows.iter()
-                .find(|(k, _)| *k == format!("domain=\"d\",rule=\"{rule}\""))
-                .map(|(_, v)| *v)
-        };
+        let read = |rule: &str| hits_of(&rows, rule);
         assert_eq!(
             (read("d.tenant_acme"), read("d.tenant")),
             (acme, tenant),

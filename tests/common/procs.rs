@@ -115,6 +115,20 @@ pub fn query_in(p: &Proc, domain: &str, (key, value): (&str, &str)) -> serde_jso
     serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"))
 }
 
+/// Two replicas on `redis_url` serving the repository's `config/rules`, once each counts
+/// both.
+pub fn two_replicas(redis_url: &str) -> [Proc; 2] {
+    let rules = crate::common::repo().join("config/rules");
+    let replicas = [
+        spawn_sluice(&rules, redis_url, &[]),
+        spawn_sluice(&rules, redis_url, &[]),
+    ];
+    for r in &replicas {
+        wait_live(r, 2);
+    }
+    replicas
+}
+
 /// Waits until `p`'s heartbeats count `n` live replicas (its `sluice_sync_live_replicas`).
 pub fn wait_live(p: &Proc, n: u32) {
     let want = format!("sluice_sync_live_replicas {n}\n");

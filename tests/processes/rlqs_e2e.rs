@@ -21,7 +21,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::common::procs::{grpc_addr, spawn_sluice, spawn_sluice_on, wait_live, Proc, MEASURING};
+use crate::common::procs::{
+    grpc_addr, spawn_sluice, spawn_sluice_on, two_replicas, Proc, MEASURING,
+};
 use crate::common::redis::RedisServer;
 use crate::common::{free_port, header, http, repo, require_tool, wait_until, HttpResponse};
 use crate::envoy_e2e::upstream;
@@ -215,14 +217,7 @@ const FLOOR: u64 = LIMIT * 6 / 10;
 /// in front of each, over one upstream.
 fn two_envoys_on_two_replicas() -> (RedisServer, [Proc; 2], [Envoy; 2]) {
     let redis = RedisServer::start();
-    let rules = repo().join("config/rules");
-    let replicas = [
-        spawn_sluice(&rules, &redis.url(), &[]),
-        spawn_sluice(&rules, &redis.url(), &[]),
-    ];
-    for r in &replicas {
-        wait_live(r, 2);
-    }
+    let replicas = two_replicas(&redis.url());
     let app = upstream();
     let envoys = [
         Envoy::start(grpc_addr(&replicas[0]).port(), app),

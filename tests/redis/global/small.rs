@@ -2,7 +2,7 @@
 //! replicas, the docs' own example (docs/global.md, "Running a fleet": 3 a day per user,
 //! queries alternating between the replicas) admits exactly 3 of every user's requests.
 
-use crate::common::procs::{query_in, spawn_sluice, wait_live, Proc};
+use crate::common::procs::{query_in, spawn_sluice, two_replicas, Proc};
 use crate::common::redis::RedisServer;
 use crate::common::{http, repo};
 
@@ -15,14 +15,7 @@ fn overall(p: &Proc, user: &str) -> String {
 #[test]
 fn a_limit_of_three_a_day_on_two_replicas_admits_exactly_three() {
     let redis = RedisServer::start();
-    let rules = repo().join("config/rules");
-    let replicas = [
-        spawn_sluice(&rules, &redis.url(), &[]),
-        spawn_sluice(&rules, &redis.url(), &[]),
-    ];
-    for r in &replicas {
-        wait_live(r, 2);
-    }
+    let replicas = two_replicas(&redis.url());
     // /rlconfig shows the rule decided exactly.
     let (_, _, config) = http(replicas[0].http, "GET", "/rlconfig", "", &[]).unwrap();
     assert!(
