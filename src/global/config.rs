@@ -92,8 +92,6 @@ pub struct SyncSettings {
     pub backoff_min: Duration,
     /// Longest backoff.
     pub backoff_max: Duration,
-    /// Most items in one store call.
-    pub max_batch: usize,
 }
 
 impl SyncSettings {
@@ -111,7 +109,6 @@ impl Default for SyncSettings {
             timeout: Duration::from_millis(100),
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(5),
-            max_batch: 20_000,
         }
     }
 }

@@ -84,6 +84,10 @@ fn register_labelled_counters(t: &Telemetry, s: &Arc<SyncStats>) {
                     s2.calls_failed.load(Ordering::Relaxed),
                     vec![KeyValue::new("result", "error")],
                 ),
+                (
+                    s2.calls_resized.load(Ordering::Relaxed),
+                    vec![KeyValue::new("result", "resized")],
+                ),
             ]
         }),
     );
@@ -118,9 +122,10 @@ fn register_shard_gauges(t: &Telemetry, g: &Global) {
         Arc::new(move || u64::from(q.live_replicas())),
     );
     type PerShard = fn(&ShardHealth) -> u64;
-    let per_shard: [(crate::telemetry::Metric, PerShard); 2] = [
+    let per_shard: [(crate::telemetry::Metric, PerShard); 3] = [
         (names::REDIS_SHARD_DEGRADED, |h| u64::from(h.is_degraded())),
         (names::REDIS_LAST_SYNC, |h| h.last_success_ms() / 1000),
+        (names::SYNC_BATCH_ITEMS, |h| h.batch.get() as u64),
     ];
     for (metric, read) in per_shard {
         t.labelled_gauge(metric, per_shard_reader(g, read));

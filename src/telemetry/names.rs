@@ -85,12 +85,13 @@ mod sync {
     pub const SYNC_CALL_SECONDS: Metric = counter("sluice_sync_call_seconds_total", "Time spent in Redis sync calls (microseconds / 1e6)");
     pub const SYNC_TASK_FAILURES: Metric = counter("sluice_sync_task_failures_total", "Sync and clock-offset tasks that panicked or ended before shutdown (each restarted)");
     pub const REDIS_ERRORS: Metric = counter("sluice_redis_errors_total", "Failed Redis sync calls");
-    pub const SYNC_CALLS: Metric = counter("sluice_sync_calls_total", "Redis sync calls, by result");
+    pub const SYNC_CALLS: Metric = counter("sluice_sync_calls_total", "Redis sync calls, by result (resized: timed out for its size and sent again smaller, the shard not marked degraded)");
     pub const SYNC_ENTITIES: Metric = counter("sluice_sync_entities_total", "Entity limits synced, by pressure tier at the sync");
     pub const SYNC_PENDING_ENTITIES: Metric = gauge("sluice_sync_pending_entities", "Entities waiting to sync");
     pub const SYNC_LIVE_REPLICAS: Metric = gauge("sluice_sync_live_replicas", "Live replicas (this one included) as the Redis heartbeats last counted them");
     pub const REDIS_SHARD_DEGRADED: Metric = gauge("sluice_redis_shard_degraded", "1 while a Redis shard's last call failed");
     pub const REDIS_LAST_SYNC: Metric = gauge("sluice_redis_last_sync_unix_seconds", "When a shard's last sync succeeded (staleness = now - this)");
+    pub const SYNC_BATCH_ITEMS: Metric = gauge("sluice_sync_batch_items", "The most items a shard's next sync call carries, sized by how fast the shard answers (500 to 20,000)");
     pub const SYNC_STORE_RESETS: Metric = counter("sluice_sync_store_resets_total", "Times a Redis shard was found to have lost the sync's keys (restarted empty, flushed or replaced: its generation changed); the replicas restore the counts from memory");
     pub const PRESENCE_CALLS: Metric = counter("sluice_rlqs_presence_calls_total", "Redis calls publishing this replica's quota-service streams per counter (one per shard a tick), by result");
     pub const PRESENCE_ITEMS: Metric = counter("sluice_rlqs_presence_items_total", "Counters sent in presence calls (removals included)");
@@ -153,6 +154,7 @@ pub const ALL: &[Metric] = &[
     SYNC_LIVE_REPLICAS,
     REDIS_SHARD_DEGRADED,
     REDIS_LAST_SYNC,
+    SYNC_BATCH_ITEMS,
     SYNC_STORE_RESETS,
     PRESENCE_CALLS,
     PRESENCE_ITEMS,

@@ -1,12 +1,14 @@
 //! A shard's health as readiness and metrics report it: whether it has ever answered, whether
 //! its last call (or its sync task) failed and why, and since when; and how often the store
-//! was found to have lost the sync's keys (its generation changed, `store.rs`).
+//! was found to have lost the sync's keys (its generation changed, `store.rs`); and the size
+//! of call it answers in time (`batch.rs`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::batch::BatchSize;
 use crate::core::clock::UnixMillis;
 
 /// What readiness says about a shard.
@@ -58,6 +60,8 @@ pub struct ShardHealth {
     generation: Mutex<Option<u64>>,
     resets: AtomicU64,
     last_reset_ms: AtomicU64,
+    /// How many items its next call carries.
+    pub batch: BatchSize,
 }
 
 impl ShardHealth {
@@ -73,6 +77,7 @@ impl ShardHealth {
             generation: Mutex::new(None),
             resets: AtomicU64::new(0),
             last_reset_ms: AtomicU64::new(0),
+            batch: BatchSize::default(),
         }
     }
 

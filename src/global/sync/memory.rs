@@ -78,6 +78,9 @@ pub struct MemoryStore {
     /// Every sync call is applied, then fails with a timeout: a Redis slower than the
     /// client's timeout, which still runs what it was sent.
     pub late: AtomicBool,
+    /// Nanoseconds a sync call takes per item before it answers (applied first, as Redis
+    /// runs a script whoever waits for it): a store whose calls take as long as they carry.
+    pub per_item_ns: AtomicU64,
     /// Exact rules' counters, keyed by (entity, limit, epoch): apart from the sync's, as in
     /// Redis.
     pub exact: Mutex<HashMap<(u128, u8, u64), u64>>,
@@ -191,18 +194,13 @@ fn window(
     })
 }
 
-impl ShardStore for MemoryStore {
-    fn name(&self) -> &str {
-        "memory"
-    }
-    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        if self.down.load(Ordering::Relaxed) {
-            return Err(StoreError::Backend("connection refused".into()));
-        }
+impl MemoryStore {
+    /// Applies a sync call's items as `sync.lua` and `bucket.lua` do, and returns their
+    /// totals.
+    fn apply(&self, replica: u64, items: &[SyncItem]) -> Vec<[u64; 2]> {
         let mut c = self.counters.lock();
         let mut b = self.buckets.lock();
-        let totals = items
+        items
             .iter()
             .map(|it| match it.op {
                 SyncOp::Window {
@@ -254,7 +252,25 @@ impl ShardStore for MemoryStore {
                     [tat / 1000, spent]
                 }
             })
-            .collect();
+            .collect()
+    }
+}
+
+impl ShardStore for MemoryStore {
+    fn name(&self) -> &str {
+        "memory"
+    }
+    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.down.load(Ordering::Relaxed) {
+            return Err(StoreError::Backend("connection refused".into()));
+        }
+        let totals = self.apply(replica, items);
+        let per_item = self.per_item_ns.load(Ordering::Relaxed);
+        if per_item > 0 {
+            let took = per_item.saturating_mul(items.len() as u64);
+            tokio::time::sleep(std::time::Duration::from_nanos(took)).await;
+        }
         if self.late.load(Ordering::Relaxed) {
             return Err(StoreError::Timeout(std::time::Duration::from_millis(100)));
         }

@@ -1,8 +1,9 @@
 //! The background sync of global mode: the queues the hot path marks entities in, one task
 //! per shard that sends their hits and reads the fleet's counts, the narrow store interface
 //! those calls go through (Redis in `global/redis/`, the in-memory store here), each shard's
-//! health and the clock offset from the store's time.
+//! health and call size, and the clock offset from the store's time.
 
+pub mod batch;
 pub mod clock_offset;
 pub mod health;
 mod in_flight;

@@ -4,6 +4,7 @@
 //! [`FleetView`]. A cold entity queued wakes its shard's task for an early round trip, and
 //! a young one in a burst for burst reads (`core/window/prior.rs`).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -76,6 +77,9 @@ pub struct SyncStats {
     pub calls_ok: AtomicU64,
     /// Store calls that failed.
     pub calls_failed: AtomicU64,
+    /// Store calls that timed out for their size and were sent again smaller
+    /// (`sync/batch.rs`): neither failed nor ok.
+    pub calls_resized: AtomicU64,
     /// Items (entity limits) sent.
     pub items_sent: AtomicU64,
     /// Hits that could not be kept for sync (queue bound hit, or lost at a failed final flush).
@@ -88,7 +92,7 @@ pub struct SyncStats {
     pub drift_hits: AtomicU64,
     /// Commands sent to the store.
     pub commands_sent: AtomicU64,
-    /// Total time of store calls, in microseconds (with `calls_ok + calls_failed`, the mean).
+    /// Total time of store calls, in microseconds (with the calls of every result, the mean).
     pub call_micros: AtomicU64,
     /// Background tasks (shard sync, clock offset) that panicked or ended before shutdown.
     pub task_failures: AtomicU64,
@@ -97,7 +101,7 @@ pub struct SyncStats {
 /// The per-shard queues of entities with news.
 #[derive(Debug)]
 pub struct SyncQueues {
-    queues: Vec<Mutex<Vec<u128>>>,
+    queues: Vec<Mutex<VecDeque<u128>>>,
     /// The table whose entities are queued, attached by the limiter that owns it.
     table: OnceLock<EntityTable>,
     router: ShardRouter,
@@ -126,7 +130,7 @@ impl SyncQueues {
     /// Queues for `router`'s shards, holding at most `max_queued` entities in all.
     pub fn new(router: ShardRouter, shards: usize, max_queued: usize) -> Self {
         SyncQueues {
-            queues: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            queues: (0..shards).map(|_| Mutex::new(VecDeque::new())).collect(),
             table: OnceLock::new(),
             router,
             queued: AtomicUsize::new(0),
@@ -244,7 +248,7 @@ impl SyncQueues {
         }
         state.queued = true;
         let shard = self.router.shard_of(key, per_second);
-        self.queues[shard].lock().push(key);
+        self.queues[shard].lock().push_back(key);
         if state.states.iter().any(|w| !w.ever_synced()) {
             // Cold: its first read should not wait for the tick.
             self.wake[shard].notify_one();
@@ -272,14 +276,29 @@ impl SyncQueues {
         self.table.get()
     }
 
-    pub(in crate::global) fn take(&self, shard: usize) -> Vec<u128> {
+    /// The shard's whole queue, oldest first.
+    pub(in crate::global) fn take(&self, shard: usize) -> VecDeque<u128> {
         std::mem::take(&mut *self.queues[shard].lock())
     }
 
-    pub(in crate::global) fn requeue(&self, shard: usize, mut entities: Vec<u128>) {
+    /// Queues `entities` again, after those queued meanwhile.
+    pub(in crate::global) fn requeue(&self, shard: usize, entities: Vec<u128>) {
         if !entities.is_empty() {
-            self.queues[shard].lock().append(&mut entities);
+            self.queues[shard].lock().extend(entities);
         }
+    }
+
+    /// Queues `entities` again ahead of those queued meanwhile: the part of a queue taken
+    /// that a call had no room for, which keeps its place. Costs what was queued meanwhile,
+    /// not what is put back, so a backlog of a million drained a call at a time is not
+    /// copied per call.
+    pub(in crate::global) fn requeue_first(&self, shard: usize, mut entities: VecDeque<u128>) {
+        if entities.is_empty() {
+            return;
+        }
+        let mut queue = self.queues[shard].lock();
+        entities.append(&mut queue);
+        *queue = entities;
     }
 
     pub(in crate::global) fn release(&self, state: &mut EntityState) {

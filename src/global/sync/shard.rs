@@ -110,19 +110,23 @@ impl<S> Clone for ShardSync<S> {
     }
 }
 
-/// A round trip begun: its entities (owned by the guard until the reply is settled) and
-/// what its call sends.
+/// A round trip begun: its entities (owned by the guard until the reply is settled), what
+/// its call sends, and whether the call's size left due entities for another (`more`).
 struct Started<'a> {
     trip: Trip,
     guard: InFlight<'a>,
     items: Vec<SyncItem>,
     beat: Option<Heartbeat>,
+    more: bool,
 }
 
 /// A round trip's call answered, its reply not settled yet.
 struct Answered<'a> {
     trip: Trip,
     guard: InFlight<'a>,
+    items: usize,
+    took: Duration,
+    more: bool,
     result: Result<(Vec<[u64; 2]>, Option<Beat>), StoreError>,
 }
 
@@ -138,6 +142,9 @@ enum Trip {
     Burst,
     /// Shutdown: everything pending, and the heartbeat removed.
     Flush,
+    /// Right after a call that had no room for every due entity: the next of them, if any,
+    /// at the store's pace (`batch.rs`).
+    Drain,
 }
 
 impl<S: ShardStore> ShardSync<S> {
@@ -161,6 +168,9 @@ impl<S: ShardStore> ShardSync<S> {
         // the last one (the next may read them again before it is answered).
         let mut reads = FuturesOrdered::new();
         let mut last_read: Vec<u128> = Vec::new();
+        // Due entities a call had no room for: drained by calls back to back, each waiting
+        // for the one before (the tick, woken trips and burst reads go first).
+        let mut backlog = false;
         loop {
             let early_ok = !early_done && !self.health.is_degraded();
             let send_ok = sends < MAX_SEND_TRIPS && !self.health.is_degraded();
@@ -178,13 +188,13 @@ impl<S: ShardStore> ShardSync<S> {
                     early_done = true;
                     self.settle_reads(&mut reads).await;
                     // A failure marks the shard degraded: no more early trips until it answers.
-                    let _ = self.trip(Trip::Early).await;
+                    backlog |= self.trip(Trip::Early).await.unwrap_or(false);
                     continue;
                 }
                 _ = self.queues.send_woken(self.index), if send_ok => {
                     sends += 1;
                     self.settle_reads(&mut reads).await;
-                    let _ = self.trip(Trip::Early).await;
+                    backlog |= self.trip(Trip::Early).await.unwrap_or(false);
                     continue;
                 }
                 _ = tokio::time::sleep_until(burst_ready), if read_ok => {
@@ -202,6 +212,11 @@ impl<S: ShardStore> ShardSync<S> {
                     burst_wanted = true;
                     continue;
                 }
+                _ = std::future::ready(()), if backlog && !self.health.is_degraded() => {
+                    self.settle_reads(&mut reads).await;
+                    backlog = self.trip(Trip::Drain).await.unwrap_or(false);
+                    continue;
+                }
             }
             self.settle_reads(&mut reads).await;
             self.forget_wakeups();
@@ -209,13 +224,18 @@ impl<S: ShardStore> ShardSync<S> {
             sends = 0;
             burst_wanted = false;
             bursts = 0;
-            self.scheduled_tick(tick, &mut next, &mut backoff).await;
+            backlog = self.scheduled_tick(tick, &mut next, &mut backoff).await;
         }
         self.settle_reads(&mut reads).await;
-        if let Err(e) = self.tick(true).await {
-            tracing::error!(shard = %self.health.name, error = %e, "final flush failed; unsent hits are lost");
-        } else {
-            tracing::info!(shard = %self.health.name, "final flush done");
+        loop {
+            match self.tick(true).await {
+                Ok(true) => continue,
+                Ok(false) => tracing::info!(shard = %self.health.name, "final flush done"),
+                Err(e) => {
+                    tracing::error!(shard = %self.health.name, error = %e, "final flush failed; unsent hits are lost")
+                }
+            }
+            break;
         }
     }
 
@@ -227,23 +247,26 @@ impl<S: ShardStore> ShardSync<S> {
     }
 
     /// A tick of [`ShardSync::run`], and when the next is due: `tick` after this one's time,
-    /// or after a backoff (doubling up to the most) when it failed.
+    /// or after a backoff (doubling up to the most) when it failed. Returns whether due
+    /// entities are left for more calls.
     async fn scheduled_tick(
         &self,
         tick: Duration,
         next: &mut tokio::time::Instant,
         backoff: &mut Duration,
-    ) {
+    ) -> bool {
         match self.tick(false).await {
-            Ok(()) => {
+            Ok(more) => {
                 *backoff = self.settings.backoff_min;
                 *next += tick;
                 // After a long stall, tick from now rather than catching up in a burst.
                 *next = (*next).max(tokio::time::Instant::now());
+                more
             }
             Err(_) => {
                 *next = tokio::time::Instant::now() + (*backoff).max(tick);
                 *backoff = (*backoff * 2).min(self.settings.backoff_max);
+                false
             }
         }
     }
@@ -261,10 +284,12 @@ impl<S: ShardStore> ShardSync<S> {
     /// One tick: syncs the due entities (all entities with pending hits when `flush`) and
     /// refreshes this replica's heartbeat (removes it when `flush`), in one round trip. The
     /// heartbeat goes even when nothing is due, so readiness tells the truth without traffic.
+    /// Returns whether due entities are left that the call had no room for (or that a call
+    /// too large for the timeout put back): the caller drains them with more calls.
     ///
     /// # Errors
     /// The store's error; the deltas are kept for the next tick.
-    pub async fn tick(&self, flush: bool) -> Result<(), StoreError> {
+    pub async fn tick(&self, flush: bool) -> Result<bool, StoreError> {
         self.trip(if flush { Trip::Flush } else { Trip::Tick })
             .await
     }
@@ -274,10 +299,10 @@ impl<S: ShardStore> ShardSync<S> {
         self.settings.heartbeat_ttl_ms()
     }
 
-    async fn trip(&self, trip: Trip) -> Result<(), StoreError> {
+    async fn trip(&self, trip: Trip) -> Result<bool, StoreError> {
         match self.start(trip, &[]) {
             Some(started) => self.finish(self.send(started).await),
-            None => Ok(()),
+            None => Ok(false),
         }
     }
 
@@ -287,7 +312,7 @@ impl<S: ShardStore> ShardSync<S> {
     fn start(&self, trip: Trip, also: &[u128]) -> Option<Started<'_>> {
         self.queues.stats.ticks.fetch_add(1, Ordering::Relaxed);
         let now = self.clock.now();
-        let (planned, items) = self.plan(trip, now, also);
+        let (planned, items, more) = self.plan(trip, now, also);
         // Until the reply is settled, the guard owns the in-flight entities: if the call
         // panics, dropping it puts their deltas back and requeues them, so a restarted task
         // sends them (see `global::supervise`).
@@ -296,7 +321,7 @@ impl<S: ShardStore> ShardSync<S> {
             queues: &self.queues,
             index: self.index,
         };
-        let between_ticks = matches!(trip, Trip::Early | Trip::Burst);
+        let between_ticks = matches!(trip, Trip::Early | Trip::Burst | Trip::Drain);
         if items.is_empty() && between_ticks {
             return None;
         }
@@ -312,32 +337,51 @@ impl<S: ShardStore> ShardSync<S> {
             guard,
             items,
             beat,
+            more,
         })
     }
 
     /// Makes the store call of a round trip begun.
     async fn send<'a>(&'a self, started: Started<'a>) -> Answered<'a> {
-        let result = self.call(&started.items, started.beat.as_ref()).await;
+        let (result, took) = self.call(&started.items, started.beat.as_ref()).await;
         Answered {
             trip: started.trip,
             guard: started.guard,
+            items: started.items.len(),
+            took,
+            more: started.more,
             result,
         }
     }
 
-    /// Settles a round trip's answer: the replies taken in, or the deltas put back.
-    fn finish(&self, answered: Answered<'_>) -> Result<(), StoreError> {
+    /// Settles a round trip's answer: the replies taken in, or the deltas put back. Returns
+    /// whether due entities are left for another call: those the call had no room for, or
+    /// its own when it timed out for its size (put back first in the queue, the shard not
+    /// marked degraded: `batch.rs`).
+    fn finish(&self, answered: Answered<'_>) -> Result<bool, StoreError> {
         let Answered {
             trip,
             mut guard,
+            items,
+            took,
+            more,
             result,
         } = answered;
         let stats = &self.queues.stats;
         let planned = std::mem::take(&mut guard.planned);
         let done = self.clock.now();
+        let batch = &self.health.batch;
         match result {
+            Err(StoreError::Timeout(_)) if batch.timed_out(items) => {
+                stats.calls_resized.fetch_add(1, Ordering::Relaxed);
+                let table = self.queues.table();
+                let requeue = table.map(|t| put_back(t, planned)).unwrap_or_default();
+                self.queues.requeue_first(self.index, requeue.into());
+                Ok(true)
+            }
             Ok((totals, beat)) => {
                 stats.calls_ok.fetch_add(1, Ordering::Relaxed);
+                batch.answered(items, took, self.settings.timeout);
                 self.health.ok(done);
                 if let (Some(b), Trip::Tick) = (beat, trip) {
                     self.queues.observe_live(b.live, done);
@@ -346,7 +390,7 @@ impl<S: ShardStore> ShardSync<S> {
                     self.health.observe_generation(generation, done);
                 }
                 self.settle(planned, totals, done);
-                Ok(())
+                Ok(more)
             }
             Err(e) => {
                 stats.calls_failed.fetch_add(1, Ordering::Relaxed);
@@ -376,27 +420,40 @@ impl<S: ShardStore> ShardSync<S> {
         }
     }
 
-    /// Takes the shard's queue and begins a sync of every due entity; requeues the others
-    /// (or releases them when they have nothing left to send). A burst read also reads again
-    /// the entities of `also` that one sync in flight holds (the burst read before it), when
-    /// due: the queue does not hold them meanwhile.
-    fn plan(&self, trip: Trip, now: UnixMillis, also: &[u128]) -> (Vec<Planned>, Vec<SyncItem>) {
+    /// Takes the shard's queue and begins a sync of every due entity, oldest first, up to
+    /// the call's size; requeues the others (or releases them when they have nothing left to
+    /// send), and the part of the queue the call had no room for first, in its place. A burst
+    /// read also reads again the entities of `also` that one sync in flight holds (the burst
+    /// read before it), when due: the queue does not hold them meanwhile. The flag says
+    /// whether the call had no room for part of the queue.
+    fn plan(
+        &self,
+        trip: Trip,
+        now: UnixMillis,
+        also: &[u128],
+    ) -> (Vec<Planned>, Vec<SyncItem>, bool) {
         let Some(table) = self.queues.table() else {
-            return (Vec::new(), Vec::new());
+            return (Vec::new(), Vec::new(), false);
         };
         let flush = trip == Trip::Flush;
         let policy = &self.settings.policy;
+        let size = self.health.batch.get();
         let mut keep = Vec::new();
         let mut planned: Vec<Planned> = Vec::new();
         let mut items = Vec::new();
         let due = |limits: &[Limit], st: &EntityState, items: &Vec<SyncItem>| {
-            items.len() < self.settings.max_batch
+            items.len() < size
                 && limits
                     .iter()
                     .zip(st.states.iter())
                     .any(|(l, w)| policy.due(w, l, now, st.last_sync_ms))
         };
-        for key in self.queues.take(self.index) {
+        let mut queue = self.queues.take(self.index);
+        while let Some(key) = queue.pop_front() {
+            if items.len() >= size {
+                queue.push_front(key);
+                break;
+            }
             let step = table.get(key, |e| {
                 let st = e.state;
                 let limits = table.limits(e.set);
@@ -429,6 +486,8 @@ impl<S: ShardStore> ShardSync<S> {
                 None => self.queues.forget_one(),
             }
         }
+        let more = !queue.is_empty();
+        self.queues.requeue_first(self.index, queue);
         self.queues.requeue(self.index, keep);
         for &key in also.iter().filter(|_| trip == Trip::Burst) {
             let p = table.get(key, |e| {
@@ -440,7 +499,7 @@ impl<S: ShardStore> ShardSync<S> {
             });
             planned.extend(p.flatten());
         }
-        (planned, items)
+        (planned, items, more)
     }
 
     /// Begins a sync of the entity `key` (whose shard's lock the caller holds, `st` its
@@ -471,12 +530,12 @@ impl<S: ShardStore> ShardSync<S> {
     }
 
     /// The store call (with the heartbeat, when given), within the timeout, with its
-    /// counters. Returns the totals and, with a heartbeat, its reply.
+    /// counters. Returns the totals and, with a heartbeat, its reply; and how long it took.
     async fn call(
         &self,
         items: &[SyncItem],
         beat: Option<&Heartbeat>,
-    ) -> Result<(Vec<[u64; 2]>, Option<Beat>), StoreError> {
+    ) -> (Result<(Vec<[u64; 2]>, Option<Beat>), StoreError>, Duration) {
         let stats = &self.queues.stats;
         stats
             .items_sent
@@ -511,10 +570,11 @@ impl<S: ShardStore> ShardSync<S> {
             Ok(Err(e)) => Err(e),
             Err(_) => Err(StoreError::Timeout(self.settings.timeout)),
         };
+        let took = started.elapsed();
         stats
             .call_micros
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        result
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        (result, took)
     }
 
     /// Settles a successful reply: each entity's deltas are counted and the fleet's totals

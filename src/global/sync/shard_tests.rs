@@ -24,9 +24,22 @@ pub(crate) fn setup() -> (
     ShardSync<FakeStore>,
     ManualClock,
 ) {
+    setup_queuing(1000)
+}
+
+/// [`setup`], with queues holding up to `max_queued` entities.
+fn setup_queuing(
+    max_queued: usize,
+) -> (
+    EntityTable,
+    Arc<SyncQueues>,
+    ShardSync<FakeStore>,
+    ManualClock,
+) {
     let clock = ManualClock::new(UnixMillis(T0));
-    let queues =
-        Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000).with_replica_id(1));
+    let queues = Arc::new(
+        SyncQueues::new(ShardRouter::new(&["a".into()]), 1, max_queued).with_replica_id(1),
+    );
     let sync = ShardSync {
         index: 0,
         store: Arc::new(FakeStore::default()),
@@ -206,6 +219,57 @@ async fn a_dead_store_is_retried_with_exponential_backoff() {
     assert_eq!(store.total(3, 0, T0 / 60_000), 1);
     stop.cancel();
     task.await.unwrap();
+}
+
+/// Runs `sync`'s task for `secs` seconds of paused time on `entities` new entities of a hit
+/// each, with a store taking `per_item_ns` a call item; returns the task's counters.
+async fn drain(entities: u128, per_item_ns: u64, secs: u64) -> (Arc<SyncQueues>, Arc<ShardHealth>) {
+    let (cache, queues, sync, clock) = setup_queuing(entities as usize);
+    for key in 0..entities {
+        hit(&cache, &queues, key, &clock, 1);
+    }
+    sync.store.per_item_ns.store(per_item_ns, Ordering::Relaxed);
+    let (store, health, stop) = (
+        sync.store.clone(),
+        sync.health.clone(),
+        CancellationToken::new(),
+    );
+    let task = tokio::spawn(sync.run(stop.clone()));
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    // Every hit is in the store, and nothing waits.
+    let counted: i64 = (0..entities)
+        .map(|key| store.total(key, 0, T0 / 60_000))
+        .sum();
+    assert_eq!(counted, entities as i64);
+    assert_eq!(queues.len(), 0);
+    stop.cancel();
+    task.await.unwrap();
+    (queues, health)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backlog_drains_in_calls_sized_to_answer_within_the_timeout() {
+    // 10 µs an item: 20,000 items take 200 ms, twice the timeout. The calls settle at 4,000
+    // (40 ms), and 100,000 new entities drain in about a second, none of them timing out.
+    let (queues, health) = drain(100_000, 10_000, 2).await;
+    let stats = &queues.stats;
+    assert_eq!(stats.calls_failed.load(Ordering::Relaxed), 0);
+    assert_eq!(stats.calls_resized.load(Ordering::Relaxed), 0);
+    assert!(!health.is_degraded());
+    assert_eq!(health.batch.get(), 4_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_too_large_for_the_timeout_is_sent_again_smaller_and_degrades_nothing() {
+    // 60 µs an item: the first call of 2,000 items takes 120 ms and times out (it ran, as
+    // Redis runs a script whoever waits); sent again as 1,000 (60 ms: slow, so 750), every
+    // later call answers in time. 30,000 entities drain in about 2.5 s.
+    let (queues, health) = drain(30_000, 60_000, 3).await;
+    let stats = &queues.stats;
+    assert_eq!(stats.calls_failed.load(Ordering::Relaxed), 0);
+    assert_eq!(stats.calls_resized.load(Ordering::Relaxed), 1);
+    assert!(!health.is_degraded());
+    assert_eq!(health.batch.get(), 750);
 }
 
 #[tokio::test]
