@@ -27,6 +27,10 @@ FROM chef AS builder
 COPY --from=planner /src/recipe.json recipe.json
 RUN cargo chef cook --release --locked --recipe-path recipe.json
 COPY . .
+# The commit `sluice --version` and `sluice_build_info` name (.git is not in the context):
+# docker build --build-arg SLUICE_COMMIT=$(git rev-parse --short=12 HEAD) ...
+ARG SLUICE_COMMIT=unknown
+ENV SLUICE_COMMIT=${SLUICE_COMMIT}
 # /bin/ratelimit too: envoyproxy/ratelimit's image runs as that, and manifests written for it
 # (Envoy Gateway's, Istio's samples) set `command: ["/bin/ratelimit"]`; sluice run by that
 # name with no subcommand serves, configured by the reference's variables.

@@ -29,6 +29,12 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+/// This build: the package version and the commit it was built from (`build.rs`).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SLUICE_COMMIT"), ")");
+
+/// The commit this build was made from: 12 hex digits, or `unknown` (`build.rs`).
+pub const COMMIT: &str = env!("SLUICE_COMMIT");
+
 pub mod cli;
 pub mod core;
 pub mod global;

@@ -12,7 +12,7 @@ use crate::settings::ServeArgs;
 
 /// sluice: an external rate-limit service for Envoy and Istio.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about)]
+#[command(name = "sluice", version = crate::VERSION, about)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -125,6 +125,8 @@ async fn rlconfig_status(State(s): State<AdminState>) -> Response {
     let rules = s.limiter.rules();
     let (loads, errors, since) = s.reload.snapshot();
     axum::Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "commit": crate::COMMIT,
         "loads": loads,
         "rules": rules.rules.rules().len(),
         "files": rules.files,

@@ -141,6 +141,13 @@ impl Telemetry {
             otlp_rule_counters: std::sync::Once::new(),
             rendering: tokio::sync::Mutex::new(()),
         };
+        t.labelled_gauge(
+            names::BUILD_INFO,
+            Arc::new(|| {
+                let version = KeyValue::new("version", env!("CARGO_PKG_VERSION"));
+                vec![(1, vec![version, KeyValue::new("commit", crate::COMMIT)])]
+            }),
+        );
         let rules = t.rules.clone();
         t.labelled_gauge(
             names::METRIC_SERIES,

@@ -57,6 +57,7 @@ mod service {
     pub const DECISIONS: Metric = counter("sluice_decisions_total", "Descriptor decisions, by outcome");
     pub const CACHE: Metric = counter("sluice_cache_total", "Entity cache lookups, by result");
     pub const CONFIG_LOADS: Metric = counter("sluice_config_load_total", "Rules loads, by result");
+    pub const BUILD_INFO: Metric = gauge("sluice_build_info", "Always 1, labelled with the running build's version and commit");
     pub const METRIC_SERIES: Metric = gauge("sluice_metric_series", "Per-rule metric series, by kind: operator (one per rule in force) and client (made from client input, at most METRICS_MAX_CLIENT_SERIES)");
     pub const REQUEST_DURATION: Metric = Metric { name: "sluice_request_duration_seconds", help: "How long gRPC ShouldRateLimit calls took", kind: Kind::Histogram };
 }
@@ -133,6 +134,7 @@ pub const ALL: &[Metric] = &[
     CACHE,
     CONFIG_LOADS,
     METRIC_SERIES,
+    BUILD_INFO,
     REQUEST_DURATION,
     ENTITIES,
     ENTITY_TABLE_CAPACITY,

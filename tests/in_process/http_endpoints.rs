@@ -1,6 +1,6 @@
 //! The same server's HTTP port, on grpc.rs's rules: `POST /json` (camelCase and snake_case,
 //! 429 over the limit, 400 for bad bodies), `/healthcheck`, `/livez`, `/readyz`, `/rlconfig`
-//! and `/metrics`.
+//! and `/metrics`; and the build they name.
 
 use crate::common::{header, http_async, Server};
 use crate::grpc::RULES;
@@ -66,5 +66,34 @@ async fn http_endpoints() {
     ] {
         assert!(m.contains(line), "missing {line} in\n{m}");
     }
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_build_is_named_in_metrics_and_the_rules_status() {
+    // The commit `build.rs` read: this checkout's, as CI's fresh clone has its `.git`.
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    assert_eq!(
+        sluice::COMMIT,
+        commit,
+        "built from another commit than HEAD?"
+    );
+    let s = Server::start(RULES, |_| {}).await;
+    let (_, _, m) = http_async(s.http, "GET", "/metrics", "").await.unwrap();
+    let info = format!(
+        r#"sluice_build_info{{commit="{commit}",version="{}"}} 1"#,
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(m.contains(&info), "missing {info} in\n{m}");
+    let (_, _, status) = http_async(s.http, "GET", "/rlconfig/status", "")
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"), "{status}");
+    assert_eq!(v["commit"], commit, "{status}");
     s.stop().await.unwrap();
 }

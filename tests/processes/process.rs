@@ -17,6 +17,24 @@ pub(crate) fn sluice() -> Command {
 }
 
 #[test]
+fn version_names_the_package_version_and_the_commit() {
+    let out = sluice().arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let want = format!(
+        "sluice {} ({})\n",
+        env!("CARGO_PKG_VERSION"),
+        sluice::COMMIT
+    );
+    assert_eq!(text, want);
+    assert!(
+        sluice::COMMIT.len() == 12 && sluice::COMMIT.bytes().all(|b| b.is_ascii_hexdigit()),
+        "a build from a git checkout names its commit: {}",
+        sluice::COMMIT
+    );
+}
+
+#[test]
 fn check_accepts_the_example_rules() {
     let out = sluice()
         .arg("check")
