@@ -25,6 +25,7 @@
 //! - Every hit is counted, admitted or not (the reference's `INCRBY`), unless the limit says
 //!   `strict: false`: then a denied request costs nothing.
 
+mod decision_log;
 mod evaluate;
 mod exact;
 mod gate;
@@ -52,6 +53,7 @@ use crate::global::{ExactClient, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{names, RuleStats, Telemetry};
+use decision_log::{Decision, DecisionLog};
 use exact::{ExactAnswer, OverCache};
 use gate::Gate;
 pub use options::{HeaderFormat, HeaderNames, Options, EXACT_BELOW};
@@ -176,6 +178,8 @@ pub struct RateLimiter {
     opts: Options,
     telemetry: Arc<Telemetry>,
     gate: Gate,
+    /// The decision log (`DECISION_LOG_RATE`, debug).
+    decisions: DecisionLog,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -218,6 +222,7 @@ impl RateLimiter {
             exact,
             over: OverCache::default(),
             clock,
+            decisions: DecisionLog::new(opts.decision_log_rate, opts.decision_log_values),
             opts,
             telemetry,
             gate: Gate::default(),
@@ -481,6 +486,20 @@ impl RateLimiter {
         let hold_within = self.opts.stop_increment_when_over_limit
             && self.any_over(req, targets, hits, now, exact);
         let mut response = respond::Response::with_capacity(targets.len(), &self.opts);
+        let log = self.decisions.wanted();
+        let logged = |i: usize,
+                      rule: Option<&crate::rules::Rule>,
+                      outcome: Option<&crate::core::Outcome>| {
+            if log {
+                let d = Decision {
+                    domain: &req.domain,
+                    entries: &req.descriptors[i].entries,
+                    rule,
+                    outcome,
+                };
+                self.decisions.log(now, &d);
+            }
+        };
         for (i, t) in targets.iter().enumerate() {
             let count = if req.descriptors[i].is_negative_hits {
                 Count::Refund
@@ -489,6 +508,7 @@ impl RateLimiter {
             };
             let Some(rule) = t.rule() else {
                 RuleStats::add(&stats.decisions_no_rule, 1);
+                logged(i, None, None);
                 response.no_rule();
                 continue;
             };
@@ -500,9 +520,11 @@ impl RateLimiter {
                 None => self.evaluate(t, now, hits[i], count),
             };
             let Some(outcome) = outcome else {
+                logged(i, Some(rule), None);
                 response.unlimited();
                 continue;
             };
+            logged(i, Some(rule), Some(&outcome));
             self.record_stats(t, rule, &outcome, hits[i]);
             let decisions = if outcome.over {
                 &stats.decisions_over

@@ -86,6 +86,10 @@ pub struct Options {
     /// `METRICS_OVERRIDE_SERIES`: each of a rule's `overrides` has a metric series of its own
     /// (as a descriptor for that value alone would); off, its hits count in the rule's.
     pub override_series: bool,
+    /// `DECISION_LOG_RATE`: decision lines sampled at info, a second (0: none).
+    pub decision_log_rate: u32,
+    /// `DECISION_LOG_VALUES`: decision lines carry the descriptors' values, not only keys.
+    pub decision_log_values: bool,
 }
 
 impl Default for Options {
@@ -95,6 +99,8 @@ impl Default for Options {
             quota_mode: false,
             exact_below: EXACT_BELOW,
             override_series: true,
+            decision_log_rate: 0,
+            decision_log_values: false,
             response_headers: None,
             header_format: HeaderFormat::Reference,
             problem_body: false,

@@ -175,6 +175,8 @@ pub const SERVE: &[Spec] = &[
     spec("MAX_VALUE_BYTES", "max-value-bytes", Some("4096"), "Longest entry key or value, in bytes"),
     spec("METRICS_MAX_KEY_BYTES", "metrics-max-key-bytes", Some("512"), "Longest metric key made from client input (limit overrides, detailed_metric/value_to_metric values), in bytes (at least 64); a longer one keeps its start and a hash of the whole"),
     Spec { default: Some("true"), ..boolean("METRICS_OVERRIDE_SERIES", "metrics-override-series", "Each of a rule's overrides has a metric series of its own (as a descriptor for that value would); false: its hits count in the rule's series") },
+    spec("DECISION_LOG_RATE", "decision-log-rate", Some("0"), "Decision lines logged at info, a second at most: a sample of the descriptors decided (domain, rule, count, limit, code) safe to leave on; 0: none (LOG_LEVEL=debug logs every decision)"),
+    boolean("DECISION_LOG_VALUES", "decision-log-values", "Decision lines name the descriptors' values too, not only their keys (values are often secrets or personal data)"),
     spec("METRICS_MAX_CLIENT_SERIES", "metrics-max-client-series", Some("10000"), "Most metric series made from client input; past it their hits are counted under the rule's own series (limit overrides: <domain>.override)"),
     Spec { shape: Shape::Hidden, ..spec("SLUICE_CLOCK_SKEW", "clock-skew", None, "Testing aid: pretend this machine's clock is off by this much (e.g. 30s, -5s); in global mode the offset measured from Redis TIME corrects it") },
     Spec { default: Some("true"), ..boolean("RLQS_ENABLED", "rlqs-enabled", "Serve Envoy's rate-limit quota service (StreamRateLimitQuotas) on the gRPC port") },

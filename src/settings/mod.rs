@@ -264,6 +264,8 @@ fn options(v: &mut Values<'_>) -> Options {
             max_client_series: v.or("METRICS_MAX_CLIENT_SERIES", 0, number),
         },
         override_series: v.or("METRICS_OVERRIDE_SERIES", true, boolean),
+        decision_log_rate: v.or("DECISION_LOG_RATE", 0, number),
+        decision_log_values: v.or("DECISION_LOG_VALUES", false, boolean),
     }
 }
 

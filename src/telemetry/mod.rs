@@ -268,9 +268,10 @@ impl Telemetry {
     }
 }
 
-/// Installs the `tracing` subscriber: `level` as an env-filter directive, `format` `json` or text.
+/// Installs the `tracing` subscriber: `level` as an env-filter directive ([`directive`]),
+/// `format` `json` or text.
 pub fn init_logging(level: &str, format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level.to_ascii_lowercase())
+    let filter = tracing_subscriber::EnvFilter::try_new(directive(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -281,6 +282,19 @@ pub fn init_logging(level: &str, format: &str) {
     } else {
         builder.try_init()
     };
+}
+
+/// The env-filter directive of `LOG_LEVEL`: `debug` is sluice's own debug lines (its
+/// decisions among them) with every dependency at info, since their debug lines are HTTP/2
+/// frame dumps (156 of them for one request, and no decision); `trace` is everything, and a
+/// directive (with `=` or `,`) is taken as written.
+pub fn directive(level: &str) -> String {
+    let lower = level.to_ascii_lowercase();
+    if lower == "debug" {
+        "info,sluice=debug".into()
+    } else {
+        lower
+    }
 }
 
 /// The per-rule counters in the Prometheus text format, every series (the operator's and

@@ -21,6 +21,7 @@ mod common {
     pub mod redis;
 }
 
+mod decision_log;
 mod descriptors;
 mod doc_blocks;
 mod envoy_e2e;

@@ -383,7 +383,7 @@ fn check_load_reports_its_rate(addr: &str) {
 
 /// SIGTERM with an idle client connection open: the process drains and exits cleanly,
 /// well within its grace period. Returns what it logged.
-fn sigterm_with_an_idle_connection_then_log(child: &mut Child, grpc: u16) -> String {
+pub(crate) fn sigterm_with_an_idle_connection_then_log(child: &mut Child, grpc: u16) -> String {
     let _idle = std::net::TcpStream::connect(("127.0.0.1", grpc)).unwrap();
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
