@@ -49,6 +49,10 @@ pub struct FleetView {
     pub before: u32,
     /// When the count last dropped (Unix ms of the reply that showed it).
     pub dropped_at: u64,
+    /// The live count just before the last time it rose (0: it never rose).
+    pub before_rise: u32,
+    /// When the count last rose (Unix ms of the reply that showed it).
+    pub rose_at: u64,
 }
 
 impl FleetView {
@@ -58,6 +62,8 @@ impl FleetView {
         tick_ms: 1000,
         before: 0,
         dropped_at: 0,
+        before_rise: 0,
+        rose_at: 0,
     };
 
     /// The hits a node may admit in a window before the fleet's count is known: its even
@@ -65,6 +71,27 @@ impl FleetView {
     pub fn prior(&self, rpu: u32) -> u64 {
         let even = f64::from(rpu) * PRIOR_SLACK / f64::from(self.live.max(1));
         (even as u64).max(1)
+    }
+
+    /// Whether the live count rose since an entity's first reply at `first_reply` (Unix ms;
+    /// 0: none yet), or with it: the last rise was shown by a heartbeat reply no earlier than
+    /// that one (a tick's call carries both). That entity's hits so far were decided on the
+    /// count before, by replicas among which the newcomer was not serving
+    /// (`window/prior.rs`, "Replicas joining while an entity is young").
+    #[inline]
+    pub fn rose_since(&self, first_reply: u64) -> bool {
+        first_reply != 0 && self.before_rise != 0 && first_reply <= self.rose_at
+    }
+
+    /// The prior ([`FleetView::prior`]) of an entity whose first reply came at `first_reply`:
+    /// on the count before the last rise when it rose since ([`FleetView::rose_since`]) and
+    /// is not lower now.
+    pub fn prior_since(&self, rpu: u32, first_reply: u64) -> u64 {
+        if !self.rose_since(first_reply) {
+            return self.prior(rpu);
+        }
+        let live = self.live.min(self.before_rise);
+        FleetView { live, ..*self }.prior(rpu)
     }
 
     /// The share of the room a node takes when it has no measured share: `1 / live`.

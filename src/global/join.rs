@@ -34,8 +34,10 @@
 //! about the call timeout of each other, so neither serves long on a count that includes one
 //! not serving yet (a young entity's prior would then deny hits the exact limiter admits).
 //! A replica joining a running fleet is ready once each running replica's next tick counted
-//! it: half a tick on average, a tick at most. The price is that, and a tick for the first
-//! replica of a fleet, once per start.
+//! it: half a tick on average, a tick at most. Meanwhile a running replica that counts it
+//! keeps an entity young since before to the prior of the count before
+//! (`core/window/prior.rs`), so that it does not deny hits for a replica not serving yet. The
+//! price is that, and a tick for the first replica of a fleet, once per start.
 
 use std::fmt;
 use std::sync::Arc;

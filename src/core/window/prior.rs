@@ -1,6 +1,7 @@
 //! What a window decides from the fleet view (`fleet_view.rs`): the **prior** a cold entity
-//! is decided on, the **burst reads** that re-split the room while it is young, and how
-//! much of the others' measured rate still applies after replicas left.
+//! is decided on, the **burst reads** that re-split the room while it is young, what an
+//! entity young when a replica joins keeps to, and how much of the others' measured rate
+//! still applies after replicas left.
 //!
 //! # The prior
 //! A node that has not read an entity's count knows nothing of the other replicas' hits.
@@ -52,6 +53,26 @@
 //! spends an eighth of its share of the room (`share.rs`, `WindowState::read_due`), and a
 //! rate sample over less than a second is blended with the rate before (the others' syncs
 //! land in lumps). The two slow surges of the simulator then admit 1.000–1.003× (30 seeds).
+//!
+//! # Replicas joining while an entity is young
+//! A replica joining the fleet serves once every running replica's heartbeat has counted it
+//! (`global/join.rs`): up to a tick after the first of them did. On the count that includes
+//! it, a running replica would keep an entity young there to its share among replicas of
+//! which one is not serving yet (a third of the limit, not half, on three), and deny hits
+//! the exact limiter admits. In the simulator's *join mid-surge* (two running replicas, a
+//! third starting within the first 400 ms of 1,000 requests a second on 600 an hour), that
+//! was up to 19 % of the limit (six seeds), admitted later in the window, or with `strict`
+//! on never (0.873×). So an entity whose first reply came no later than the heartbeat reply
+//! that showed the last rise keeps the prior of the count before it
+//! ([`FleetView::prior_since`]): those replicas served it alone so far, and the newcomer,
+//! when it serves, finds their hits in its first reply and takes its share of the room that
+//! leaves, not of the limit. The priors then no longer cap the fleet's total at 1.05× (the
+//! newcomer's comes on top of theirs), so such an entity takes its even share of the room
+//! each reply leaves, without the binomial spread: with the spread, 1.035–1.090× over six
+//! seeds (1.103× over 30); without it, 1.003–1.070× (1.070× over 30), false denials at most
+//! 1.2 %, `strict` or not. Its sends and burst reads keep to a quarter of the prior on the
+//! count now, not before: sent later, its hits were missing from more of the others' reads
+//! (up to 1.102× over six seeds, with the spread).
 //!
 //! # Departures
 //! The others' rate is measured between replies and extrapolated until the next one; after a
@@ -124,7 +145,8 @@ impl WindowState {
             return false;
         }
         let own = self.own_in_window(limit, now, epoch);
-        own.saturating_add(hits) > fleet.prior(limit.requests_per_unit)
+        let prior = fleet.prior_since(limit.requests_per_unit, self.first_reply_at());
+        own.saturating_add(hits) > prior
     }
 
     /// Whether this node should re-read this entity's count before the next tick (a burst
@@ -178,6 +200,15 @@ impl WindowState {
         self.pending() >= ((prior / 4).max(BURST_MIN_OWN)) as i64
     }
 
+    /// When the first reply arrived (Unix ms; 0: none yet): the last one, less the time
+    /// between the first and the last.
+    fn first_reply_at(&self) -> u64 {
+        if self.synced_at == 0 {
+            return 0;
+        }
+        self.synced_at.saturating_sub(u64::from(self.age_ms)).max(1)
+    }
+
     /// Whether the last reply was a burst read: the gap between replies is a round trip's.
     pub(super) fn burst_read(&self) -> bool {
         self.gap_ms != 0 && u64::from(self.gap_ms) < MIN_SAMPLE_MS
@@ -199,7 +230,14 @@ impl WindowState {
         let own = Self::window(limit, now, epoch, since_prev, since_curr);
         let room = self.room_read(limit, now, epoch, fleet);
         let even = room / f64::from(fleet.live.max(1));
-        let spread = (BURST_SPREAD * even.sqrt()).min((BURST_SLACK - 1.0) * even);
+        // A replica joined since the first reply: the priors no longer cap the fleet's total
+        // (the newcomer's comes on top of the count before), so the shares must add up to
+        // the room (see the module docs).
+        let spread = if fleet.rose_since(self.first_reply_at()) {
+            0.0
+        } else {
+            (BURST_SPREAD * even.sqrt()).min((BURST_SLACK - 1.0) * even)
+        };
         let share = (even + spread) as u64;
         own.saturating_add(hits) > share
     }
@@ -457,6 +495,46 @@ mod tests {
         sync(&mut s, &l, &mut store, T0.plus_millis(2));
         sync(&mut s, &l, &mut store, T0.plus_millis(2 + BURST_WINDOW_MS));
         assert!(s.young(&f) && !s.wants_burst_read(&l, T0.plus_millis(103), &f));
+    }
+
+    #[test]
+    fn an_entity_young_before_a_replica_joined_keeps_the_prior_of_the_count_before() {
+        // Two replicas on 600: 240 of this one's hits in the store, the others' none yet.
+        let l = sliding(600);
+        let mut store = HashMap::new();
+        let mut s = WindowState::default();
+        s.record(&l, T0, 1);
+        sync(&mut s, &l, &mut store, T0.plus_millis(2));
+        (0..239).for_each(|_| s.record(&l, T0.plus_millis(100), 1));
+        sync(&mut s, &l, &mut store, T0.plus_millis(300));
+        // A third registers, counted from T0 + 400 on; it serves later.
+        let three = FleetView {
+            live: 3,
+            before_rise: 2,
+            rose_at: T0.0 + 400,
+            ..FleetView::ALONE
+        };
+        // On the count before: a prior of 315, 75 more (a third of the room left, 120, is
+        // more). On the count of three, 210: it would deny what the exact limiter admits.
+        let t = T0.plus_millis(500);
+        assert_eq!(admit(&mut s.clone(), &l, t, &fleet(3)), 0);
+        // And no spread on its share of the room: the even share, 360 / 3.
+        let epoch = T0.0 / MIN;
+        assert!(!s.over_burst_share(&l, t, epoch, 120, &three));
+        assert!(s.over_burst_share(&l, t, epoch, 121, &three));
+        assert!(!s.over_burst_share(&l, t, epoch, 141, &fleet(3)));
+        assert_eq!(admit(&mut s, &l, t, &three), 75);
+        // An entity with no reply before the rise is on the count of three.
+        assert_eq!(admit(&mut WindowState::default(), &l, t, &three), 210);
+        // A first reply with the heartbeat's that showed the rise (a tick's call carries
+        // both) counts as before it; after a drop back, the lower count holds.
+        assert!(three.rose_since(T0.0 + 400) && !three.rose_since(T0.0 + 401));
+        let dropped = FleetView {
+            live: 2,
+            before_rise: 3,
+            ..three
+        };
+        assert_eq!(dropped.prior_since(600, T0.0 + 2), 315);
     }
 
     #[test]

@@ -114,6 +114,9 @@ pub struct SyncQueues {
     /// The live count before its last drop, and when that drop was seen (Unix ms).
     live_before: AtomicU32,
     dropped_at: AtomicU64,
+    /// The live count before its last rise, and when that rise was seen (Unix ms).
+    before_rise: AtomicU32,
+    rose_at: AtomicU64,
     /// The sync tick (ms), set by the shard tasks.
     tick_ms: AtomicU64,
     /// Per shard: a cold entity was queued (an early round trip is wanted).
@@ -139,6 +142,8 @@ impl SyncQueues {
             live_replicas: AtomicU32::new(1),
             live_before: AtomicU32::new(0),
             dropped_at: AtomicU64::new(0),
+            before_rise: AtomicU32::new(0),
+            rose_at: AtomicU64::new(0),
             tick_ms: AtomicU64::new(FleetView::ALONE.tick_ms),
             wake: (0..shards).map(|_| Notify::new()).collect(),
             burst: (0..shards).map(|_| Notify::new()).collect(),
@@ -158,12 +163,18 @@ impl SyncQueues {
     }
 
     /// A heartbeat reply at `now` counted `n` live replicas: sets the count and, when it
-    /// dropped, remembers from what and when (rates measured before are scaled down).
+    /// dropped or rose, remembers from what and when (after a drop, rates measured before
+    /// are scaled down; after a rise, entities young before keep the prior of the count
+    /// before: `core/window/prior.rs`).
     pub fn observe_live(&self, n: u32, now: UnixMillis) {
-        let old = self.live_replicas.swap(n.max(1), Ordering::Relaxed);
-        if n.max(1) < old {
+        let n = n.max(1);
+        let old = self.live_replicas.swap(n, Ordering::Relaxed);
+        if n < old {
             self.live_before.store(old, Ordering::Relaxed);
             self.dropped_at.store(now.0, Ordering::Relaxed);
+        } else if n > old {
+            self.before_rise.store(old, Ordering::Relaxed);
+            self.rose_at.store(now.0, Ordering::Relaxed);
         }
     }
 
@@ -174,6 +185,8 @@ impl SyncQueues {
             tick_ms: self.tick_ms.load(Ordering::Relaxed),
             before: self.live_before.load(Ordering::Relaxed),
             dropped_at: self.dropped_at.load(Ordering::Relaxed),
+            before_rise: self.before_rise.load(Ordering::Relaxed),
+            rose_at: self.rose_at.load(Ordering::Relaxed),
         }
     }
 

@@ -99,6 +99,9 @@ async fn heartbeats_count_the_live_replicas_and_a_clean_stop_leaves_at_once() {
     b.tick(false).await.unwrap();
     a.tick(false).await.unwrap();
     assert_eq!((queues_a.live_replicas(), queues_b.live_replicas()), (2, 2));
+    // A's second tick counted B: a rise from 1, which entities young before it keep to.
+    let fleet = queues_a.fleet();
+    assert_eq!((fleet.before_rise, fleet.rose_at), (1, T0));
     // B stops cleanly: its final flush removes its heartbeat, and A's next tick sees it.
     b.tick(true).await.unwrap();
     clock.advance_ms(1000);
