@@ -257,7 +257,7 @@ fn yaml_value(v: &serde_yaml::Value) -> Value {
     }
 }
 
-fn string(s: &str) -> Value {
+pub(super) fn string(s: &str) -> Value {
     Value {
         kind: Some(Kind::StringValue(s.to_string())),
     }
@@ -275,7 +275,7 @@ fn list(values: Vec<Value>) -> Value {
     }
 }
 
-fn structure(s: Struct) -> Value {
+pub(super) fn structure(s: Struct) -> Value {
     Value {
         kind: Some(Kind::StructValue(s)),
     }

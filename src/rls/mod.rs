@@ -2,8 +2,9 @@
 //! in four steps, one file each: `validate.rs` (request checks and bounds), `resolve.rs`
 //! (descriptor → rule and entity, limit overrides, `replaces`), `evaluate.rs` (limits checked
 //! and counted on the entity by `core::decide`) and `respond.rs` (statuses, overall code,
-//! headers, with `ietf.rs` for the IETF fields and the problem body, and `metadata.rs` for the
-//! dynamic metadata and the quota groups); each step uses only the
+//! headers, with `ietf.rs` for the IETF fields and the problem body, `metadata.rs` for the
+//! dynamic metadata and the quota groups, and `denied.rs` for the rules behind a decision in
+//! it); each step uses only the
 //! ones before it (the decision's `Outcome` and `Count` are the core's). `gate.rs` refuses
 //! requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
 //! mode against the store ([`RateLimiter::should_rate_limit_async`]). `options.rs` holds the
@@ -26,6 +27,7 @@
 //!   `strict: false`: then a denied request costs nothing.
 
 mod decision_log;
+mod denied;
 mod evaluate;
 mod exact;
 mod gate;

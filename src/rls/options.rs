@@ -65,6 +65,9 @@ pub struct Options {
     /// `RESPONSE_DYNAMIC_METADATA`: the response carries the reference's dynamic metadata
     /// (`metadata.rs`).
     pub dynamic_metadata: bool,
+    /// `RESPONSE_RULE_METADATA`: the response's dynamic metadata names the rules that denied
+    /// the request, and those that would have but are in shadow mode (`denied.rs`).
+    pub rule_metadata: bool,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
     pub stop_increment_when_over_limit: bool,
     /// `NEAR_LIMIT_RATIO`: counts past this share of the limit are "near limit" in metrics.
@@ -105,6 +108,7 @@ impl Default for Options {
             header_format: HeaderFormat::Reference,
             problem_body: false,
             dynamic_metadata: false,
+            rule_metadata: false,
             stop_increment_when_over_limit: false,
             near_limit_ratio: 0.8,
             max_descriptors: 64,

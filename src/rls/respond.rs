@@ -1,7 +1,7 @@
 //! Step 4 of a request: statuses in request order, the overall code (quota and shadow modes,
 //! with the quota groups of `metadata.rs`), the rate-limit response headers (the reference's,
 //! or the IETF draft's of `ietf.rs`), a denial's problem body, and the dynamic metadata
-//! (`metadata.rs`).
+//! (`metadata.rs`, with the rules behind the decision from `denied.rs`).
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -11,6 +11,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use std::borrow::Cow;
 
+use super::denied::{self, Denials};
 use super::ietf::{self, header, Policy};
 use super::metadata::{dynamic_metadata, QuotaGroups};
 use super::resolve::Target;
@@ -28,6 +29,9 @@ pub(super) struct Response<'a> {
     /// policy.
     policies: Option<Vec<Option<Policy<'a>>>>,
     non_quota_over: bool,
+    /// The descriptors whose rule is in shadow mode and over: reported OK, but they would
+    /// have denied the request (`denied.rs`).
+    shadow_over: Vec<usize>,
 }
 
 impl<'a> Response<'a> {
@@ -76,6 +80,9 @@ impl<'a> Response<'a> {
         policy: impl FnOnce() -> Cow<'a, str>,
     ) {
         let reported_over = outcome.over && !rule.shadow_mode;
+        if outcome.over && rule.shadow_mode {
+            self.shadow_over.push(self.statuses.len());
+        }
         // Quota descriptors count by their groups, in `finish`.
         if !(rule.quota_mode || opts.quota_mode) {
             self.non_quota_over |= reported_over;
@@ -153,9 +160,27 @@ impl<'a> Response<'a> {
             raw_body = ietf::problem(violated);
             response_headers_to_add.push(header("content-type", "application/problem+json".into()));
         }
-        let dynamic_metadata = opts
+        let mut dynamic_metadata = opts
             .dynamic_metadata
             .then(|| dynamic_metadata(req, targets, &self.statuses, &groups));
+        if opts.rule_metadata {
+            let denials = Denials {
+                statuses: &self.statuses,
+                shadow_over: &self.shadow_over,
+                refused,
+                // Global shadow mode turned an over request into OK: its rules would have
+                // denied it.
+                shadowed: over && opts.shadow_mode,
+            };
+            if let Some(rules) = denials.metadata(targets) {
+                // Beside the reference's fields when RESPONSE_DYNAMIC_METADATA is on too: they
+                // have no `sluice` field to collide with.
+                dynamic_metadata
+                    .get_or_insert_with(Default::default)
+                    .fields
+                    .insert(denied::FIELD.to_string(), rules);
+            }
+        }
         RateLimitResponse {
             overall_code: if refused { Code::OverLimit } else { Code::Ok } as i32,
             statuses: self.statuses,

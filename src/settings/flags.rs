@@ -121,6 +121,7 @@ pub const SERVE: &[Spec] = &[
     spec("LIMIT_RESPONSE_HEADERS_FORMAT", "limit-response-headers-format", Some("reference"), "Which rate-limit headers LIMIT_RESPONSE_HEADERS_ENABLED adds: reference (RateLimit-Limit/-Remaining/-Reset) or ietf (draft-ietf-httpapi-ratelimit-headers-11's RateLimit-Policy and RateLimit)"),
     spec("LIMIT_RESPONSE_BODY", "limit-response-body", Some("none"), "Body of a refused request's response: none, or problem (an RFC 9457 application/problem+json quota-exceeded body naming the violated policies)"),
     boolean("RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata", "Add dynamic metadata to responses: the domain, the descriptors, the hits and the merged rule metadata of the descriptors within their limits"),
+    boolean("RESPONSE_RULE_METADATA", "response-rule-metadata", "Add dynamic metadata naming the rules that denied a request, and those in shadow mode that would have (sluice.denied_by, sluice.shadow_denied_by), for Envoy's access log"),
     boolean("USE_PROMETHEUS", "use-prometheus", "Also serve the reference's metrics under its Prometheus names, on a listener of their own"),
     spec("PROMETHEUS_ADDR", "prometheus-addr", Some(":9090"), "Listen address of the reference's Prometheus metrics (:PORT for every address)"),
     spec("PROMETHEUS_PATH", "prometheus-path", Some("/metrics"), "Path of the reference's Prometheus metrics"),

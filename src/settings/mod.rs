@@ -239,6 +239,7 @@ fn options(v: &mut Values<'_>) -> Options {
         problem_body: v.or("LIMIT_RESPONSE_BODY", "none", one_of(&["none", "problem"]))
             == "problem",
         dynamic_metadata: v.or("RESPONSE_DYNAMIC_METADATA", false, boolean),
+        rule_metadata: v.or("RESPONSE_RULE_METADATA", false, boolean),
         stop_increment_when_over_limit: v.or(
             "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
             false,

@@ -140,13 +140,13 @@ pub(crate) struct Stack {
     _envoy: Proc,
     _dir: tempfile::TempDir,
     /// Where Envoy's access log goes (bootstraps that have one).
-    access_log: std::path::PathBuf,
+    pub(crate) access_log: std::path::PathBuf,
     pub(crate) front: SocketAddr,
     pub(crate) sluice_http: SocketAddr,
 }
 
 impl Stack {
-    fn start(bootstrap: &str, env: &[(&str, &str)]) -> Stack {
+    pub(crate) fn start(bootstrap: &str, env: &[(&str, &str)]) -> Stack {
         Self::start_with(bootstrap, env, |c| c)
     }
 

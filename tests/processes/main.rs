@@ -31,3 +31,4 @@ mod process;
 mod proto_vendor;
 mod reading;
 mod rlqs_e2e;
+mod rule_log;

@@ -186,6 +186,22 @@ fn the_header_format_and_the_problem_body_are_chosen_by_name() {
 }
 
 #[test]
+fn the_rule_metadata_is_off_unless_asked_for_by_flag_or_variable() {
+    let s = resolve(&[], &[]).unwrap();
+    assert!(!s.options.rule_metadata);
+    let s = resolve(&["--response-rule-metadata"], &[]).unwrap();
+    assert!(s.options.rule_metadata);
+    assert!(
+        !s.options.dynamic_metadata,
+        "one does not turn the other on"
+    );
+    let s = resolve(&[], &[("RESPONSE_RULE_METADATA", "true")]).unwrap();
+    assert!(s.options.rule_metadata);
+    let errs = resolve(&[], &[("RESPONSE_RULE_METADATA", "maybe")]).unwrap_err();
+    assert_eq!(names(&errs), ["RESPONSE_RULE_METADATA"]);
+}
+
+#[test]
 fn every_bad_setting_is_reported_at_once_parse_errors_included() {
     let errs = resolve(
         &["--grpc-host", "not a host", "--log-format", "xml"],
