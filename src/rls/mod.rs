@@ -30,6 +30,8 @@ mod decision_log;
 mod evaluate;
 mod exact;
 mod explain;
+#[cfg(test)]
+mod explain_tests;
 mod gate;
 mod ietf;
 mod metadata;
