@@ -1,4 +1,5 @@
-//! `POST /explain`: the rule a descriptor matched with its file and line, an override, why
+//! `POST /explain`: the rule a descriptor matched with its file and line (or its xDS
+//! resource), an override, why
 //! none matched, shadow mode, the overall code, and that explaining counts nothing and
 //! creates no entity (the next real `/json` hit sees the count unchanged).
 
@@ -228,5 +229,23 @@ async fn a_bad_body_is_refused_as_json_refuses_it() {
         (status, text.trim_end()),
         (400, "too many descriptors: 3 (at most 2)")
     );
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_rule_pushed_over_xds_names_its_resource() {
+    use crate::common::xds::{config, AdsServer};
+    use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit::Minute;
+    let ads = AdsServer::start(None).await;
+    ads.set("v1", &[config("x", &[("k", Minute, 2)])]);
+    let addr = ads.addr;
+    let s = Server::start("", |st| st.xds = Some(crate::xds::xds_settings(addr))).await;
+    let body = r#"{"domain":"x","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
+    let (status, _, text) = http_async(s.http, "POST", "/explain", body).await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let rule = &v["descriptors"][0]["rule"];
+    assert_eq!(rule["full_key"], "x.k", "{v}");
+    assert_eq!(rule["source"], serde_json::json!({"xds": "x"}), "{v}");
     s.stop().await.unwrap();
 }
