@@ -1,7 +1,7 @@
 //! `POST /explain`: the rule a descriptor matched with its file and line (or its xDS
-//! resource), an override, why
-//! none matched, shadow mode, the overall code, and that explaining counts nothing and
-//! creates no entity (the next real `/json` hit sees the count unchanged).
+//! resource), an override, why none matched, shadow mode, the overall code, the request
+//! bounds, and that explaining counts nothing and creates no entity (the next real `/json`
+//! hit sees the count unchanged).
 
 use serde_json::Value;
 
