@@ -1,5 +1,5 @@
 //! The command line: the top-level clap command (every subcommand) and the flags of the
-//! client subcommands `check`, `query` and `load`. `serve`'s flags are the service's settings
+//! client subcommands `check`, `query`, `explain` and `load`. `serve`'s flags are the service's settings
 //! (`settings/flags.rs`, [`ServeArgs`]).
 
 use std::path::PathBuf;
@@ -28,6 +28,9 @@ pub enum Command {
     Check(CheckArgs),
     /// Send one ShouldRateLimit request and print the response.
     Query(QueryArgs),
+    /// Ask the HTTP port what a request would be answered, and why (rule, file and line,
+    /// counts), counting nothing.
+    Explain(ExplainArgs),
     /// Drive ShouldRateLimit and print throughput and latency percentiles (`--rlqs`: drive
     /// the quota service with a fleet of reporting streams).
     #[cfg(feature = "tools")]
@@ -85,6 +88,29 @@ pub struct QueryArgs {
     /// counting (a token budget's check).
     #[arg(long, value_name = "N")]
     pub hits: Option<u64>,
+}
+
+/// Flags of `sluice explain`.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// The service's HTTP (admin) address.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub addr: String,
+    /// The domain.
+    #[arg(long)]
+    pub domain: String,
+    /// Descriptors, each `key=value[,key2=value2...]`.
+    #[arg(required = true)]
+    pub descriptors: Vec<String>,
+    /// Request-level hits_addend (0 means 1, as Envoy sends it).
+    #[arg(long, default_value_t = 0)]
+    pub hits_addend: u32,
+    /// Each descriptor's own hits_addend, which wins over the request's.
+    #[arg(long, value_name = "N")]
+    pub hits: Option<u64>,
+    /// Print the answer as the server sent it (JSON).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `sluice load`.

@@ -1,8 +1,10 @@
 //! The command line (`args.rs`: the top-level command and the client subcommands' flags) and
-//! the clients: `sluice check` (validate rules), `sluice query` (one request) and `sluice load`
-//! (a load generator with latency percentiles; `--rlqs`: a fleet of quota-service streams).
+//! the clients: `sluice check` (validate rules), `sluice query` (one request), `sluice
+//! explain` (`explain.rs`: what a request would be answered, and why) and `sluice load` (a
+//! load generator with latency percentiles; `--rlqs`: a fleet of quota-service streams).
 
 mod args;
+mod explain;
 #[cfg(feature = "tools")]
 pub mod load;
 #[cfg(feature = "tools")]
@@ -21,7 +23,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tonic::transport::{Channel, Endpoint};
 
-pub use args::{CheckArgs, Cli, Command, LoadArgs, QueryArgs};
+pub use args::{CheckArgs, Cli, Command, ExplainArgs, LoadArgs, QueryArgs};
+pub use explain::{explain, render as render_explanation, ExplainError};
 
 /// Why `sluice query` could not send its request.
 #[derive(Debug, thiserror::Error)]

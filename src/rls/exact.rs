@@ -48,7 +48,7 @@ pub(super) enum ExactAnswer {
 /// A request's exact items: per item, the descriptor it belongs to.
 pub(super) struct ExactPlan {
     pub(super) items: Vec<ExactItem>,
-    owners: Vec<usize>,
+    pub(super) owners: Vec<usize>,
     /// Count when all fit (false when another descriptor is over and
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` holds the others back).
     pub(super) commit: bool,
@@ -153,7 +153,7 @@ impl OverCache {
 /// bucket's (`core/bucket/`, as local mode reports it: remaining whole tokens, reset until
 /// full, retry until the request would fit). A refund is reported with 0 hits on what it
 /// leaves, as `core::decide` reports one.
-fn natural(it: &ExactItem, now: UnixMillis, c: &ExactCount) -> Verdict {
+pub(super) fn natural(it: &ExactItem, now: UnixMillis, c: &ExactCount) -> Verdict {
     let limit = it.limit();
     let (hits, c) = if it.refund {
         let [prev, curr] = given_back(it, c);

@@ -8,7 +8,8 @@
 //! ones before it (the decision's `Outcome` and `Count` are the core's). `gate.rs` refuses
 //! requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
 //! mode against the store ([`RateLimiter::should_rate_limit_async`]). `options.rs` holds the
-//! switches and bounds ([`Options`]).
+//! switches and bounds ([`Options`]). `explain.rs` says what a request would be answered,
+//! and why, counting nothing ([`RateLimiter::explain`], `POST /explain`).
 //!
 //! These semantics follow envoyproxy/ratelimit (docs/wire.md):
 //! - `hits_addend`: a descriptor's own value wins, 0 included (check without counting);
@@ -30,6 +31,9 @@ mod decision_log;
 mod denied;
 mod evaluate;
 mod exact;
+mod explain;
+#[cfg(test)]
+mod explain_tests;
 mod gate;
 mod ietf;
 mod metadata;
@@ -57,6 +61,9 @@ use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{names, RuleStats, Telemetry};
 use decision_log::{Decision, DecisionLog};
 use exact::{ExactAnswer, OverCache};
+pub use explain::{
+    DescriptorExplanation, EntryJson, Explanation, LimitJson, NoMatchJson, RuleJson, SourceJson,
+};
 use gate::Gate;
 pub use options::{HeaderFormat, HeaderNames, Options, EXACT_BELOW};
 pub use quota::QuotaCount;

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -58,21 +59,14 @@ impl RateLimiter {
             .iter()
             .map(|d| self.resolve(compiled, &req.domain, d))
             .collect();
-        let replaced: Vec<&str> = targets
+        if !targets
             .iter()
             .filter_map(Target::rule)
-            .flat_map(|r| r.replaces.iter().map(String::as_str))
-            .collect();
-        if replaced.is_empty() {
+            .any(|r| !r.replaces.is_empty())
+        {
             return targets;
         }
-        let dropped: Vec<bool> = targets
-            .iter()
-            .map(|t| {
-                t.rule()
-                    .is_some_and(|r| !r.name.is_empty() && replaced.contains(&r.name.as_str()))
-            })
-            .collect();
+        let dropped: Vec<bool> = replaced_by(&targets).iter().map(Option::is_some).collect();
         for (t, drop) in targets.iter_mut().zip(dropped) {
             if drop {
                 *t = Target::NoRule;
@@ -92,54 +86,15 @@ impl RateLimiter {
             if !rules.has_domain(domain) {
                 return Target::NoRule;
             }
-            // validate() has checked the unit.
-            let unit = rule_unit(PbUnit::try_from(o.unit).unwrap_or(PbUnit::Second));
-            let mut key = format!("{domain}.");
-            for (i, e) in d.entries.iter().enumerate() {
-                if i > 0 {
-                    key.push('.');
-                }
-                key.push_str(&e.key);
-                if !e.value.is_empty() {
-                    key.push('_');
-                    key.push_str(&e.value);
-                }
-            }
-            let limit = Limit {
-                requests_per_unit: o.requests_per_unit,
-                window_ms: unit.seconds() * 1000,
-                algorithm: Algorithm::SlidingWindow,
-            };
+            let (rule, entity) = request_override(domain, d, o);
             // A series of its own while there is room (its name cut to METRICS_MAX_KEY_BYTES),
             // else the domain's `override` series: every hit is counted somewhere.
             let owner = format!("{domain}.override");
             let stats = self
                 .telemetry
                 .rules
-                .get_client(domain, &key, &owner)
+                .get_client(domain, &rule.full_key, &owner)
                 .unwrap_or_else(|| self.telemetry.rules.get(domain, &owner));
-            let rule = Rule {
-                id: 0,
-                domain: domain.to_string(),
-                full_key: key,
-                name: String::new(),
-                limits: vec![LimitSpec {
-                    limit,
-                    unit,
-                    strict: true,
-                }],
-                unlimited: false,
-                shadow_mode: false,
-                quota_mode: false,
-                detailed_metric: false,
-                value_to_metric: false,
-                replaces: Vec::new(),
-                exact: false,
-                metadata: None,
-                override_of: None,
-            };
-            let entity =
-                identity::override_entity(&rule.full_key, o.requests_per_unit, unit.seconds());
             return Target::Override(rule, entity, stats);
         }
         match rules.find(domain, &d.entries) {
@@ -159,6 +114,75 @@ impl RateLimiter {
             }
         }
     }
+}
+
+/// Per target, the `full_key` of the rule in the request whose `replaces` names its rule's
+/// `name` (the first one), if any: that target counts nothing in this request.
+pub(super) fn replaced_by<'t>(targets: &'t [Target<'_>]) -> Vec<Option<&'t str>> {
+    let by_name = |name: &str| {
+        targets
+            .iter()
+            .filter_map(Target::rule)
+            .find(|r| r.replaces.iter().any(|n| n == name))
+            .map(|r| r.full_key.as_str())
+    };
+    targets
+        .iter()
+        .map(|t| {
+            t.rule()
+                .filter(|r| !r.name.is_empty())
+                .and_then(|r| by_name(&r.name))
+        })
+        .collect()
+}
+
+/// The rule of a limit the request supplies (`d.limit`, for `domain`, which has rules) and
+/// its entity: its path holds the request's own values (`domain.key_value.key2`).
+pub(super) fn request_override(
+    domain: &str,
+    d: &RateLimitDescriptor,
+    o: &RateLimitOverride,
+) -> (Rule, u128) {
+    // validate() has checked the unit.
+    let unit = rule_unit(PbUnit::try_from(o.unit).unwrap_or(PbUnit::Second));
+    let mut key = format!("{domain}.");
+    for (i, e) in d.entries.iter().enumerate() {
+        if i > 0 {
+            key.push('.');
+        }
+        key.push_str(&e.key);
+        if !e.value.is_empty() {
+            key.push('_');
+            key.push_str(&e.value);
+        }
+    }
+    let limit = Limit {
+        requests_per_unit: o.requests_per_unit,
+        window_ms: unit.seconds() * 1000,
+        algorithm: Algorithm::SlidingWindow,
+    };
+    let rule = Rule {
+        id: 0,
+        domain: domain.to_string(),
+        full_key: key,
+        name: String::new(),
+        limits: vec![LimitSpec {
+            limit,
+            unit,
+            strict: true,
+        }],
+        unlimited: false,
+        shadow_mode: false,
+        quota_mode: false,
+        detailed_metric: false,
+        value_to_metric: false,
+        replaces: Vec::new(),
+        exact: false,
+        metadata: None,
+        override_of: None,
+    };
+    let entity = identity::override_entity(&rule.full_key, o.requests_per_unit, unit.seconds());
+    (rule, entity)
 }
 
 /// A request-supplied limit's unit as the rules name it (the inverse of `respond.rs`'s

@@ -21,7 +21,8 @@
 //! their lines), `locate.rs` (the line and column of a node in the text), `hints.rs` (the
 //! likely cause of a YAML error, the key an unknown one misspells), `compile/` (validation,
 //! compilation), `tree/` (the descriptor tree and wildcard matching), `identity.rs` (rule
-//! ids and entity keys).
+//! ids and entity keys), `origin.rs` (where each rule was written, its line found on demand),
+//! `miss.rs` (why a descriptor matched no rule).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -33,7 +34,9 @@ pub mod error;
 mod hints;
 pub mod identity;
 pub mod locate;
+mod miss;
 pub mod model;
+mod origin;
 pub mod prescan;
 mod tree;
 
@@ -42,11 +45,14 @@ pub use compile::{
     compile_sources, compile_sources_with, with_prior_errors, CompileOptions, MAX_OVERRIDES,
     MAX_OVERRIDES_PER_RULE,
 };
+pub use miss::Miss;
+pub use origin::{Source, XDS_PREFIX};
 pub use tree::MAX_WILDCARD_CHECKS;
 
 use crate::core::{Algorithm, Limit};
 use error::ConfigError;
 use identity::EntityKey;
+use origin::Origin;
 use tree::{KeyLevel, Kind, Node};
 
 /// The window unit of a limit, as in the RLS proto.
@@ -235,6 +241,11 @@ impl<'s> Walk<'s> {
 pub struct RuleSet {
     domains: HashMap<String, HashMap<String, KeyLevel>>,
     rules: Vec<Rule>,
+    /// Where each rule was written, in the order of `rules` (`origin.rs`).
+    origins: Vec<Origin>,
+    /// The texts of the files the rules were compiled from, when they had any (not over
+    /// xDS): each rule's line is found in them on demand ([`RuleSet::source`]).
+    texts: Vec<(std::sync::Arc<str>, std::sync::Arc<str>)>,
     /// What the files' parse let pass but named ([`RuleSet::warnings`]).
     warnings: Vec<ConfigError>,
 }

@@ -1,5 +1,8 @@
-//! The HTTP face (port 8080): `/healthcheck`, `/livez`, `/readyz`, `POST /json`, `/metrics`,
-//! `/rlconfig`, `/rlconfig/status`.
+//! The HTTP face (port 8080): `/healthcheck`, `/livez`, `/readyz`, `POST /json`,
+//! `POST /explain`, `/metrics`, `/rlconfig`, `/rlconfig/status`.
+//!
+//! `/explain` takes `/json`'s body and answers what it would be answered, and why, counting
+//! nothing (`rls/explain.rs`); always 200 when the body is valid, whatever the code.
 //!
 //! `/json` speaks proto3 JSON (`json.rs`) and answers 429 when the overall code is
 //! `OVER_LIMIT`, as the reference does. With `TRACING_ENABLED` its calls are spans too, from
@@ -50,6 +53,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/livez", get(|| async { "OK" }))
         .route("/readyz", get(readyz))
         .route("/json", post(json_handler))
+        .route("/explain", post(explain_handler))
         .route("/metrics", get(metrics))
         .route("/rlconfig", get(rlconfig))
         .route("/rlconfig/status", get(rlconfig_status))
@@ -151,6 +155,20 @@ impl axum::extract::FromRequestParts<AdminState> for TraceHeaders {
         Ok(TraceHeaders(
             state.tracer.as_ref().map(|_| parts.headers.clone()),
         ))
+    }
+}
+
+async fn explain_handler(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
+    let req = match json::parse_request(&body) {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("bad request: {e}\n")).into_response(),
+    };
+    match s.limiter.explain(&req).await {
+        Ok(answer) => axum::Json(answer).into_response(),
+        Err(e) if e.is_client_error() => {
+            (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
+        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
 }
 

@@ -21,6 +21,7 @@ mod accounting;
 mod doc_paths;
 mod dynamic_metadata;
 mod entity_table;
+mod explain;
 mod fuzz_regressions;
 mod grpc;
 mod http_endpoints;

@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit::{Minute, Unknown};
 use sluice::sources::xds::{XdsSettings, XdsTls};
 
-fn xds_settings(ads: SocketAddr) -> XdsSettings {
+pub(crate) fn xds_settings(ads: SocketAddr) -> XdsSettings {
     XdsSettings {
         server_url: ads.to_string(),
         node_id: "test-node".into(),

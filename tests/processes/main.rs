@@ -25,6 +25,7 @@ mod decision_log;
 mod descriptors;
 mod doc_blocks;
 mod envoy_e2e;
+mod explain;
 mod llm_budget;
 mod otlp;
 mod process;

@@ -25,6 +25,7 @@ mod dashboard;
 mod drop_in;
 mod exact;
 mod exact_store;
+mod explain;
 mod global;
 mod presence_store;
 mod redis_deployments;

@@ -77,8 +77,10 @@ impl RuleSet {
             let mut root = set.domains.remove(&file.domain).unwrap_or_default();
             let mut cx = Compiler {
                 file: name,
+                source: std::sync::Arc::from(name.as_str()),
                 domain: &file.domain,
                 rules: &mut set.rules,
+                origins: &mut set.origins,
                 errors: &mut errors,
                 override_count: &mut override_count,
                 default_algorithm: options.default_algorithm,
@@ -141,6 +143,7 @@ pub fn compile_sources_with(
     let mut result = with_prior_errors(errors, RuleSet::compile_with(&parsed, options));
     let located = match &mut result {
         Ok(set) => {
+            set.keep_texts(sources);
             set.warnings = warnings;
             &mut set.warnings
         }
@@ -173,8 +176,12 @@ pub fn with_prior_errors(
 
 struct Compiler<'a> {
     file: &'a str,
+    /// `file`, shared by the origins of its rules.
+    source: std::sync::Arc<str>,
     domain: &'a str,
     rules: &'a mut Vec<Rule>,
+    /// Where each rule was written, pushed with it.
+    origins: &'a mut Vec<super::origin::Origin>,
     errors: &'a mut Vec<ConfigError>,
     /// The overrides of every file so far, for their bound across files.
     override_count: &'a mut usize,
@@ -188,6 +195,16 @@ struct Compiler<'a> {
 }
 
 impl Compiler<'_> {
+    /// Records where the rule just pushed was written: the node `steps` below the current
+    /// descriptor.
+    fn record_origin(&mut self, steps: &[Step]) {
+        let node = self.node.iter().chain(steps).cloned().collect();
+        self.origins.push(super::origin::Origin {
+            file: self.source.clone(),
+            node,
+        });
+    }
+
     /// An error about the current descriptor.
     fn error(&mut self, message: impl Into<String>) {
         self.error_at(&[], message);

@@ -126,6 +126,7 @@ impl Compiler<'_> {
                 ..parent.clone()
             };
             self.rules.push(rule);
+            self.record_origin(&[Step::Key("overrides"), Step::EntryKey(i)]);
             compiled.push((o.value.clone(), self.rules.len() - 1));
         }
         compiled

@@ -56,6 +56,7 @@ impl Compiler<'_> {
             metadata: d.metadata.clone().map(std::sync::Arc::new),
             override_of: None,
         });
+        self.record_origin(&[]);
         Some(self.rules.len() - 1)
     }
 
