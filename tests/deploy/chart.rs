@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::manifests::{rendered_rules, str_at};
+use crate::manifests::{rendered_rules, sluice_container, str_at, Manifests};
 use crate::tools::{
-    all_on, helm_lint, helm_template_run, render, sluice_check, validate_builtin_kinds,
+    all_on, helm_lint, helm_lint_bare, helm_template_bare, helm_template_run, render, sluice_check,
+    validate_builtin_kinds,
 };
 
 fn assert_lints_clean(args: &[&str], what: &str) {
@@ -26,6 +27,65 @@ fn assert_lints_clean(args: &[&str], what: &str) {
 #[test]
 fn chart_lints_strict_with_default_values() {
     assert_lints_clean(&[], "with default values");
+}
+
+/// No public image is published, so the chart has no default one: without image.repository
+/// the render fails before anything is applied, saying how to build and name one, instead of
+/// an install that ends in ImagePullBackOff.
+#[test]
+fn an_unset_image_repository_fails_the_render_saying_how_to_get_an_image() {
+    let said = |out: &crate::tools::Run| format!("{}{}", out.stdout, out.stderr);
+    let out = helm_template_bare(&[]);
+    assert!(
+        !out.status.success(),
+        "helm template without image.repository succeeded:\n{}",
+        out.describe()
+    );
+    for needle in [
+        "image.repository is not set",
+        "docker build --build-arg SLUICE_COMMIT=$(git rev-parse --short=12 HEAD) -t REGISTRY/sluice:TAG .",
+        "docker push REGISTRY/sluice:TAG",
+        "--set image.repository=REGISTRY/sluice",
+    ] {
+        assert!(
+            said(&out).contains(needle),
+            "helm template did not say {needle:?}:\n{}",
+            out.describe()
+        );
+    }
+    // `helm lint` lets `required` through as a warning, by Helm's design (charts are linted
+    // without their values): it still names what is missing.
+    let out = helm_lint_bare(&[]);
+    assert!(
+        said(&out).contains("image.repository is not set"),
+        "helm lint did not warn about image.repository:\n{}",
+        out.describe()
+    );
+    // An empty repository is refused the same way, and a set one renders as given.
+    let out = helm_template_bare(&["--set", "image.repository="]);
+    assert!(!out.status.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("image.repository is not set"),
+        "{}",
+        out.describe()
+    );
+    let out = helm_template_bare(&[
+        "--set",
+        "image.repository=ghcr.io/acme/sluice",
+        "--set",
+        "image.tag=v1.2.3",
+    ]);
+    assert!(out.status.success(), "{}", out.describe());
+    let image = |m: &Manifests| str_at(sluice_container(m.deployment()), "image").to_string();
+    assert_eq!(
+        image(&Manifests::parse(&out.stdout)),
+        "ghcr.io/acme/sluice:v1.2.3"
+    );
+    // The tests' own image file gives way to a values file after it.
+    assert_eq!(
+        image(&render(&all_on())),
+        "registry.example/platform/sluice:0.1.0"
+    );
 }
 
 #[test]

@@ -33,6 +33,12 @@ const ALL_ON_VALUES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/helm/sluice/ci/all-on-values.yaml"
 );
+/// The image every render starts from: the chart has no default image (none is published)
+/// and refuses to render without one.
+const IMAGE_VALUES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/helm/sluice/ci/image-values.yaml"
+);
 const HELM_OFFLINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/helm_offline.py");
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 

@@ -13,8 +13,8 @@ use serde_yaml::Value;
 
 use crate::manifests::{str_at, Manifests};
 use crate::{
-    ALL_ON_VALUES, CHART, COMMAND_TIMEOUT, CUSTOM_KINDS, HELM_OFFLINE, KUBE_VERSION, NAMESPACE,
-    RELEASE, SLUICE,
+    ALL_ON_VALUES, CHART, COMMAND_TIMEOUT, CUSTOM_KINDS, HELM_OFFLINE, IMAGE_VALUES, KUBE_VERSION,
+    NAMESPACE, RELEASE, SLUICE,
 };
 
 /// What a finished command printed.
@@ -113,8 +113,14 @@ pub fn require_envoy() {
     }
 }
 
-/// `helm lint --strict` through helm_offline.py with extra arguments (-f/--set).
+/// `helm lint --strict` through helm_offline.py with extra arguments (-f/--set), after
+/// `-f ci/image-values.yaml` (the chart has no default image).
 pub fn helm_lint(args: &[&str]) -> Run {
+    helm_lint_bare(&with_image(args))
+}
+
+/// `helm lint --strict` with only `args`: no image given unless they give one.
+pub fn helm_lint_bare(args: &[&str]) -> Run {
     require_python_tools();
     let mut cmd = Command::new("python3");
     cmd.arg(HELM_OFFLINE)
@@ -123,14 +129,27 @@ pub fn helm_lint(args: &[&str]) -> Run {
     run(cmd, "python3 helm_offline.py lint")
 }
 
-/// `helm template` through helm_offline.py; returns the run (it may fail on purpose).
+/// `helm template` through helm_offline.py, after `-f ci/image-values.yaml`; returns the run
+/// (it may fail on purpose).
 pub fn helm_template_run(args: &[&str]) -> Run {
+    helm_template_bare(&with_image(args))
+}
+
+/// `helm template` with only `args`: no image given unless they give one.
+pub fn helm_template_bare(args: &[&str]) -> Run {
     require_python_tools();
     let mut cmd = Command::new("python3");
     cmd.arg(HELM_OFFLINE)
         .args(["template", RELEASE, CHART, "-n", NAMESPACE])
         .args(args);
     run(cmd, "python3 helm_offline.py template")
+}
+
+/// `-f ci/image-values.yaml` then `args` (a later -f or any --set wins over it).
+fn with_image<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["-f", IMAGE_VALUES];
+    all.extend_from_slice(args);
+    all
 }
 
 /// Renders the chart and parses every manifest.

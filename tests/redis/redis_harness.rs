@@ -323,3 +323,61 @@ fn require_finds_installed_tools() {
 fn require_panics_for_a_missing_binary() {
     require("sluice-no-such-tool");
 }
+
+#[test]
+#[should_panic(
+    expected = "SLUICE_TEST_REDIS_SERVER=sluice-no-such-server asks the tests to run against `sluice-no-such-server`, which is not an executable on PATH"
+)]
+fn a_missing_server_asked_for_fails_clearly() {
+    server_binary_for(Some("sluice-no-such-server"));
+}
+
+#[test]
+#[should_panic(expected = "which is not an executable file")]
+fn a_missing_server_path_asked_for_fails_clearly() {
+    server_binary_for(Some("/nonexistent/valkey-server"));
+}
+
+#[test]
+fn no_server_asked_for_means_redis_server() {
+    assert_eq!(server_binary_for(None), require("redis-server"));
+    assert_eq!(server_binary_for(Some("")), require("redis-server"));
+}
+
+/// The server the harness starts is the binary SLUICE_TEST_REDIS_SERVER asks for (Valkey's
+/// pass of scripts/test.sh runs this test too): the version it reports over the wire is the
+/// one its binary prints, and a Valkey answers as Valkey.
+#[test]
+fn started_server_is_the_one_asked_for() {
+    let bin = server_binary();
+    let out = Command::new(&bin)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{} --version: {e}", bin.display()));
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    let version = printed
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .unwrap_or_else(|| panic!("no v=VERSION in {printed:?}"))
+        .to_string();
+    let server = RedisServer::start();
+    let info = server.cli(&["INFO", "server"]);
+    let valkey = printed.starts_with("Valkey");
+    let field = if valkey {
+        "valkey_version"
+    } else {
+        "redis_version"
+    };
+    assert!(
+        info.lines()
+            .any(|l| l.trim() == format!("{field}:{version}")),
+        "{} prints {printed:?}, but the started server's INFO has no {field}:{version}:\n{info}",
+        bin.display()
+    );
+    assert_eq!(
+        info.contains("valkey_version:"),
+        valkey,
+        "{} prints {printed:?}; INFO:\n{info}",
+        bin.display()
+    );
+}

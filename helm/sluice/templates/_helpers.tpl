@@ -63,13 +63,16 @@ ServiceAccount name.
 {{- end }}
 
 {{/*
-Container image reference; a digest wins over the tag.
+Container image reference; a digest wins over the tag. No public image is published, so
+image.repository has no default: an unset one fails the render here, saying what to do,
+rather than an install that ends in ImagePullBackOff.
 */}}
 {{- define "sluice.image" -}}
+{{- $repo := required "image.repository is not set, and no public sluice image exists: build and push one (docker build --build-arg SLUICE_COMMIT=$(git rev-parse --short=12 HEAD) -t REGISTRY/sluice:TAG . && docker push REGISTRY/sluice:TAG), or use the one the release workflow pushes to ghcr.io, then install with --set image.repository=REGISTRY/sluice --set image.tag=TAG (see helm/sluice/README.md)" .Values.image.repository }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 {{- end }}
 

