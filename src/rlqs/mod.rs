@@ -12,7 +12,8 @@
 //! - `response.rs`: what a stream sends, encoded as it is made, and the bucket ids it keeps
 //!   to send, each kept once as its encoding.
 //! - `engine.rs`: what every stream shares (`Quotas`): each counter's sharers and their
-//!   demand, the split of its room, the bounds, the metrics.
+//!   demand, the split of its room, the bounds.
+//! - `metrics.rs`: the service's metrics, read from the engine's counters.
 //! - `share.rs`: the pure arithmetic of dividing one limit among the streams sharing a bucket:
 //!   each stream's demand from its reports, its fraction of the fleet's room, and the
 //!   assignment (token bucket or blanket rule, TTL) Envoy gets for it.
@@ -26,6 +27,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod metrics;
 pub mod presence;
 pub mod replace;
 pub mod report;
@@ -35,7 +37,8 @@ pub mod share;
 pub mod stream;
 
 pub use config::{Config, UnknownBuckets};
-pub use engine::{register_metrics, QuotaStats, Quotas};
+pub use engine::{QuotaStats, Quotas};
+pub use metrics::register_metrics;
 pub use report::{
     check, Counts, Report, ReportError, Usage, MAX_BUCKET_BYTES, MAX_TIME_ELAPSED,
     MAX_USAGES_PER_REPORT,
