@@ -18,7 +18,7 @@ use super::config::Config;
 use super::report::Counts;
 use super::share::{
     assign_capped, assign_split, burst_fractions, catch_up, differs, first_grant_cap, over_rate,
-    split, Assignment, Demand, Rest, Room, Strategy,
+    split, Assignment, Demand, Pressure, Rest, Room, Strategy,
 };
 
 /// How long one computation of a counter's assignments serves its members: each member's
@@ -237,8 +237,8 @@ impl Quotas {
 
     /// The assignment of `member` of `entity` (made one of its sharers, its `seat`, if it is
     /// not yet) given the counter's state `count`, after its report of `usage` (counts over
-    /// the elapsed time) if any; and whether the fleet's demand on the counter is over the
-    /// rate (`replace::hold`), true where there is no split.
+    /// the elapsed time) if any; and what it was computed under (`replace::hold`), `Over`
+    /// where there is no split.
     pub(super) fn share(
         &self,
         (entity, seat): (u128, &mut Option<Seat>),
@@ -246,9 +246,9 @@ impl Quotas {
         count: &QuotaCount,
         usage: Option<(Counts, Duration)>,
         now: UnixMillis,
-    ) -> (Assignment, bool) {
+    ) -> (Assignment, Pressure) {
         if count.allow_all {
-            return (self.blanket(Strategy::AllowAll), true);
+            return (self.blanket(Strategy::AllowAll), Pressure::Over);
         }
         let room = room_of(count);
         let seat = seat.get_or_insert_with(|| self.join(entity, member));
@@ -257,18 +257,26 @@ impl Quotas {
         let Ok(me) = shares.find(member, seat.at) else {
             // Not reached: a stream holds a seat only while its member sits in it (it leaves
             // and drops the seat together).
-            return (self.blanket(Strategy::DenyAll), true);
+            return (self.blanket(Strategy::DenyAll), Pressure::Over);
         };
         seat.at = me;
+        let m = &mut shares.members[me];
         if let Some((counts, elapsed)) = usage {
-            let m = &mut shares.members[me];
             m.demand.observe(counts, elapsed, now);
             if let Some(g) = &mut m.grant {
                 g.used = g.used.saturating_add(counts.allowed);
             }
         }
-        if let Some(cached) = shares.cached(me, room.now, now) {
-            return cached;
+        // A prior's rate is what holds a short limit's fleet (`replace::Pressure::Prior`); a
+        // longer limit's room holds it, and turns it to `DenyAll` once spent.
+        let prior = room.short && m.demand.rate(now).is_none();
+        let pressure = |pressed: bool| match (pressed, prior) {
+            (true, _) => Pressure::Over,
+            (false, true) => Pressure::Prior,
+            (false, false) => Pressure::Under,
+        };
+        if let Some((a, pressed)) = shares.cached(me, room.now, now) {
+            return (a, pressure(pressed));
         }
         let Split { assigned, pressed } = self.split_room(shares, room, now);
         // The other members whose share this split moved are sent theirs at their stream's
@@ -289,7 +297,7 @@ impl Quotas {
         let mine = shares.members[me].assigned;
         (
             mine.unwrap_or_else(|| self.blanket(Strategy::DenyAll)),
-            pressed,
+            pressure(pressed),
         )
     }
 
@@ -346,7 +354,16 @@ impl Quotas {
 
     /// Holds young streams' grants in `assigned` to cautious ones (`share::first_grant_cap`):
     /// the room less what the others may still take at once, and without a rate yet an even
-    /// part of it.
+    /// part of it; on a [`short`](Room::short) limit, only first grants.
+    ///
+    /// Why not the rest of a short limit's: it gives its room back within a report interval,
+    /// and a report charges up to that interval's usage at once, so the room read after it
+    /// says nothing of what a stream's bucket may take: the streams' rates hold the fleet
+    /// (`Room::exhausted`). Capped to that room, a young stream's capacity fell to a token,
+    /// and a bucket of one turns down the second of two requests arriving close together;
+    /// grown back, it carried a token or two in proportion, many times over (Envoy starts a
+    /// replacement at `new max × old level / old max`). A first grant stays capped, as a new
+    /// bucket starts full.
     fn cap_young(&self, shares: &Shares, room: &Room, p: &Parts<'_>, assigned: &mut [Assignment]) {
         let ttl = self.config.assignment_ttl;
         let sharers = (shares.members.len() as u64)
@@ -364,7 +381,7 @@ impl Quotas {
         let held: Vec<u64> = shares.members.iter().map(Member::outstanding).collect();
         let all_held: u64 = held.iter().sum();
         for (i, a) in assigned.iter_mut().enumerate() {
-            if !p.young[i] {
+            if !p.young[i] || (room.short && p.demands[i].is_some()) {
                 continue;
             }
             let mut cap = room_here.saturating_sub(all_held - held[i]).max(1);

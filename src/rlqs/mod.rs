@@ -46,6 +46,6 @@ pub use report::{
 pub use response::Actions;
 pub use share::{
     assign, assign_all, carried_tokens, hold, must_send, over_rate, split, strategy_proto, to_send,
-    whole_secs, Assignment, Demand, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
+    whole_secs, Assignment, Demand, Pressure, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
 };
 pub use stream::{Refused, Stream, StreamError, REFRESH};

@@ -21,7 +21,7 @@ use crate::rls::{Compiled, QuotaCount};
 use super::engine::{room_of, Quotas, Seat};
 use super::report::{check, text_len, Counts, ReportError};
 use super::response::{Actions, StoredId};
-use super::share::{hold, must_send, to_send, Assignment, Strategy};
+use super::share::{hold, must_send, to_send, Assignment, Pressure, Strategy};
 
 /// How often a stream's assignments are looked at again between its reports.
 pub const REFRESH: Duration = Duration::from_secs(1);
@@ -365,7 +365,7 @@ fn assess(
     tracked: &mut Tracked,
     look: Look,
     now: UnixMillis,
-) -> (Assignment, bool) {
+) -> (Assignment, Pressure) {
     let resolved = match tracked.resolved {
         Some(r) => r,
         None => {
@@ -378,7 +378,10 @@ fn assess(
         }
     };
     let Some((index, entity)) = resolved else {
-        return (q.blanket(q.config.unknown.for_domain(domain)), true);
+        return (
+            q.blanket(q.config.unknown.for_domain(domain)),
+            Pressure::Over,
+        );
     };
     let (count, usage) = match look {
         Look::Refresh(Some(count)) => (count, None),
@@ -397,7 +400,7 @@ fn assess(
     match count {
         None => {
             tracked.room = None;
-            (q.blanket(Strategy::AllowAll), true)
+            (q.blanket(Strategy::AllowAll), Pressure::Over)
         }
         Some(count) => {
             tracked.room = Some(room_of(&count).now);
@@ -414,11 +417,11 @@ fn assess(
 fn offer(
     q: &Quotas,
     tracked: &mut Tracked,
-    (a, pressed): (Assignment, bool),
+    (a, pressure): (Assignment, Pressure),
     now: UnixMillis,
     actions: &mut Actions,
 ) {
-    let a = hold(tracked.last.as_ref().map(|(last, _)| last), a, pressed);
+    let a = hold(tracked.last.as_ref().map(|(last, _)| last), a, pressure);
     let last = tracked.last.as_ref().map(|(a, t)| (a, *t));
     if must_send(last, &a, now, refresh_ms()) {
         send(q, tracked, a, now, actions);
