@@ -12,8 +12,11 @@
 //! - `response.rs`: what a stream sends, encoded as it is made, and the bucket ids it keeps
 //!   to send, each kept once as its encoding.
 //! - `engine.rs`: what every stream shares (`Quotas`): each counter's sharers and their
-//!   demand, the split of its room, the bounds.
+//!   demand, the split of its room, the bounds; young streams' grants in `young.rs`, a short
+//!   window's first ones held to its epoch's room.
 //! - `metrics.rs`: the service's metrics, read from the engine's counters.
+//! - `replace.rs`: when an assignment goes out again, and whether it replaces Envoy's running
+//!   bucket.
 //! - `share.rs`: the pure arithmetic of dividing one limit among the streams sharing a bucket:
 //!   each stream's demand from its reports, its fraction of the fleet's room, and the
 //!   assignment (token bucket or blanket rule, TTL) Envoy gets for it.

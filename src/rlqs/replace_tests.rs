@@ -126,6 +126,7 @@ fn a_rate_under_one_a_second_loses_least_over_up_to_five_seconds() {
         over: 0,
         drain: 1.0,
         short: false,
+        epoch: None,
     };
     // 0.84 a second: 4 every 5 s, not 1 every 2 s.
     assert_eq!(assign(&room, 0.84, TTL).strategy, bucket(84, 4, 5).strategy);
