@@ -17,9 +17,12 @@ use crate::rls::{QuotaCount, RateLimiter};
 use super::config::Config;
 use super::report::Counts;
 use super::share::{
-    assign_capped, assign_split, burst_fractions, catch_up, differs, first_grant_cap, over_rate,
-    split, Assignment, Demand, Rest, Room, Strategy,
+    assign_split, burst_fractions, catch_up, differs, over_rate, split, Assignment, Demand,
+    Pressure, Rest, Room, Strategy,
 };
+
+#[path = "young.rs"]
+mod young;
 
 /// How long one computation of a counter's assignments serves its members: each member's
 /// refresh (every second) and report (every 5 s) would otherwise split the counter among all
@@ -107,12 +110,33 @@ struct Member {
     assigned: Option<Assignment>,
     /// A later split moved its assignment, for its stream's next refresh.
     moved: bool,
+    /// On a short window: when the epoch of its first report ends. Until then it keeps its
+    /// first grant, held to its part of that epoch's room (`young.rs`).
+    cold_until: Option<UnixMillis>,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+/// The token bucket a member's Envoy runs, as sent.
+#[derive(Debug, Clone, Copy)]
 struct Grant {
+    /// Its capacity: what it started with, if new.
     tokens: u64,
+    /// Admitted requests reported since it was sent.
     used: u64,
+    /// Tokens a second it refills at.
+    rate: f64,
+    /// When it was sent.
+    at: UnixMillis,
+}
+
+/// A member's assignment, as [`Quotas::share`] gives it to its stream.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Share {
+    pub(super) assignment: Assignment,
+    /// What it was computed under (`replace::hold`).
+    pub(super) pressure: Pressure,
+    /// When the stream must look at it again whatever else happens: the end of the epoch its
+    /// first grant is held to (`young.rs`).
+    pub(super) revisit: Option<UnixMillis>,
 }
 
 /// One split of a counter among this replica's members: each member's assignment, in the
@@ -135,6 +159,9 @@ struct Cache {
     room: u64,
     /// Whether the fleet's demand was over the rate (`share::over_rate`).
     pressed: bool,
+    /// When the first members' epoch held to their first grants ends (`young.rs`): the
+    /// split no longer holds then, whatever the room.
+    until: Option<UnixMillis>,
 }
 
 // === impl Quotas ===
@@ -200,6 +227,7 @@ impl Quotas {
                         grant: None,
                         assigned: None,
                         moved: false,
+                        cold_until: None,
                     },
                 );
                 shares.stale = true;
@@ -237,8 +265,8 @@ impl Quotas {
 
     /// The assignment of `member` of `entity` (made one of its sharers, its `seat`, if it is
     /// not yet) given the counter's state `count`, after its report of `usage` (counts over
-    /// the elapsed time) if any; and whether the fleet's demand on the counter is over the
-    /// rate (`replace::hold`), true where there is no split.
+    /// the elapsed time) if any: with what it was computed under (`replace::hold`; `Over`
+    /// where there is no split) and when the stream must look at it again.
     pub(super) fn share(
         &self,
         (entity, seat): (u128, &mut Option<Seat>),
@@ -246,9 +274,9 @@ impl Quotas {
         count: &QuotaCount,
         usage: Option<(Counts, Duration)>,
         now: UnixMillis,
-    ) -> (Assignment, bool) {
+    ) -> Share {
         if count.allow_all {
-            return (self.blanket(Strategy::AllowAll), true);
+            return self.unsplit(Strategy::AllowAll);
         }
         let room = room_of(count);
         let seat = seat.get_or_insert_with(|| self.join(entity, member));
@@ -257,18 +285,34 @@ impl Quotas {
         let Ok(me) = shares.find(member, seat.at) else {
             // Not reached: a stream holds a seat only while its member sits in it (it leaves
             // and drops the seat together).
-            return (self.blanket(Strategy::DenyAll), true);
+            return self.unsplit(Strategy::DenyAll);
         };
         seat.at = me;
+        let m = &mut shares.members[me];
         if let Some((counts, elapsed)) = usage {
-            let m = &mut shares.members[me];
             m.demand.observe(counts, elapsed, now);
             if let Some(g) = &mut m.grant {
                 g.used = g.used.saturating_add(counts.allowed);
             }
         }
-        if let Some(cached) = shares.cached(me, room.now, now) {
-            return cached;
+        if m.assigned.is_none() {
+            m.cold_until = young::cold_until(&room, now);
+        }
+        let revisit = m.cold_until.filter(|&end| now < end);
+        // A prior's rate is what holds a short limit's fleet (`replace::Pressure::Prior`); a
+        // longer limit's room holds it, and turns it to `DenyAll` once spent.
+        let prior = room.short && m.demand.rate(now).is_none();
+        let share = |a: Option<Assignment>, pressed: bool| Share {
+            assignment: a.unwrap_or_else(|| self.blanket(Strategy::DenyAll)),
+            pressure: match (pressed, prior) {
+                (true, _) => Pressure::Over,
+                (false, true) => Pressure::Prior,
+                (false, false) => Pressure::Under,
+            },
+            revisit,
+        };
+        if let Some((a, pressed)) = shares.cached(me, room.now, now) {
+            return share(Some(a), pressed);
         }
         let Split { assigned, pressed } = self.split_room(shares, room, now);
         // The other members whose share this split moved are sent theirs at their stream's
@@ -281,16 +325,27 @@ impl Quotas {
         }
         shares.stale = false;
         shares.rate = room.rate;
+        let until = shares
+            .members
+            .iter()
+            .filter_map(|m| m.cold_until.filter(|&end| now < end))
+            .min();
         shares.cache = Some(Cache {
             at: now,
             room: room.now,
             pressed,
+            until,
         });
-        let mine = shares.members[me].assigned;
-        (
-            mine.unwrap_or_else(|| self.blanket(Strategy::DenyAll)),
-            pressed,
-        )
+        share(shares.members[me].assigned, pressed)
+    }
+
+    /// A blanket rule where there is no split to make.
+    fn unsplit(&self, strategy: Strategy) -> Share {
+        Share {
+            assignment: self.blanket(strategy),
+            pressure: Pressure::Over,
+            revisit: None,
+        }
     }
 
     /// The split of `room` among `shares`' members at `now`.
@@ -320,6 +375,7 @@ impl Quotas {
                 burst: &burst,
             };
             self.cap_young(shares, &room, &parts, &mut assigned);
+            self.cap_cold(shares, &room, &parts, &mut assigned, now);
         }
         Split { assigned, pressed }
     }
@@ -344,51 +400,23 @@ impl Quotas {
         }
     }
 
-    /// Holds young streams' grants in `assigned` to cautious ones (`share::first_grant_cap`):
-    /// the room less what the others may still take at once, and without a rate yet an even
-    /// part of it.
-    fn cap_young(&self, shares: &Shares, room: &Room, p: &Parts<'_>, assigned: &mut [Assignment]) {
-        let ttl = self.config.assignment_ttl;
-        let sharers = (shares.members.len() as u64)
-            .max(self.stream_count() as u64)
-            .saturating_add(shares.rest.streams);
-        // Until the presence exchange told what the other replicas have, each may be
-        // granting the same room.
-        let replicas = if shares.rest_known {
-            1
-        } else {
-            self.limiter.live_replicas()
-        };
-        let room_here = room.now / u64::from(replicas.max(1));
-        let first = first_grant_cap(room_here, sharers, 1);
-        let held: Vec<u64> = shares.members.iter().map(Member::outstanding).collect();
-        let all_held: u64 = held.iter().sum();
-        for (i, a) in assigned.iter_mut().enumerate() {
-            if !p.young[i] {
-                continue;
-            }
-            let mut cap = room_here.saturating_sub(all_held - held[i]).max(1);
-            if p.demands[i].is_none() {
-                cap = cap.min(first);
-            }
-            let over = |m: u32| u64::from(m) > cap;
-            if matches!(a.strategy, Strategy::TokenBucket { max_tokens, .. } if over(max_tokens)) {
-                *a = assign_capped(room, p.fractions[i], p.burst[i], cap, ttl);
-            }
-        }
-    }
-
-    /// `member`'s Envoy (in `seat`) now runs `a`, a new bucket (not the same settings
+    /// `member`'s Envoy (in `seat`) runs `a` from `now`, a new bucket (not the same settings
     /// renewed): what it may take at once starts again from `a`'s capacity.
-    pub(super) fn granted(&self, seat: &Seat, member: u64, a: &Assignment) {
+    pub(super) fn granted(&self, seat: &Seat, member: u64, a: &Assignment, now: UnixMillis) {
         let mut shares = seat.shares.lock();
         let Ok(at) = shares.find(member, seat.at) else {
             return;
         };
         shares.members[at].grant = match a.strategy {
-            Strategy::TokenBucket { max_tokens, .. } => Some(Grant {
+            Strategy::TokenBucket {
+                max_tokens,
+                tokens_per_fill,
+                fill_interval_s,
+            } => Some(Grant {
                 tokens: u64::from(max_tokens),
                 used: 0,
+                rate: f64::from(tokens_per_fill) / f64::from(fill_interval_s.max(1)),
+                at: now,
             }),
             _ => None,
         };
@@ -477,7 +505,10 @@ impl Shares {
     /// demand was over the rate then, if that split is recent and on about this room.
     fn cached(&self, me: usize, room: u64, now: UnixMillis) -> Option<(Assignment, bool)> {
         let cache = self.cache.as_ref().filter(|_| !self.stale)?;
-        if now.0 >= cache.at.0.saturating_add(CACHE_MS) || now.0 < cache.at.0 {
+        if now.0 >= cache.at.0.saturating_add(CACHE_MS)
+            || now.0 < cache.at.0
+            || cache.until.is_some_and(|until| now >= until)
+        {
             return None;
         }
         let moved = cache.room.abs_diff(room) as f64 > CACHE_ROOM * cache.room.max(room) as f64;
@@ -506,64 +537,6 @@ pub(super) fn room_of(count: &QuotaCount) -> Room {
         Algorithm::TokenBucket { .. } => Room::bucket(limit, v.count_after),
         _ => Room::window(limit, v.count_after, count.prev, v.reset_ms),
     }
-}
-
-/// Registers the quota service's metrics, read from `quotas` at scrape time.
-pub fn register_metrics(telemetry: &crate::telemetry::Telemetry, quotas: &Arc<Quotas>) {
-    use crate::telemetry::names;
-    use opentelemetry::KeyValue;
-    let q = quotas.clone();
-    telemetry.gauge(
-        names::RLQS_STREAMS,
-        Arc::new(move || q.stream_count() as u64),
-    );
-    let q = quotas.clone();
-    telemetry.gauge(
-        names::RLQS_BUCKETS,
-        Arc::new(move || q.bucket_count() as u64),
-    );
-    let q = quotas.clone();
-    let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    telemetry.counter(
-        names::RLQS_REPORTS,
-        Arc::new(move || vec![(read(&q.stats.reports), vec![])]),
-    );
-    let labelled = |q: &Arc<Quotas>,
-                    label: &'static str,
-                    rows: fn(&QuotaStats) -> [(&'static str, &AtomicU64); 3]| {
-        let q = q.clone();
-        Arc::new(move || {
-            rows(&q.stats)
-                .into_iter()
-                .map(|(v, n)| (read(n), vec![KeyValue::new(label, v)]))
-                .collect()
-        }) as Arc<dyn Fn() -> Vec<(u64, Vec<KeyValue>)> + Send + Sync>
-    };
-    telemetry.counter(
-        names::RLQS_ASSIGNMENTS,
-        labelled(quotas, "kind", |s| {
-            [
-                ("token_bucket", &s.token_bucket),
-                ("deny_all", &s.deny_all),
-                ("allow_all", &s.allow_all),
-            ]
-        }),
-    );
-    telemetry.counter(
-        names::RLQS_REFUSED,
-        labelled(quotas, "what", |s| {
-            [
-                ("stream", &s.streams_refused),
-                ("bucket", &s.buckets_refused),
-                ("report", &s.stream_errors),
-            ]
-        }),
-    );
-    let q = quotas.clone();
-    telemetry.counter(
-        names::RLQS_ABANDONS,
-        Arc::new(move || vec![(read(&q.stats.abandons), vec![])]),
-    );
 }
 
 #[cfg(test)]

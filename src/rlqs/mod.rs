@@ -12,7 +12,11 @@
 //! - `response.rs`: what a stream sends, encoded as it is made, and the bucket ids it keeps
 //!   to send, each kept once as its encoding.
 //! - `engine.rs`: what every stream shares (`Quotas`): each counter's sharers and their
-//!   demand, the split of its room, the bounds, the metrics.
+//!   demand, the split of its room, the bounds; young streams' grants in `young.rs`, a short
+//!   window's first ones held to its epoch's room.
+//! - `metrics.rs`: the service's metrics, read from the engine's counters.
+//! - `replace.rs`: when an assignment goes out again, and whether it replaces Envoy's running
+//!   bucket.
 //! - `share.rs`: the pure arithmetic of dividing one limit among the streams sharing a bucket:
 //!   each stream's demand from its reports, its fraction of the fleet's room, and the
 //!   assignment (token bucket or blanket rule, TTL) Envoy gets for it.
@@ -26,6 +30,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod metrics;
 pub mod presence;
 pub mod replace;
 pub mod report;
@@ -35,7 +40,8 @@ pub mod share;
 pub mod stream;
 
 pub use config::{Config, UnknownBuckets};
-pub use engine::{register_metrics, QuotaStats, Quotas};
+pub use engine::{QuotaStats, Quotas};
+pub use metrics::register_metrics;
 pub use report::{
     check, Counts, Report, ReportError, Usage, MAX_BUCKET_BYTES, MAX_TIME_ELAPSED,
     MAX_USAGES_PER_REPORT,
@@ -43,6 +49,6 @@ pub use report::{
 pub use response::Actions;
 pub use share::{
     assign, assign_all, carried_tokens, hold, must_send, over_rate, split, strategy_proto, to_send,
-    whole_secs, Assignment, Demand, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
+    whole_secs, Assignment, Demand, Pressure, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
 };
 pub use stream::{Refused, Stream, StreamError, REFRESH};

@@ -115,13 +115,37 @@ pub fn carried_tokens(old_max: u32, old_remaining: u32, new_max: u32) -> u32 {
     carried as u32
 }
 
-/// `new` as it should replace `last` while the fleet's demand is under the rate (`pressed`
-/// false): a token bucket's rate, or its capacity, that went down to no less than half of
+/// What a stream's new assignment was computed under, for [`hold`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pressure {
+    /// The fleet's demand on the counter is over the rate (or there is no split): every
+    /// change goes out.
+    Over,
+    /// The fleet's demand fits in the rate, and the stream's rate is read from its reports.
+    Under,
+    /// The fleet's demand fits in the rate as far as it is known, but the stream has no rate
+    /// yet, on a short limit (`Room::short`): its rate is a prior, an even share among the
+    /// streams known, which halves as a second one joins. A rate lowered to half or less goes
+    /// out; anything else is held as [`Pressure::Under`] holds it.
+    ///
+    /// Why: a short limit's fleet is held by its streams' rates, and a lone stream's prior is
+    /// the whole rate. Two Envoys on a 50/s bucket, the first kept at the whole rate when the
+    /// second came (25/s being no less than half), ran at 1.5× the rate until the first's
+    /// report five seconds later: 1.13× what an exact bucket admitted over its first ten
+    /// seconds. Smaller moves are held still: a prior falling by a third as a third stream
+    /// joins, sent, replaced ten Envoys' buckets at each join and cost them 1–2 % of what an
+    /// exact bucket admits at a per-second limit.
+    Prior,
+}
+
+/// `new` as it should replace `last` under `pressure`: while the fleet's demand is under the
+/// rate, a token bucket's rate, or its capacity, that went down to no less than half of
 /// what Envoy runs keeps what Envoy runs, so only a higher rate or capacity, one halved, or
-/// another kind replaces Envoy's bucket. The streams' rates and capacities together may
-/// then exceed the limit's rate and the room, by less than twice, while their demand fits in
-/// the rate; once it does not, every change goes out (and a young stream's grants are held
-/// to what the others' leave, `engine.rs`).
+/// another kind replaces Envoy's bucket (a [`Pressure::Prior`]'s rate halved goes out too).
+/// The streams' rates and capacities together may then exceed the limit's rate and the
+/// room, by less than twice, while their demand fits in the rate; once it does not, every
+/// change goes out (and a young stream's grants are held to what the others' leave,
+/// `engine.rs`).
 ///
 /// Why: under the rate, a lower rate or capacity protects nothing (the demand fits), while
 /// each replacement drops the fraction of a token being refilled and carries the level in
@@ -130,7 +154,7 @@ pub fn carried_tokens(old_max: u32, old_remaining: u32, new_max: u32) -> u32 {
 /// more, so following them down and up again replaced quiet streams' buckets about every
 /// second at 1 s reports and drained them: the simulator measured 10 % of the limit falsely
 /// denied at 0.8x the limit (0.5 % now).
-pub fn hold(last: Option<&Assignment>, new: Assignment, pressed: bool) -> Assignment {
+pub fn hold(last: Option<&Assignment>, new: Assignment, pressure: Pressure) -> Assignment {
     let (
         Some(Strategy::TokenBucket {
             max_tokens: m0,
@@ -146,17 +170,18 @@ pub fn hold(last: Option<&Assignment>, new: Assignment, pressed: bool) -> Assign
     else {
         return new;
     };
-    if pressed {
+    if pressure == Pressure::Over {
         return new;
     }
     let rate = |t: u32, f: u32| f64::from(t) / f64::from(f.max(1));
     // Lowered to no less than half: the running one stays.
     let keep = |old: f64, new: f64| new < old && 2.0 * new >= old;
-    let (tokens_per_fill, fill_interval_s) = if keep(rate(t0, f0), rate(t1, f1)) {
-        (t0, f0)
-    } else {
-        (t1, f1)
+    let (r0, r1) = (rate(t0, f0), rate(t1, f1));
+    let keep_rate = match pressure {
+        Pressure::Prior => keep(r0, r1) && 2.0 * r1 > r0,
+        _ => keep(r0, r1),
     };
+    let (tokens_per_fill, fill_interval_s) = if keep_rate { (t0, f0) } else { (t1, f1) };
     let max_tokens = if keep(f64::from(m0), f64::from(m1)) {
         m0
     } else {

@@ -69,26 +69,35 @@ fn under_the_rate_a_lower_rate_or_capacity_keeps_the_running_one() {
     let running = bucket(40, 5, 1);
     let lower = bucket(30, 3, 1);
     // Under the rate, lowered to no less than half: what Envoy runs stays.
-    assert_eq!(hold(Some(&running), lower, false), running);
+    assert_eq!(hold(Some(&running), lower, Pressure::Under), running);
     // Halved or more: news, as for a stream whose demand fell away; each on its own.
     assert_eq!(
-        hold(Some(&running), bucket(30, 2, 1), false),
+        hold(Some(&running), bucket(30, 2, 1), Pressure::Under),
         bucket(40, 2, 1)
     );
     assert_eq!(
-        hold(Some(&running), bucket(19, 3, 1), false),
+        hold(Some(&running), bucket(19, 3, 1), Pressure::Under),
         bucket(19, 5, 1)
     );
     // Over the rate, or a higher rate or capacity, or nothing before: as computed.
-    assert_eq!(hold(Some(&running), lower, true), lower);
+    assert_eq!(hold(Some(&running), lower, Pressure::Over), lower);
     let higher = bucket(50, 7, 1);
-    assert_eq!(hold(Some(&running), higher, false), higher);
-    assert_eq!(hold(None, lower, false), lower);
+    assert_eq!(hold(Some(&running), higher, Pressure::Under), higher);
+    assert_eq!(hold(None, lower, Pressure::Under), lower);
     let deny = Assignment {
         strategy: Strategy::DenyAll,
         ttl_s: 1,
     };
-    assert_eq!(hold(Some(&running), deny, false), deny);
+    assert_eq!(hold(Some(&running), deny, Pressure::Under), deny);
+    // A prior halved goes out (a lone stream's whole rate as a second one joins); less is
+    // held as under the rate, and so is its capacity.
+    let prior = bucket(40, 4, 1);
+    assert_eq!(
+        hold(Some(&prior), bucket(30, 2, 1), Pressure::Prior),
+        bucket(40, 2, 1)
+    );
+    assert_eq!(hold(Some(&prior), bucket(30, 3, 1), Pressure::Prior), prior);
+    assert_eq!(hold(Some(&prior), bucket(30, 2, 1), Pressure::Under), prior);
 }
 
 #[test]
@@ -117,6 +126,7 @@ fn a_rate_under_one_a_second_loses_least_over_up_to_five_seconds() {
         over: 0,
         drain: 1.0,
         short: false,
+        epoch: None,
     };
     // 0.84 a second: 4 every 5 s, not 1 every 2 s.
     assert_eq!(assign(&room, 0.84, TTL).strategy, bucket(84, 4, 5).strategy);

@@ -28,6 +28,19 @@ pub struct Room {
     /// nothing of whether the fleet keeps to the rate: its streams' buckets, whose rates add
     /// up to the limit's, are what keep it there ([`Room::exhausted`]).
     pub short: bool,
+    /// A window limit's current epoch; `None` for a bucket.
+    pub epoch: Option<Epoch>,
+}
+
+/// A window limit's current epoch (windows are aligned to the Unix epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Epoch {
+    /// Milliseconds until it ends (`Verdict::reset_ms`), at least 1.
+    pub left_ms: u64,
+    /// Its length: the limit's window.
+    pub window_ms: u64,
+    /// What the fleet may take in it: the limit (its count starts from 0).
+    pub limit: u64,
 }
 
 // === impl Room ===
@@ -43,8 +56,8 @@ impl Room {
     /// What this admits past the limit is what the streams' buckets admit before the count
     /// that reached it is reported: at most a report interval at the rate, `interval / W` of
     /// the limit (1.08× for a minute at Envoy's 5 s). A window as short as a report interval
-    /// needs its burst capped too (a full bucket plus a window of refill is twice the limit):
-    /// left to the simulator's scenarios to measure and tune.
+    /// needs its first grants held to the epoch's room too (a full bucket plus a window of
+    /// refill is twice the limit): `engine`'s `young.rs`, by the [`Epoch`] given here.
     pub fn window(limit: &Limit, count: u64, prev: u64, reset_ms: u64) -> Room {
         // A sliding window's count drains as its previous epoch slides out: room returns
         // about one hit per `window / limit`, long before the epoch ends.
@@ -71,6 +84,11 @@ impl Room {
             over: count.saturating_sub(rpu),
             drain,
             short: limit.window_ms <= LAG_MS,
+            epoch: Some(Epoch {
+                left_ms: reset_ms.clamp(1, limit.window_ms.max(1)),
+                window_ms: limit.window_ms,
+                limit: rpu,
+            }),
         }
     }
 
@@ -91,6 +109,7 @@ impl Room {
             over: owed.saturating_sub(burst),
             drain: steady_rate(limit),
             short: burst.saturating_mul(limit.window_ms) / rpu <= LAG_MS,
+            epoch: None,
         }
     }
 

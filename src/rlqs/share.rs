@@ -21,7 +21,7 @@ use crate::core::clock::UnixMillis;
 
 use super::report::Counts;
 
-pub use super::replace::{carried_tokens, differs, hold, must_send, to_send};
+pub use super::replace::{carried_tokens, differs, hold, must_send, to_send, Pressure};
 pub use super::room::{catch_up, Room, CATCH_UP_S};
 
 /// The longest `fill_interval` emitted, in seconds. A share slower than one token per this
@@ -458,6 +458,22 @@ pub fn assign_capped(
 ) -> Assignment {
     let max_tokens = ((room.now as f64 * clamp_fraction(burst)).floor() as u64).min(cap);
     with_tokens(room, clamp_fraction(fraction), max_tokens, ttl)
+}
+
+/// A token bucket of `max_tokens` (at least 1) refilled at `rate` tokens a second, lasting
+/// `ttl`: when the rate rounds to no token per [`MAX_FILL_INTERVAL_S`], one per that long,
+/// as near to none as Envoy can be told (a bucket that holds its tokens and nearly stops,
+/// where `DenyAll` would leave the next bucket to start full).
+pub fn bucket_of(max_tokens: u64, rate: f64, ttl: Duration) -> Assignment {
+    let (tokens_per_fill, fill_interval_s) = fill(rate).unwrap_or((1, MAX_FILL_INTERVAL_S));
+    Assignment {
+        strategy: Strategy::TokenBucket {
+            max_tokens: u32::try_from(max_tokens.max(1)).unwrap_or(u32::MAX),
+            tokens_per_fill,
+            fill_interval_s,
+        },
+        ttl_s: whole_secs(ttl),
+    }
 }
 
 /// A fraction as [`assign`] takes it: between 0 and 1, `NaN` as 0.

@@ -223,6 +223,7 @@ fn room(now: u64, rate: f64) -> Room {
         over: 0,
         drain: rate,
         short: false,
+        epoch: None,
     }
 }
 

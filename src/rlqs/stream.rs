@@ -18,10 +18,10 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 use crate::core::clock::UnixMillis;
 use crate::rls::{Compiled, QuotaCount};
 
-use super::engine::{room_of, Quotas, Seat};
+use super::engine::{room_of, Quotas, Seat, Share};
 use super::report::{check, text_len, Counts, ReportError};
 use super::response::{Actions, StoredId};
-use super::share::{hold, must_send, to_send, Assignment, Strategy};
+use super::share::{hold, must_send, to_send, Assignment, Pressure, Strategy};
 
 /// How often a stream's assignments are looked at again between its reports.
 pub const REFRESH: Duration = Duration::from_secs(1);
@@ -53,6 +53,9 @@ pub struct Stream {
     scratch: Vec<u8>,
     /// New buckets refused at a bound, not logged yet.
     refused: Refused,
+    /// The earliest of its buckets' `revisit`s: when its task must refresh before the next
+    /// tick ([`Stream::wake_at`]).
+    wake: Option<UnixMillis>,
 }
 
 /// New buckets a stream refused (sent no assignment, counted nothing of), by the bound that
@@ -86,6 +89,8 @@ struct Tracked {
     room: Option<u64>,
     /// When it last saw a request.
     active_at: UnixMillis,
+    /// When its share must be looked at again whatever else happens (`Share::revisit`).
+    revisit: Option<UnixMillis>,
 }
 
 // === impl Stream ===
@@ -113,6 +118,7 @@ impl Stream {
             seed: RandomState::new().hash_one(0u8),
             scratch: Vec::new(),
             refused: Refused::default(),
+            wake: None,
         })
     }
 
@@ -167,6 +173,7 @@ impl Stream {
                         last: None,
                         room: None,
                         active_at: now,
+                        revisit: None,
                     };
                     let rehash = |t: &Tracked| t.fingerprint as u64;
                     table
@@ -181,13 +188,21 @@ impl Stream {
             let usage = Some((usage.counts, usage.elapsed));
             let a = assess(&q, &self.rules, domain, tracked, Look::Report(usage), now);
             offer(&q, tracked, a, now, &mut actions);
+            self.wake = earliest(self.wake, tracked.revisit);
         }
         Ok(actions)
     }
 
+    /// When this stream's task must call [`Stream::refresh`] before its next tick: a
+    /// bucket's share to look at again as an epoch ends (`None`: at the ticks).
+    pub fn wake_at(&self) -> Option<UnixMillis> {
+        self.wake
+    }
+
     /// Looks again at the buckets that are due at `now` ([`due`]): assignments whose share
     /// moved, whose TTL lapses before the next refresh, or that must end (a deny-all until
-    /// room returns); and abandons the buckets idle past `RLQS_ABANDON_AFTER`.
+    /// room returns, a first grant held to its epoch); and abandons the buckets idle past
+    /// `RLQS_ABANDON_AFTER`.
     pub fn refresh(&mut self, now: UnixMillis) -> Actions {
         let q = self.quotas.clone();
         self.follow_rules();
@@ -195,15 +210,16 @@ impl Stream {
         let idle_ms = u64::try_from(q.config.abandon_after.as_millis()).unwrap_or(u64::MAX);
         let idle = |t: &Tracked| now.0.saturating_sub(t.active_at.0) >= idle_ms;
         let mut actions = Actions::default();
+        self.wake = None;
         for tracked in self.buckets.iter_mut() {
             if idle(tracked) {
                 continue;
             }
-            let Some(look) = due(&q, &self.rules, tracked, now) else {
-                continue;
-            };
-            let a = assess(&q, &self.rules, &domain, tracked, look, now);
-            offer(&q, tracked, a, now, &mut actions);
+            if let Some(look) = due(&q, &self.rules, tracked, now) {
+                let a = assess(&q, &self.rules, &domain, tracked, look, now);
+                offer(&q, tracked, a, now, &mut actions);
+            }
+            self.wake = earliest(self.wake, tracked.revisit);
         }
         let abandoned: Vec<Tracked> = self.buckets.extract_if(|t| idle(t)).collect();
         for mut t in abandoned {
@@ -312,8 +328,9 @@ enum Look {
 }
 
 /// How a refresh looks at `tracked`'s share at `now`, if at all: not resolved yet (a
-/// reload), its assignment lapsing before the next refresh (a deny-all until room returns among them),
-/// moved by another member's split, or its counter's room moved (the other replicas' usage
+/// reload), its assignment lapsing before the next refresh (a deny-all until room returns
+/// among them), its revisit due (a short window's first grant, as its epoch ends), moved by
+/// another member's split, or its counter's room moved (the other replicas' usage
 /// synced, or `ShouldRateLimit` hits): so a fleet that fills the room is sent `DENY_ALL`
 /// within a refresh, not at each Envoy's next report. Reading the room is a table lookup;
 /// the split it saves costs more.
@@ -322,9 +339,10 @@ fn due(q: &Quotas, rules: &Compiled, tracked: &mut Tracked, now: UnixMillis) -> 
         return Some(Look::Refresh(None));
     };
     let expires = sent_at.0.saturating_add(u64::from(last.ttl_s) * 1000);
+    let revisit = tracked.revisit.is_some_and(|at| at <= now);
     match tracked.resolved {
         None => Some(Look::Refresh(None)),
-        _ if expires <= now.0.saturating_add(refresh_ms()) => Some(Look::Refresh(None)),
+        _ if revisit || expires <= now.0.saturating_add(refresh_ms()) => Some(Look::Refresh(None)),
         Some(Some((index, entity))) => {
             if tracked
                 .seat
@@ -338,6 +356,14 @@ fn due(q: &Quotas, rules: &Compiled, tracked: &mut Tracked, now: UnixMillis) -> 
                 .then_some(Look::Refresh(Some(count)))
         }
         Some(None) => None,
+    }
+}
+
+/// The earlier of two optional instants.
+fn earliest(a: Option<UnixMillis>, b: Option<UnixMillis>) -> Option<UnixMillis> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -365,7 +391,7 @@ fn assess(
     tracked: &mut Tracked,
     look: Look,
     now: UnixMillis,
-) -> (Assignment, bool) {
+) -> Share {
     let resolved = match tracked.resolved {
         Some(r) => r,
         None => {
@@ -377,8 +403,14 @@ fn assess(
             r
         }
     };
+    let unsplit = |strategy| Share {
+        assignment: q.blanket(strategy),
+        pressure: Pressure::Over,
+        revisit: None,
+    };
+    tracked.revisit = None;
     let Some((index, entity)) = resolved else {
-        return (q.blanket(q.config.unknown.for_domain(domain)), true);
+        return unsplit(q.config.unknown.for_domain(domain));
     };
     let (count, usage) = match look {
         Look::Refresh(Some(count)) => (count, None),
@@ -397,12 +429,14 @@ fn assess(
     match count {
         None => {
             tracked.room = None;
-            (q.blanket(Strategy::AllowAll), true)
+            unsplit(Strategy::AllowAll)
         }
         Some(count) => {
             tracked.room = Some(room_of(&count).now);
             let seat = (entity, &mut tracked.seat);
-            q.share(seat, tracked.member, &count, usage, now)
+            let share = q.share(seat, tracked.member, &count, usage, now);
+            tracked.revisit = share.revisit;
+            share
         }
     }
 }
@@ -411,14 +445,9 @@ fn assess(
 /// before the next refresh (the next chance to send): held to what Envoy runs where a change
 /// is not worth a replacement (`replace::hold`, given whether the fleet's demand is over the
 /// rate), then sent if it is news or a renewal is due.
-fn offer(
-    q: &Quotas,
-    tracked: &mut Tracked,
-    (a, pressed): (Assignment, bool),
-    now: UnixMillis,
-    actions: &mut Actions,
-) {
-    let a = hold(tracked.last.as_ref().map(|(last, _)| last), a, pressed);
+fn offer(q: &Quotas, tracked: &mut Tracked, share: Share, now: UnixMillis, actions: &mut Actions) {
+    let last = tracked.last.as_ref().map(|(last, _)| last);
+    let a = hold(last, share.assignment, share.pressure);
     let last = tracked.last.as_ref().map(|(a, t)| (a, *t));
     if must_send(last, &a, now, refresh_ms()) {
         send(q, tracked, a, now, actions);
@@ -433,7 +462,7 @@ fn send(q: &Quotas, tracked: &mut Tracked, a: Assignment, now: UnixMillis, actio
         .last
         .is_none_or(|(last, _)| last.strategy != a.strategy);
     if let (true, Some(seat)) = (replaced, &tracked.seat) {
-        q.granted(seat, tracked.member, &a);
+        q.granted(seat, tracked.member, &a, now);
     }
     tracked.last = Some((a, now));
     q.sent(&a);

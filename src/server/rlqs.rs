@@ -1,11 +1,12 @@
 //! The gRPC face of the quota service: `envoy.service.rate_limit_quota.v3.RateLimitQuotaService`
 //! over tonic. Each `StreamRateLimitQuotas` call is one task that takes the Envoy's usage
-//! reports and refreshes its assignments every second (`rlqs::Stream`), sending the bucket
-//! actions either produces. A bad report ends the stream with `INVALID_ARGUMENT` naming the
-//! problem; the stream bound refuses with `RESOURCE_EXHAUSTED`. Shutdown stops the streams'
-//! counting when the limiter closes (their reports wait unread), and ends every stream with
-//! `OK` once the final flush has put this replica's counts in the store: the replica Envoy
-//! reconnects to continues from the fleet's count.
+//! reports and refreshes its assignments every second, and as an epoch ends when a share is
+//! due then (`rlqs::Stream`), sending the bucket actions either produces. A bad report ends
+//! the stream with `INVALID_ARGUMENT` naming the problem; the stream bound refuses with
+//! `RESOURCE_EXHAUSTED`. Shutdown stops the streams' counting when the limiter closes (their
+//! reports wait unread), and ends every stream with `OK` once the final flush has put this
+//! replica's counts in the store: the replica Envoy reconnects to continues from the fleet's
+//! count.
 //!
 //! The server is envoy-types' generated one but for its codec: a report reaches
 //! `rlqs::Stream::report` as the message's bytes, read in place (`rlqs/report.rs` says why),
@@ -16,6 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::SERVICE_NAME;
@@ -171,6 +173,10 @@ async fn run(
     let mut refresh = tokio::time::interval(REFRESH);
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let wake = stream.wake_at().map(|at| {
+            let now = quotas.limiter().now();
+            Duration::from_millis(at.0.saturating_sub(now.0))
+        });
         let actions = tokio::select! {
             _ = stops.closing.cancelled() => break,
             _ = tx.closed() => return,
@@ -189,6 +195,8 @@ async fn run(
                 Ok(None) | Err(_) => return,
             },
             _ = refresh.tick() => stream.refresh(quotas.limiter().now()),
+            // A share to look at again as an epoch ends (`Stream::wake_at`), before the tick.
+            () = woken(wake) => stream.refresh(quotas.limiter().now()),
         };
         let refused = stream.take_refused();
         if refused.total() > 0 {
@@ -207,6 +215,14 @@ async fn run(
     tokio::select! {
         _ = stops.end.cancelled() => {}
         _ = tx.closed() => {}
+    }
+}
+
+/// Sleeps for `after`, or for ever without it.
+async fn woken(after: Option<Duration>) {
+    match after {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
     }
 }
 

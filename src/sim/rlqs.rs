@@ -7,12 +7,12 @@
 //! [`Quotas`] on that limiter, attached to the replica's presence exchange (the fleet's
 //! streams and demand per counter, once a tick through the store) as the service attaches
 //! it. Each Envoy's stream is a production [`Stream`] of its replica's `Quotas`, driven as
-//! `server/rlqs.rs` drives it: a task that takes the reports as they
-//! arrive and calls `refresh` every [`REFRESH`], sending back what either returns. Messages
-//! between an Envoy and sluice take [`LATENCY_MS`] each way, in order. Each Envoy reports its
-//! bucket every `report_ms` (5 s, Envoy 1.40's hard-coded cadence, or 1 s) at its own seeded
-//! phase, and a new bucket at once. The traffic is seeded, the time tokio's paused clock: the
-//! same scenario gives the same report on every machine.
+//! `server/rlqs.rs` drives it: a task that takes the reports as they arrive and calls
+//! `refresh` every [`REFRESH`] and when the stream asks (`Stream::wake_at`), sending back
+//! what either returns. Messages between an Envoy and sluice take [`LATENCY_MS`] each way, in
+//! order. Each Envoy reports its bucket every `report_ms` (5 s, Envoy 1.40's hard-coded
+//! cadence, or 1 s) at its own seeded phase, and a new bucket at once. The traffic is seeded,
+//! the time tokio's paused clock: the same scenario gives the same report on every machine.
 //!
 //! Measured per window (a token bucket's: per period of ten fill times), against the exact
 //! references of `exact.rs` (the window formula over the fleet's true admitted hits; an
@@ -460,7 +460,7 @@ impl Envoy {
 }
 
 /// A stream's task, as `server/rlqs.rs` runs it: reports as they come, a refresh every
-/// [`REFRESH`], the actions either returns sent back.
+/// [`REFRESH`] and at the stream's `wake_at`, the actions either returns sent back.
 async fn serve(
     quotas: Arc<Quotas>,
     mut reports: UnboundedReceiver<RateLimitQuotaUsageReports>,
@@ -471,6 +471,10 @@ async fn serve(
     let mut refresh = interval_at(first_refresh, REFRESH);
     refresh.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
+        let wake = stream.wake_at().map(|at| {
+            let now = quotas.limiter().now();
+            Instant::now() + Duration::from_millis(at.0.saturating_sub(now.0))
+        });
         let actions = tokio::select! {
             // Biased: the same order on every run.
             biased;
@@ -481,10 +485,19 @@ async fn serve(
                 None => break,
             },
             _ = refresh.tick() => stream.refresh(quotas.limiter().now()),
+            () = woken(wake) => stream.refresh(quotas.limiter().now()),
         };
         if !actions.is_empty() {
             to_envoy.send(actions.to_proto());
         }
+    }
+}
+
+/// Sleeps until `at`, or for ever without it (`Stream::wake_at`).
+async fn woken(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
