@@ -1,6 +1,8 @@
 //! The HTTP face (port 8080): `/healthcheck`, `/livez`, `/readyz`, `POST /json`, `/metrics`,
 //! `/rlconfig`, `/rlconfig/status`.
 //!
+//! `POST /reset` (`reset.rs`) clears counters fleet-wide, behind the admin token.
+//!
 //! `/json` speaks proto3 JSON (`json.rs`) and answers 429 when the overall code is
 //! `OVER_LIMIT`, as the reference does. With `TRACING_ENABLED` its calls are spans too, from
 //! the request's W3C or B3 headers.
@@ -20,6 +22,7 @@ use serde_json::json;
 
 pub use super::http_conn::{serve, HttpLimits};
 use super::json;
+use super::admin_token::AdminToken;
 use crate::rls::RateLimiter;
 use crate::server::shutdown::Readiness;
 use crate::sources::ReloadStatus;
@@ -41,6 +44,8 @@ pub struct AdminState {
     pub fleet: Option<crate::global::Joining>,
     /// `TRACING_ENABLED`: the tracer of `/json` calls.
     pub tracer: Option<Arc<Tracer>>,
+    /// `ADMIN_TOKEN_FILE`: what `POST /reset` requires; `None` refuses it always.
+    pub admin_token: Option<Arc<AdminToken>>,
 }
 
 /// The HTTP routes.
@@ -50,6 +55,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/livez", get(|| async { "OK" }))
         .route("/readyz", get(readyz))
         .route("/json", post(json_handler))
+        .route("/reset", post(super::reset::reset_handler))
         .route("/metrics", get(metrics))
         .route("/rlconfig", get(rlconfig))
         .route("/rlconfig/status", get(rlconfig_status))
