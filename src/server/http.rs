@@ -20,9 +20,9 @@ use axum::Router;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use serde_json::json;
 
+use super::admin_token::AdminToken;
 pub use super::http_conn::{serve, HttpLimits};
 use super::json;
-use super::admin_token::AdminToken;
 use crate::rls::RateLimiter;
 use crate::server::shutdown::Readiness;
 use crate::sources::ReloadStatus;
