@@ -33,6 +33,7 @@ mod prometheus_ref;
 mod reference;
 mod reflection;
 mod reload;
+mod reset;
 mod rlqs;
 mod shutdown;
 mod simulate;
