@@ -1,5 +1,6 @@
 //! The command line (`args.rs`: the top-level command and the client subcommands' flags) and
-//! the clients: `sluice check` (validate rules), `sluice query` (one request) and `sluice load`
+//! the clients: `sluice check` (validate rules), `sluice query` (one request), `sluice reset`
+//! (clear counters, `reset.rs`) and `sluice load`
 //! (a load generator with latency percentiles; `--rlqs`: a fleet of quota-service streams).
 
 mod args;
@@ -7,6 +8,7 @@ mod args;
 pub mod load;
 #[cfg(feature = "tools")]
 pub mod load_rlqs;
+mod reset;
 
 #[cfg(feature = "tools")]
 pub use load::load;
@@ -21,7 +23,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tonic::transport::{Channel, Endpoint};
 
-pub use args::{CheckArgs, Cli, Command, LoadArgs, QueryArgs};
+pub use args::{CheckArgs, Cli, Command, LoadArgs, QueryArgs, ResetArgs};
+pub use reset::reset;
 
 /// Why `sluice query` could not send its request.
 #[derive(Debug, thiserror::Error)]
