@@ -3,7 +3,9 @@
 //! and stays so (no replica's statement or floor brings the count back); an `exact: true`
 //! rule's keys are deleted, and the key is admitted again at once.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::common::procs::{query_in, spawn_sluice, wait_live, Proc};
 use crate::common::redis::RedisServer;
