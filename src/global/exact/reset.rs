@@ -21,6 +21,10 @@ use std::sync::atomic::Ordering;
 use super::{ExactClient, ExactStore};
 use crate::global::sync::store::StoreError;
 
+/// A reset may take this many Redis timeouts: it makes a call per entity, one after
+/// another on a shard (up to `MAX_DESCRIPTORS` of them), and nobody's request waits on it.
+pub const RESET_TIMEOUTS: u32 = 10;
+
 /// One limit of one entity to reset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResetItem {
@@ -59,8 +63,8 @@ pub enum ResetKind {
 pub type ResetReply = Vec<[u64; 2]>;
 
 impl ExactClient {
-    /// Resets `items`, one store call per shard, at once, within the timeout. Returns the
-    /// counts before, per item in order.
+    /// Resets `items`, one store call per shard, at once, within [`RESET_TIMEOUTS`] times
+    /// the timeout. Returns the counts before, per item in order.
     ///
     /// # Errors
     /// A call failed or timed out (what the others cleared stays cleared).
@@ -85,9 +89,10 @@ impl ExactClient {
             async move { store.reset(&sub).await }
         });
         let run = futures_util::future::try_join_all(calls);
-        let replies = match tokio::time::timeout(self.timeout, run).await {
+        let limit = self.timeout * RESET_TIMEOUTS;
+        let replies = match tokio::time::timeout(limit, run).await {
             Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(self.timeout)),
+            Err(_) => Err(StoreError::Timeout(limit)),
         };
         let replies = replies.inspect_err(|_| {
             self.stats.calls_failed.fetch_add(1, Ordering::Relaxed);
