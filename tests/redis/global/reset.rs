@@ -1,7 +1,7 @@
 //! `POST /reset` on two real replicas and a real Redis: a key at its limit is admitted again
 //! on the replica asked at once and on the other within a sync tick of its next request,
 //! and stays so (no replica's statement or floor brings the count back); an `exact: true`
-//! rule's keys are deleted, and the key is admitted again at once.
+//! rule's keys are deleted (through `sluice reset`), and the key is admitted again at once.
 
 use std::time::Duration;
 
@@ -18,6 +18,7 @@ const TOKEN: &str = "fleet-admin-token";
 
 struct Fleet {
     replicas: [Proc; 2],
+    token: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -38,6 +39,7 @@ fn fleet(redis: &RedisServer) -> Fleet {
     }
     Fleet {
         replicas,
+        token,
         _dir: dir,
     }
 }
@@ -128,7 +130,25 @@ fn an_exact_rules_keys_are_deleted_and_its_key_admitted_again_at_once() {
     let [a, b] = &f.replicas;
     let codes: Vec<String> = (0..5).map(|i| code(&f.replicas[i % 2], "x")).collect();
     assert_eq!(codes, ["OK", "OK", "OK", "OVER_LIMIT", "OVER_LIMIT"]);
-    let cleared = reset(b, "x");
+    // Through `sluice reset`, which prints what the answer says.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "reset",
+            "--addr",
+            &format!("http://{}", b.http),
+            "--token-file",
+        ])
+        .arg(&f.token)
+        .args(["--domain", "r", "x=a"])
+        .env_remove("SLUICE_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cleared: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(cleared["descriptors"][0]["exact"], true, "{cleared}");
     assert_eq!(
         cleared["descriptors"][0]["limits"][0]["count_before"], 3,
