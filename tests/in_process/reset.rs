@@ -1,7 +1,7 @@
 //! `POST /reset` on one server in local mode: refused (401, `WWW-Authenticate: Bearer`)
 //! without a token configured and with a wrong one; with the right one, the key's counters
 //! are cleared (admitted again at once) and the answer says what was cleared; a bad body
-//! is a 400.
+//! is a 400, one past 2 MiB a 413.
 
 use crate::common::{header, http, Server};
 use sluice::server::admin_token::AdminToken;
@@ -96,4 +96,19 @@ async fn reset_with_the_right_token_clears_the_key_and_says_what_it_cleared() {
     .await
     .unwrap();
     assert_eq!(bad.0, 400, "{}", bad.2);
+    // Bounded as `/json` is: 2 MiB.
+    let big = tokio::task::spawn_blocking(move || {
+        let body = format!("{}{}", BODY, " ".repeat(2 * 1024 * 1024));
+        http(
+            addr,
+            "POST",
+            "/reset",
+            &body,
+            &[("Authorization", "Bearer s3cret")],
+        )
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(big.0, 413, "{}", big.2);
 }
