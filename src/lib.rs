@@ -300,6 +300,7 @@ impl Service {
                 .unwrap_or_default(),
             fleet: global.as_ref().map(|g| g.joining.clone()),
             tracer: tracer.clone(),
+            admin_token: settings.admin_token.clone().map(Arc::new),
         };
         let http = serve_http(listeners.http, state, settings);
         let joining = global.as_ref().map(|g| g.joining.clone());

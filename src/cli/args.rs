@@ -31,6 +31,9 @@ pub enum Command {
     /// Ask the HTTP port what a request would be answered, and why (rule, file and line,
     /// counts), counting nothing.
     Explain(ExplainArgs),
+    /// Clear descriptors' counters on every replica and in Redis (`POST /reset`, which
+    /// needs the admin token) and print what was cleared.
+    Reset(ResetArgs),
     /// Drive ShouldRateLimit and print throughput and latency percentiles (`--rlqs`: drive
     /// the quota service with a fleet of reporting streams).
     #[cfg(feature = "tools")]
@@ -111,6 +114,31 @@ pub struct ExplainArgs {
     /// Print the answer as the server sent it (JSON).
     #[arg(long)]
     pub json: bool,
+}
+
+/// Flags of `sluice reset`.
+#[derive(Debug, Clone, Args)]
+pub struct ResetArgs {
+    /// The service's HTTP admin address.
+    #[arg(
+        long,
+        env = "SLUICE_HTTP_ADDR",
+        hide_env_values = true,
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub addr: String,
+    /// The domain.
+    #[arg(long)]
+    pub domain: String,
+    /// Descriptors, each `key=value[,key2=value2...]`.
+    #[arg(required = true)]
+    pub descriptors: Vec<String>,
+    /// A file holding the admin token (the service's `ADMIN_TOKEN_FILE`).
+    #[arg(long, conflicts_with = "token")]
+    pub token_file: Option<PathBuf>,
+    /// The admin token itself (prefer `--token-file`: a flag shows in the process list).
+    #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// Flags of `sluice load`.

@@ -1,7 +1,8 @@
 //! The command line (`args.rs`: the top-level command and the client subcommands' flags) and
 //! the clients: `sluice check` (validate rules), `sluice query` (one request), `sluice
-//! explain` (`explain.rs`: what a request would be answered, and why) and `sluice load` (a
-//! load generator with latency percentiles; `--rlqs`: a fleet of quota-service streams).
+//! explain` (`explain.rs`: what a request would be answered, and why), `sluice reset` (clear
+//! counters, `reset.rs`) and `sluice load` (a load generator with latency percentiles;
+//! `--rlqs`: a fleet of quota-service streams).
 
 mod args;
 mod explain;
@@ -9,6 +10,7 @@ mod explain;
 pub mod load;
 #[cfg(feature = "tools")]
 pub mod load_rlqs;
+mod reset;
 
 #[cfg(feature = "tools")]
 pub use load::load;
@@ -23,8 +25,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tonic::transport::{Channel, Endpoint};
 
-pub use args::{CheckArgs, Cli, Command, ExplainArgs, LoadArgs, QueryArgs};
+pub use args::{CheckArgs, Cli, Command, ExplainArgs, LoadArgs, QueryArgs, ResetArgs};
 pub use explain::{explain, render as render_explanation, ExplainError};
+pub use reset::reset;
 
 /// Why `sluice query` could not send its request.
 #[derive(Debug, thiserror::Error)]

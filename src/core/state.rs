@@ -134,6 +134,17 @@ impl LimitState {
         }
     }
 
+    /// Forgets the counts (an operator's reset): in local mode the state starts afresh; in
+    /// global mode (`keep_unsent`) only the fleet's as last read goes
+    /// ([`WindowState::forget`], [`BucketState::forget`]).
+    pub fn forget(&mut self, keep_unsent: bool) {
+        match self {
+            LimitState::Window(w) => w.forget(keep_unsent),
+            LimitState::Bucket(b) if keep_unsent => b.forget(),
+            LimitState::Bucket(b) => *b = BucketState::default(),
+        }
+    }
+
     /// Abandons a sync that failed.
     pub fn fail_sync(&mut self, plan: &Plan) {
         match (self, plan) {

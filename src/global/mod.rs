@@ -20,7 +20,7 @@ mod supervise;
 pub mod sync;
 
 pub use config::{Config, PerSecondRedis, RedisSettings, SyncConfig, SyncSettings};
-pub use exact::{ExactClient, ExactItem, ExactStore};
+pub use exact::{ExactClient, ExactItem, ExactStore, ResetItem, ResetKind};
 pub use join::{JoinStatus, Joining};
 pub use presence::{Others, Presence, PresenceHub, PresenceSource};
 pub use redis::OpenError;

@@ -142,6 +142,11 @@ impl OverCache {
         map.insert((it.entity, it.limit), Seen { until, ..seen });
     }
 
+    /// Forgets the key (an operator's reset): the next request asks the store.
+    pub(super) fn forget(&self, entity: u128, limit: u8) {
+        self.0.lock().remove(&(entity, limit));
+    }
+
     /// Entries held.
     #[cfg(test)]
     fn len(&self) -> usize {

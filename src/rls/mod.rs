@@ -41,6 +41,7 @@ mod metadata;
 mod metrics_tests;
 mod options;
 mod quota;
+mod reset;
 mod resolve;
 mod respond;
 mod validate;
@@ -67,6 +68,7 @@ pub use explain::{
 use gate::Gate;
 pub use options::{HeaderFormat, HeaderNames, Options, EXACT_BELOW};
 pub use quota::QuotaCount;
+pub use reset::{Cleared, ClearedDescriptor, ClearedLimit, ResetError};
 use resolve::Target;
 
 impl EntryRef for Entry {

@@ -4,6 +4,8 @@
 //! `/explain` takes `/json`'s body and answers what it would be answered, and why, counting
 //! nothing (`rls/explain.rs`); always 200 when the body is valid, whatever the code.
 //!
+//! `POST /reset` (`reset.rs`) clears counters fleet-wide, behind the admin token.
+//!
 //! `/json` speaks proto3 JSON (`json.rs`) and answers 429 when the overall code is
 //! `OVER_LIMIT`, as the reference does. With `TRACING_ENABLED` its calls are spans too, from
 //! the request's W3C or B3 headers.
@@ -21,6 +23,7 @@ use axum::Router;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use serde_json::json;
 
+use super::admin_token::AdminToken;
 pub use super::http_conn::{serve, HttpLimits};
 use super::json;
 use crate::rls::RateLimiter;
@@ -44,6 +47,8 @@ pub struct AdminState {
     pub fleet: Option<crate::global::Joining>,
     /// `TRACING_ENABLED`: the tracer of `/json` calls.
     pub tracer: Option<Arc<Tracer>>,
+    /// `ADMIN_TOKEN_FILE`: what `POST /reset` requires; `None` refuses it always.
+    pub admin_token: Option<Arc<AdminToken>>,
 }
 
 /// The HTTP routes.
@@ -54,6 +59,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/readyz", get(readyz))
         .route("/json", post(json_handler))
         .route("/explain", post(explain_handler))
+        .route("/reset", post(super::reset::reset_handler))
         .route("/metrics", get(metrics))
         .route("/rlconfig", get(rlconfig))
         .route("/rlconfig/status", get(rlconfig_status))

@@ -12,12 +12,14 @@
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -28,6 +30,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
 
 /// First pause after a failed `accept` (EMFILE and the like), doubling up to a second: the
 /// condition is usually transient, and retrying at once would only spin and flood the log.
@@ -97,10 +100,10 @@ pub async fn serve(
                 Err(_) => break, // never closed; nothing left to serve if it were
             },
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(error = %e, retry_in = ?backoff, "HTTP accept failed");
                     tokio::select! {
@@ -115,6 +118,7 @@ pub async fn serve(
         backoff = ACCEPT_BACKOFF_MIN;
         conns.spawn(serve_conn(
             stream,
+            peer,
             router.clone(),
             limits,
             closing.clone(),
@@ -134,6 +138,7 @@ pub async fn serve(
 /// slot is released when this returns, with the socket closed.
 async fn serve_conn(
     stream: TcpStream,
+    peer: SocketAddr,
     router: Router,
     limits: HttpLimits,
     closing: CancellationToken,
@@ -148,6 +153,11 @@ async fn serve_conn(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
+    // The peer's address, for the handlers that log who asked (`POST /reset`).
+    let router = router.map_request(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        req
+    });
     let mut conn = pin!(builder.serve_connection(io, TowerToHyperService::new(router)));
     let mut idle = pin!(activity.idle_for(limits.idle_timeout));
     let mut draining = false;

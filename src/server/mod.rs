@@ -3,12 +3,14 @@
 //! exporters in `telemetry/`. Each translates to
 //! and from the `rls` semantics; none decides anything itself.
 
+pub mod admin_token;
 pub mod grpc;
 pub mod grpc_conn;
 pub mod http;
 pub mod http_conn;
 pub mod json;
 pub mod nofile;
+pub mod reset;
 pub mod rlqs;
 pub mod shutdown;
 pub mod tls;

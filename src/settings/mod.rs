@@ -99,6 +99,8 @@ pub struct Settings {
     pub otlp: OtlpSettings,
     /// The quota service (RLQS): its bounds; `None` when `RLQS_ENABLED=false`.
     pub rlqs: Option<crate::rlqs::Config>,
+    /// `ADMIN_TOKEN_FILE`: the token `POST /reset` requires; `None` refuses it.
+    pub admin_token: Option<crate::server::admin_token::AdminToken>,
     /// envoyproxy/ratelimit variables that are set but mean nothing here, one line each
     /// ([`reference`]): logged at start.
     pub warnings: Vec<String>,
@@ -150,6 +152,7 @@ impl Settings {
         let xds = rules::xds(&mut v, &mut warnings);
         let otlp = telemetry::otlp(&mut v);
         let rlqs = quota::rlqs(&mut v);
+        let admin_token = admin_token(&mut v);
         let (reference_warnings, refused) = reference::check(env);
         warnings.extend(reference_warnings);
         v.errors.extend(refused);
@@ -184,6 +187,7 @@ impl Settings {
             prometheus,
             otlp,
             rlqs,
+            admin_token,
             warnings,
         })
     }
@@ -372,6 +376,19 @@ fn redis(v: &mut Values<'_>, vars: &RedisVars, tls_files: &RedisTls) -> Option<R
             tls: tls_files.clone(),
         },
     })
+}
+
+/// `ADMIN_TOKEN_FILE`, read here so that a missing or empty file stops the start naming it.
+fn admin_token(v: &mut Values<'_>) -> Option<crate::server::admin_token::AdminToken> {
+    let path = v.raw("ADMIN_TOKEN_FILE").filter(|s| !s.trim().is_empty())?;
+    let path = PathBuf::from(path);
+    match crate::server::admin_token::AdminToken::from_file(&path) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            v.error("ADMIN_TOKEN_FILE", e.to_string());
+            None
+        }
+    }
 }
 
 /// `REDIS_TLS_CLIENT_CERT`/`_KEY`, `REDIS_TLS_CACERT` and

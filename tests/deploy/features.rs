@@ -399,3 +399,28 @@ fn the_quota_service_is_on_by_default_and_its_values_reach_sluices_settings() {
         assert!(!out.status.success(), "accepted --set {bad}");
     }
 }
+
+#[test]
+fn the_admin_token_is_a_secret_mounted_as_sluices_token_file() {
+    // Off by default: /reset is refused.
+    let c = render(&[]);
+    assert!(env_var(sluice_container(c.deployment()), "ADMIN_TOKEN_FILE").is_none());
+    let m = render(&["--set", "adminToken.existingSecret=sluice-admin"]);
+    let deploy = m.deployment();
+    let c = sluice_container(deploy);
+    assert_eq!(
+        env_value(c, "ADMIN_TOKEN_FILE"),
+        "/etc/sluice/admin-token/token"
+    );
+    let mount = seq_at(c, "volumeMounts")
+        .iter()
+        .find(|v| str_at(v, "name") == "admin-token")
+        .expect("the token's mount");
+    assert_eq!(str_at(mount, "mountPath"), "/etc/sluice/admin-token");
+    let volume = seq_at(deploy, "spec.template.spec.volumes")
+        .iter()
+        .find(|v| str_at(v, "name") == "admin-token")
+        .expect("the token's volume");
+    assert_eq!(str_at(volume, "secret.secretName"), "sluice-admin");
+    assert_eq!(str_at(volume, "secret.items.0.path"), "token");
+}

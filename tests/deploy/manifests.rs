@@ -183,7 +183,8 @@ pub fn env_value<'a>(container: &'a Value, name: &str) -> &'a str {
 }
 
 /// The settings sluice resolves from the container's plain `value` variables (those from
-/// Secrets and field refs are the cluster's), with `drop` left out and `extra` added.
+/// Secrets and field refs are the cluster's, and so is `ADMIN_TOKEN_FILE`, a mounted
+/// Secret's file, read at start), with `drop` left out and `extra` added.
 pub fn resolve_env(
     container: &Value,
     drop: impl Fn(&str) -> bool,
@@ -197,7 +198,7 @@ pub fn resolve_env(
                 opt_at(e, "value")?.as_str()?.to_string(),
             ))
         })
-        .filter(|(k, _)| !drop(k))
+        .filter(|(k, _)| !drop(k) && k != "ADMIN_TOKEN_FILE")
         .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
         .collect();
     sluice::settings::Settings::resolve(&sluice::settings::ServeArgs::default(), &env)

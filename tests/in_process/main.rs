@@ -34,6 +34,7 @@ mod prometheus_ref;
 mod reference;
 mod reflection;
 mod reload;
+mod reset;
 mod rlqs;
 mod shutdown;
 mod simulate;

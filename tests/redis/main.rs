@@ -32,4 +32,5 @@ mod redis_deployments;
 mod redis_harness;
 mod redis_store;
 mod refund_store;
+mod reset_store;
 mod tat_upgrade;

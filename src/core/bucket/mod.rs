@@ -337,6 +337,15 @@ impl BucketState {
         self.pending
     }
 
+    /// Forgets what was spent (an operator's reset, `rls/reset.rs`): the bucket is full.
+    /// The tokens spent and given back so far stay (`counted`), with those not sent yet:
+    /// each sync states them whole, and the store applies only what they add.
+    pub fn forget(&mut self) {
+        self.tat = 0;
+        self.remote = 0;
+        self.own_tat = 0;
+    }
+
     /// What an evicted entity must not forget (`table.rs`): when its bucket is full again
     /// (Unix ms, rounded up); `None` when it is full now, so a fresh state would decide the
     /// same. (Spends not sent yet are the sync's to keep: the table never evicts an entity a

@@ -424,6 +424,22 @@ impl WindowState {
         self.slots.iter().map(|s| s.pending).sum()
     }
 
+    /// Forgets the counts (an operator's reset, `rls/reset.rs`). In local mode
+    /// (`keep_unsent` false) the state starts afresh. In global mode only the fleet's count
+    /// as last read goes: this node's own hits and refunds so far stay, because each sync
+    /// states them whole and the store keeps the larger (a smaller statement would be
+    /// ignored until it grew past the old one), and its hits not acknowledged yet stay too,
+    /// because they reach the store after the reset and count there as well.
+    pub fn forget(&mut self, keep_unsent: bool) {
+        if !keep_unsent {
+            *self = WindowState::default();
+            return;
+        }
+        for s in &mut self.slots {
+            s.remote = 0;
+        }
+    }
+
     /// What an evicted entity must not forget (`table.rs`): the counts of the epoch read at
     /// `now` and of the one before it, as `(epoch, [previous, current])`; `None` when the
     /// window's count is 0, so a fresh state would decide the same. (Hits not sent yet are

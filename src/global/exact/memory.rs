@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use super::{apply, ExactCounters, ExactFuture, ExactItem, ExactStore};
+use super::{
+    apply, ExactCounters, ExactFuture, ExactItem, ExactStore, ResetFuture, ResetItem, ResetKind,
+};
 use crate::global::sync::memory::MemoryStore;
 use crate::global::sync::store::StoreError;
 
@@ -24,6 +26,38 @@ impl ExactStore for MemoryStore {
                 buckets: &mut buckets,
             };
             Ok(apply(items, commit, &mut maps))
+        })
+    }
+
+    /// As `reset.lua`: the sync's counters by `MemoryStore::reset_window` and
+    /// `reset_bucket`, the exact keys removed.
+    fn reset<'a>(&'a self, items: &'a [ResetItem]) -> ResetFuture<'a> {
+        Box::pin(async move {
+            if self.down.load(Ordering::Relaxed) {
+                return Err(StoreError::Backend("connection refused".into()));
+            }
+            let out = items
+                .iter()
+                .map(|it| {
+                    let (e, l) = (it.entity, it.limit);
+                    match it.kind {
+                        ResetKind::Window { epochs } => self.reset_window(e, l, epochs),
+                        ResetKind::Bucket => {
+                            self.reset_bucket(e, l);
+                            [0, 0]
+                        }
+                        ResetKind::ExactWindow { epochs } => {
+                            let mut w = self.exact.lock();
+                            epochs.map(|ep| w.remove(&(e, l, ep)).unwrap_or(0))
+                        }
+                        ResetKind::ExactBucket => {
+                            self.exact_buckets.lock().remove(&(e, l));
+                            [0, 0]
+                        }
+                    }
+                })
+                .collect();
+            Ok(out)
         })
     }
 }

@@ -10,6 +10,7 @@
 pub mod bucket;
 mod memory;
 pub mod redis;
+pub mod reset;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,6 +23,7 @@ use crate::core::{Algorithm, Limit};
 use crate::global::sync::queue::ShardRouter;
 use crate::global::sync::store::StoreError;
 pub use bucket::ExactBucket;
+pub use reset::{ResetItem, ResetKind, ResetReply};
 
 /// One limit of one entity in an exact call: check `hits` against the limit on the store's
 /// exact counters of `epoch` (and `epoch - 1` for the sliding window and concurrency) and
@@ -105,6 +107,10 @@ pub struct ExactReply {
 pub type ExactFuture<'a> =
     Pin<Box<dyn Future<Output = Result<ExactReply, StoreError>> + Send + 'a>>;
 
+/// A boxed reset future ([`ExactStore::reset`]).
+pub type ResetFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ResetReply, StoreError>> + Send + 'a>>;
+
 /// A store that checks and counts exact items atomically.
 pub trait ExactStore: Send + Sync + 'static {
     /// In one atomic step: reads every item's counters; if every non-refund item fits and
@@ -113,6 +119,12 @@ pub trait ExactStore: Send + Sync + 'static {
     /// Items whose groups differ cannot go in one call (a Redis Cluster: different slots).
     fn group(&self, _entity: u128) -> u128 {
         0
+    }
+    /// Resets `items` (an operator's reset, `reset.rs`) and returns, per item, the counts
+    /// held before. This default refuses: a store of the benches' and tests' fakes.
+    fn reset<'a>(&'a self, items: &'a [ResetItem]) -> ResetFuture<'a> {
+        let _ = items;
+        Box::pin(async { Err(StoreError::Backend("this store cannot reset".into())) })
     }
 }
 

@@ -12,7 +12,7 @@
 use deadpool_redis::redis::{self, Value};
 
 use super::bucket as exact_bucket;
-use super::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore};
+use super::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore, ResetFuture, ResetItem};
 use crate::core::window::Prev;
 use crate::global::redis::pool::{OpenError, RedisPool};
 use crate::global::redis::script::{Call, Lua};
@@ -142,6 +142,8 @@ pub struct RedisExact {
     pool: RedisPool,
     prefix: String,
     script: Lua,
+    /// An operator's reset (`global/redis/reset.rs`).
+    reset: Lua,
 }
 
 impl RedisExact {
@@ -169,6 +171,7 @@ impl RedisExact {
             pool,
             prefix: opts.prefix.clone(),
             script: Lua::new(EXACT_SCRIPT),
+            reset: Lua::new(crate::global::redis::reset::RESET_SCRIPT),
         }
     }
 }
@@ -189,6 +192,16 @@ impl ExactStore for RedisExact {
         } else {
             0
         }
+    }
+
+    /// The entity's sync counters and exact keys alike (`global/redis/reset.rs`).
+    fn reset<'a>(&'a self, items: &'a [ResetItem]) -> ResetFuture<'a> {
+        Box::pin(crate::global::redis::reset::reset(
+            &self.pool,
+            &self.reset,
+            &self.prefix,
+            items,
+        ))
     }
 }
 

@@ -3,7 +3,8 @@
 //! and their `NOSCRIPT` fallback in `script.rs`, the sync's store (its data model and
 //! scripts) in `sync.rs`, the heartbeats and the store's generation they read in
 //! `heartbeat.rs`, the set of replicas as a joining replica reads it in `replicas.rs`, and
-//! the RLQS streams each replica publishes per counter in `presence.rs`. The exact rules'
+//! the RLQS streams each replica publishes per counter in `presence.rs`, an operator's reset
+//! of an entity's counters in `reset.rs`. The exact rules'
 //! store is in `global/exact/redis.rs`, on pools of its own opened here.
 
 pub mod conn;
@@ -11,6 +12,7 @@ mod heartbeat;
 pub(crate) mod pool;
 mod presence;
 mod replicas;
+pub(crate) mod reset;
 pub(crate) mod script;
 pub mod sync;
 

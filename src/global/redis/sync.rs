@@ -104,6 +104,10 @@
 //! Each tick also runs a separate script in the same pipeline: the replica's heartbeat, which
 //! counts the live replicas and reads the store's generation (`heartbeat.rs`).
 //!
+//! An operator's reset (`POST /reset`) adds a field `reset-` to a counter, minus its sum:
+//! read by this script as refunds the store applied (its name ends in `-`), so neither a
+//! replica's statement nor its floor brings the count back (`reset.rs`, `reset.lua`).
+//!
 //! Credentials never leave this module: shard names are the URLs without them.
 
 use deadpool_redis::redis::{self, Value};
@@ -138,15 +142,22 @@ const CHUNK: usize = 500;
 
 /// The key of a window item's counter of `epoch`: version 2, a hash.
 fn key(prefix: &str, it: &SyncItem, epoch: u64) -> String {
-    format!(
-        "{prefix}sluice:v2:{{{:032x}}}:{}:{epoch}",
-        it.entity, it.limit
-    )
+    window_key(prefix, it.entity, it.limit, epoch)
+}
+
+/// The key of the counter of (`entity`, `limit`, `epoch`).
+pub(crate) fn window_key(prefix: &str, entity: u128, limit: u8, epoch: u64) -> String {
+    format!("{prefix}sluice:v2:{{{entity:032x}}}:{limit}:{epoch}")
 }
 
 /// The key of a bucket item: a hash of `tat` and tokens spent.
 fn bucket_key(prefix: &str, it: &SyncItem) -> String {
-    format!("{prefix}sluice:b1:{{{:032x}}}:{}", it.entity, it.limit)
+    bucket_key_of(prefix, it.entity, it.limit)
+}
+
+/// The key of the bucket of (`entity`, `limit`).
+pub(crate) fn bucket_key_of(prefix: &str, entity: u128, limit: u8) -> String {
+    format!("{prefix}sluice:b1:{{{entity:032x}}}:{limit}")
 }
 
 /// A replica's field in every counter.

@@ -19,6 +19,11 @@ use crate::core::{Held, Part};
 /// A counter: each replica's part (its hits and refunds so far, and the refunds kept out).
 pub type Parts = HashMap<u64, Held>;
 
+/// The part an operator's reset adds to a counter ([`MemoryStore::reset_window`]): refunds
+/// the store applied, as `reset.lua`'s field `reset-`. Replica ids are random; only one of
+/// all ones would share it, here and not in Redis (whose field is named otherwise).
+pub const RESET_PART: u64 = u64::MAX;
+
 /// The net count of a counter's parts.
 fn net(p: &Parts) -> i64 {
     p.values().map(Held::net).sum()
@@ -150,6 +155,31 @@ impl MemoryStore {
             .lock()
             .get(&(entity, limit, epoch))
             .map_or(0, net)
+    }
+
+    /// An operator's reset of a window's counters of `epochs`, as `reset.lua` does it: each
+    /// counter gets [`RESET_PART`] minus its count, as refunds applied, so the replicas'
+    /// statements and floors leave it at 0. Returns the counts before.
+    pub fn reset_window(&self, entity: u128, limit: u8, epochs: [u64; 2]) -> [u64; 2] {
+        let mut c = self.counters.lock();
+        epochs.map(|epoch| {
+            let Some(counter) = c.get_mut(&(entity, limit, epoch)) else {
+                return 0;
+            };
+            let before = net(counter).max(0);
+            // As the script: a counter at 0 is left as it is.
+            if before > 0 {
+                counter.entry(RESET_PART).or_default().refunds += before as u64;
+            }
+            before as u64
+        })
+    }
+
+    /// An operator's reset of a token bucket, as `reset.lua` does it: full, when held.
+    pub fn reset_bucket(&self, entity: u128, limit: u8) {
+        if let Some(b) = self.buckets.lock().get_mut(&(entity, limit)) {
+            b.tat_ns = 0;
+        }
     }
 
     /// Forgets every counter and the generation, as a Redis without persistence does when

@@ -12,6 +12,8 @@ pub mod queue;
 pub mod shard;
 #[cfg(test)]
 mod shard_fleet_tests;
+#[cfg(test)]
+mod shard_reset_tests;
 pub mod store;
 
 pub use clock_offset::measure_offset;

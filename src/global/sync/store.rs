@@ -24,6 +24,11 @@
 //! remembers nothing to compare with, so it never mistakes that for a loss; and counters
 //! expiring leave the generation alone.
 //!
+//! An operator's reset (`POST /reset`) adds to a counter a part of the store's own, minus
+//! its count, read as refunds the store applied: no replica's statement or floor brings the
+//! count back (`global/exact/reset.rs`; `MemoryStore::reset_window` here, `reset.lua` on
+//! Redis).
+//!
 //! Apart from the counters, [`ShardStore::presence`] publishes how many RLQS streams this
 //! replica holds on each counter, and their demand, and returns what the other live replicas
 //! published (`global/presence.rs` calls it once a tick per shard).

@@ -20,6 +20,7 @@ mod fleet;
 mod join;
 mod lost_keys;
 mod refunds;
+mod reset;
 mod rlqs;
 mod security;
 mod small;
