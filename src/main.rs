@@ -58,7 +58,7 @@ fn main() -> ExitCode {
         Command::Check(args) => sluice::cli::check(&args),
         Command::Query(args) => runtime.block_on(sluice::cli::query(args)),
         Command::Explain(args) => runtime.block_on(sluice::cli::explain(args)),
-        Command::Reset(args) => sluice::cli::reset(&args),
+        Command::Reset(args) => runtime.block_on(sluice::cli::reset(&args)),
         #[cfg(feature = "tools")]
         Command::Load(args) => runtime.block_on(sluice::cli::load(args)),
         #[cfg(feature = "tools")]

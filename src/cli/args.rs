@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
+use super::admin::AdminRequestArgs;
 use crate::settings::ServeArgs;
 
 /// sluice: an external rate-limit service for Envoy and Istio.
@@ -96,15 +97,9 @@ pub struct QueryArgs {
 /// Flags of `sluice explain`.
 #[derive(Debug, Clone, Args)]
 pub struct ExplainArgs {
-    /// The service's HTTP (admin) address.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub addr: String,
-    /// The domain.
-    #[arg(long)]
-    pub domain: String,
-    /// Descriptors, each `key=value[,key2=value2...]`.
-    #[arg(required = true)]
-    pub descriptors: Vec<String>,
+    /// The admin port, the domain and the descriptors.
+    #[command(flatten)]
+    pub request: AdminRequestArgs,
     /// Request-level hits_addend (0 means 1, as Envoy sends it).
     #[arg(long, default_value_t = 0)]
     pub hits_addend: u32,
@@ -119,20 +114,9 @@ pub struct ExplainArgs {
 /// Flags of `sluice reset`.
 #[derive(Debug, Clone, Args)]
 pub struct ResetArgs {
-    /// The service's HTTP admin address.
-    #[arg(
-        long,
-        env = "SLUICE_HTTP_ADDR",
-        hide_env_values = true,
-        default_value = "http://127.0.0.1:8080"
-    )]
-    pub addr: String,
-    /// The domain.
-    #[arg(long)]
-    pub domain: String,
-    /// Descriptors, each `key=value[,key2=value2...]`.
-    #[arg(required = true)]
-    pub descriptors: Vec<String>,
+    /// The admin port, the domain and the descriptors.
+    #[command(flatten)]
+    pub request: AdminRequestArgs,
     /// A file holding the admin token (the service's `ADMIN_TOKEN_FILE`).
     #[arg(long, conflicts_with = "token")]
     pub token_file: Option<PathBuf>,

@@ -1,20 +1,13 @@
-//! `sluice explain`: sends a request to the HTTP port's `POST /explain` and prints what it
-//! would be answered, and why, for a person (`--json`: the answer as the server sent it).
-//!
-//! The admin port speaks plain HTTP/1.1, and one request needs no client library: the call
-//! is written by hand on a TCP stream (`Connection: close`, read to the end).
+//! `sluice explain`: sends a request to the HTTP port's `POST /explain` (`admin.rs`) and
+//! prints what it would be answered, and why, for a person (`--json`: the answer as the
+//! server sent it).
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-use super::{parse_descriptor, ExplainArgs, QueryError};
-
-/// The most of an answer read: explanations of `MAX_DESCRIPTORS` descriptors are far less.
-const MAX_ANSWER_BYTES: u64 = 16 << 20;
+use super::admin::AdminCallError;
+use super::{ExplainArgs, QueryError};
 
 /// Why `sluice explain` got no explanation.
 #[derive(Debug, thiserror::Error)]
@@ -22,17 +15,9 @@ pub enum ExplainError {
     /// A descriptor that is not `key=value[,...]`.
     #[error(transparent)]
     Descriptor(#[from] QueryError),
-    /// `--addr` is not `http://host:port`.
-    #[error("bad address '{0}': expected http://host:port (the HTTP port, not gRPC's)")]
-    BadAddress(String),
-    /// The connection or the exchange failed.
-    #[error("cannot reach {addr}: {source}. Is `sluice serve` running? Name its HTTP address with --addr")]
-    Io {
-        /// The address given.
-        addr: String,
-        /// What failed.
-        source: std::io::Error,
-    },
+    /// The call failed.
+    #[error(transparent)]
+    Call(#[from] AdminCallError),
     /// The server answered with an error status.
     #[error("the server answered {status}: {body}")]
     Status {
@@ -69,69 +54,11 @@ pub async fn explain(args: ExplainArgs) -> ExitCode {
     }
 }
 
-/// The request's body, as `POST /json` takes it.
-fn body(args: &ExplainArgs) -> Result<Value, ExplainError> {
-    let descriptors = args
-        .descriptors
-        .iter()
-        .map(|d| {
-            let d = parse_descriptor(d)?;
-            let entries: Vec<Value> = d
-                .entries
-                .iter()
-                .map(|e| json!({"key": e.key, "value": e.value}))
-                .collect();
-            let mut v = json!({ "entries": entries });
-            if let Some(h) = args.hits {
-                v["hitsAddend"] = json!(h);
-            }
-            Ok(v)
-        })
-        .collect::<Result<Vec<_>, QueryError>>()?;
-    Ok(json!({
-        "domain": args.domain,
-        "descriptors": descriptors,
-        "hitsAddend": args.hits_addend,
-    }))
-}
-
-/// `host:port` of an `http://host:port[/]` address.
-fn authority(addr: &str) -> Result<&str, ExplainError> {
-    let rest = addr
-        .strip_prefix("http://")
-        .ok_or_else(|| ExplainError::BadAddress(addr.to_string()))?;
-    let host = rest.trim_end_matches('/');
-    if host.is_empty() || host.contains('/') {
-        return Err(ExplainError::BadAddress(addr.to_string()));
-    }
-    Ok(host)
-}
-
-/// Posts the body to `/explain` and returns the answer's JSON.
+/// Posts the request to `/explain` and returns the answer's JSON.
 async fn fetch(args: &ExplainArgs) -> Result<Value, ExplainError> {
-    let body = body(args)?.to_string();
-    let host = authority(&args.addr)?;
-    let io = |source| ExplainError::Io {
-        addr: args.addr.clone(),
-        source,
-    };
-    let exchange = async {
-        let mut stream = TcpStream::connect(host).await?;
-        let head = format!(
-            "POST /explain HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body.as_bytes()).await?;
-        let mut raw = Vec::new();
-        stream.take(MAX_ANSWER_BYTES).read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
-    };
-    let raw = tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .map_err(|_| io(std::io::ErrorKind::TimedOut.into()))?
-        .map_err(io)?;
-    let (status, body) = parse_answer(&raw)?;
+    let mut body = args.request.body(args.hits)?;
+    body["hitsAddend"] = json!(args.hits_addend);
+    let (status, body) = args.request.post("/explain", &body, None).await?;
     if status != 200 {
         return Err(ExplainError::Status {
             status,
@@ -139,54 +66,6 @@ async fn fetch(args: &ExplainArgs) -> Result<Value, ExplainError> {
         });
     }
     serde_json::from_str(&body).map_err(|e| ExplainError::Answer(e.to_string()))
-}
-
-/// The status and body of an HTTP/1.1 answer (a `Content-Length` or chunked body, or to the
-/// end of the stream).
-fn parse_answer(raw: &[u8]) -> Result<(u16, String), ExplainError> {
-    let bad = || ExplainError::Answer(String::from_utf8_lossy(raw).chars().take(200).collect());
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(bad)?;
-    let head = std::str::from_utf8(&raw[..split]).map_err(|_| bad())?;
-    let mut payload = &raw[split + 4..];
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(bad)?;
-    let header = |name: &str| {
-        head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_string())
-        })
-    };
-    let mut body = Vec::new();
-    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        loop {
-            let end = payload
-                .windows(2)
-                .position(|w| w == b"\r\n")
-                .ok_or_else(bad)?;
-            let size = std::str::from_utf8(&payload[..end]).map_err(|_| bad())?;
-            let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
-                .map_err(|_| bad())?;
-            payload = &payload[end + 2..];
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(payload.get(..size).ok_or_else(bad)?);
-            payload = payload.get(size + 2..).ok_or_else(bad)?;
-        }
-    } else if let Some(n) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        body.extend_from_slice(payload.get(..n).ok_or_else(bad)?);
-    } else {
-        body.extend_from_slice(payload);
-    }
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
 /// The explanation for a person.
@@ -290,24 +169,4 @@ pub fn render(v: &Value) -> String {
         out.push('\n');
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_answer_is_read_whole_in_either_framing() {
-        let plain = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
-        assert_eq!(parse_answer(plain).unwrap(), (200, "{}".into()));
-        let chunked =
-            b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nbad\r\n2\r\n!\n\r\n0\r\n\r\n";
-        assert_eq!(parse_answer(chunked).unwrap(), (400, "bad!\n".into()));
-        assert!(parse_answer(b"garbage").is_err());
-        assert_eq!(
-            authority("http://127.0.0.1:8080/").unwrap(),
-            "127.0.0.1:8080"
-        );
-        assert!(authority("https://h:1").is_err());
-    }
 }

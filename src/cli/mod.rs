@@ -1,9 +1,10 @@
 //! The command line (`args.rs`: the top-level command and the client subcommands' flags) and
 //! the clients: `sluice check` (validate rules), `sluice query` (one request), `sluice
 //! explain` (`explain.rs`: what a request would be answered, and why), `sluice reset` (clear
-//! counters, `reset.rs`) and `sluice load` (a load generator with latency percentiles;
-//! `--rlqs`: a fleet of quota-service streams).
+//! counters, `reset.rs`), both calling the admin port through `admin.rs`, and `sluice load`
+//! (a load generator with latency percentiles; `--rlqs`: a fleet of quota-service streams).
 
+pub mod admin;
 mod args;
 mod explain;
 #[cfg(feature = "tools")]
