@@ -8,6 +8,7 @@ pub mod clock_offset;
 pub mod health;
 mod in_flight;
 pub mod memory;
+mod plan;
 pub mod queue;
 pub mod shard;
 #[cfg(test)]
