@@ -11,6 +11,7 @@
 //! the named seed and on others, so that they are not one seed's luck.
 
 use sluice::sim::rlqs::{run, RlqsReport, RlqsScenario};
+use sluice::sim::rlqs_matrix::{bounds, cell, render_matrix, Bounds, Scale, SCALES};
 use sluice::sim::{render_rlqs, scenarios_at};
 
 /// At most this many times the limit admitted in any window.
@@ -143,6 +144,43 @@ fn the_same_scenario_gives_the_same_report() {
     assert_eq!(run(&s), run(&s));
 }
 
+/// A cell of the scale matrix: its rule, (Envoys, replicas), report interval (ms) and
+/// offered load over the limit.
+type Cell = (&'static Scale, (usize, usize), u64, f64);
+
+/// Runs each cell and fails listing what `judge` finds amiss in its bounds, cell by cell,
+/// with the matrix of the runs.
+fn check_cells(cells: &[Cell], judge: impl Fn(&Cell, &Bounds) -> Vec<String>) {
+    let mut failures = Vec::new();
+    let mut reports = Vec::new();
+    for c in cells {
+        let &(scale, fleet, report_ms, times) = c;
+        let r = run(&cell(scale, fleet, report_ms, times));
+        let what = format!(
+            "{}, {} Envoys, {report_ms} ms reports, {times}x",
+            scale.name, fleet.0
+        );
+        failures.extend(
+            judge(c, &bounds(&r))
+                .into_iter()
+                .map(|f| format!("{what}: {f}")),
+        );
+        reports.push(r);
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n\n{}",
+        failures.join("\n"),
+        render_matrix(&reports)
+    );
+}
+
+/// Over the limit, up to ten Envoys of equal demand within 15 % of their mean.
+fn unfair((envoys, _): (usize, usize), times: f64, b: &Bounds) -> Option<String> {
+    (times > 1.0 && envoys <= 10 && b.spread > 0.15)
+        .then(|| format!("Envoys {:.1} % apart", 100.0 * b.spread))
+}
+
 /// The scale matrix's cells held to both bounds: a 50/s bucket of burst 50 (one second of
 /// its rate) shared by one and two Envoys, at 1 s and 5 s reports, over the limit and under
 /// it, by ten Envoys on two replicas over it and under it at 1 s reports, and by fifty on
@@ -152,45 +190,33 @@ fn the_same_scenario_gives_the_same_report() {
 /// that still miss are in docs/accuracy.md, with why.
 #[test]
 fn a_per_second_bucket_admits_its_whole_limit_and_no_more() {
-    use sluice::sim::rlqs_matrix::{bounds, cell, SCALES};
+    let bucket = &SCALES[0];
     let mut cells = Vec::new();
     for fleet in [(1, 1), (2, 1)] {
         for report_ms in [1_000, 5_000] {
             for times in [2.0, 0.8] {
-                cells.push((fleet, report_ms, times));
+                cells.push((bucket, fleet, report_ms, times));
             }
         }
     }
     cells.extend([
-        ((10, 2), 1_000, 2.0),
-        ((10, 2), 5_000, 2.0),
-        ((10, 2), 1_000, 0.8),
-        ((50, 3), 1_000, 2.0),
-        ((50, 3), 5_000, 2.0),
+        (bucket, (10, 2), 1_000, 2.0),
+        (bucket, (10, 2), 5_000, 2.0),
+        (bucket, (10, 2), 1_000, 0.8),
+        (bucket, (50, 3), 1_000, 2.0),
+        (bucket, (50, 3), 5_000, 2.0),
     ]);
-    let mut failures = Vec::new();
-    let mut reports = Vec::new();
-    for (fleet, report_ms, times) in cells {
-        let r = run(&cell(&SCALES[0], fleet, report_ms, times));
-        let b = bounds(&r);
-        let what = format!("{} Envoys, {report_ms} ms reports, {times}x", fleet.0);
+    check_cells(&cells, |&(_, fleet, _, times), b| {
+        let mut out = Vec::new();
         if !(0.90..=1.10).contains(&b.later) {
-            failures.push(format!("{what}: admitted {:.3}x the exact bucket", b.later));
+            out.push(format!("admitted {:.3}x the exact bucket", b.later));
         }
         if times < 1.0 && b.later < 0.98 {
-            failures.push(format!("{what}: admitted {:.3}x under the limit", b.later));
+            out.push(format!("admitted {:.3}x under the limit", b.later));
         }
-        if times > 1.0 && fleet.0 <= 10 && b.spread > 0.15 {
-            failures.push(format!("{what}: Envoys {:.1} % apart", 100.0 * b.spread));
-        }
-        reports.push(r);
-    }
-    assert!(
-        failures.is_empty(),
-        "{}\n\n{}",
-        failures.join("\n"),
-        sluice::sim::rlqs_matrix::render_matrix(&reports)
-    );
+        out.extend(unfair(fleet, times, b));
+        out
+    });
 }
 
 /// The cold start at per-second limits, from both sides: a 50/s sliding window shared by one,
@@ -204,7 +230,6 @@ fn a_per_second_bucket_admits_its_whole_limit_and_no_more() {
 /// (docs/accuracy.md says why).
 #[test]
 fn a_cold_per_second_limit_admits_its_limit_from_the_first_period() {
-    use sluice::sim::rlqs_matrix::{bounds, cell, SCALES};
     let mut cells = Vec::new();
     for fleet in [(1, 1), (2, 1), (10, 2)] {
         for report_ms in [1_000, 5_000] {
@@ -214,29 +239,16 @@ fn a_cold_per_second_limit_admits_its_limit_from_the_first_period() {
         }
     }
     cells.push((&SCALES[0], (2, 1), 5_000, 2.0));
-    let mut failures = Vec::new();
-    let mut reports = Vec::new();
-    for (scale, fleet, report_ms, times) in cells {
-        let r = run(&cell(scale, fleet, report_ms, times));
-        let b = bounds(&r);
-        let what = format!(
-            "{}: {} Envoys, {report_ms} ms, {times}x",
-            scale.name, fleet.0
-        );
+    check_cells(&cells, |&(_, _, _, times), b| {
+        let mut out = Vec::new();
         if b.first > 1.10 {
-            failures.push(format!("{what}: first period {:.3}x the exact", b.first));
+            out.push(format!("first period {:.3}x the exact", b.first));
         }
         if times >= 1.5 && b.first < 0.90 {
-            failures.push(format!("{what}: first period only {:.3}x", b.first));
+            out.push(format!("first period only {:.3}x", b.first));
         }
-        reports.push(r);
-    }
-    assert!(
-        failures.is_empty(),
-        "{}\n\n{}",
-        failures.join("\n"),
-        sluice::sim::rlqs_matrix::render_matrix(&reports)
-    );
+        out
+    });
 }
 
 /// Prints the scale matrix (`SCALE=` picks rules by name): the table in docs/accuracy.md.
@@ -249,7 +261,7 @@ fn scale_matrix() {
         .filter(|s| s.name.contains(&only))
         .collect();
     let reports: Vec<RlqsReport> = cells.iter().map(run).collect();
-    println!("{}", sluice::sim::rlqs_matrix::render_matrix(&reports));
+    println!("{}", render_matrix(&reports));
 }
 
 /// The scale matrix's per-minute (600) and per-hour (3,600) windows held to both bounds,
@@ -261,7 +273,6 @@ fn scale_matrix() {
 /// per-minute limit admit 0.85× (docs/accuracy.md says why) and are left out.
 #[test]
 fn per_minute_and_per_hour_windows_admit_their_limit_both_ways() {
-    use sluice::sim::rlqs_matrix::{bounds, cell, SCALES};
     let (minute, hour) = (&SCALES[2], &SCALES[3]);
     let mut cells = Vec::new();
     for fleet in [(1, 1), (2, 1), (10, 2)] {
@@ -277,31 +288,16 @@ fn per_minute_and_per_hour_windows_admit_their_limit_both_ways() {
         (hour, (50, 3), 5_000, 2.0),
         (hour, (50, 3), 5_000, 0.8),
     ]);
-    let mut failures = Vec::new();
-    let mut reports = Vec::new();
-    for (scale, fleet, report_ms, times) in cells {
-        let r = run(&cell(scale, fleet, report_ms, times));
-        let b = bounds(&r);
-        let what = format!(
-            "{}, {} Envoys, {report_ms} ms reports, {times}x",
-            scale.name, fleet.0
-        );
+    check_cells(&cells, |&(_, fleet, _, times), b| {
+        let mut out = Vec::new();
         for (period, got) in [("first", b.first), ("later", b.later)] {
             if got > MAX_ADMITTED || (times > 1.0 && got < 0.90) || (times < 1.0 && got < 0.98) {
-                failures.push(format!(
-                    "{what}: {period} window(s) admitted {got:.3}x the exact limiter"
+                out.push(format!(
+                    "{period} window(s) admitted {got:.3}x the exact limiter"
                 ));
             }
         }
-        if times > 1.0 && fleet.0 <= 10 && b.spread > 0.15 {
-            failures.push(format!("{what}: Envoys {:.1} % apart", 100.0 * b.spread));
-        }
-        reports.push(r);
-    }
-    assert!(
-        failures.is_empty(),
-        "{}\n\n{}",
-        failures.join("\n"),
-        sluice::sim::rlqs_matrix::render_matrix(&reports)
-    );
+        out.extend(unfair(fleet, times, b));
+        out
+    });
 }
