@@ -2,25 +2,34 @@
 //! and wire semantics, decided from memory.
 //!
 //! # Layout
-//! Dependencies point one way: the pure core (`core`, `rules`) imports nothing from the I/O
-//! edges (`server`, `global`'s Redis, `cli`); `rls` uses the core and `telemetry` only.
-//! - `core/`: time (`clock`), window counters (`window`), the fleet estimate (`fleet`), pressure
-//!   tiers and sync cadence (`tier`), the entity table (`table`). Pure: `now` is an argument.
-//! - `rules/`: the rules YAML (`model`), validation and compilation (`compile`), the descriptor
-//!   tree (`tree`) and counter identity (`identity`).
+//! Dependencies point one way (ARCHITECTURE.md, "Layers"; `tests/in_process/layers.rs` holds
+//! them to it): the pure core (`core/`, `rules/`) imports nothing from the I/O edges
+//! (`server/`, `sources/`, `global/`'s Redis, `cli/`). `rls/` uses the core, the rules,
+//! `telemetry/`'s metric handles and `global/`'s exact-rule client and sync queues, never a
+//! transport; `rlqs/` uses `rls/` and `global/`'s presence exchange besides.
+//! - `core/`: time (`clock.rs`), the limit vocabulary (`limit.rs`), what a replica knows of
+//!   the fleet (`fleet_view.rs`), window counters (`window/`), token buckets (`bucket/`, on
+//!   `gcra.rs`), a limit's state (`state.rs`), pressure tiers and sync cadence (`tier.rs`),
+//!   the entity table (`table/`) and a rule's decision (`decide.rs`). Pure: `now` is an
+//!   argument.
+//! - `rules/`: the rules YAML (`model/`), validation and compilation (`compile/`), the
+//!   descriptor tree (`tree/`) and counter identity (`identity.rs`).
 //! - `rls/`: the ShouldRateLimit semantics, transport-independent: validate → resolve →
-//!   evaluate → respond.
+//!   evaluate → respond (`validate.rs`, `resolve.rs`, `evaluate.rs`, `respond.rs`).
 //! - `rlqs/`: Envoy's Rate Limit Quota Service, transport-independent: usage reports checked
-//!   (`report`); bucket ids resolve through the rules' tree (`RuleSet::find_bucket`).
-//! - `global/`: global mode's sync: the store trait, per-shard queues, the shard task, health,
-//!   clock offset, Redis, an in-memory store; and exact rules' store calls (`exact`). Its
-//!   settings are its own (`global::Config`); `global::spawn` starts it.
+//!   (`report.rs`), streams (`stream.rs`), one limit shared among them (`engine.rs`,
+//!   `share.rs`); bucket ids resolve through the rules' tree (`RuleSet::find_bucket`).
+//! - `global/`: global mode's sync (`sync/`: the store trait, per-shard queues, the shard
+//!   task, health, clock offset, an in-memory store), Redis (`redis/`), exact rules' store
+//!   calls (`exact/`), the fleet's presence exchange (`presence/`) and a replica's join
+//!   (`join.rs`). Its settings are its own (`global::Config`); `global::spawn` starts it.
 //! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, signals/readiness.
 //! - `sources/`: where the rules come from: files (loaded, watched, reloaded) or xDS.
 //! - `settings/`: the service's flags and environment; `telemetry/`: metrics (their names in
 //!   `names.rs`), the reference's statsd and Prometheus names, OTLP traces and metrics, logs;
-//!   `tls_files`: PEM certificates, keys and CAs; `cli/`: the command line and the clients
-//!   `check`, `query`, `load`; `sim/`: the fleet simulator behind `sluice simulate`.
+//!   `tls_files.rs`: PEM certificates, keys and CAs; `cli/`: the command line and the clients
+//!   `check`, `query`, `explain`, `reset`, `load`; `sim/`: the fleet simulator behind
+//!   `sluice simulate`.
 //!
 //! [`run`] wires them: load rules (or subscribe to them over xDS), serve gRPC and HTTP, watch
 //! the rules, and on the shutdown future stop within one grace period: not ready, servers

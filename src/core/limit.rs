@@ -1,6 +1,7 @@
 //! The limit vocabulary: what a limit is ([`Limit`], [`Algorithm`]), what checking hits
 //! against one says ([`Verdict`]), the most a counter holds ([`MAX_COUNT`]), and the verdict
-//! on a count known already ([`verdict_on`]). A leaf: every counter and every caller speaks it.
+//! on a count known already ([`verdict_on`]). It uses only the clock: every counter and every
+//! caller speaks it.
 
 use super::clock::UnixMillis;
 

@@ -3,9 +3,10 @@
 //! always an argument, so every decision can be replayed on a manual clock. See
 //! ARCHITECTURE.md, "The path of a request".
 //!
-//! The modules import one way: `clock`, `limit`, `fleet_view` and `gcra` (the token-bucket
-//! arithmetic) are leaves; `window` and `bucket` use them; `state` holds either; `tier`,
-//! `table` and `decide` work on `state`.
+//! The modules import one way. `clock.rs` and `fleet_view.rs` are the leaves: they import no
+//! other part of the core. `limit.rs` (the limit vocabulary) uses the clock, and `gcra.rs`
+//! (the token-bucket arithmetic) the limit; `window/` and `bucket/` (on `gcra.rs`) use those;
+//! `state.rs` holds either; `tier.rs`, `table/` and `decide.rs` work on `state.rs`.
 
 pub mod bucket;
 pub mod clock;

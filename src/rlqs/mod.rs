@@ -25,8 +25,8 @@
 //! - `presence.rs`: the engine as the fleet's presence exchange sees it (`global/presence/`).
 //! - `config.rs`: the `RLQS_*` settings.
 //!
-//! Layers: `rlqs` uses the core, the limiter (`rls`), `global`'s presence exchange and
-//! `telemetry`; the transport is `server/rlqs.rs`.
+//! Layers: `rlqs` uses the core, the rules (a bucket id's bounds), the limiter (`rls`),
+//! `global`'s presence exchange and `telemetry`; the transport is `server/rlqs.rs`.
 
 pub mod config;
 pub mod engine;

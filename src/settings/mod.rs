@@ -8,7 +8,7 @@
 //! environment source, lookup and value parsers), this file (the resolved settings, the
 //! service's behaviour and Redis), and per area `listen.rs` (gRPC and HTTP listeners and
 //! bounds), `rules.rs` (rules files, xDS), `telemetry.rs` (metrics, traces, logs) and
-//! `reference.rs` (envoyproxy/ratelimit's variables); `tests.rs`.
+//! `reference.rs` (envoyproxy/ratelimit's variables); the tests in `tests/`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -24,7 +24,7 @@
 //! service does (`global/join.rs`), and the traffic goes only to the replicas that report
 //! ready, as a load balancer sends it. A driver task sleeps until each seeded arrival and
 //! hands it to its node. A scenario therefore gives the same table on every
-//! machine, which is what lets `tests/simulate.rs` assert its bounds.
+//! machine, which is what lets `tests/in_process/simulate.rs` assert its bounds.
 //!
 //! # What is measured
 //! Per aligned window: the hits the fleet admitted, over the limit, and *false denials*: hits
