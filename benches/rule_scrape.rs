@@ -52,7 +52,6 @@ fn request(key: &str, value: u64) -> RateLimitRequest {
             },
         ],
         hits_addend: 1,
-        ..Default::default()
     }
 }
 

@@ -52,9 +52,10 @@ impl RateLimiter {
             count_hits,
         );
         let outcome = decided.map(|(outcome, offer)| {
-            if let (Some(ratio), Some(c)) = (offer, counts) {
+            // Quota reports (RLQS) carry no descriptor: their keys are counted, not listed.
+            if let (Some(ratio), Some(c), Some(entries)) = (offer, counts, entries) {
                 c.candidates.offer(entity, ratio, period, || {
-                    (entries.unwrap_or_default().iter())
+                    (entries.iter())
                         .map(|e| (e.key.as_str().into(), e.value.as_str().into()))
                         .collect()
                 });

@@ -72,7 +72,6 @@ fn top_ten_of_a_zipf_load_is_the_true_top_ten_by_count_over_limit() {
             domain: "z".into(),
             descriptors: vec![desc(&[(key, &value.to_string())])],
             hits_addend: 1,
-            ..Default::default()
         };
         let resp = limiter.should_rate_limit(&req).expect("a valid request");
         assert_eq!(resp.overall_code, 1, "every hit is within these limits");
