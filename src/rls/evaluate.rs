@@ -118,9 +118,7 @@ impl RateLimiter {
         let capacity = rule.limits[o.reported].limit.capacity().max(1);
         let ratio = o.verdict.count_after as f64 / f64::from(capacity);
         let near = o.over || ratio >= self.opts.near_limit_ratio;
-        let crossing = state.marks.update(counts, period, ratio, near, o.over);
-        crossing
-            .offer
+        (state.marks.update(counts, period, ratio, near, o.over))
             .filter(|&r| counts.candidates.could_admit(r, period))
     }
 

@@ -63,12 +63,20 @@ pub(super) async fn top_handler(State(s): State<AdminState>, req: Request) -> Re
         Ok(q) => q,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("bad request: {e}\n")).into_response(),
     };
-    let top = s.limiter.top(TopQuery {
-        domain: domain.as_deref(),
-        rule: rule.as_deref(),
-        n,
-    });
-    (StatusCode::OK, axum::Json(top)).into_response()
+    // Up to TOP_READ_BUDGET lookups: off the runtime's workers, as a `/metrics` render is.
+    let limiter = s.limiter.clone();
+    let top = tokio::task::spawn_blocking(move || {
+        limiter.top(TopQuery {
+            domain: domain.as_deref(),
+            rule: rule.as_deref(),
+            n,
+        })
+    })
+    .await;
+    match top {
+        Ok(top) => (StatusCode::OK, axum::Json(top)).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
 }
 
 #[cfg(test)]

@@ -59,18 +59,10 @@ pub struct Marks {
     pub step: u8,
 }
 
-/// What [`Marks::update`] found: whether the entity beat its last step (then it should be
-/// offered as a candidate).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Crossing {
-    /// The ratio to offer it at, when it climbed a step.
-    pub offer: Option<f64>,
-}
-
 impl Marks {
     /// Notes a counted decision in `period` (plus one) at `ratio` of the limit, near or
-    /// over: each counted once a period in `counts`. Returns whether to offer the entity as a
-    /// candidate.
+    /// over: each counted once a period in `counts`. Returns the ratio to offer the entity
+    /// to the candidates at, when it climbed a step.
     pub fn update(
         &mut self,
         counts: &RuleCounts,
@@ -78,7 +70,7 @@ impl Marks {
         ratio: f64,
         near: bool,
         over: bool,
-    ) -> Crossing {
+    ) -> Option<f64> {
         if self.period != period as u16 {
             *self = Marks {
                 period: period as u16,
@@ -94,11 +86,10 @@ impl Marks {
             bump(&counts.over, period);
         }
         let step = step_of(ratio);
-        let offer = (step > self.step).then(|| {
+        (step > self.step).then(|| {
             self.step = step;
             ratio
-        });
-        Crossing { offer }
+        })
     }
 }
 

@@ -34,7 +34,7 @@ fn table(max: u64) -> EntityTable {
 
 /// Touches `key` of RULE (creating it) and notes a decision at `ratio`: what the request
 /// path does (`rls/evaluate.rs`).
-fn touch(t: &EntityTable, c: &RuleCounts, k: u128, now: UnixMillis, ratio: f64) -> Crossing {
+fn touch(t: &EntityTable, c: &RuleCounts, k: u128, now: UnixMillis, ratio: f64) -> Option<f64> {
     let l = per_minute(100);
     let p = period_of(now.0, l.window_ms);
     t.with_rule(
@@ -103,12 +103,12 @@ fn crossings_count_once_a_period_and_a_passed_period_reads_zero() {
 fn an_entity_is_offered_once_per_step() {
     let t = table(100);
     let c = t.rule_counts(RULE, &[per_minute(100)]);
-    let offers = [0.001, 0.002, 0.01, 0.04, 0.05, 0.5, 0.5]
-        .map(|r| touch(&t, &c, key(1), T0, r).offer.is_some());
+    let offers =
+        [0.001, 0.002, 0.01, 0.04, 0.05, 0.5, 0.5].map(|r| touch(&t, &c, key(1), T0, r).is_some());
     assert_eq!(offers, [true, false, false, true, false, true, false]);
     // A new period starts from step 0 again.
     let next = UnixMillis(T0.0 + 60_000);
-    assert!(touch(&t, &c, key(1), next, 0.001).offer.is_some());
+    assert!(touch(&t, &c, key(1), next, 0.001).is_some());
 }
 
 fn entries(i: u64) -> Vec<(Box<str>, Box<str>)> {

@@ -28,7 +28,7 @@ use super::state::LimitState;
 use shard::{Record, Shard};
 
 pub use counts::{
-    period_of, step_of, Candidate, Candidates, Crossing, Marks, RuleCounts, MAX_CANDIDATES,
+    period_of, step_of, Candidate, Candidates, Marks, RuleCounts, MAX_CANDIDATES,
     MAX_CANDIDATE_BYTES,
 };
 
