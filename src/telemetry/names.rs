@@ -189,6 +189,9 @@ pub const ALL: &[Metric] = &[
     RLQS_REFUSED,
 ];
 
+/// The prefix of the per-rule gauges' names (`sluice_rule_limit`, ...).
+pub const RULE_GAUGE_PREFIX: &str = "sluice_rule_";
+
 /// The prefix of the per-rule counters' names: `ratelimit_<suffix>_total` on `/metrics`.
 pub const RULE_COUNTER_PREFIX: &str = "ratelimit_";
 

@@ -262,3 +262,26 @@ async fn metrics_serve_each_rules_limit_and_its_keys_near_and_over() {
     assert_eq!(read("sluice_rule_near_limit_keys"), 0.0);
     assert_eq!(read("sluice_rule_over_limit_keys"), 0.0);
 }
+
+#[test]
+fn every_rule_has_its_gauges_past_the_sdks_default_cardinality() {
+    // 2,500 rules: past the OpenTelemetry SDK's default of 2,000 series an instrument, which
+    // would fold the rest into one overflow series.
+    let mut yaml = String::from("domain: many\ndescriptors:\n");
+    for i in 0..2500 {
+        yaml.push_str(&format!(
+            "  - key: k{i}\n    rate_limit: {{unit: minute, requests_per_unit: {}}}\n",
+            i + 1
+        ));
+    }
+    let clock = ManualClock::new(UnixMillis(1_700_000_000_000));
+    let limiter = RateLimiter::local(&yaml, Arc::new(clock), Options::default()).expect("rules");
+    let text = limiter.telemetry().render();
+    let limits: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("sluice_rule_limit{"))
+        .collect();
+    assert_eq!(limits.len(), 2500, "{:?}", limits.last());
+    assert!(limits.iter().all(|l| !l.contains("overflow")));
+    assert!(text.contains(r#"sluice_rule_limit{domain="many",rule="many.k2499"} 2500"#));
+}
