@@ -310,6 +310,7 @@ impl Service {
             fleet: global.as_ref().map(|g| g.joining.clone()),
             tracer: tracer.clone(),
             admin_token: settings.admin_token.clone().map(Arc::new),
+            open_reads: settings.admin_open_reads,
         };
         let http = serve_http(listeners.http, state, settings);
         let joining = global.as_ref().map(|g| g.joining.clone());

@@ -1,12 +1,16 @@
 //! Step 3 of a request: a target's limits checked (and counted, refunded, or only looked
 //! at) on its entity by `core::decide`, under its shard's lock; the queue calls the
-//! decision wants of global mode's sync; the per-rule metrics.
+//! decision wants of global mode's sync; the per-rule metrics; the rule's per-period counts
+//! and `/top` candidates (`core/table/counts.rs`): a comparison or two per decision, the
+//! candidates' atomic and lock only when the entity climbs a step of its limit.
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 
 use super::resolve::Target;
 use super::RateLimiter;
 use crate::core::clock::UnixMillis;
 use crate::core::decide::{decide, Count, Decision, Outcome};
-use crate::core::table::{EntityMut, Lookup};
+use crate::core::table::{period_of, EntityMut, EntityState, Lookup, RuleCounts};
 use crate::rules::Rule;
 use crate::telemetry::RuleStats;
 
@@ -14,29 +18,50 @@ use crate::telemetry::RuleStats;
 
 impl RateLimiter {
     /// Checks (and, per `count`, counts) `hits` against every limit of the target's rule.
-    /// `None` for targets that are not counted (no rule, unlimited).
+    /// `None` for targets that are not counted (no rule, unlimited). A counted decision
+    /// notes the entity in its rule's counts; `entries`, the descriptor's, are copied only
+    /// when it gets into the rule's `/top` candidates.
     pub(super) fn evaluate(
         &self,
         t: &Target<'_>,
         now: UnixMillis,
         hits: u64,
         count: Count,
+        entries: Option<&[Entry]>,
     ) -> Option<Outcome> {
-        let (rule, entity) = match t {
+        let (rule, entity, counts) = match t {
             Target::NoRule => return None,
-            Target::Rule(r, e, _) => (*r, *e),
-            Target::Override(r, e, _) => (r, *e),
+            Target::Rule(r, e, _, c) => (*r, *e, *c),
+            Target::Override(r, e, _) => (r, *e, None),
         };
         if rule.unlimited {
             return None;
         }
-        let count_hits = |e: EntityMut<'_>| self.count_on(rule, e, now, hits, count);
-        let (outcome, lookup) = self.entities.with(
+        let counts = counts.filter(|_| matches!(count, Count::Yes { .. } | Count::Admitted));
+        let window = rule.limits.first().map_or(1000, |l| l.limit.window_ms);
+        let period = period_of(now.0, window);
+        let count_hits = |e: EntityMut<'_>| {
+            let outcome = self.count_on(rule, e.key, e.state, now, hits, count)?;
+            let offer = counts.and_then(|c| self.mark(rule, &outcome, e.state, c, period));
+            Some((outcome, offer))
+        };
+        let (decided, lookup) = self.entities.with_rule(
             entity,
             now,
-            || rule.limits.iter().map(|l| l.limit).collect(),
+            || (rule.id, rule.limits.iter().map(|l| l.limit).collect()),
             count_hits,
         );
+        let outcome = decided.map(|(outcome, offer)| {
+            // Quota reports (RLQS) carry no descriptor: their keys are counted, not listed.
+            if let (Some(ratio), Some(c), Some(entries)) = (offer, counts, entries) {
+                c.candidates.offer(entity, ratio, period, || {
+                    (entries.iter())
+                        .map(|e| (e.key.as_str().into(), e.value.as_str().into()))
+                        .collect()
+                });
+            }
+            outcome
+        });
         let stats = &self.telemetry.service;
         RuleStats::add(
             match lookup {
@@ -53,12 +78,12 @@ impl RateLimiter {
     fn count_on(
         &self,
         rule: &Rule,
-        entity: EntityMut<'_>,
+        key: u128,
+        state: &mut EntityState,
         now: UnixMillis,
         hits: u64,
         count: Count,
     ) -> Option<Outcome> {
-        let EntityMut { key, state, .. } = entity;
         // Global mode: what the heartbeats say of the fleet, for a cold entity's prior.
         let fleet = self.sync.as_ref().map(|q| q.fleet());
         let limits = rule.limits.iter().map(|spec| (&spec.limit, spec.strict));
@@ -79,9 +104,27 @@ impl RateLimiter {
         Some(outcome)
     }
 
+    /// Notes a counted decision in the rule's counts: near (at or past `NEAR_LIMIT_RATIO`
+    /// of the reported limit, over included) and over, once a period each; the ratio to
+    /// offer the entity to the `/top` candidates at, when it climbed a step and could get in.
+    fn mark(
+        &self,
+        rule: &Rule,
+        o: &Outcome,
+        state: &mut EntityState,
+        counts: &RuleCounts,
+        period: u32,
+    ) -> Option<f64> {
+        let capacity = rule.limits[o.reported].limit.capacity().max(1);
+        let ratio = o.verdict.count_after as f64 / f64::from(capacity);
+        let near = o.over || ratio >= self.opts.near_limit_ratio;
+        (state.marks.update(counts, period, ratio, near, o.over))
+            .filter(|&r| counts.candidates.could_admit(r, period))
+    }
+
     pub(super) fn record_stats(&self, t: &Target<'_>, rule: &Rule, o: &Outcome, hits: u64) {
         let s = match t {
-            Target::Rule(_, _, s) | Target::Override(_, _, s) => s,
+            Target::Rule(_, _, s, _) | Target::Override(_, _, s) => s,
             Target::NoRule => return,
         };
         RuleStats::add(&s.total_hits, hits);

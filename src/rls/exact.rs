@@ -212,7 +212,7 @@ impl RateLimiter {
             commit: true,
         };
         for (i, t) in targets.iter().enumerate() {
-            let Target::Rule(rule, entity, _) = t else {
+            let Target::Rule(rule, entity, ..) = t else {
                 continue;
             };
             if !rule.exact || rule.unlimited {

@@ -177,7 +177,7 @@ pub struct LimitJson {
 }
 
 /// A limit's verdicts: as it stands (no hits), and with the request's hits.
-type Looks = Vec<(Verdict, Verdict)>;
+pub(super) type Looks = Vec<(Verdict, Verdict)>;
 
 // === impl RateLimiter ===
 
@@ -212,7 +212,7 @@ impl RateLimiter {
             if looks[i].is_none() {
                 looks[i] = t.rule().and_then(|r| {
                     let entity = match t {
-                        Target::Rule(_, e, _) | Target::Override(_, e, _) => *e,
+                        Target::Rule(_, e, ..) | Target::Override(_, e, _) => *e,
                         Target::NoRule => return None,
                     };
                     self.look_in_memory(r, entity, now, looked_hits[i])
@@ -293,7 +293,9 @@ impl RateLimiter {
                     return Target::Override(rule, entity, Arc::new(RuleStats::default()));
                 }
                 match compiled.rules.find(&req.domain, &d.entries) {
-                    Some(m) => Target::Rule(m.rule, m.entity, compiled.stats[m.index].clone()),
+                    Some(m) => {
+                        Target::Rule(m.rule, m.entity, compiled.stats[m.index].clone(), None)
+                    }
                     None => Target::NoRule,
                 }
             })
@@ -310,11 +312,23 @@ impl RateLimiter {
         now: UnixMillis,
         hits: u64,
     ) -> Option<Looks> {
+        let held = self.entities.get(entity, |e| e.state.states.to_vec());
+        self.look_on(rule, held, now, hits)
+    }
+
+    /// A rule's limits checked on `held` states (an entity's, copied; `None`: fresh ones),
+    /// as this replica sees the fleet's count: what `/explain` and `/top` report.
+    pub(super) fn look_on(
+        &self,
+        rule: &Rule,
+        held: Option<Vec<LimitState>>,
+        now: UnixMillis,
+        hits: u64,
+    ) -> Option<Looks> {
         if rule.unlimited || rule.limits.is_empty() {
             return None;
         }
         let fleet = self.sync.as_ref().map_or(FleetView::ALONE, |q| q.fleet());
-        let held = self.entities.get(entity, |e| e.state.states.to_vec());
         let mut states = held.unwrap_or_else(|| {
             rule.limits
                 .iter()
@@ -399,7 +413,7 @@ fn kept<'a>(targets: &[Target<'a>], replaced: &[Option<String>]) -> Vec<Target<'
         .iter()
         .zip(replaced)
         .map(|(t, r)| match (t, r) {
-            (Target::Rule(rule, e, s), None) => Target::Rule(rule, *e, s.clone()),
+            (Target::Rule(rule, e, s, c), None) => Target::Rule(rule, *e, s.clone(), *c),
             (Target::Override(rule, e, s), None) => Target::Override(rule.clone(), *e, s.clone()),
             _ => Target::NoRule,
         })

@@ -44,6 +44,7 @@ mod quota;
 mod reset;
 mod resolve;
 mod respond;
+mod top;
 mod validate;
 
 use std::sync::atomic::Ordering;
@@ -55,7 +56,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::decide::Count;
-use crate::core::table::EntityTable;
+use crate::core::table::{EntityTable, RuleCounts};
 use crate::global::{ExactClient, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
@@ -70,6 +71,7 @@ pub use options::{HeaderFormat, HeaderNames, Options, EXACT_BELOW};
 pub use quota::QuotaCount;
 pub use reset::{Cleared, ClearedDescriptor, ClearedLimit, ResetError};
 use resolve::Target;
+pub use top::{TopKey, TopKeys, TopQuery, MAX_TOP, TOP_READ_BUDGET};
 
 impl EntryRef for Entry {
     fn key(&self) -> &str {
@@ -145,6 +147,8 @@ pub struct Compiled {
     /// The rules.
     pub rules: RuleSet,
     stats: Vec<Arc<RuleStats>>,
+    /// Each rule's counts in the entity table (`core/table/counts.rs`), in rule order.
+    counts: Vec<Arc<RuleCounts>>,
     /// The files the rules came from.
     pub files: Vec<String>,
     /// When the set was swapped in.
@@ -225,7 +229,8 @@ impl RateLimiter {
         }
         let exact_below = exact.is_some().then_some(opts.exact_below);
         let policy = (exact_below, opts.override_series);
-        let compiled = Self::compile_stats(&telemetry, (rules, policy), files, clock.now());
+        let compiled =
+            Self::compile_stats(&telemetry, &entities, (rules, policy), files, clock.now());
         let limiter = Arc::new(RateLimiter {
             rules: ArcSwap::from_pointee(compiled),
             entities,
@@ -278,6 +283,7 @@ impl RateLimiter {
             names::ENTITY_OVER_BOUND,
             Arc::new(move || vec![(entities.stats().over_bound.load(Ordering::Relaxed), vec![])]),
         );
+        Self::register_rule_gauges(&limiter, &limiter.telemetry);
         limiter
     }
 
@@ -314,6 +320,7 @@ impl RateLimiter {
     /// local mode; `METRICS_OVERRIDE_SERIES`).
     fn compile_stats(
         t: &Telemetry,
+        table: &EntityTable,
         (mut rules, (exact_below, override_series)): (RuleSet, (Option<u32>, bool)),
         files: Vec<String>,
         now: UnixMillis,
@@ -333,10 +340,12 @@ impl RateLimiter {
                 t.rules.get(&r.domain, key)
             })
             .collect();
+        let counts = top::counts_of(table, &rules);
         Compiled {
             has_exact: rules.has_exact(),
             rules,
             stats,
+            counts,
             files,
             applied_at: now,
         }
@@ -351,12 +360,14 @@ impl RateLimiter {
         let exact_below = self.exact.is_some().then_some(self.opts.exact_below);
         let compiled = Arc::new(Self::compile_stats(
             &self.telemetry,
+            &self.entities,
             (rules, (exact_below, self.opts.override_series)),
             files,
             self.clock.now(),
         ));
         // Swapped first, so that requests from now on make no series for removed rules.
         let old = self.rules.swap(compiled.clone());
+        top::forget_removed(&old, &compiled);
         let keep: std::collections::HashSet<(&str, &str)> = compiled
             .rules
             .rules()
@@ -474,10 +485,9 @@ impl RateLimiter {
             }
             match exact.get(i).and_then(Option::as_ref) {
                 Some(ExactAnswer::Decided(o)) => o.over,
-                Some(ExactAnswer::Prior) => {
-                    self.evaluate(t, now, h, Count::No).is_some_and(|o| o.over)
-                }
-                None => self.evaluate(t, now, h, Count::No).is_some_and(|o| o.over),
+                Some(ExactAnswer::Prior) | None => self
+                    .evaluate(t, now, h, Count::No, None)
+                    .is_some_and(|o| o.over),
             }
         })
     }
@@ -511,6 +521,7 @@ impl RateLimiter {
                 self.decisions.log(now, &d);
             }
         };
+        let entries = |i: usize| req.descriptors[i].entries.as_slice();
         for (i, t) in targets.iter().enumerate() {
             let count = if req.descriptors[i].is_negative_hits {
                 Count::Refund
@@ -527,8 +538,8 @@ impl RateLimiter {
             let outcome = match exact.get(i).and_then(Option::as_ref) {
                 Some(ExactAnswer::Decided(o)) => Some(*o),
                 // The store failed: decided from memory on the cold-entity prior (`core/window/prior.rs`).
-                Some(ExactAnswer::Prior) => self.evaluate(t, now, hits[i], count),
-                None => self.evaluate(t, now, hits[i], count),
+                Some(ExactAnswer::Prior) => self.evaluate(t, now, hits[i], count, Some(entries(i))),
+                None => self.evaluate(t, now, hits[i], count, Some(entries(i))),
             };
             let Some(outcome) = outcome else {
                 logged(i, Some(rule), None);

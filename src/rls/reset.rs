@@ -130,7 +130,7 @@ impl RateLimiter {
             starts.push(items.len());
             let (rule, entity, exact) = match t {
                 Target::NoRule => continue,
-                Target::Rule(r, e, _) => (*r, *e, r.exact && self.exact.is_some()),
+                Target::Rule(r, e, ..) => (*r, *e, r.exact && self.exact.is_some()),
                 Target::Override(r, e, _) => (r, *e, false),
             };
             if rule.unlimited || !global {
@@ -157,7 +157,7 @@ impl RateLimiter {
                 continue;
             };
             let entity = match t {
-                Target::Rule(_, e, _) | Target::Override(_, e, _) => *e,
+                Target::Rule(_, e, ..) | Target::Override(_, e, _) => *e,
                 Target::NoRule => continue,
             };
             let exact = matches!(t, Target::Rule(..)) && rule.exact && self.exact.is_some();

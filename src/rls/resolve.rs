@@ -10,15 +10,17 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use super::{Compiled, RateLimiter};
+use crate::core::table::RuleCounts;
 use crate::core::{Algorithm, Limit};
 use crate::rules::identity;
 use crate::rules::{LimitSpec, Rule, Unit};
 use crate::telemetry::RuleStats;
 
-/// What a descriptor resolved to.
+/// What a descriptor resolved to: a rule of the rule set comes with its per-rule counts
+/// (`core/table/counts.rs`), looked up when the rules were compiled.
 pub(super) enum Target<'a> {
     NoRule,
-    Rule(&'a Rule, u128, Arc<RuleStats>),
+    Rule(&'a Rule, u128, Arc<RuleStats>, Option<&'a RuleCounts>),
     Override(Rule, u128, Arc<RuleStats>),
 }
 
@@ -110,7 +112,8 @@ impl RateLimiter {
                             .get_client(domain, &k, &m.rule.full_key)
                     })
                     .unwrap_or_else(|| compiled.stats[m.index].clone());
-                Target::Rule(m.rule, m.entity, stats)
+                let counts = compiled.counts.get(m.index).map(|c| &**c);
+                Target::Rule(m.rule, m.entity, stats, counts)
             }
         }
     }

@@ -1,9 +1,12 @@
-//! The admin token (`ADMIN_TOKEN_FILE`) that state-changing HTTP endpoints (`POST /reset`)
-//! require as `Authorization: Bearer <token>`. Read once at start; compared in constant time
+//! The admin token (`ADMIN_TOKEN_FILE`) that the admin endpoints (`POST /reset`, `GET /top`)
+//! require as `Authorization: Bearer <token>`, and the one check both make ([`authorize`]:
+//! 401 with `WWW-Authenticate: Bearer`). Read once at start; compared in constant time
 //! (the work does not depend on where the tokens differ, nor on the presented token's
 //! length: both sides are hashed to 32 bytes first, by xxh3-128 twice, keyed apart); logged
 //! only by its fingerprint, never itself.
 
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed, xxh3_64};
 
 /// The most bytes of a token file: a token is a line, not a document.
@@ -38,6 +41,60 @@ pub struct AdminToken {
 impl std::fmt::Debug for AdminToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "AdminToken({})", self.fingerprint)
+    }
+}
+
+/// The bearer token of `Authorization`, if any.
+fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    let v = headers.get(header::AUTHORIZATION)?.as_bytes();
+    let (scheme, rest) = v.split_at(v.len().min(7));
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then(|| rest.trim_ascii())
+}
+
+/// A refused admin request: answered 401 with `WWW-Authenticate: Bearer` and why.
+#[derive(Debug)]
+pub struct Unauthorized(String);
+
+impl IntoResponse for Unauthorized {
+    fn into_response(self) -> Response {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"sluice\"")],
+            format!("{}\n", self.0),
+        )
+            .into_response()
+    }
+}
+
+/// Whether a request to the admin endpoint `what` (`reset`, `top`) presents `token`: the
+/// token when it does, else why not (also when no token is configured), logged
+/// at warn with the peer and the presented token's fingerprint, never the token.
+///
+/// # Errors
+/// [`Unauthorized`]: answer it (401).
+pub fn authorize<'t>(
+    token: Option<&'t AdminToken>,
+    headers: &HeaderMap,
+    peer: &str,
+    what: &str,
+) -> Result<&'t AdminToken, Unauthorized> {
+    let Some(token) = token else {
+        tracing::warn!(%peer, "{what} refused: no admin token is configured (ADMIN_TOKEN_FILE)");
+        return Err(Unauthorized(format!(
+            "{what} refused: no admin token is configured (ADMIN_TOKEN_FILE)"
+        )));
+    };
+    match bearer(headers) {
+        Some(p) if token.matches(p) => Ok(token),
+        presented => {
+            let presented = presented.map_or_else(|| "none".into(), fingerprint);
+            tracing::warn!(%peer, token = %presented, "{what} refused: wrong or missing bearer token");
+            Err(Unauthorized(format!(
+                "{what} refused: wrong or missing bearer token"
+            )))
+        }
     }
 }
 

@@ -1,10 +1,11 @@
 //! The HTTP face (port 8080): `/healthcheck`, `/livez`, `/readyz`, `POST /json`,
-//! `POST /explain`, `/metrics`, `/rlconfig`, `/rlconfig/status`.
+//! `POST /explain`, `POST /reset`, `GET /top`, `/metrics`, `/rlconfig`, `/rlconfig/status`.
 //!
 //! `/explain` takes `/json`'s body and answers what it would be answered, and why, counting
 //! nothing (`rls/explain.rs`); always 200 when the body is valid, whatever the code.
 //!
-//! `POST /reset` (`reset.rs`) clears counters fleet-wide, behind the admin token.
+//! `POST /reset` (`reset.rs`) clears counters fleet-wide, behind the admin token; `GET /top`
+//! (`top.rs`) lists the keys nearest their limits, behind it too unless `ADMIN_OPEN_READS`.
 //!
 //! `/json` speaks proto3 JSON (`json.rs`) and answers 429 when the overall code is
 //! `OVER_LIMIT`, as the reference does. With `TRACING_ENABLED` its calls are spans too, from
@@ -47,8 +48,10 @@ pub struct AdminState {
     pub fleet: Option<crate::global::Joining>,
     /// `TRACING_ENABLED`: the tracer of `/json` calls.
     pub tracer: Option<Arc<Tracer>>,
-    /// `ADMIN_TOKEN_FILE`: what `POST /reset` requires; `None` refuses it always.
+    /// `ADMIN_TOKEN_FILE`: what `POST /reset` and `GET /top` require; `None` refuses them.
     pub admin_token: Option<Arc<AdminToken>>,
+    /// `ADMIN_OPEN_READS`: `GET /top` answers without the token.
+    pub open_reads: bool,
 }
 
 /// The HTTP routes.
@@ -60,6 +63,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/json", post(json_handler))
         .route("/explain", post(explain_handler))
         .route("/reset", post(super::reset::reset_handler))
+        .route("/top", get(super::top::top_handler))
         .route("/metrics", get(metrics))
         .route("/rlconfig", get(rlconfig))
         .route("/rlconfig/status", get(rlconfig_status))

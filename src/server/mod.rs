@@ -14,3 +14,4 @@ pub mod reset;
 pub mod rlqs;
 pub mod shutdown;
 pub mod tls;
+pub mod top;

@@ -8,10 +8,10 @@
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::admin_token::fingerprint;
+use super::admin_token::authorize;
 use super::http::AdminState;
 use super::json;
 use crate::rls::ResetError;
@@ -19,41 +19,15 @@ use crate::rls::ResetError;
 /// The most bytes of a `/reset` body: `/json`'s bound (axum's default body limit).
 pub const MAX_RESET_BODY: usize = 2 * 1024 * 1024;
 
-/// The bearer token of `Authorization`, if any.
-fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
-    let v = headers.get(header::AUTHORIZATION)?.as_bytes();
-    let (scheme, rest) = v.split_at(v.len().min(7));
-    scheme
-        .eq_ignore_ascii_case(b"bearer ")
-        .then(|| rest.trim_ascii())
-}
-
-fn unauthorized(why: &str) -> Response {
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Bearer realm=\"sluice\"")],
-        format!("{why}\n"),
-    )
-        .into_response()
-}
-
 pub(super) async fn reset_handler(State(s): State<AdminState>, req: Request) -> Response {
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map_or_else(|| "unknown".to_string(), |c| c.0.to_string());
-    let Some(token) = &s.admin_token else {
-        tracing::warn!(%peer, "reset refused: no admin token is configured (ADMIN_TOKEN_FILE)");
-        return unauthorized("reset refused: no admin token is configured (ADMIN_TOKEN_FILE)");
+    let token = match authorize(s.admin_token.as_deref(), req.headers(), &peer, "reset") {
+        Ok(t) => t,
+        Err(refused) => return refused.into_response(),
     };
-    match bearer(req.headers()) {
-        Some(p) if token.matches(p) => {}
-        presented => {
-            let presented = presented.map_or_else(|| "none".into(), fingerprint);
-            tracing::warn!(%peer, token = %presented, "reset refused: wrong or missing bearer token");
-            return unauthorized("reset refused: wrong or missing bearer token");
-        }
-    }
     let body = match axum::body::to_bytes(req.into_body(), MAX_RESET_BODY).await {
         Ok(b) => b,
         Err(e) => {

@@ -109,9 +109,12 @@ impl Telemetry {
         let provider = builder
             .with_reader(exporter)
             .with_view(|i: &opentelemetry_sdk::metrics::Instrument| {
-                // Room for every series the rule counters' callbacks observe, so the SDK never
-                // folds some into its overflow series (which reads one value, not a sum).
-                i.name().starts_with(names::RULE_COUNTER_PREFIX).then(|| {
+                // Room for every series the rule counters' and the per-rule gauges' callbacks
+                // observe, so the SDK never folds some into its overflow series (which reads
+                // one value, not a sum).
+                let per_rule = i.name().starts_with(names::RULE_COUNTER_PREFIX)
+                    || i.name().starts_with(names::RULE_GAUGE_PREFIX);
+                per_rule.then(|| {
                     opentelemetry_sdk::metrics::Stream::builder()
                         .with_cardinality_limit(OTLP_MAX_RULE_SERIES)
                         .build()

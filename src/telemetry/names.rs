@@ -73,6 +73,17 @@ mod entities {
     pub const ENTITY_OVER_BOUND: Metric = counter("sluice_entity_over_bound_total", "Entities added past the bound because every one sampled for eviction was held by a sync");
 }
 
+// Each rule's limit and how near its keys are (registered by `rls::RateLimiter`, `rls/top.rs`).
+#[rustfmt::skip]
+mod utilization {
+    use super::{gauge, Metric};
+    pub const RULE_LIMIT: Metric = gauge("sluice_rule_limit", "A rule's requests_per_unit (its first limit)");
+    pub const RULE_UNIT_SECONDS: Metric = gauge("sluice_rule_unit_seconds", "A rule's window in seconds (its first limit's unit times unit_multiplier): the period of the near and over gauges");
+    pub const RULE_TRACKED_KEYS: Metric = gauge("sluice_rule_tracked_keys", "Keys (descriptor values) of a rule with counters in this replica's memory");
+    pub const RULE_NEAR_LIMIT_KEYS: Metric = gauge("sluice_rule_near_limit_keys", "Keys of a rule counted at or past NEAR_LIMIT_RATIO of its limit (over included) in the current window (docs/operations.md)");
+    pub const RULE_OVER_LIMIT_KEYS: Metric = gauge("sluice_rule_over_limit_keys", "Keys of a rule denied at least once in the current window (docs/operations.md)");
+}
+
 // Global mode's sync (registered by `global`).
 #[rustfmt::skip]
 mod sync {
@@ -125,6 +136,7 @@ pub use exact::*;
 pub use quota::*;
 pub use service::*;
 pub use sync::*;
+pub use utilization::*;
 
 /// Every metric of this table, in the order docs/operations.md lists their groups.
 pub const ALL: &[Metric] = &[
@@ -141,6 +153,11 @@ pub const ALL: &[Metric] = &[
     ENTITY_EVICTIONS,
     ENTITY_RESTORED,
     ENTITY_OVER_BOUND,
+    RULE_LIMIT,
+    RULE_UNIT_SECONDS,
+    RULE_TRACKED_KEYS,
+    RULE_NEAR_LIMIT_KEYS,
+    RULE_OVER_LIMIT_KEYS,
     SYNC_TICKS,
     SYNC_ITEMS,
     REDIS_COMMANDS,
@@ -171,6 +188,9 @@ pub const ALL: &[Metric] = &[
     RLQS_ABANDONS,
     RLQS_REFUSED,
 ];
+
+/// The prefix of the per-rule gauges' names (`sluice_rule_limit`, ...).
+pub const RULE_GAUGE_PREFIX: &str = "sluice_rule_";
 
 /// The prefix of the per-rule counters' names: `ratelimit_<suffix>_total` on `/metrics`.
 pub const RULE_COUNTER_PREFIX: &str = "ratelimit_";

@@ -41,4 +41,5 @@ mod simulate;
 mod simulate_rlqs;
 mod statsd;
 mod tls;
+mod top;
 mod xds;

@@ -33,3 +33,4 @@ mod proto_vendor;
 mod reading;
 mod rlqs_e2e;
 mod rule_log;
+mod top;

@@ -1,6 +1,7 @@
 //! The chart's Grafana dashboard (`helm/sluice/dashboards/sluice.json`) asks only for
 //! metrics sluice serves: every metric name in its queries appears in a running server's
-//! `/metrics`, so a renamed metric cannot leave a panel silently empty. The server runs in
+//! `/metrics`, so a renamed metric cannot leave a panel silently empty, and the utilization
+//! panels' per-rule gauges are served with the rule's labels. The server runs in
 //! global mode on a real redis-server, so the sync panels' metrics are there too.
 
 use crate::common::redis::{global_mode, RedisServer};
@@ -43,7 +44,7 @@ async fn every_metric_the_dashboard_queries_is_served() {
         .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
         .map(|t| t["expr"].as_str().expect("a PromQL expr").to_string())
         .collect();
-    assert!(exprs.len() >= 12, "{} queries", exprs.len());
+    assert!(exprs.len() >= 20, "{} queries", exprs.len());
 
     let rules = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
     let redis = RedisServer::start();
@@ -73,6 +74,27 @@ async fn every_metric_the_dashboard_queries_is_served() {
                 "{name} (in {expr}) is not served"
             );
         }
+    }
+    // The utilization panels: each rule's gauges, labelled by its domain and path.
+    for name in [
+        "sluice_rule_limit",
+        "sluice_rule_unit_seconds",
+        "sluice_rule_tracked_keys",
+        "sluice_rule_near_limit_keys",
+        "sluice_rule_over_limit_keys",
+    ] {
+        assert!(
+            exprs
+                .iter()
+                .any(|e| metric_names(e).iter().any(|n| n == name)),
+            "no panel queries {name}"
+        );
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{name}{{"))
+                && l.contains(r#"domain="d""#)
+                && l.contains(r#"rule="d.k""#)),
+            "{name} is not served for the rule d.k:\n{text}"
+        );
     }
     s.stop().await.unwrap();
 }

@@ -27,6 +27,12 @@ use super::limit::Limit;
 use super::state::LimitState;
 use shard::{Record, Shard};
 
+pub use counts::{
+    period_of, step_of, Candidate, Candidates, Marks, RuleCounts, MAX_CANDIDATES,
+    MAX_CANDIDATE_BYTES,
+};
+
+mod counts;
 mod shard;
 mod sketch;
 
@@ -95,6 +101,8 @@ pub struct EntityState {
     /// Syncs of this entity in flight: at most one, but for burst reads (two, the second
     /// started while the first is under way: `global/sync/shard.rs`).
     pub in_flight: u8,
+    /// What its rule's per-period counts have counted of it (`counts.rs`).
+    pub marks: Marks,
 }
 
 impl EntityState {
@@ -115,7 +123,8 @@ pub struct EntityMut<'a> {
     pub state: &'a mut EntityState,
 }
 
-/// A rule's limits, interned: 4 bytes in a record instead of a pointer and a length.
+/// A rule's limits, interned per rule id and limit list: 4 bytes in a record instead of a
+/// pointer and a length, and the key of the rule's [`RuleCounts`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitSet(u32);
 
@@ -163,21 +172,25 @@ fn secs(now: UnixMillis) -> u32 {
     (now.0 / 1000).min(u64::from(u32::MAX)) as u32
 }
 
-/// The rules' limit sets, interned (a handful: one per distinct set of limits).
+/// The rules' limit sets, interned: one per rule id and limit list (a rule's limits are
+/// part of its id, so about one per rule, and one per distinct limit a request supplies,
+/// whose rule id is 0), each with its rule's counts.
 #[derive(Debug, Default)]
 struct LimitSets {
-    ids: std::collections::HashMap<Box<[Limit]>, u32>,
+    ids: std::collections::HashMap<(u64, Box<[Limit]>), u32>,
     sets: Vec<Arc<[Limit]>>,
+    counts: Vec<Arc<RuleCounts>>,
 }
 
 impl LimitSets {
-    fn intern(&mut self, limits: &[Limit]) -> u32 {
-        if let Some(&id) = self.ids.get(limits) {
+    fn intern(&mut self, rule: u64, limits: &[Limit], budget: &Arc<AtomicUsize>) -> u32 {
+        if let Some(&id) = self.ids.get(&(rule, limits.into())) {
             return id;
         }
         let id = self.sets.len() as u32;
         self.sets.push(limits.into());
-        self.ids.insert(limits.into(), id);
+        self.counts.push(Arc::new(RuleCounts::new(budget.clone())));
+        self.ids.insert((rule, limits.into()), id);
         id
     }
 }
@@ -192,6 +205,8 @@ struct Inner {
     settings: CacheSettings,
     sets: RwLock<LimitSets>,
     stats: TableStats,
+    /// Bytes of descriptor entries every rule's candidates hold (`counts.rs`).
+    candidate_bytes: Arc<AtomicUsize>,
 }
 
 /// The entity table (cheap to clone: a handle).
@@ -239,6 +254,7 @@ impl EntityTable {
                 settings,
                 sets: RwLock::default(),
                 stats: TableStats::default(),
+                candidate_bytes: Arc::default(),
             }),
         }
     }
@@ -258,10 +274,25 @@ impl EntityTable {
         limits: impl FnOnce() -> Vec<Limit>,
         f: impl FnOnce(EntityMut<'_>) -> R,
     ) -> (R, Lookup) {
+        self.with_rule(key, now, || (0, limits()), f)
+    }
+
+    /// [`EntityTable::with`], the entity counted in its rule's [`RuleCounts`]: `rule` gives
+    /// the rule's id and limits (called only to create the entity).
+    pub fn with_rule<R>(
+        &self,
+        key: u128,
+        now: UnixMillis,
+        rule: impl FnOnce() -> (u64, Vec<Limit>),
+        f: impl FnOnce(EntityMut<'_>) -> R,
+    ) -> (R, Lookup) {
         let mut shard = self.shard(key).lock();
         let (pos, lookup) = match shard.find(key) {
             Some(pos) => (pos, Lookup::Hit),
-            None => (self.create(&mut shard, key, now, &limits()), Lookup::Miss),
+            None => {
+                let (id, limits) = rule();
+                (self.create(&mut shard, key, now, id, &limits), Lookup::Miss)
+            }
         };
         let record = shard.at_mut(pos);
         record.used_s = secs(now);
@@ -290,15 +321,49 @@ impl EntityTable {
         self.inner.sets.read().sets[set.0 as usize].clone()
     }
 
-    fn create(&self, shard: &mut Shard, key: u128, now: UnixMillis, limits: &[Limit]) -> usize {
+    /// The counts of the rule `rule` with `limits`, interned now if new: resolved once per
+    /// rule when rules are compiled, so a request reaches them without a lookup.
+    pub fn rule_counts(&self, rule: u64, limits: &[Limit]) -> Arc<RuleCounts> {
+        let id = self.set_of(rule, limits);
+        self.inner.sets.read().counts[id as usize].clone()
+    }
+
+    fn set_of(&self, rule: u64, limits: &[Limit]) -> u32 {
+        let known = (self.inner.sets.read().ids)
+            .get(&(rule, limits.into()))
+            .copied();
+        known.unwrap_or_else(|| {
+            let budget = &self.inner.candidate_bytes;
+            self.inner.sets.write().intern(rule, limits, budget)
+        })
+    }
+
+    /// Bytes of descriptor entries held by every rule's candidates.
+    pub fn candidate_bytes(&self) -> usize {
+        self.inner.candidate_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Counts a record of `set` in or out of its rule's `tracked`.
+    fn track(sets: &LimitSets, set: u32, n: i64) {
+        sets.counts[set as usize].add_tracked(n);
+    }
+
+    fn create(
+        &self,
+        shard: &mut Shard,
+        key: u128,
+        now: UnixMillis,
+        rule: u64,
+        limits: &[Limit],
+    ) -> usize {
         if self.inner.len.load(Ordering::Relaxed) as u64 >= self.inner.settings.max_entries
             && shard.len > 0
         {
             self.evict(shard, now);
         }
         self.inner.len.fetch_add(1, Ordering::Relaxed);
-        let known = self.inner.sets.read().ids.get(limits).copied();
-        let set = known.unwrap_or_else(|| self.inner.sets.write().intern(limits));
+        let set = self.set_of(rule, limits);
+        Self::track(&self.inner.sets.read(), set, 1);
         // Each limit starts from what the sketch keeps of an evicted entity with this key
         // (nothing before the shard's first live eviction).
         let mut restored = false;
@@ -323,6 +388,7 @@ impl EntityTable {
                 last_sync_ms: 0,
                 queued: false,
                 in_flight: 0,
+                marks: Marks::default(),
             },
         })
     }
@@ -346,7 +412,8 @@ impl EntityTable {
             let limits = &sets.sets[r.set as usize];
             if r.holds_nothing(limits, now) {
                 shard.hand = pos;
-                shard.remove(pos);
+                let record = shard.remove(pos);
+                Self::track(&sets, record.set, -1);
                 self.inner.len.fetch_sub(1, Ordering::Relaxed);
                 self.inner
                     .stats
@@ -365,6 +432,7 @@ impl EntityTable {
         match best {
             Some((pos, _, _)) => {
                 let record = shard.remove(pos);
+                Self::track(&sets, record.set, -1);
                 self.inner.len.fetch_sub(1, Ordering::Relaxed);
                 let limits = sets.sets[record.set as usize].clone();
                 shard.fold(&record, &limits, now, self.inner.sketch_width);
@@ -419,6 +487,7 @@ impl EntityTable {
                     }
                     // The last record moves here: look at this position again.
                     let record = shard.remove(pos);
+                    Self::track(&sets, record.set, -1);
                     self.inner.len.fetch_sub(1, Ordering::Relaxed);
                     if !free {
                         let limits = limits.clone();

@@ -1,0 +1,332 @@
+//! Per-rule figures the table keeps beside its records, for the utilization gauges and
+//! `GET /top`: how many entities a rule tracks, how many reached its near ratio or went over
+//! in the current period ([`RuleCounts`]), each entity's marks for the period ([`Marks`]),
+//! and the bounded candidates for the keys nearest their limit ([`Candidates`]).
+//!
+//! Nothing here scans: `tracked` moves by one as the table creates and drops records; "near"
+//! and "over" count *crossings*, each entity at most once a period (its [`Marks`] say whether
+//! it has been counted), into a counter stamped with the period it counts for, so a read
+//! after that period reads 0. A period is one window of the rule's first limit, aligned to
+//! the epoch as fixed windows are: for a fixed window the counts are exact (a count only
+//! grows within its window); for a sliding window or a token bucket they count the keys that
+//! were near (or denied) at some moment of the current period, which the doc calls out
+//! (docs/operations.md, "Limits as metrics").
+//!
+//! Candidates: per rule at most [`MAX_CANDIDATES`] keys with their descriptor entries,
+//! admitted when an entity's ratio (count ÷ limit) climbs a step ([`step_of`]) and beats the
+//! current minimum, read from an atomic first, so the request path takes the candidates'
+//! lock only a few dozen times per entity and period at most, and never for an entity that
+//! could not get in. Entries' bytes count against one budget shared by every rule
+//! ([`MAX_CANDIDATE_BYTES`]). The counts are not kept here: `/top` re-reads each
+//! candidate's entity when it answers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// The most candidates a rule keeps (`GET /top` answers at most this many keys, too).
+pub const MAX_CANDIDATES: usize = 1000;
+
+/// The most bytes of descriptor keys and values every rule's candidates hold together:
+/// past it a new key is not admitted until others leave.
+pub const MAX_CANDIDATE_BYTES: usize = 16 << 20;
+
+/// Steps of a ratio per limit: an entity is offered as a candidate when its ratio enters a
+/// new 1/32 of its limit (and once when it first counts in a period).
+const STEPS_PER_LIMIT: f64 = 32.0;
+
+/// The step of a ratio: 1 for any count below 1/32 of the limit, then one more per 1/32
+/// (255 at most, near eight times the limit).
+pub fn step_of(ratio: f64) -> u8 {
+    (1.0 + ratio.max(0.0) * STEPS_PER_LIMIT).min(255.0) as u8
+}
+
+/// An entity's marks for one period: whether it has been counted near and over, and the
+/// highest step it was offered as a candidate at. 6 bytes, in what was its record's padding.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// The low 16 bits of the period (plus one) these marks are for: a record still held
+    /// 65,536 periods after it was last counted (18 hours of per-second windows with a long
+    /// `CACHE_IDLE_TIMEOUT`) would be taken as counted once too few.
+    pub period: u16,
+    /// Counted in its rule's `near` this period.
+    pub near: bool,
+    /// Counted in its rule's `over` this period.
+    pub over: bool,
+    /// The highest step it was offered at this period.
+    pub step: u8,
+}
+
+impl Marks {
+    /// Notes a counted decision in `period` (plus one) at `ratio` of the limit, near or
+    /// over: each counted once a period in `counts`. Returns the ratio to offer the entity
+    /// to the candidates at, when it climbed a step.
+    pub fn update(
+        &mut self,
+        counts: &RuleCounts,
+        period: u32,
+        ratio: f64,
+        near: bool,
+        over: bool,
+    ) -> Option<f64> {
+        if self.period != period as u16 {
+            *self = Marks {
+                period: period as u16,
+                ..Marks::default()
+            };
+        }
+        if near && !self.near {
+            self.near = true;
+            bump(&counts.near, period);
+        }
+        if over && !self.over {
+            self.over = true;
+            bump(&counts.over, period);
+        }
+        let step = step_of(ratio);
+        (step > self.step).then(|| {
+            self.step = step;
+            ratio
+        })
+    }
+}
+
+/// Adds one to a period counter: the period in the high 32 bits, the count in the low 32
+/// (one word, so a new period and its first count land together).
+fn bump(counter: &AtomicU64, period: u32) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(if (v >> 32) as u32 == period {
+            v.saturating_add(1).min(v | u64::from(u32::MAX))
+        } else {
+            (u64::from(period) << 32) | 1
+        })
+    });
+}
+
+/// A period counter's count if it is for `period`, else 0 (its period passed).
+fn read(counter: &AtomicU64, period: u32) -> u64 {
+    let v = counter.load(Ordering::Relaxed);
+    if (v >> 32) as u32 == period {
+        v & u64::from(u32::MAX)
+    } else {
+        0
+    }
+}
+
+/// One rule's figures (one per rule id and limit list, interned by the table).
+#[derive(Debug)]
+pub struct RuleCounts {
+    /// Records held for the rule.
+    tracked: AtomicI64,
+    near: AtomicU64,
+    over: AtomicU64,
+    /// The keys nearest their limit.
+    pub candidates: Candidates,
+}
+
+impl RuleCounts {
+    pub(super) fn new(budget: Arc<AtomicUsize>) -> Self {
+        RuleCounts {
+            tracked: AtomicI64::new(0),
+            near: AtomicU64::new(0),
+            over: AtomicU64::new(0),
+            candidates: Candidates::new(budget),
+        }
+    }
+
+    pub(super) fn add_tracked(&self, n: i64) {
+        self.tracked.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Entities the table holds for the rule.
+    pub fn tracked(&self) -> u64 {
+        self.tracked.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Entities counted at or past the near ratio in `period` (plus one); 0 for another.
+    pub fn near(&self, period: u32) -> u64 {
+        read(&self.near, period)
+    }
+
+    /// Entities counted over the limit in `period` (plus one); 0 for another.
+    pub fn over(&self, period: u32) -> u64 {
+        read(&self.over, period)
+    }
+}
+
+/// The period (plus one) of `now_ms` for a rule whose first window is `window_ms` long.
+pub fn period_of(now_ms: u64, window_ms: u64) -> u32 {
+    (now_ms / window_ms.max(1))
+        .saturating_add(1)
+        .min(u64::from(u32::MAX)) as u32
+}
+
+/// One candidate: an entity and its descriptor entries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// The entity's key in the table.
+    pub key: u128,
+    /// Its descriptor entries (key, value).
+    pub entries: Arc<[(Box<str>, Box<str>)]>,
+    /// Its ratio when last offered.
+    ratio: f64,
+    /// The period of that ratio: an older one counts as 0.
+    period: u32,
+}
+
+impl Candidate {
+    fn bytes(&self) -> usize {
+        self.entries.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+
+    fn ratio_at(&self, period: u32) -> f64 {
+        if self.period == period {
+            self.ratio
+        } else {
+            0.0
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    list: Vec<Candidate>,
+    index: HashMap<u128, usize>,
+}
+
+/// The candidates of one rule for `GET /top` (see the module docs).
+#[derive(Debug)]
+pub struct Candidates {
+    /// When full: the lowest ratio held (as f32 bits, low half) and its period (high half);
+    /// 0 when not full. An offer at or below it for the same period need not lock.
+    floor: AtomicU64,
+    inner: Mutex<Inner>,
+    budget: Arc<AtomicUsize>,
+}
+
+impl Candidates {
+    fn new(budget: Arc<AtomicUsize>) -> Self {
+        Candidates {
+            floor: AtomicU64::new(0),
+            inner: Mutex::default(),
+            budget,
+        }
+    }
+
+    /// Whether an offer at `ratio` in `period` could get in: one atomic load.
+    pub fn could_admit(&self, ratio: f64, period: u32) -> bool {
+        let f = self.floor.load(Ordering::Relaxed);
+        (f >> 32) as u32 != period || ratio > f64::from(f32::from_bits(f as u32))
+    }
+
+    /// Offers `key` at `ratio` in `period`; `entries` (called only to add it) are its
+    /// descriptor's. A held key's ratio is updated; a new one takes the place of the lowest
+    /// when the rule is full and it beats it, if the byte budget has room.
+    pub fn offer<E>(&self, key: u128, ratio: f64, period: u32, entries: E)
+    where
+        E: FnOnce() -> Vec<(Box<str>, Box<str>)>,
+    {
+        if !self.could_admit(ratio, period) {
+            return;
+        }
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        if let Some(&i) = inner.index.get(&key) {
+            let c = &mut inner.list[i];
+            (c.ratio, c.period) = (ratio, period);
+        } else {
+            let c = Candidate {
+                key,
+                entries: entries().into(),
+                ratio,
+                period,
+            };
+            let bytes = c.bytes();
+            if inner.list.len() < MAX_CANDIDATES {
+                if self.take(bytes) {
+                    let at = inner.list.len();
+                    inner.index.insert(key, at);
+                    inner.list.push(c);
+                }
+            } else if let Some((low, r)) = lowest(&inner.list, period) {
+                let freed = inner.list[low].bytes();
+                if ratio > r && self.take(bytes.saturating_sub(freed)) {
+                    self.budget
+                        .fetch_sub(freed.saturating_sub(bytes), Ordering::Relaxed);
+                    let old = std::mem::replace(&mut inner.list[low], c);
+                    inner.index.remove(&old.key);
+                    inner.index.insert(key, low);
+                }
+            }
+        }
+        self.set_floor(inner, period);
+    }
+
+    /// Takes `bytes` from the shared budget if it has room.
+    fn take(&self, bytes: usize) -> bool {
+        self.budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                (used + bytes <= MAX_CANDIDATE_BYTES).then_some(used + bytes)
+            })
+            .is_ok()
+    }
+
+    fn set_floor(&self, inner: &Inner, period: u32) {
+        let floor = match lowest(&inner.list, period) {
+            Some((_, r)) if inner.list.len() >= MAX_CANDIDATES => {
+                (u64::from(period) << 32) | u64::from((r as f32).to_bits())
+            }
+            _ => 0,
+        };
+        self.floor.store(floor, Ordering::Relaxed);
+    }
+
+    /// The candidates held, for `/top` to re-read (a copy: the lock is not held while it
+    /// reads the table).
+    pub fn snapshot(&self) -> Vec<Candidate> {
+        self.inner.lock().list.clone()
+    }
+
+    /// Drops the candidates whose entity `gone` says has left the table.
+    pub fn forget(&self, gone: impl Fn(u128) -> bool) {
+        let mut inner = self.inner.lock();
+        let mut freed = 0;
+        inner.list.retain(|c| {
+            let keep = !gone(c.key);
+            if !keep {
+                freed += c.bytes();
+            }
+            keep
+        });
+        let index = (inner.list.iter().enumerate())
+            .map(|(i, c)| (c.key, i))
+            .collect();
+        inner.index = index;
+        self.budget.fetch_sub(freed, Ordering::Relaxed);
+        self.floor.store(0, Ordering::Relaxed);
+    }
+
+    /// How many candidates are held.
+    pub fn len(&self) -> usize {
+        self.inner.lock().list.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The position and ratio of the lowest candidate in `period` (older ones count 0).
+fn lowest(list: &[Candidate], period: u32) -> Option<(usize, f64)> {
+    list.iter()
+        .enumerate()
+        .map(|(i, c)| (i, c.ratio_at(period)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+#[cfg(test)]
+#[path = "counts_tests.rs"]
+mod tests;
