@@ -49,6 +49,16 @@ pub struct Quotas {
     pub stats: QuotaStats,
 }
 
+impl std::fmt::Debug for Quotas {
+    /// Its counts only: the counters' shares are many and say nothing in a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Quotas")
+            .field("streams", &self.stream_count())
+            .field("buckets", &self.bucket_count())
+            .finish_non_exhaustive()
+    }
+}
+
 /// A member's place in its counter's shares: a report takes the shares' lock only, not the
 /// map of every counter, and finds its member where it last was (the map, and a hash map
 /// per member's state, once cost most of a report in cache misses).
@@ -199,6 +209,11 @@ impl Quotas {
     /// Counters with members on this replica.
     pub fn counter_count(&self) -> usize {
         self.counters.lock().len()
+    }
+
+    /// Its bounds.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// The rules limiter the usage is counted in.

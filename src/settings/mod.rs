@@ -101,6 +101,9 @@ pub struct Settings {
     pub rlqs: Option<crate::rlqs::Config>,
     /// `ADMIN_TOKEN_FILE`: the token `POST /reset` requires; `None` refuses it.
     pub admin_token: Option<crate::server::admin_token::AdminToken>,
+    /// `ADMIN_OPEN_READS`: the admin reads that show descriptor values (`GET /top`) answer
+    /// without the token (a trusted network's choice); off, they need it.
+    pub admin_open_reads: bool,
     /// envoyproxy/ratelimit variables that are set but mean nothing here, one line each
     /// ([`reference`]): logged at start.
     pub warnings: Vec<String>,
@@ -153,6 +156,7 @@ impl Settings {
         let otlp = telemetry::otlp(&mut v);
         let rlqs = quota::rlqs(&mut v);
         let admin_token = admin_token(&mut v);
+        let admin_open_reads = v.or("ADMIN_OPEN_READS", false, boolean);
         let (reference_warnings, refused) = reference::check(env);
         warnings.extend(reference_warnings);
         v.errors.extend(refused);
@@ -188,6 +192,7 @@ impl Settings {
             otlp,
             rlqs,
             admin_token,
+            admin_open_reads,
             warnings,
         })
     }
