@@ -153,8 +153,10 @@ async function renderTop(s) {
   const note = $('top-note');
   const form = $('token-form');
   const forget = $('forget-token');
-  const body = $('top').tBodies[0];
+  const table = $('top');
+  const body = table.tBodies[0];
   const t = token();
+  table.hidden = true;
   form.hidden = !(s.top === 'token' && !t);
   forget.hidden = !(s.top === 'token' && t);
   if (s.top === 'off') {
@@ -183,6 +185,7 @@ async function renderTop(s) {
     return;
   }
   const keys = (await resp.json()).keys || [];
+  table.hidden = keys.length === 0;
   note.textContent = keys.length ? 'The busiest keys now, by share of their limit.' : 'No key has been counted yet.';
   fill(body, keys.map((k) => el('tr', {},
     el('td', {}, k.name ? el('strong', {}, k.name) : null, k.name ? el('br') : null, el('span', { class: 'mono muted' }, k.rule)),

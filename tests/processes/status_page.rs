@@ -1,0 +1,236 @@
+//! The status page (`GET /` on the admin port) in a real headless Chromium against a
+//! `sluice serve` child on the example rules: it renders the rules in force, reports no
+//! console error (its strict Content-Security-Policy included: a refused inline script or
+//! style would be one), never asks `/top` without a token, and its explain form answers.
+//! A screenshot is saved to `target/test-artifacts/status-page.png` (docs/status-page.png
+//! is a copy of one).
+
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::cdp::{Chromium, Page};
+use crate::common::{free_port, header, http, repo, wait_until};
+use crate::process::sluice;
+
+/// The server, killed when dropped.
+struct Serving(Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `sluice serve` on the example rules (named as a user in the repository would name them,
+/// for the screenshot), with `env` added.
+fn serve(env: &[(&str, &str)]) -> (Serving, SocketAddr) {
+    let (grpc, port) = (free_port(), free_port());
+    let server = Serving(
+        sluice()
+            .arg("serve")
+            .current_dir(repo())
+            .env("SLUICE_CONFIG", "config/rules")
+            .envs(env.iter().copied())
+            .env("GRPC_HOST", "127.0.0.1")
+            .env("GRPC_PORT", grpc.to_string())
+            .env("HOST", "127.0.0.1")
+            .env("PORT", port.to_string())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until(20, "ready", || {
+        matches!(http(addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
+    });
+    (server, addr)
+}
+
+#[test]
+fn the_page_and_its_assets_carry_a_strict_policy_and_status_json_says_top_is_off() {
+    let (_server, addr) = serve(&[]);
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/page.js", "text/javascript"),
+        ("/page.css", "text/css"),
+    ] {
+        let (code, headers, body) = http(addr, "GET", path, "", &[]).unwrap();
+        assert_eq!(code, 200, "{path}");
+        assert!(!body.is_empty(), "{path}");
+        assert!(
+            header(&headers, "content-type").is_some_and(|t| t.starts_with(kind)),
+            "{path}: {headers:?}"
+        );
+        let csp = header(&headers, "content-security-policy").unwrap_or_default();
+        assert!(csp.contains("default-src 'none'"), "{path}: {csp}");
+        assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
+    }
+    let (code, _, body) = http(addr, "GET", "/status.json", "", &[]).unwrap();
+    assert_eq!(code, 200);
+    let s: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(s["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(s["commit"], sluice::COMMIT);
+    assert_eq!(s["mode"], "local");
+    assert_eq!(s["top"], "off", "no ADMIN_TOKEN_FILE: /top is refused");
+    assert_eq!(s["reload"]["ok"], true);
+    assert_eq!(s["rlqs"]["streams"], 0);
+    let login = s["rules"]["listed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "login")
+        .unwrap_or_else(|| panic!("the example's `login` rule is listed: {body}"));
+    assert_eq!(login["domain"], "edge");
+    assert!(
+        login["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("config/rules/example.yaml:"),
+        "{login}"
+    );
+    assert_eq!(login["limits"][0]["algorithm"], "fixed_window");
+}
+
+/// Where the test's screenshot and Chromium's log go.
+fn artifacts() -> std::path::PathBuf {
+    let dir = repo().join("target/test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Chromium (with its profile, removed after it) showing the page at `addr`, once the
+/// rules table lists the example's named rule (rendered from /status.json).
+fn open(addr: SocketAddr, log: &str) -> (Chromium, Page, tempfile::TempDir) {
+    let profile = tempfile::tempdir().unwrap();
+    let chromium = Chromium::start(profile.path(), &artifacts().join(log));
+    let mut page = chromium.page();
+    page.call("Runtime.enable", json!({}));
+    page.call("Log.enable", json!({}));
+    page.call("Page.enable", json!({}));
+    page.call("Network.enable", json!({}));
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": false}),
+    );
+    page.call("Page.navigate", json!({"url": format!("http://{addr}/")}));
+    wait_until(30, "the rules table to list the `login` rule", || {
+        page.eval("document.querySelector('#rules tbody')?.textContent ?? ''")
+            .as_str()
+            .is_some_and(|t| t.contains("login") && t.contains("example.yaml:"))
+    });
+    (chromium, page, profile)
+}
+
+/// Whether the element `id` is displayed.
+fn shown(page: &mut Page, id: &str) -> bool {
+    page.eval(&format!(
+        "getComputedStyle(document.getElementById('{id}')).display !== 'none'"
+    )) == json!(true)
+}
+
+/// The URLs the page requested.
+fn requested(page: &Page) -> Vec<String> {
+    page.events
+        .iter()
+        .filter(|e| e["method"] == "Network.requestWillBeSent")
+        .filter_map(|e| e["params"]["request"]["url"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn chromium_renders_the_page_without_errors_and_its_explain_form_answers() {
+    let (_server, addr) = serve(&[]);
+    let (_chromium, mut page, _profile) = open(addr, "chromium-stderr.log");
+    let header = page.eval("document.querySelector('header').textContent");
+    assert!(
+        header.as_str().unwrap().contains(env!("CARGO_PKG_VERSION")),
+        "{header}"
+    );
+    let top = page.eval("document.getElementById('top-note').textContent");
+    assert!(
+        top.as_str().unwrap().contains("none is configured"),
+        "{top}"
+    );
+    assert!(!shown(&mut page, "token-form"), "no token to ask for");
+
+    // The explain form: fill it and submit it as a user would.
+    page.eval(
+        "document.getElementById('explain-domain').value = 'edge';\
+         document.getElementById('explain-entries').value = 'path=/login, method=POST';\
+         document.getElementById('explain-submit').click(); true",
+    );
+    wait_until(30, "the explain form's answer", || {
+        !page
+            .eval("document.getElementById('explain-result')?.textContent ?? ''")
+            .as_str()
+            .unwrap_or_default()
+            .is_empty()
+    });
+    let answer = page.eval("document.getElementById('explain-result').textContent");
+    let answer = answer.as_str().unwrap();
+    assert!(answer.contains("Would be answered OK"), "{answer}");
+    assert!(answer.contains("Rule login"), "{answer}");
+    assert!(answer.contains("5 / minute (fixed window)"), "{answer}");
+
+    // No request of the page went to /top (no token), nor anywhere but this server.
+    let urls = requested(&page);
+    assert!(urls.iter().any(|u| u.ends_with("/explain")), "{urls:?}");
+    for u in &urls {
+        assert!(u.starts_with(&format!("http://{addr}/")), "{u}");
+        assert!(!u.contains("/top"), "{u}");
+    }
+
+    let shot = page.call(
+        "Page.captureScreenshot",
+        json!({"format": "png", "captureBeyondViewport": true}),
+    );
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(shot["data"].as_str().unwrap())
+        .unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
+    let path = artifacts().join("status-page.png");
+    std::fs::write(&path, &png).unwrap();
+    eprintln!("screenshot: {}", path.display());
+
+    // Last: errors logged while the page ran, the explain call and a poll included.
+    page.eval("new Promise((done) => setTimeout(() => done(true), 100))");
+    let errors = page.errors();
+    assert!(errors.is_empty(), "the page reported errors: {errors:#?}");
+}
+
+#[test]
+fn with_a_token_configured_the_page_asks_for_it_and_not_for_top() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let (_server, addr) = serve(&[("ADMIN_TOKEN_FILE", token.to_str().unwrap())]);
+    let (code, _, body) = http(addr, "GET", "/status.json", "", &[]).unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["top"],
+        "token"
+    );
+    let (_chromium, mut page, _profile) = open(addr, "chromium-stderr-token.log");
+    let note = page.eval("document.getElementById('top-note').textContent");
+    assert!(
+        note.as_str()
+            .unwrap()
+            .contains("Enter the admin token to see top keys"),
+        "{note}"
+    );
+    assert!(shown(&mut page, "token-form"));
+    assert!(!shown(&mut page, "forget-token"));
+    // Nothing in the tab's storage, and nothing asked of /top without it.
+    assert_eq!(
+        page.eval("sessionStorage.getItem('sluice.adminToken')"),
+        Value::Null
+    );
+    let urls = requested(&page);
+    assert!(urls.iter().all(|u| !u.contains("/top")), "{urls:?}");
+    let errors = page.errors();
+    assert!(errors.is_empty(), "the page reported errors: {errors:#?}");
+}
