@@ -45,6 +45,8 @@ pub struct Quotas {
     /// The bytes of the tracked buckets' ids' keys and values, every stream together.
     pub(super) id_bytes: AtomicUsize,
     next_id: AtomicU64,
+    /// The open streams' domains and bucket counts, for the status page.
+    pub(super) listing: super::listing::Listing,
     /// The metrics' counters.
     pub stats: QuotaStats,
 }
@@ -187,6 +189,7 @@ impl Quotas {
             buckets: AtomicUsize::new(0),
             id_bytes: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
+            listing: super::listing::Listing::default(),
             stats: QuotaStats::default(),
         })
     }
@@ -209,6 +212,12 @@ impl Quotas {
     /// Counters with members on this replica.
     pub fn counter_count(&self) -> usize {
         self.counters.lock().len()
+    }
+
+    /// The first `max` open streams (oldest first) with their domains and bucket counts,
+    /// and how many more are open.
+    pub fn streams_listed(&self, max: usize) -> (Vec<super::listing::StreamSummary>, usize) {
+        self.listing.list(max)
     }
 
     /// Its bounds.

@@ -6,7 +6,8 @@
 //!
 //! It holds no descriptor value a request sent: only what the rules files (or xDS) say,
 //! and counts. So it needs no token, as `/rlconfig` does not. Every list in it is capped
-//! ([`MAX_STATUS_RULES`], [`MAX_STATUS_ERRORS`]) and says how many it left out, so a page
+//! ([`MAX_STATUS_RULES`], [`MAX_STATUS_ERRORS`], [`MAX_STATUS_STREAMS`]) and says how many
+//! it left out, so a page
 //! polled every few seconds costs a bounded answer however many rules are loaded.
 
 use axum::extract::State;
@@ -23,6 +24,10 @@ pub const MAX_STATUS_RULES: usize = 1000;
 /// The most rules files, and the most errors of a rejected reload, it lists (each with its
 /// own `more` count).
 pub const MAX_STATUS_ERRORS: usize = 50;
+
+/// The most quota streams it lists; past it, `rlqs.streams_more` says how many were left
+/// out.
+pub const MAX_STATUS_STREAMS: usize = 100;
 
 /// Bytes of rules text one answer may re-read to find the listed rules' lines
 /// (`rules/origin.rs`): a line costs a parse of its file, and the page asks every few
@@ -182,6 +187,11 @@ pub struct RlqsJson {
     pub max_streams: usize,
     /// `RLQS_MAX_BUCKETS`.
     pub max_buckets: usize,
+    /// The first [`MAX_STATUS_STREAMS`] open streams, oldest first: each one's domain and
+    /// bucket count.
+    pub listed: Vec<crate::rlqs::listing::StreamSummary>,
+    /// Open streams not listed.
+    pub streams_more: usize,
 }
 
 /// The first `max` of `items`, and how many were left out.
@@ -319,12 +329,17 @@ pub fn status(s: &AdminState) -> Status {
                 last_success_unix_ms: h.last_success_ms(),
             })
             .collect(),
-        rlqs: s.quotas.as_ref().map(|q| RlqsJson {
-            streams: q.stream_count(),
-            buckets: q.bucket_count(),
-            counters: q.counter_count(),
-            max_streams: q.config().max_streams,
-            max_buckets: q.config().max_buckets,
+        rlqs: s.quotas.as_ref().map(|q| {
+            let (listed, streams_more) = q.streams_listed(MAX_STATUS_STREAMS);
+            RlqsJson {
+                streams: q.stream_count(),
+                buckets: q.bucket_count(),
+                counters: q.counter_count(),
+                max_streams: q.config().max_streams,
+                max_buckets: q.config().max_buckets,
+                listed,
+                streams_more,
+            }
         }),
         top: match (&s.admin_token, s.open_reads) {
             (_, true) => TopAccess::Open,

@@ -40,5 +40,6 @@ mod shutdown;
 mod simulate;
 mod simulate_rlqs;
 mod statsd;
+mod status;
 mod tls;
 mod xds;

@@ -122,6 +122,10 @@ function renderRlqs(s) {
   const q = s.rlqs;
   $('rlqs').textContent = q.streams + ' open stream(s) (at most ' + q.max_streams + '), ' + q.buckets +
     ' bucket(s) tracked (at most ' + q.max_buckets + '), ' + q.counters + ' counter(s) shared.';
+  $('streams').hidden = q.listed.length === 0;
+  fill($('streams').tBodies[0], q.listed.map((x) => el('tr', {},
+    el('td', {}, '#' + x.id), el('td', { class: 'mono' }, x.domain || '(no report yet)'), el('td', {}, x.buckets))));
+  $('streams-more').textContent = q.streams_more ? 'and ' + q.streams_more + ' more stream(s)' : '';
 }
 
 async function poll() {
