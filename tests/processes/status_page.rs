@@ -1,9 +1,10 @@
 //! The status page (`GET /` on the admin port) in a real headless Chromium against a
 //! `sluice serve` child on the example rules: it renders the rules in force, reports no
 //! console error (its strict Content-Security-Policy included: a refused inline script or
-//! style would be one), never asks `/top` without a token, and its explain form answers.
-//! A screenshot is saved to `target/test-artifacts/status-page.png` (docs/status-page.png
-//! is a copy of one).
+//! style would be one), never asks `/top` without a token and asks it with the one typed in
+//! (the answer given by the test, in `/top`'s documented shape), and its explain form answers.
+//! Screenshots are saved to `target/test-artifacts/` (`status-page.png`, of which
+//! `docs/status-page.png` is a copy, and `status-page-top-keys.png`).
 
 use std::net::SocketAddr;
 use std::process::{Child, Stdio};
@@ -141,6 +142,21 @@ fn requested(page: &Page) -> Vec<String> {
         .collect()
 }
 
+/// Saves the whole page as a PNG in the artifacts directory.
+fn screenshot(page: &mut Page, name: &str) {
+    let shot = page.call(
+        "Page.captureScreenshot",
+        json!({"format": "png", "captureBeyondViewport": true}),
+    );
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(shot["data"].as_str().unwrap())
+        .unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
+    let path = artifacts().join(name);
+    std::fs::write(&path, &png).unwrap();
+    eprintln!("screenshot: {}", path.display());
+}
+
 #[test]
 fn chromium_renders_the_page_without_errors_and_its_explain_form_answers() {
     let (_server, addr) = serve(&[]);
@@ -184,17 +200,7 @@ fn chromium_renders_the_page_without_errors_and_its_explain_form_answers() {
         assert!(!u.contains("/top"), "{u}");
     }
 
-    let shot = page.call(
-        "Page.captureScreenshot",
-        json!({"format": "png", "captureBeyondViewport": true}),
-    );
-    let png = base64::engine::general_purpose::STANDARD
-        .decode(shot["data"].as_str().unwrap())
-        .unwrap();
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
-    let path = artifacts().join("status-page.png");
-    std::fs::write(&path, &png).unwrap();
-    eprintln!("screenshot: {}", path.display());
+    screenshot(&mut page, "status-page.png");
 
     // Last: errors logged while the page ran, the explain call and a poll included.
     page.eval("new Promise((done) => setTimeout(() => done(true), 100))");
@@ -203,7 +209,7 @@ fn chromium_renders_the_page_without_errors_and_its_explain_form_answers() {
 }
 
 #[test]
-fn with_a_token_configured_the_page_asks_for_it_and_not_for_top() {
+fn with_a_token_configured_the_page_asks_for_it_then_shows_top_keys_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "s3cret\n").unwrap();
@@ -231,6 +237,59 @@ fn with_a_token_configured_the_page_asks_for_it_and_not_for_top() {
     );
     let urls = requested(&page);
     assert!(urls.iter().all(|u| !u.contains("/top")), "{urls:?}");
+
+    // The token typed in: the page asks /top with it, and shows the keys with their bars.
+    // /top's answer is given here, in its documented shape, by pausing the page's request.
+    page.call(
+        "Fetch.enable",
+        json!({"patterns": [{"urlPattern": "*/top*", "requestStage": "Request"}]}),
+    );
+    page.eval(
+        "document.getElementById('token').value = 's3cret';\
+         document.querySelector('#token-form button').click(); true",
+    );
+    let paused = page.take_event("Fetch.requestPaused");
+    let request = &paused["params"]["request"];
+    assert!(
+        request["url"].as_str().unwrap().ends_with("/top?n=20"),
+        "{request}"
+    );
+    assert_eq!(request["headers"]["Authorization"], "Bearer s3cret");
+    let top = json!({"keys": [{"domain": "edge", "rule": "edge.tenant", "name": "", "entries": [{"key": "tenant", "value": "acme"}], "count": 12, "limit": 100, "unit": "minute", "ratio": 0.12, "reset_seconds": 37}]});
+    page.call(
+        "Fetch.fulfillRequest",
+        json!({
+            "requestId": paused["params"]["requestId"],
+            "responseCode": 200,
+            "responseHeaders": [{"name": "Content-Type", "value": "application/json"}],
+            "body": base64::engine::general_purpose::STANDARD.encode(top.to_string()),
+        }),
+    );
+    wait_until(30, "the top keys table", || {
+        page.eval("document.querySelector('#top tbody').textContent")
+            .as_str()
+            .is_some_and(|t| t.contains("tenant=acme"))
+    });
+    let row = page.eval("document.querySelector('#top tbody tr').textContent");
+    assert!(row.as_str().unwrap().contains("12 / 100 a minute"), "{row}");
+    assert_eq!(
+        page.eval("document.querySelector('#top meter').value"),
+        json!(0.12)
+    );
+    assert_eq!(
+        page.eval("sessionStorage.getItem('sluice.adminToken')"),
+        json!("s3cret")
+    );
+    assert!(!shown(&mut page, "token-form"));
+    screenshot(&mut page, "status-page-top-keys.png");
     let errors = page.errors();
     assert!(errors.is_empty(), "the page reported errors: {errors:#?}");
+
+    // Forgotten: out of the tab's storage, and the form is back.
+    page.eval("document.getElementById('forget-token').click(); true");
+    assert_eq!(
+        page.eval("sessionStorage.getItem('sluice.adminToken')"),
+        Value::Null
+    );
+    assert!(shown(&mut page, "token-form"));
 }
