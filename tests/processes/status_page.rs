@@ -2,7 +2,8 @@
 //! `sluice serve` child on the example rules: it renders the rules in force, reports no
 //! console error (its strict Content-Security-Policy included: a refused inline script or
 //! style would be one), never asks `/top` without a token and asks it with the one typed in
-//! (the answer given by the test, in `/top`'s documented shape), and its explain form answers.
+//! (the answer given by the test, in `/top`'s documented shape), its explain form answers,
+//! and it shows reloaded rules without a reload of its own.
 //! Screenshots are saved to `target/test-artifacts/` (`status-page.png`, of which
 //! `docs/status-page.png` is a copy, and `status-page-top-keys.png`).
 
@@ -106,6 +107,11 @@ fn artifacts() -> std::path::PathBuf {
 /// Chromium (with its profile, removed after it) showing the page at `addr`, once the
 /// rules table lists the example's named rule (rendered from /status.json).
 fn open(addr: SocketAddr, log: &str) -> (Chromium, Page, tempfile::TempDir) {
+    open_showing(addr, log, "login")
+}
+
+/// [`open`], waiting for the rules table to show `rule` (a rules file's name for it too).
+fn open_showing(addr: SocketAddr, log: &str, rule: &str) -> (Chromium, Page, tempfile::TempDir) {
     let profile = tempfile::tempdir().unwrap();
     let chromium = Chromium::start(profile.path(), &artifacts().join(log));
     let mut page = chromium.page();
@@ -118,10 +124,10 @@ fn open(addr: SocketAddr, log: &str) -> (Chromium, Page, tempfile::TempDir) {
         json!({"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": false}),
     );
     page.call("Page.navigate", json!({"url": format!("http://{addr}/")}));
-    wait_until(30, "the rules table to list the `login` rule", || {
+    wait_until(30, &format!("the rules table to list `{rule}`"), || {
         page.eval("document.querySelector('#rules tbody')?.textContent ?? ''")
             .as_str()
-            .is_some_and(|t| t.contains("login") && t.contains("example.yaml:"))
+            .is_some_and(|t| t.contains(rule) && t.contains(".yaml:"))
     });
     (chromium, page, profile)
 }
@@ -292,4 +298,33 @@ fn with_a_token_configured_the_page_asks_for_it_then_shows_top_keys_with_it() {
         Value::Null
     );
     assert!(shown(&mut page, "token-form"));
+}
+
+#[test]
+fn the_page_refreshes_itself_when_the_rules_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("r.yaml");
+    let rule = |name: &str| {
+        format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: 5, name: {name}}}\n")
+    };
+    std::fs::write(&rules, rule("before_reload")).unwrap();
+    let (_server, addr) = serve(&[("SLUICE_CONFIG", dir.path().to_str().unwrap())]);
+    let (_chromium, mut page, _profile) =
+        open_showing(addr, "chromium-stderr-refresh.log", "before_reload");
+    // A mark in the page's window: a full reload would drop it.
+    page.eval("window.sluiceTestMark = 1; true");
+    std::fs::write(&rules, rule("after_reload")).unwrap();
+    wait_until(30, "the page to show the reloaded rule", || {
+        page.eval("document.querySelector('#rules tbody').textContent")
+            .as_str()
+            .is_some_and(|t| t.contains("after_reload"))
+    });
+    assert_eq!(page.eval("window.sluiceTestMark"), json!(1), "not reloaded");
+    let reload = page.eval("document.getElementById('reload').textContent");
+    assert!(
+        reload.as_str().unwrap().contains("2 load(s) since start"),
+        "{reload}"
+    );
+    let errors = page.errors();
+    assert!(errors.is_empty(), "the page reported errors: {errors:#?}");
 }
