@@ -305,6 +305,7 @@ impl Service {
             admin_token: settings.admin_token.clone().map(Arc::new),
             open_reads: settings.admin_open_reads,
             quotas,
+            status_sources: Arc::default(),
         };
         let http = serve_http(listeners.http, state, settings);
         let joining = global.as_ref().map(|g| g.joining.clone());

@@ -57,6 +57,8 @@ pub struct AdminState {
     pub open_reads: bool,
     /// The quota service, when it is on: its streams and buckets for `/status.json`.
     pub quotas: Option<Arc<crate::rlqs::Quotas>>,
+    /// `/status.json`'s rules' sources, kept per rule set.
+    pub status_sources: Arc<super::status::Sources>,
 }
 
 /// The HTTP routes.

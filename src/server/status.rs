@@ -10,12 +10,17 @@
 //! it left out, so a page
 //! polled every few seconds costs a bounded answer however many rules are loaded.
 
+use std::sync::{Arc, Weak};
+
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use parking_lot::Mutex;
+
 use super::http::AdminState;
 use crate::core::Algorithm;
+use crate::rls::Compiled;
 use crate::rules::{Rule, RuleSet, Source};
 
 /// The most rules `/status.json` lists; past it, `rules.more` says how many were left out.
@@ -29,10 +34,10 @@ pub const MAX_STATUS_ERRORS: usize = 50;
 /// out.
 pub const MAX_STATUS_STREAMS: usize = 100;
 
-/// Bytes of rules text one answer may re-read to find the listed rules' lines
-/// (`rules/origin.rs`): a line costs a parse of its file, and the page asks every few
-/// seconds. Past it a rule's `line` is `null` (its file is still named).
-const LOCATE_BUDGET_BYTES: usize = 1 << 20;
+/// Bytes of rules text re-read to find the listed rules' lines (`rules/origin.rs`), once
+/// per rule set ([`Sources`]): a line costs a parse of its file. Past it a rule names its
+/// file without a line.
+pub const LOCATE_BUDGET_BYTES: usize = 4 << 20;
 
 /// Whether `/top` (descriptor values: secrets, often) answers, as the page must know
 /// before it asks: it never asks when it would only be refused.
@@ -238,9 +243,52 @@ fn source(set: &RuleSet, index: usize, budget: &mut usize) -> String {
     }
 }
 
-/// The first `max` rules of `set`, each with its source (lines within `budget` bytes of
-/// re-read text), and how many more there are.
-pub fn rules_json(set: &RuleSet, max: usize, mut budget: usize) -> RulesJson {
+/// The sources of the first `max` rules of `set`: `file:line`, lines found within
+/// `budget` bytes of re-read text (past it, `file`), or `xds:<resource>`.
+pub fn locate_sources(set: &RuleSet, max: usize, mut budget: usize) -> Vec<String> {
+    (0..set.rules().len().min(max))
+        .map(|i| source(set, i, &mut budget))
+        .collect()
+}
+
+/// The listed rules' sources of the rule set in force, found when a set is first asked
+/// about and kept until another is: the page asks every few seconds, and a set's lines do
+/// not move. Only a weak reference to the set is kept, so a replaced set is not held.
+#[derive(Default)]
+pub struct Sources {
+    last: Mutex<Option<(Weak<Compiled>, Arc<Vec<String>>)>>,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sources")
+    }
+}
+
+impl Sources {
+    /// The sources of `compiled`'s first [`MAX_STATUS_RULES`] rules.
+    pub fn of(&self, compiled: &Arc<Compiled>) -> Arc<Vec<String>> {
+        // Held while a new set's lines are found: a second caller waits for them rather
+        // than finding them again.
+        let mut last = self.last.lock();
+        if let Some((set, sources)) = &*last {
+            if set.upgrade().is_some_and(|c| Arc::ptr_eq(&c, compiled)) {
+                return sources.clone();
+            }
+        }
+        let sources = Arc::new(locate_sources(
+            &compiled.rules,
+            MAX_STATUS_RULES,
+            LOCATE_BUDGET_BYTES,
+        ));
+        *last = Some((Arc::downgrade(compiled), sources.clone()));
+        sources
+    }
+}
+
+/// The first `max` rules of `set`, each with its source from `sources` (in rule order),
+/// and how many more there are.
+pub fn rules_json(set: &RuleSet, max: usize, sources: &[String]) -> RulesJson {
     let all = set.rules();
     let listed = all
         .iter()
@@ -254,7 +302,7 @@ pub fn rules_json(set: &RuleSet, max: usize, mut budget: usize) -> RulesJson {
             unlimited: r.unlimited,
             shadow_mode: r.shadow_mode,
             exact: r.exact,
-            source: source(set, i, &mut budget),
+            source: sources.get(i).cloned().unwrap_or_default(),
         })
         .collect::<Vec<_>>();
     RulesJson {
@@ -309,7 +357,11 @@ pub fn status(s: &AdminState) -> Status {
         },
         ready: s.readiness.is_ready(),
         now_unix_ms: s.limiter.now().0,
-        rules: rules_json(&compiled.rules, MAX_STATUS_RULES, LOCATE_BUDGET_BYTES),
+        rules: rules_json(
+            &compiled.rules,
+            MAX_STATUS_RULES,
+            &s.status_sources.of(&compiled),
+        ),
         reload: reload_json(
             loads,
             compiled.applied_at.0,
@@ -350,7 +402,8 @@ pub fn status(s: &AdminState) -> Status {
 }
 
 pub(super) async fn status_handler(State(s): State<AdminState>) -> Response {
-    // Finding lines re-reads rules files (up to the budget): off the runtime's workers.
+    // Finding a new rule set's lines re-reads its files (up to the budget): off the
+    // runtime's workers.
     let answer = tokio::task::spawn_blocking(move || status(&s)).await;
     match answer {
         Ok(st) => axum::Json(st).into_response(),
@@ -377,20 +430,24 @@ mod tests {
         crate::rules::compile_sources(&[("t.yaml".into(), yaml)], false).unwrap()
     }
 
+    fn rules(set: &RuleSet, max: usize, budget: usize) -> RulesJson {
+        rules_json(set, max, &locate_sources(set, max, budget))
+    }
+
     #[test]
     fn rules_past_the_cap_are_counted_not_listed() {
         let set = set_of(7);
-        let r = rules_json(&set, 5, LOCATE_BUDGET_BYTES);
+        let r = rules(&set, 5, LOCATE_BUDGET_BYTES);
         assert_eq!((r.count, r.listed.len(), r.more), (7, 5, 2));
         assert_eq!(r.listed[4].name, "r4");
-        let all = rules_json(&set, 7, LOCATE_BUDGET_BYTES);
+        let all = rules(&set, 7, LOCATE_BUDGET_BYTES);
         assert_eq!((all.listed.len(), all.more), (7, 0));
     }
 
     #[test]
     fn a_rule_names_its_file_and_line_and_its_limits() {
         let set = set_of(2);
-        let r = rules_json(&set, MAX_STATUS_RULES, LOCATE_BUDGET_BYTES);
+        let r = rules(&set, MAX_STATUS_RULES, LOCATE_BUDGET_BYTES);
         assert_eq!(r.listed[1].source, "t.yaml:5");
         assert_eq!(r.listed[1].full_key, "d.k1");
         let l = &r.listed[1].limits[0];
@@ -403,7 +460,7 @@ mod tests {
     #[test]
     fn past_the_locate_budget_a_rule_names_its_file_only() {
         let set = set_of(3);
-        let r = rules_json(&set, MAX_STATUS_RULES, 0);
+        let r = rules(&set, MAX_STATUS_RULES, 0);
         assert_eq!(r.listed[0].source, "t.yaml");
     }
 

@@ -1,5 +1,6 @@
 //! `GET /status.json` on the real server, in process: its bounds crossed (more rules than it
-//! lists), the quota streams it lists and forgets, a rejected reload, and what it tells the
+//! lists), the quota streams it lists and forgets, reloads (the rules' lines found again, a
+//! rejected load's errors), and what it tells the
 //! page about `/top` for each admin-token setting. The page itself is tested in Chromium
 //! (`tests/processes/status_page.rs`).
 
@@ -70,13 +71,26 @@ async fn quota_streams_are_listed_with_their_domain_and_buckets_until_they_close
 }
 
 #[tokio::test]
-async fn a_rejected_reload_is_shown_with_its_errors_and_the_rules_in_force_stay() {
+async fn reloads_are_shown_the_rules_lines_follow_and_a_rejected_one_shows_its_errors() {
     let server = Server::start(RULES, |_| {}).await;
     let s = status(&server).await;
     assert_eq!(s["reload"]["ok"], true);
     assert_eq!(s["reload"]["loads"], 1);
     let source = s["rules"]["listed"][0]["source"].as_str().unwrap();
     assert!(source.ends_with("rules.yaml:3"), "{source}");
+    // A reload that moves the rule a line down: its new line, not the last set's.
+    std::fs::write(
+        server.dir.path().join("rules.yaml"),
+        format!("# moved\n{RULES}"),
+    )
+    .unwrap();
+    wait_until_async(10, "the second load in /status.json", || async {
+        status(&server).await["reload"]["loads"] == 2
+    })
+    .await;
+    let s = status(&server).await;
+    let source = s["rules"]["listed"][0]["source"].as_str().unwrap();
+    assert!(source.ends_with("rules.yaml:4"), "{source}");
     std::fs::write(
         server.dir.path().join("rules.yaml"),
         "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
