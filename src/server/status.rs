@@ -7,16 +7,15 @@
 //! It holds no descriptor value a request sent: only what the rules files (or xDS) say,
 //! and counts. So it needs no token, as `/rlconfig` does not. Every list in it is capped
 //! ([`MAX_STATUS_RULES`], [`MAX_STATUS_ERRORS`], [`MAX_STATUS_STREAMS`]) and says how many
-//! it left out, so a page
-//! polled every few seconds costs a bounded answer however many rules are loaded.
+//! it left out, so a page polled every few seconds costs a bounded answer however many rules
+//! are loaded.
 
 use std::sync::{Arc, Weak};
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-
 use parking_lot::Mutex;
+use serde::Serialize;
 
 use super::http::AdminState;
 use crate::core::Algorithm;

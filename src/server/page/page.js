@@ -74,8 +74,11 @@ function renderHeader(s) {
 function renderRules(s) {
   const r = s.reload;
   const reload = $('reload');
+  let outcome = el('span', { class: 'ok' }, 'Last reload applied');
+  if (!r.ok) outcome = el('span', { class: 'bad' }, 'Last reload rejected; the previous rules stay in force');
+  else if (r.loads === 0) outcome = el('span', { class: 'warn' }, 'No rules loaded yet (waiting for the xDS server?)');
   reload.replaceChildren(
-    r.ok ? el('span', { class: 'ok' }, 'Last reload applied') : el('span', { class: 'bad' }, 'Last reload rejected; the previous rules stay in force'),
+    outcome,
     ' — rules in force since ' + when(r.applied_at_unix_ms, s.now_unix_ms) + ', ' + r.loads + ' load(s) since start, from ',
     el('span', { class: 'mono' }, r.files.join(', ') || 'no file'),
     r.files_more ? ' and ' + r.files_more + ' more' : ''
