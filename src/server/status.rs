@@ -255,8 +255,11 @@ pub fn locate_sources(set: &RuleSet, max: usize, mut budget: usize) -> Vec<Strin
 /// not move. Only a weak reference to the set is kept, so a replaced set is not held.
 #[derive(Default)]
 pub struct Sources {
-    last: Mutex<Option<(Weak<Compiled>, Arc<Vec<String>>)>>,
+    last: Mutex<Option<Located>>,
 }
+
+/// A rule set, weakly, and its listed rules' sources.
+type Located = (Weak<Compiled>, Arc<Vec<String>>);
 
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
