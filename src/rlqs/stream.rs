@@ -56,6 +56,9 @@ pub struct Stream {
     /// The earliest of its buckets' `revisit`s: when its task must refresh before the next
     /// tick ([`Stream::wake_at`]).
     wake: Option<UnixMillis>,
+    /// Its number in the status page's listing, and what it publishes there.
+    id: u64,
+    listed: Arc<super::listing::Entry>,
 }
 
 /// New buckets a stream refused (sent no assignment, counted nothing of), by the bound that
@@ -108,7 +111,10 @@ impl Stream {
             quotas.stats.streams_refused.fetch_add(1, Ordering::Relaxed);
             return Err(StreamError::TooManyStreams(max));
         }
+        let id = quotas.next_id();
         Ok(Stream {
+            id,
+            listed: quotas.listing.open(id),
             rules: quotas.limiter.rules(),
             quotas: quotas.clone(),
             domain: None,
@@ -149,6 +155,7 @@ impl Stream {
         q.stats.reports.fetch_add(1, Ordering::Relaxed);
         if self.domain.is_none() {
             self.domain = Some(report.domain.to_string());
+            self.listed.set_domain(report.domain);
         }
         self.follow_rules();
         let mut actions = Actions::default();
@@ -190,6 +197,7 @@ impl Stream {
             offer(&q, tracked, a, now, &mut actions);
             self.wake = earliest(self.wake, tracked.revisit);
         }
+        self.listed.set_buckets(self.buckets.len());
         Ok(actions)
     }
 
@@ -227,6 +235,7 @@ impl Stream {
             q.stats.abandons.fetch_add(1, Ordering::Relaxed);
             actions.abandon(&t.id);
         }
+        self.listed.set_buckets(self.buckets.len());
         actions
     }
 
@@ -310,6 +319,7 @@ impl Drop for Stream {
             forget(&self.quotas, t);
         }
         self.quotas.streams.fetch_sub(1, Ordering::Relaxed);
+        self.quotas.listing.close(self.id);
     }
 }
 

@@ -1,11 +1,15 @@
-//! The HTTP face (port 8080): `/healthcheck`, `/livez`, `/readyz`, `POST /json`,
-//! `POST /explain`, `POST /reset`, `GET /top`, `/metrics`, `/rlconfig`, `/rlconfig/status`.
+//! The HTTP face (port 8080): `/` (the status page), `/status.json`, `/healthcheck`, `/livez`,
+//! `/readyz`, `POST /json`, `POST /explain`, `POST /reset`, `GET /top`, `/metrics`,
+//! `/rlconfig`, `/rlconfig/status`.
 //!
 //! `/explain` takes `/json`'s body and answers what it would be answered, and why, counting
 //! nothing (`rls/explain.rs`); always 200 when the body is valid, whatever the code.
 //!
 //! `POST /reset` (`reset.rs`) clears counters fleet-wide, behind the admin token; `GET /top`
 //! (`top.rs`) lists the keys nearest their limits, behind it too unless `ADMIN_OPEN_READS`.
+//!
+//! `GET /` is the status page (`page.rs`, with `/page.js` and `/page.css`), which polls
+//! `GET /status.json` (`status.rs`).
 //!
 //! `/json` speaks proto3 JSON (`json.rs`) and answers 429 when the overall code is
 //! `OVER_LIMIT`, as the reference does. With `TRACING_ENABLED` its calls are spans too, from
@@ -50,13 +54,22 @@ pub struct AdminState {
     pub tracer: Option<Arc<Tracer>>,
     /// `ADMIN_TOKEN_FILE`: what `POST /reset` and `GET /top` require; `None` refuses them.
     pub admin_token: Option<Arc<AdminToken>>,
-    /// `ADMIN_OPEN_READS`: `GET /top` answers without the token.
+    /// `ADMIN_OPEN_READS`: the admin reads that show descriptor values (`/top`) answer
+    /// without the token; the status page is told so.
     pub open_reads: bool,
+    /// The quota service, when it is on: its streams and buckets for `/status.json`.
+    pub quotas: Option<Arc<crate::rlqs::Quotas>>,
+    /// `/status.json`'s rules' sources, kept per rule set.
+    pub status_sources: Arc<super::status::Sources>,
 }
 
 /// The HTTP routes.
 pub fn router(state: AdminState) -> Router {
     Router::new()
+        .route("/", get(super::page::index))
+        .route("/page.js", get(super::page::script))
+        .route("/page.css", get(super::page::style))
+        .route("/status.json", get(super::status::status_handler))
         .route("/healthcheck", get(healthcheck))
         .route("/livez", get(|| async { "OK" }))
         .route("/readyz", get(readyz))

@@ -190,7 +190,7 @@ pub const SERVE: &[Spec] = &[
     spec("RLQS_MAX_BUCKET_ID_BYTES", "rlqs-max-bucket-id-bytes", Some("1024"), "Most bytes of one quota bucket id's keys and values together; a report with a longer id ends its stream INVALID_ARGUMENT"),
     spec("RLQS_MAX_TRACKED_ID_BYTES", "rlqs-max-tracked-id-bytes", Some("67108864"), "Most bytes of the keys and values of the quota buckets' ids tracked, every stream together; past it a new bucket gets no assignment"),
     spec("ADMIN_TOKEN_FILE", "admin-token-file", None, "A file holding the token that POST /reset and GET /top require (Authorization: Bearer <token>), read at start; unset: both are refused"),
-    boolean("ADMIN_OPEN_READS", "admin-open-reads", "GET /top answers without the admin token (it shows descriptor values: only on a trusted network); POST /reset still requires it"),
+    boolean("ADMIN_OPEN_READS", "admin-open-reads", "The admin reads that show descriptor values (GET /top, the status page's top keys) answer without the admin token (only on a trusted network); POST /reset still requires it"),
     spec("SHUTDOWN_GRACE", "shutdown-grace", Some("20s"), "Time given to in-flight calls on SIGTERM before exiting anyway"),
     spec("RELOAD_DEBOUNCE", "reload-debounce", Some("200ms"), "Quiet time after a rules change before reloading"),
 ];

@@ -40,6 +40,7 @@ mod shutdown;
 mod simulate;
 mod simulate_rlqs;
 mod statsd;
+mod status;
 mod tls;
 mod top;
 mod xds;

@@ -1,7 +1,7 @@
 //! Integration tests of the `sluice` binary as a child process, end to end: its subcommands
 //! and signals, a real Envoy in front of it (the rate-limit filter, and the quota filter on a
-//! fleet of replicas on Redis), OTLP export, and the vendored protos checked with
-//! protoc. One crate, so the library is linked once for all of them.
+//! fleet of replicas on Redis), OTLP export, the status page in headless Chromium, and the
+//! vendored protos checked with protoc. One crate, so the library is linked once for all of them.
 
 /// The helpers in tests/common/ this crate uses: each crate names the files it compiles, so
 /// a file comes in only where it is used. The few items two crates share and the third does
@@ -21,6 +21,7 @@ mod common {
     pub mod redis;
 }
 
+mod cdp;
 mod decision_log;
 mod descriptors;
 mod doc_blocks;
@@ -33,4 +34,5 @@ mod proto_vendor;
 mod reading;
 mod rlqs_e2e;
 mod rule_log;
+mod status_page;
 mod top;

@@ -33,4 +33,5 @@ mod redis_harness;
 mod redis_store;
 mod refund_store;
 mod reset_store;
+mod status;
 mod tat_upgrade;
