@@ -233,23 +233,6 @@ impl Page {
         }
     }
 
-    /// The first event `method` not yet taken (waiting for it when none has come), taken
-    /// out of [`Page::events`].
-    pub fn take_event(&mut self, method: &str) -> Value {
-        if let Some(i) = self.events.iter().position(|e| e["method"] == method) {
-            return self.events.remove(i);
-        }
-        loop {
-            let msg = self.receive();
-            if msg["method"] == method {
-                return msg;
-            }
-            if msg.get("method").is_some() {
-                self.events.push(msg);
-            }
-        }
-    }
-
     /// The value of a JavaScript expression in the page (awaited when it is a promise).
     pub fn eval(&mut self, expression: &str) -> Value {
         let r = self.call(
