@@ -302,9 +302,10 @@ impl RateLimiter {
             .collect()
     }
 
-    /// A rule's limits checked on a copy of its entity's states (fresh ones when this replica
-    /// holds none: a first request's view, the prior included in global mode); `None` when
-    /// unlimited.
+    /// A rule's limits checked on a copy of its entity's states (what the table's summary
+    /// keeps of it when it was evicted while counting, as its next request would start from;
+    /// fresh ones when neither: a first request's view, the prior included in global mode);
+    /// `None` when unlimited.
     fn look_in_memory(
         &self,
         rule: &Rule,
@@ -312,7 +313,8 @@ impl RateLimiter {
         now: UnixMillis,
         hits: u64,
     ) -> Option<Looks> {
-        let held = self.entities.get(entity, |e| e.state.states.to_vec());
+        let limits: Vec<_> = rule.limits.iter().map(|l| l.limit).collect();
+        let held = self.entities.peek(entity, &limits, now);
         self.look_on(rule, held, now, hits)
     }
 

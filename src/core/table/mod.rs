@@ -316,6 +316,27 @@ impl EntityTable {
         }))
     }
 
+    /// The states of entity `key` as a request at `now` would find them, without creating it
+    /// or touching its recency: a copy of its own when held, else what the shard's sketch
+    /// keeps of it when it was evicted while counting; `None` when neither (fresh states).
+    pub fn peek(&self, key: u128, limits: &[Limit], now: UnixMillis) -> Option<Vec<LimitState>> {
+        let shard = self.shard(key).lock();
+        if let Some(pos) = shard.find(key) {
+            return Some(shard.at(pos).state.states.to_vec());
+        }
+        let sketch = shard.sketch.as_ref()?;
+        let kept: Vec<_> = (limits.iter().enumerate())
+            .map(|(i, l)| sketch.query(key, i, l, now))
+            .collect();
+        kept.iter().any(Option::is_some).then(|| {
+            limits
+                .iter()
+                .zip(kept)
+                .map(|(l, k)| LimitState::restored(l, k))
+                .collect()
+        })
+    }
+
     /// The limits of an interned set.
     pub fn limits(&self, set: LimitSet) -> Arc<[Limit]> {
         self.inner.sets.read().sets[set.0 as usize].clone()

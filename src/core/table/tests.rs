@@ -113,6 +113,25 @@ fn a_full_table_evicts_what_holds_nothing_first_then_the_least_recently_used() {
 }
 
 #[test]
+fn a_peek_reads_a_held_entity_and_an_evicted_ones_summary_and_creates_nothing() {
+    let t = table(1);
+    let l = [per_minute(10)];
+    let count = |states: Option<Vec<LimitState>>| {
+        let mut s = states.expect("states");
+        s[0].check_with(&l[0], T0, 0, &FleetView::ALONE).count_after
+    };
+    assert!(hit(&t, key(1), &l, T0, 4));
+    assert_eq!(count(t.peek(key(1), &l, T0)), 4);
+    // Evicted while counting: its next request starts from the summary's 4, and so does
+    // a peek; a value never seen reads nothing, and neither peek creates an entity.
+    assert!(hit(&t, key(2), &l, T0, 1));
+    assert!(!held(&t, key(1)));
+    assert_eq!(count(t.peek(key(1), &l, T0)), 4);
+    assert_eq!(t.peek(key(3), &l, T0), None);
+    assert!(!held(&t, key(1)) && !held(&t, key(3)) && held(&t, key(2)));
+}
+
+#[test]
 fn a_victim_over_its_limit_stays_over_through_a_flood_of_values_and_new_values_pass() {
     let t = table(1000);
     let l = [per_minute(10)];
