@@ -173,17 +173,17 @@ measure() { # case
 
 median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
+unit='µs/req'
+[ "$MODE" = instructions ] && unit='instr/req'
 declare -A runs
 for ((r = 1; r <= RUNS; r++)); do
   for c in "${cases[@]}"; do
     v=$(measure "$c")
     runs[$c]+="$v "
-    echo "run $r $c: $v µs/request" >&2
+    echo "run $r $c: $v $unit" >&2
   done
 done
 
-unit='µs/req'
-[ "$MODE" = instructions ] && unit='instr/req'
 printf '%-14s %10s %9s %9s   %s\n' case "$unit" '×no-op' '×few' 'runs'
 declare -A med
 for c in "${cases[@]}"; do med[$c]=$(tr ' ' '\n' <<<"${runs[$c]}" | grep . | median); done
