@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 #! Server CPU per ShouldRateLimit: sluice against a tonic no-op RLS (examples/noop_rls.rs),
-#! and sluice with a few rules against 1,000 exact-value and 1,000 wildcard rules in a domain.
+#! and sluice with a few rules against 1,000 exact-value and 1,000 wildcard rules in a domain,
+#! in local mode and in global mode (the few rules, synced through a local redis-server).
 #
 # Usage: benches/cpu.sh   (env: RUNS=5 DURATION=5s RATE=12000 CONCURRENCY=64 VALUES=1000
-#                          MODE=cpu|instructions)
+#                          MODE=cpu|instructions CASES="noop few exact wildcard global"
+#                          BEFORE=path/to/another/sluice)
+#
+# BEFORE: another build of sluice (say, the previous commit's, copied out of target/release)
+# run as the cases `few-before` and `global-before` in the same runs, alternating with this
+# build's, so a change is measured against what it changes on the same machine at the same
+# time. `global` needs redis-server on the PATH; the script starts its own on REDIS_PORT.
 #
 # MODE=instructions counts the server's instructions per request under valgrind's callgrind
 # instead of its CPU time: the same for the same binary and load whatever else the machine
@@ -28,6 +35,9 @@ RATE=${RATE:-12000}
 MODE=${MODE:-cpu}
 GRPC_PORT=${GRPC_PORT:-18091}
 HTTP_PORT=${HTTP_PORT:-18090}
+REDIS_PORT=${REDIS_PORT:-18092}
+CASES=${CASES:-noop few exact wildcard global}
+BEFORE=${BEFORE:-}
 
 cargo build --release --locked --quiet --features tools --bin sluice --example noop_rls
 bin=target/release/sluice
@@ -36,11 +46,33 @@ tck=$(getconf CLK_TCK)
 
 tmp=$(mktemp -d)
 server=""
+redis=""
 cleanup() {
   [ -z "$server" ] || kill "$server" 2>/dev/null || true
+  [ -z "$redis" ] || kill "$redis" 2>/dev/null || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+
+cases=($CASES)
+if [ -n "$BEFORE" ]; then
+  [ -x "$BEFORE" ] || { echo "BEFORE=$BEFORE is not an executable" >&2; exit 1; }
+  for c in few global; do [[ " $CASES " == *" $c "* ]] && cases+=("$c-before"); done
+fi
+if [[ " ${cases[*]} " == *" global"* ]]; then
+  command -v redis-server >/dev/null || {
+    echo "the global case needs redis-server on the PATH (or leave it out: CASES=...)" >&2
+    exit 1
+  }
+  # On core 0 with the client: the server's figure is its own process's CPU either way.
+  taskset -c 0 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    >"$tmp/redis.log" 2>&1 &
+  redis=$!
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null && break
+    sleep 0.1
+  done
+fi
 
 # Rules: the repository's examples plus a `cpu` domain whose rules the load hits. Limits are
 # far above the load's rate, so every answer is OK and each case does the same counting work.
@@ -69,11 +101,18 @@ start_server() { # case
     # Uninstrumented (fast) until `callgrind_control -i on`, after the warm-up.
     wrap=(valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$tmp/callgrind.out")
   fi
+  # `<case>-before`: the same case on the BEFORE build; `global`: the few rules, synced.
+  local exe=$bin rules=${1%-before} extra=()
+  [[ $1 == *-before ]] && exe=$BEFORE
+  if [ "$rules" = global ]; then
+    rules=few
+    extra=(--redis-url "redis://127.0.0.1:$REDIS_PORT")
+  fi
   if [ "$1" = noop ]; then
     taskset -c 1 "${wrap[@]}" "$noop" "127.0.0.1:$GRPC_PORT" &
   else
-    taskset -c 1 "${wrap[@]}" "$bin" serve --config "$tmp/$1" --log-level warn \
-      --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" &
+    taskset -c 1 "${wrap[@]}" "$exe" serve --config "$tmp/$rules" --log-level warn \
+      --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" "${extra[@]}" &
   fi
   server=$!
   for _ in $(seq 600); do
@@ -106,8 +145,9 @@ measure_instructions() { # case
   wait "$server" 2>/dev/null || true
   server=""
   requests=$(awk '/^requests/ {print $2}' <<<"$out")
-  # The dump holds the instructions since instrumentation was turned on.
-  awk -v n="$requests" '/^summary:/ {s += $2} END {printf "%.0f\n", s / n}' "$tmp"/callgrind.out*
+  # The dump (callgrind.out.1) holds the instructions from instrumentation on to the dump;
+  # the file written at exit (the shutdown's) is left out.
+  awk -v n="$requests" '/^summary:/ {s += $2} END {printf "%.0f\n", s / n}' "$tmp"/callgrind.out.*
   rm -f "$tmp"/callgrind.out*
 }
 
@@ -133,22 +173,21 @@ measure() { # case
 
 median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
-cases=(noop few exact wildcard)
+unit='µs/req'
+[ "$MODE" = instructions ] && unit='instr/req'
 declare -A runs
 for ((r = 1; r <= RUNS; r++)); do
   for c in "${cases[@]}"; do
     v=$(measure "$c")
     runs[$c]+="$v "
-    echo "run $r $c: $v µs/request" >&2
+    echo "run $r $c: $v $unit" >&2
   done
 done
 
-unit='µs/req'
-[ "$MODE" = instructions ] && unit='instr/req'
-printf '%-10s %10s %9s %9s   %s\n' case "$unit" '×no-op' '×few' 'runs'
+printf '%-14s %10s %9s %9s   %s\n' case "$unit" '×no-op' '×few' 'runs'
 declare -A med
 for c in "${cases[@]}"; do med[$c]=$(tr ' ' '\n' <<<"${runs[$c]}" | grep . | median); done
 for c in "${cases[@]}"; do
   awk -v c="$c" -v m="${med[$c]}" -v n="${med[noop]}" -v f="${med[few]}" -v r="${runs[$c]}" \
-    'BEGIN {printf "%-10s %10.2f %9.2f %9.2f   %s\n", c, m, m / n, m / f, r}'
+    'BEGIN {printf "%-14s %10.2f %9.2f %9.2f   %s\n", c, m, m / n, m / f, r}'
 done

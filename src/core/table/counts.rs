@@ -194,6 +194,49 @@ impl Candidate {
 struct Inner {
     list: Vec<Candidate>,
     index: HashMap<u128, usize>,
+    /// The lowest candidate for a period, as [`lowest`] finds it, kept between offers: a
+    /// full rule's every offer needs it (the floor), and a scan of the 1,000 candidates for
+    /// each one cost more than the rest of the request (`benches/cpu.sh`).
+    low: Option<Low>,
+}
+
+/// [`Inner::low`]: the period, and the position and ratio of its lowest candidate.
+#[derive(Debug, Clone, Copy)]
+struct Low {
+    period: u32,
+    at: usize,
+    ratio: f64,
+}
+
+impl Inner {
+    /// The position and ratio of the lowest candidate in `period`, found again only when
+    /// an offer may have raised it.
+    fn lowest(&mut self, period: u32) -> Option<(usize, f64)> {
+        match self.low {
+            Some(l) if l.period == period => Some((l.at, l.ratio)),
+            _ => {
+                let found = lowest(&self.list, period);
+                self.low = found.map(|(at, ratio)| Low { period, at, ratio });
+                found
+            }
+        }
+    }
+
+    /// Keeps [`Inner::low`] true after the candidate at `at` took `ratio` in `period`:
+    /// the lowest stays the lowest unless that candidate was it and rose (then it is found
+    /// again), and a lower one, or an equal one earlier in the list (the scan's first),
+    /// takes its place.
+    fn moved(&mut self, at: usize, ratio: f64, period: u32) {
+        let Some(l) = self.low.filter(|l| l.period == period) else {
+            self.low = None;
+            return;
+        };
+        if ratio < l.ratio || (ratio == l.ratio && at <= l.at) {
+            self.low = Some(Low { period, at, ratio });
+        } else if at == l.at {
+            self.low = None;
+        }
+    }
 }
 
 /// The candidates of one rule for `GET /top` (see the module docs).
@@ -236,6 +279,7 @@ impl Candidates {
         if let Some(&i) = inner.index.get(&key) {
             let c = &mut inner.list[i];
             (c.ratio, c.period) = (ratio, period);
+            inner.moved(i, ratio, period);
         } else {
             let c = Candidate {
                 key,
@@ -249,8 +293,9 @@ impl Candidates {
                     let at = inner.list.len();
                     inner.index.insert(key, at);
                     inner.list.push(c);
+                    inner.moved(at, ratio, period);
                 }
-            } else if let Some((low, r)) = lowest(&inner.list, period) {
+            } else if let Some((low, r)) = inner.lowest(period) {
                 let freed = inner.list[low].bytes();
                 if ratio > r && self.take(bytes.saturating_sub(freed)) {
                     self.budget
@@ -258,6 +303,7 @@ impl Candidates {
                     let old = std::mem::replace(&mut inner.list[low], c);
                     inner.index.remove(&old.key);
                     inner.index.insert(key, low);
+                    inner.low = None;
                 }
             }
         }
@@ -273,12 +319,12 @@ impl Candidates {
             .is_ok()
     }
 
-    fn set_floor(&self, inner: &Inner, period: u32) {
-        let floor = match lowest(&inner.list, period) {
-            Some((_, r)) if inner.list.len() >= MAX_CANDIDATES => {
-                (u64::from(period) << 32) | u64::from((r as f32).to_bits())
-            }
-            _ => 0,
+    fn set_floor(&self, inner: &mut Inner, period: u32) {
+        // Below the cap any offer gets in: no floor, and no need to know the lowest.
+        let full = inner.list.len() >= MAX_CANDIDATES;
+        let floor = match if full { inner.lowest(period) } else { None } {
+            Some((_, r)) => (u64::from(period) << 32) | u64::from((r as f32).to_bits()),
+            None => 0,
         };
         self.floor.store(floor, Ordering::Relaxed);
     }
@@ -304,6 +350,7 @@ impl Candidates {
             .map(|(i, c)| (c.key, i))
             .collect();
         inner.index = index;
+        inner.low = None;
         self.budget.fetch_sub(freed, Ordering::Relaxed);
         self.floor.store(0, Ordering::Relaxed);
     }

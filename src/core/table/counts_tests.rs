@@ -172,3 +172,35 @@ fn the_byte_budget_is_shared_and_never_passed() {
     assert_eq!((a.candidates.len(), b.candidates.len()), (1, 1));
     assert!(t.candidate_bytes() <= MAX_CANDIDATE_BYTES);
 }
+
+#[test]
+fn the_kept_lowest_is_what_a_scan_finds_after_every_offer() {
+    // Offers of held and new keys, rising and falling ratios (a record dropped and made
+    // again starts low), equal ratios and new periods, past the cap: after each, the lowest
+    // kept between offers and the floor are those a scan of the list gives.
+    let t = table(10);
+    let c = t.rule_counts(RULE, &[per_minute(100)]);
+    let cands = &c.candidates;
+    let mut x: u64 = 7;
+    for n in 0..6_000u64 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let i = (x >> 33) % (MAX_CANDIDATES as u64 + 200);
+        let ratio = ((x >> 20) % 16) as f64 / 8.0;
+        let period = 1 + (n / 2_000) as u32;
+        cands.offer(key(i), ratio, period, || entries(i));
+        let mut inner = cands.inner.lock();
+        let scanned = lowest(&inner.list, period);
+        if let Some(l) = inner.low.filter(|l| l.period == period) {
+            assert_eq!(Some((l.at, l.ratio)), scanned, "offer {n}");
+        }
+        assert_eq!(inner.lowest(period), scanned, "offer {n}");
+        let floor = match scanned {
+            Some((_, r)) if inner.list.len() >= MAX_CANDIDATES => {
+                (u64::from(period) << 32) | u64::from((r as f32).to_bits())
+            }
+            _ => 0,
+        };
+        assert_eq!(cands.floor.load(Ordering::Relaxed), floor, "offer {n}");
+    }
+    assert_eq!(cands.len(), MAX_CANDIDATES);
+}
