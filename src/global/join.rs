@@ -264,7 +264,7 @@ impl<S: ShardStore> JoinTask<S> {
             let last = beats.into_iter().filter_map(Result::err).next_back();
             let retry = Instant::now() + self.settings.backoff_min;
             if retry >= deadline {
-                return Err(last.unwrap_or(StoreError::Backend("no store".into())));
+                return Err(last.unwrap_or(StoreError::other("no store")));
             }
             tokio::time::sleep_until(retry).await;
         }

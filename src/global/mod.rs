@@ -26,7 +26,7 @@ pub use presence::{Others, Presence, PresenceHub, PresenceSource};
 pub use redis::OpenError;
 pub use sync::{
     measure_offset, new_generation, new_replica_id, Beat, Heartbeat, ShardHealth, ShardRouter,
-    ShardStore, ShardSync, StoreError, SyncItem, SyncOp, SyncQueues, SyncStats,
+    ShardStore, ShardSync, StoreError, StoreErrorKind, SyncItem, SyncOp, SyncQueues, SyncStats,
 };
 
 use std::sync::Arc;

@@ -90,7 +90,7 @@ impl SimStore {
             self.counters.flush_all();
         }
         let result = if self.is_down(landed) {
-            Err(StoreError::Backend("simulated outage".into()))
+            Err(StoreError::connection("simulated outage"))
         } else {
             match self.counters.sync(replica, items).await {
                 Ok(totals) => match beat {
@@ -118,7 +118,7 @@ impl ShardStore for SimStore {
         self.call(beat.replica, &[], Some(beat))
             .await?
             .1
-            .ok_or_else(|| StoreError::Backend("no heartbeat reply".into()))
+            .ok_or_else(|| StoreError::reply("no heartbeat reply"))
     }
 
     async fn sync_and_beat(
@@ -139,7 +139,7 @@ impl ShardStore for SimStore {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         sleep(self.there).await;
         let result = if self.is_down(Instant::now()) {
-            Err(StoreError::Backend("simulated outage".into()))
+            Err(StoreError::connection("simulated outage"))
         } else {
             self.counters.replicas().await
         };
@@ -158,7 +158,7 @@ impl ShardStore for SimStore {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         sleep(self.there).await;
         let result = if self.is_down(Instant::now()) {
-            Err(StoreError::Backend("simulated outage".into()))
+            Err(StoreError::connection("simulated outage"))
         } else {
             self.counters.presence(replica, items, now_ms, ttl_ms).await
         };

@@ -17,7 +17,7 @@ impl ExactStore for MemoryStore {
         Box::pin(async move {
             self.exact_calls.fetch_add(1, Ordering::Relaxed);
             if self.down.load(Ordering::Relaxed) {
-                return Err(StoreError::Backend("connection refused".into()));
+                return Err(StoreError::connection("connection refused"));
             }
             let mut windows = self.exact.lock();
             let mut buckets = self.exact_buckets.lock();
@@ -34,7 +34,7 @@ impl ExactStore for MemoryStore {
     fn reset<'a>(&'a self, items: &'a [ResetItem]) -> ResetFuture<'a> {
         Box::pin(async move {
             if self.down.load(Ordering::Relaxed) {
-                return Err(StoreError::Backend("connection refused".into()));
+                return Err(StoreError::connection("connection refused"));
             }
             let out = items
                 .iter()

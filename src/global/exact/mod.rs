@@ -124,7 +124,7 @@ pub trait ExactStore: Send + Sync + 'static {
     /// held before. This default refuses: a store of the benches' and tests' fakes.
     fn reset<'a>(&'a self, items: &'a [ResetItem]) -> ResetFuture<'a> {
         let _ = items;
-        Box::pin(async { Err(StoreError::Backend("this store cannot reset".into())) })
+        Box::pin(async { Err(StoreError::other("this store cannot reset")) })
     }
 }
 
@@ -189,7 +189,7 @@ impl ExactClient {
         commit: bool,
     ) -> Result<ExactReply, StoreError> {
         if self.stores.is_empty() {
-            return Err(StoreError::Backend("no exact store".into()));
+            return Err(StoreError::other("no exact store"));
         }
         let groups = self.groups(items);
         let run = async {

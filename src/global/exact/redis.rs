@@ -14,6 +14,7 @@ use deadpool_redis::redis::{self, Value};
 use super::bucket as exact_bucket;
 use super::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore, ResetFuture, ResetItem};
 use crate::core::window::Prev;
+use crate::global::redis::error::backend;
 use crate::global::redis::pool::{OpenError, RedisPool};
 use crate::global::redis::script::{Call, Lua};
 use crate::global::redis::{RedisOptions, SentinelMaster};
@@ -47,10 +48,6 @@ pub fn exact_key(prefix: &str, entity: u128, limit: u8, epoch: u64) -> String {
 /// bucket is one value for good, gone when full.
 pub fn exact_bucket_key(prefix: &str, entity: u128, limit: u8) -> String {
     format!("{prefix}sluice:xb:{{{entity:032x}}}:{limit}")
-}
-
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
 }
 
 /// The keys and arguments of the script's call for `items`.

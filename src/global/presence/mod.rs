@@ -218,7 +218,7 @@ impl<S: ShardStore> PresenceLoop<S> {
         let call = store.presence(self.queues.replica_id(), &b.items, now_ms, ttl);
         match tokio::time::timeout(self.settings.timeout, call).await {
             Ok(Ok(o)) if o.len() == b.items.len() => Ok(o),
-            Ok(Ok(o)) => Err(StoreError::Backend(format!(
+            Ok(Ok(o)) => Err(StoreError::reply(format!(
                 "store answered {} presences for {} items",
                 o.len(),
                 b.items.len()

@@ -21,9 +21,9 @@
 
 use deadpool_redis::redis::Value;
 
+use super::error::backend;
 use super::pool::RedisPool;
 use super::script::{Call, Lua};
-use super::sync::backend;
 use crate::global::{Beat, Heartbeat, StoreError};
 
 /// A replica's heartbeat. KEYS: the replicas' set and, on a standalone shard, the

@@ -8,6 +8,7 @@
 //! store is in `global/exact/redis.rs`, on pools of its own opened here.
 
 pub mod conn;
+pub(crate) mod error;
 mod heartbeat;
 pub(crate) mod pool;
 mod presence;

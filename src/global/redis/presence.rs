@@ -25,9 +25,10 @@
 
 use deadpool_redis::redis::{self, Value};
 
+use super::error::backend;
 use super::pool::RedisPool;
 use super::script::{self, Call, Lua};
-use super::sync::{backend, field};
+use super::sync::field;
 use crate::global::{Others, Presence, StoreError};
 
 /// Publishes and reads presence (see the module docs). KEYS: one hash per item. ARGV: the

@@ -113,6 +113,7 @@
 use deadpool_redis::redis::{self, Value};
 
 use super::conn::{RedisOptions, SentinelMaster};
+use super::error::backend;
 use super::heartbeat::Heartbeats;
 use super::pool::{OpenError, RedisPool, Shard};
 use super::script::{self, Call, Lua};
@@ -163,10 +164,6 @@ pub(crate) fn bucket_key_of(prefix: &str, entity: u128, limit: u8) -> String {
 /// A replica's field in every counter.
 pub(super) fn field(replica: u64) -> String {
     format!("{replica:016x}")
-}
-
-pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
 }
 
 /// Which script an item goes to.

@@ -293,7 +293,7 @@ impl ShardStore for MemoryStore {
     async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if self.down.load(Ordering::Relaxed) {
-            return Err(StoreError::Backend("connection refused".into()));
+            return Err(StoreError::connection("connection refused"));
         }
         let totals = self.apply(replica, items);
         let per_item = self.per_item_ns.load(Ordering::Relaxed);
@@ -308,7 +308,7 @@ impl ShardStore for MemoryStore {
     }
     async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
         if self.down.load(Ordering::Relaxed) {
-            return Err(StoreError::Backend("connection refused".into()));
+            return Err(StoreError::connection("connection refused"));
         }
         let generation = *self.generation.lock().get_or_insert(beat.new_generation);
         let mut r = self.replicas.lock();
@@ -326,7 +326,7 @@ impl ShardStore for MemoryStore {
     }
     async fn replicas(&self) -> Result<Vec<(u64, u64)>, StoreError> {
         if self.down.load(Ordering::Relaxed) {
-            return Err(StoreError::Backend("connection refused".into()));
+            return Err(StoreError::connection("connection refused"));
         }
         let mut all: Vec<(u64, u64)> = self.replicas.lock().iter().map(|(&r, &t)| (r, t)).collect();
         all.sort_unstable();
@@ -341,7 +341,7 @@ impl ShardStore for MemoryStore {
     ) -> Result<Vec<Others>, StoreError> {
         self.presence_calls.fetch_add(1, Ordering::Relaxed);
         if self.down.load(Ordering::Relaxed) {
-            return Err(StoreError::Backend("connection refused".into()));
+            return Err(StoreError::connection("connection refused"));
         }
         let mut all = self.presence.lock();
         let out = items

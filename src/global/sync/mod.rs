@@ -23,5 +23,5 @@ pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use shard::ShardSync;
 pub use store::{
     new_generation, new_replica_id, Beat, Heartbeat, Others, Presence, ShardStore, StoreError,
-    SyncItem, SyncOp,
+    StoreErrorKind, SyncItem, SyncOp,
 };

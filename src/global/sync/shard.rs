@@ -451,7 +451,7 @@ impl<S: ShardStore> ShardSync<S> {
         };
         let result = match tokio::time::timeout(self.settings.timeout, call).await {
             Ok(Ok((totals, live))) if totals.len() == items.len() => Ok((totals, live)),
-            Ok(Ok((totals, _))) => Err(StoreError::Backend(format!(
+            Ok(Ok((totals, _))) => Err(StoreError::reply(format!(
                 "store answered {} totals for {} items",
                 totals.len(),
                 items.len()

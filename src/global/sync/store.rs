@@ -220,8 +220,74 @@ pub enum StoreError {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     /// The store answered with an error or the connection failed.
-    #[error("{0}")]
-    Backend(String),
+    #[error("{message}")]
+    Backend {
+        /// What kind of failure, as the store's client classified it.
+        kind: StoreErrorKind,
+        /// The client's message.
+        message: String,
+    },
+}
+
+/// What kind of failure a store call met: Redis's `ErrorKind` classified
+/// (`global/redis/error.rs`), so the callers can tell a failure that passes from one that
+/// stays (Limitador's storage errors do the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// The connection failed, was refused or dropped, or no node served the key.
+    Connection,
+    /// The store is loading, busy, failing over or moving slots (`LOADING`, `BUSY`,
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `MOVED`, `ASK`).
+    Unavailable,
+    /// The store refused the credentials or the command's permission.
+    Auth,
+    /// The store answered an error to the command, or a reply the call cannot read.
+    Reply,
+    /// The client's settings are wrong, or the store cannot do what was asked.
+    Other,
+}
+
+impl StoreError {
+    /// A failure of `kind` with the client's `message`.
+    pub fn backend(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        StoreError::Backend {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// A failed or refused connection.
+    pub fn connection(message: impl Into<String>) -> Self {
+        Self::backend(StoreErrorKind::Connection, message)
+    }
+
+    /// A reply the call cannot read.
+    pub fn reply(message: impl Into<String>) -> Self {
+        Self::backend(StoreErrorKind::Reply, message)
+    }
+
+    /// What the store cannot do.
+    pub fn other(message: impl Into<String>) -> Self {
+        Self::backend(StoreErrorKind::Other, message)
+    }
+
+    /// The kind of failure (a timeout is [`StoreErrorKind::Connection`]'s: no answer).
+    pub fn kind(&self) -> StoreErrorKind {
+        match self {
+            StoreError::Timeout(_) => StoreErrorKind::Connection,
+            StoreError::Backend { kind, .. } => *kind,
+        }
+    }
+
+    /// Whether the same call may succeed later without anyone changing anything: a timeout,
+    /// a connection lost or refused, a store loading or failing over. Not: refused
+    /// credentials, an error to the command, a reply the call cannot read, wrong settings.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind(),
+            StoreErrorKind::Connection | StoreErrorKind::Unavailable
+        )
+    }
 }
 
 /// A shard of the shared store.
@@ -264,11 +330,7 @@ pub trait ShardStore: Send + Sync + 'static {
     /// This default lists none, so a join waits the whole heartbeat round; Redis and the
     /// in-memory store implement it.
     fn replicas(&self) -> impl Future<Output = Result<Vec<(u64, u64)>, StoreError>> + Send {
-        async {
-            Err(StoreError::Backend(
-                "this store does not list its replicas".into(),
-            ))
-        }
+        async { Err(StoreError::other("this store does not list its replicas")) }
     }
     /// Publishes `replica`'s RLQS streams on each counter of `items` until `now_ms + ttl_ms`
     /// (a 0 removes them), forgets what other replicas published that expired by `now_ms`,
