@@ -49,7 +49,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
-use crate::global::config::SyncSettings;
+use crate::global::sync::SyncSettings;
 use crate::global::sync::{new_generation, Heartbeat, ShardStore, StoreError, SyncQueues};
 
 /// Where a replica is in joining the fleet.

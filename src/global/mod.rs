@@ -9,10 +9,15 @@
 //! Every task runs under `supervise` (`supervise.rs`): one that panics or ends before
 //! shutdown is logged, counted, marks its shard degraded with the reason, and is restarted
 //! with backoff. The metrics are in `metrics.rs`.
+//!
+//! One axis, by backend: the features (`sync/`, `exact/`, `presence/`) hold the logic and the
+//! store traits, with no Redis code; `redis/` holds all of it (scripts included) and
+//! `memory/` the in-memory twin, each implementing the features' traits.
 
 pub mod config;
 pub mod exact;
 mod join;
+pub mod memory;
 mod metrics;
 pub mod presence;
 pub mod redis;
@@ -36,7 +41,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
-use crate::global::exact::redis::RedisExact;
+use crate::global::redis::exact::RedisExact;
 use crate::global::redis::RedisStore;
 use crate::telemetry::Telemetry;
 use metrics::register_metrics;
@@ -321,8 +326,8 @@ mod tests {
     use crate::core::clock::{ManualClock, UnixMillis};
     use crate::core::table::{CacheSettings, EntityTable};
     use crate::core::{Algorithm, Limit};
+    use crate::global::memory::MemoryStore;
     use crate::global::sync::health::ShardStatus;
-    use crate::global::sync::memory::MemoryStore;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     const T0: u64 = 1_700_000_040_000;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use crate::global::sync::memory::MemoryStore;
+use crate::global::memory::MemoryStore;
 use crate::global::{Beat, Heartbeat};
 use crate::global::{Others, Presence, ShardStore, StoreError, SyncItem};
 

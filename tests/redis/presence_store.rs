@@ -6,8 +6,8 @@
 use crate::common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use sluice::global::memory::MemoryStore;
 use sluice::global::redis::{RedisOptions, RedisStore};
-use sluice::global::sync::memory::MemoryStore;
 use sluice::global::{Others, Presence, ShardStore};
 
 const NOW_MS: u64 = 1_700_000_040_000;

@@ -4,12 +4,11 @@
 //! at once under the Redis timeout, and keeps all-or-nothing across the calls by giving back
 //! what a call counted when another one refused or failed.
 //!
-//! Redis implements the trait in `redis.rs`, the in-memory store in `memory.rs`; a token
+//! Redis implements the trait in `global/redis/exact.rs`, the in-memory store in
+//! `global/memory/exact.rs`; a token
 //! bucket item's own steps are in `bucket.rs`.
 
 pub mod bucket;
-mod memory;
-pub mod redis;
 pub mod reset;
 
 use std::future::Future;
@@ -323,7 +322,7 @@ pub trait ExactCounters {
 }
 
 /// The store-independent semantics of an exact call, for stores that hold their counters in
-/// maps (`sync/memory.rs`); Redis runs the same steps in Lua (`redis.rs`, `exact.lua`). Every read comes
+/// maps (`global/memory/`); Redis runs the same steps in Lua (`global/redis/exact.rs`, `exact.lua`). Every read comes
 /// before the first write, as in the script.
 pub fn apply(items: &[ExactItem], commit: bool, store: &mut impl ExactCounters) -> ExactReply {
     let mut reply = ExactReply {

@@ -35,7 +35,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
-use crate::global::config::SyncSettings;
+use crate::global::sync::SyncSettings;
 use crate::global::sync::{ShardStore, StoreError, SyncQueues};
 
 pub use crate::global::sync::store::MAX_DEMAND;

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::core::clock::UnixMillis;
-use crate::global::sync::memory::MemoryStore;
+use crate::global::memory::MemoryStore;
 use crate::global::sync::ShardRouter;
 
 const T0: u64 = 1_700_000_040_000;

@@ -5,10 +5,9 @@
 use deadpool_redis::redis::Value;
 
 use super::error::backend;
+use super::keys::{bucket_key_of, exact_bucket_key, exact_key, window_key};
 use super::pool::RedisPool;
 use super::script::{Call, Lua};
-use super::sync::{bucket_key_of, window_key};
-use crate::global::exact::redis::{exact_bucket_key, exact_key};
 use crate::global::exact::{ResetItem, ResetKind, ResetReply};
 use crate::global::sync::store::StoreError;
 

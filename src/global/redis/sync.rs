@@ -115,6 +115,7 @@ use deadpool_redis::redis::{self, Value};
 use super::conn::{RedisOptions, SentinelMaster};
 use super::error::backend;
 use super::heartbeat::Heartbeats;
+use super::keys::{bucket_key_of, field, window_key};
 use super::pool::{OpenError, RedisPool, Shard};
 use super::script::{self, Call, Lua};
 
@@ -146,24 +147,9 @@ fn key(prefix: &str, it: &SyncItem, epoch: u64) -> String {
     window_key(prefix, it.entity, it.limit, epoch)
 }
 
-/// The key of the counter of (`entity`, `limit`, `epoch`).
-pub(crate) fn window_key(prefix: &str, entity: u128, limit: u8, epoch: u64) -> String {
-    format!("{prefix}sluice:v2:{{{entity:032x}}}:{limit}:{epoch}")
-}
-
 /// The key of a bucket item: a hash of `tat` and tokens spent.
 fn bucket_key(prefix: &str, it: &SyncItem) -> String {
     bucket_key_of(prefix, it.entity, it.limit)
-}
-
-/// The key of the bucket of (`entity`, `limit`).
-pub(crate) fn bucket_key_of(prefix: &str, entity: u128, limit: u8) -> String {
-    format!("{prefix}sluice:b1:{{{entity:032x}}}:{limit}")
-}
-
-/// A replica's field in every counter.
-pub(super) fn field(replica: u64) -> String {
-    format!("{replica:016x}")
 }
 
 /// Which script an item goes to.

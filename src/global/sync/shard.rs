@@ -46,9 +46,9 @@ use tokio_util::sync::CancellationToken;
 use super::health::ShardHealth;
 use super::in_flight::{put_back, InFlight};
 use super::queue::SyncQueues;
+use super::settings::SyncSettings;
 use super::store::{new_generation, Beat, Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::Clock;
-use crate::global::config::SyncSettings;
 
 /// The most burst reads (`core/window/prior.rs`) a shard makes between two ticks: half of what
 /// [`BURST_MIN_GAP`] lets through in the 100 ms after a young entity's first reply during

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::memory::MemoryStore as FakeStore;
 use super::shard::tests::{limit, on, setup, T0};
 use super::store::{Beat, Heartbeat};
 use super::{ShardHealth, ShardRouter, ShardStore, ShardSync, StoreError, SyncItem, SyncQueues};
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::table::EntityTable;
+use crate::global::memory::MemoryStore as FakeStore;
 
 /// Unix time `T0` plus tokio's (paused) elapsed time, as the simulator's clock.
 #[derive(Debug, Clone, Copy)]

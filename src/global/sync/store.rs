@@ -1,6 +1,6 @@
 //! The narrow interface to the shared store ([`ShardStore`]): one call per shard per tick
 //! states this replica's parts of the counters and returns the totals. Redis implements it
-//! (`global/redis/sync.rs`), and so does the in-memory store (`memory.rs`) that tests and the simulator
+//! (`global/redis/sync.rs`), and so does the in-memory store (`global/memory/`) that tests and the simulator
 //! use.
 //!
 //! A counter of (entity, limit, epoch) has one part per replica, and its total is their sum.

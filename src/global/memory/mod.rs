@@ -1,5 +1,5 @@
 //! An in-memory [`ShardStore`] (its exact rules' side, `ExactStore`, is in
-//! `global/exact/memory.rs`): per-epoch counters in maps, one part per
+//! `global/memory/exact.rs`): per-epoch counters in maps, one part per
 //! replica, as Redis holds them (`global/redis/sync.rs`), and the replicas' heartbeats (id → last seen).
 //! The sync tests and the fleet simulator run the production sync code against it, and the
 //! exact rules' tests the exact path; [`MemoryStore::flush_all`] is a Redis that restarted
@@ -12,9 +12,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::store::{Beat, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
+mod exact;
+
 use crate::core::gcra;
 use crate::core::{Held, Part};
+use crate::global::sync::store::{
+    Beat, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp,
+};
 
 /// A counter: each replica's part (its hits and refunds so far, and the refunds kept out).
 pub type Parts = HashMap<u64, Held>;

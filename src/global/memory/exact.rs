@@ -1,15 +1,15 @@
 //! The in-memory store's exact rules' side: [`MemoryStore`]'s exact counters and token
 //! buckets (apart from the sync's, as in Redis) behind [`ExactStore`], worked out by the same
-//! [`apply`] as the Lua script's twin. Here rather than in `sync/memory.rs` so that the sync
-//! imports nothing of the exact rules.
+//! [`apply`] as the Lua script's twin. Apart from `mod.rs`, the sync's side, as in Redis
+//! (`global/redis/exact.rs` beside `sync.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use super::{
+use super::MemoryStore;
+use crate::global::exact::{
     apply, ExactCounters, ExactFuture, ExactItem, ExactStore, ResetFuture, ResetItem, ResetKind,
 };
-use crate::global::sync::memory::MemoryStore;
 use crate::global::sync::store::StoreError;
 
 impl ExactStore for MemoryStore {
