@@ -50,7 +50,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
 use crate::global::sync::SyncSettings;
-use crate::global::sync::{new_generation, Heartbeat, ShardStore, StoreError, SyncQueues};
+use crate::global::sync::{new_generation, Heartbeat, ShardStore, StoreError, SyncQueues, Trip};
 
 /// Where a replica is in joining the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,8 +282,15 @@ impl<S: ShardStore> JoinTask<S> {
         };
         // The generation is left to the sync task's heartbeats, which watch it for a loss.
         let calls = self.stores.iter().map(|s| async move {
-            match tokio::time::timeout_at(deadline, s.heartbeat(&beat)).await {
-                Ok(r) => r.map(|b| b.live),
+            let trip = Trip {
+                beat: Some(&beat),
+                ..Trip::default()
+            };
+            match tokio::time::timeout_at(deadline, s.round_trip(beat.replica, trip)).await {
+                // A trip of a heartbeat alone answers one, or fails.
+                Ok(r) => r
+                    .and_then(|a| a.beat.ok_or_else(|| StoreError::reply("heartbeat failed")))
+                    .map(|b| b.live),
                 Err(_) => Err(StoreError::Timeout(self.timeout)),
             }
         });

@@ -30,8 +30,9 @@ pub use join::{JoinStatus, Joining};
 pub use presence::{Others, Presence, PresenceHub, PresenceSource};
 pub use redis::OpenError;
 pub use sync::{
-    measure_offset, new_generation, new_replica_id, Beat, Heartbeat, ShardHealth, ShardRouter,
-    ShardStore, ShardSync, StoreError, StoreErrorKind, SyncItem, SyncOp, SyncQueues, SyncStats,
+    measure_offset, new_generation, new_replica_id, Answer, Beat, Heartbeat, Publish, ShardHealth,
+    ShardRouter, ShardStore, ShardSync, StoreError, StoreErrorKind, SyncItem, SyncOp, SyncQueues,
+    SyncStats, Trip,
 };
 
 use std::sync::Arc;
@@ -328,6 +329,7 @@ mod tests {
     use crate::core::{Algorithm, Limit};
     use crate::global::memory::MemoryStore;
     use crate::global::sync::health::ShardStatus;
+    use crate::global::sync::store::{in_steps, Answer, Others, Trip};
     use std::sync::atomic::{AtomicBool, Ordering};
 
     const T0: u64 = 1_700_000_040_000;
@@ -339,10 +341,7 @@ mod tests {
         panicked: AtomicBool,
     }
 
-    impl ShardStore for PanicsOnce {
-        fn name(&self) -> &str {
-            "panics-once"
-        }
+    impl PanicsOnce {
         async fn sync(
             &self,
             replica: u64,
@@ -353,8 +352,25 @@ mod tests {
             }
             self.inner.sync(replica, items).await
         }
+
         async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
             self.inner.heartbeat(beat).await
+        }
+    }
+
+    impl ShardStore for PanicsOnce {
+        fn name(&self) -> &str {
+            "panics-once"
+        }
+        async fn round_trip(&self, replica: u64, trip: Trip<'_>) -> Result<Answer, StoreError> {
+            // Publishes nothing and finds no one else: a store of one replica.
+            in_steps(
+                trip,
+                |items| self.sync(replica, items),
+                |beat| self.heartbeat(beat),
+                |p| async move { Ok(vec![Others::default(); p.items.len()]) },
+            )
+            .await
         }
         async fn time_ms(&self) -> Result<u64, StoreError> {
             self.inner.time_ms().await

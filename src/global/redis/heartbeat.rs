@@ -1,4 +1,4 @@
-//! The replicas' heartbeats on Redis ([`ShardStore::heartbeat`] of [`super::RedisStore`]),
+//! The replicas' heartbeats on Redis (the heartbeat of [`ShardStore::round_trip`] for [`super::RedisStore`]),
 //! and the store's generation they read.
 //!
 //! A heartbeat is a script (`heartbeat.lua`) on the sorted set `{prefix}sluice:replicas`
@@ -17,7 +17,7 @@
 //! (`GENERATION_SCRIPT`) beside the heartbeat, in the same round trip. One key, so on a
 //! cluster it watches the master of its slot only.
 //!
-//! [`ShardStore::heartbeat`]: crate::global::ShardStore::heartbeat
+//! [`ShardStore::round_trip`]: crate::global::ShardStore::round_trip
 
 use deadpool_redis::redis::Value;
 

@@ -24,6 +24,6 @@ pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use settings::SyncSettings;
 pub use shard::ShardSync;
 pub use store::{
-    new_generation, new_replica_id, Beat, Heartbeat, Others, Presence, ShardStore, StoreError,
-    StoreErrorKind, SyncItem, SyncOp,
+    in_steps, new_generation, new_replica_id, Answer, Beat, Heartbeat, Others, Presence, Publish,
+    ShardStore, StoreError, StoreErrorKind, SyncItem, SyncOp, Trip,
 };

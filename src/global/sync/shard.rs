@@ -47,6 +47,7 @@ use super::health::ShardHealth;
 use super::in_flight::{put_back, InFlight};
 use super::queue::SyncQueues;
 use super::settings::SyncSettings;
+use super::store::Trip as StoreTrip;
 use super::store::{new_generation, Beat, Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::Clock;
 
@@ -435,19 +436,17 @@ impl<S: ShardStore> ShardSync<S> {
             .commands_sent
             .fetch_add(commands as u64, Ordering::Relaxed);
         let started = tokio::time::Instant::now();
+        let trip = StoreTrip {
+            items,
+            beat,
+            publish: None,
+        };
         let call = async {
-            match beat {
-                Some(b) => {
-                    self.store
-                        .sync_and_beat(self.queues.replica_id(), items, b)
-                        .await
-                }
-                None => self
-                    .store
-                    .sync(self.queues.replica_id(), items)
-                    .await
-                    .map(|t| (t, None)),
-            }
+            let answer = self
+                .store
+                .round_trip(self.queues.replica_id(), trip)
+                .await?;
+            Ok::<_, StoreError>((answer.totals, answer.beat))
         };
         let result = match tokio::time::timeout(self.settings.timeout, call).await {
             Ok(Ok((totals, live))) if totals.len() == items.len() => Ok((totals, live)),

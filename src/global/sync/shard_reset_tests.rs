@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::shard::tests::{limit, on, setup, T0};
-use super::{ShardRouter, ShardStore, ShardSync, SyncQueues};
+use super::{ShardRouter, ShardSync, SyncQueues};
 use crate::core::clock::{Clock, ManualClock, UnixMillis};
 use crate::core::table::{CacheSettings, EntityTable};
 use crate::core::{LimitState, Verdict};

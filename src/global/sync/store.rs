@@ -15,7 +15,8 @@
 //! random id per process start ([`new_replica_id`]): a restarted replica is a new one, and
 //! the part of the old one stays as it was.
 //!
-//! The tick's call also refreshes this replica's heartbeat, which returns how many replicas
+//! Every call is one [`ShardStore::round_trip`] carrying a [`Trip`]. The tick's also refreshes
+//! this replica's heartbeat, which returns how many replicas
 //! are live; a replica joining the fleet also reads the set itself ([`ShardStore::replicas`]).
 //! The heartbeat also reads the store's *generation* ([`Beat::generation`]): a random number
 //! the first replica to find none writes, with no expiry. Each replica remembers the one it
@@ -29,7 +30,7 @@
 //! count back (`global/exact/reset.rs`; `MemoryStore::reset_window` here, `reset.lua` on
 //! Redis).
 //!
-//! Apart from the counters, [`ShardStore::presence`] publishes how many RLQS streams this
+//! Apart from the counters, a trip's [`Publish`] publishes how many RLQS streams this
 //! replica holds on each counter, and their demand, and returns what the other live replicas
 //! published (`global/presence.rs` calls it once a tick per shard).
 
@@ -290,40 +291,90 @@ impl StoreError {
     }
 }
 
+/// What one round trip to a shard carries: this replica's parts of the counters of `items`
+/// (totals returned in order), its heartbeat, and its RLQS streams ([`Publish`]), each
+/// optional. The sync's ticks carry the items and the heartbeat; the presence loop carries
+/// the streams alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Trip<'a> {
+    /// Keep in the part of the replica the larger of what it holds and what each item
+    /// states, and answer each item's totals.
+    pub items: &'a [SyncItem],
+    /// Refresh (or, when leaving, remove) the beat's replica, drop those not seen within the
+    /// TTL, and answer how many are live and the store's generation (writing
+    /// `new_generation` when it holds none). With items, a failed heartbeat only leaves
+    /// [`Answer::beat`] empty (the parts were stated all the same); alone, it fails the trip.
+    pub beat: Option<&'a Heartbeat>,
+    /// Publish the replica's RLQS streams and read the others'.
+    pub publish: Option<Publish<'a>>,
+}
+
+/// The RLQS part of a [`Trip`]: publish the replica's streams on each counter of `items`
+/// until `now_ms + ttl_ms` (a 0 removes them), forget what other replicas published that
+/// expired by `now_ms`, and answer, per item in order, what the other replicas still publish.
+#[derive(Debug, Clone, Copy)]
+pub struct Publish<'a> {
+    /// This replica's streams per counter.
+    pub items: &'a [Presence],
+    /// Now, on the fleet's clock (Unix ms).
+    pub now_ms: u64,
+    /// How long the published streams last.
+    pub ttl_ms: u64,
+}
+
+/// What a [`Trip`] answers, part by part.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answer {
+    /// Each item's totals, in order (empty without items).
+    pub totals: Vec<[u64; 2]>,
+    /// The heartbeat's answer (`None`: no heartbeat, or it failed beside items).
+    pub beat: Option<Beat>,
+    /// What the others publish per [`Publish`] item, in order (empty without it).
+    pub others: Vec<Others>,
+}
+
+/// A [`Trip`] as separate calls, for a store that cannot make it one (the in-memory store,
+/// the simulator's, the tests' fakes): the streams, the items, then the heartbeat.
+pub async fn in_steps<'a, S, B, P>(
+    trip: Trip<'a>,
+    sync: impl FnOnce(&'a [SyncItem]) -> S,
+    beat: impl FnOnce(&'a Heartbeat) -> B,
+    publish: impl FnOnce(Publish<'a>) -> P,
+) -> Result<Answer, StoreError>
+where
+    S: Future<Output = Result<Vec<[u64; 2]>, StoreError>>,
+    B: Future<Output = Result<Beat, StoreError>>,
+    P: Future<Output = Result<Vec<Others>, StoreError>>,
+{
+    let mut answer = Answer::default();
+    if let Some(p) = trip.publish {
+        answer.others = publish(p).await?;
+    }
+    if !trip.items.is_empty() {
+        answer.totals = sync(trip.items).await?;
+    }
+    if let Some(b) = trip.beat {
+        let replied = beat(b).await;
+        answer.beat = if trip.items.is_empty() {
+            Some(replied?)
+        } else {
+            replied.ok()
+        };
+    }
+    Ok(answer)
+}
+
 /// A shard of the shared store.
 pub trait ShardStore: Send + Sync + 'static {
     /// A name for logs and readiness (no secrets).
     fn name(&self) -> &str;
-    /// Keeps in the part of `replica` the larger of what it holds and what each item states,
-    /// and returns each item's totals, in order, in one round trip.
-    fn sync(
+    /// One round trip to the shard: whatever `trip` carries ([`Trip`]), in one call where the
+    /// store can (Redis pipelines the sync and the heartbeat), and what each part answers.
+    fn round_trip(
         &self,
         replica: u64,
-        items: &[SyncItem],
-    ) -> impl Future<Output = Result<Vec<[u64; 2]>, StoreError>> + Send;
-    /// Refreshes (or, when leaving, removes) `beat`'s replica, drops those not seen within
-    /// the TTL, and returns how many are live and the store's generation (writing
-    /// `beat.new_generation` when it holds none).
-    fn heartbeat(&self, beat: &Heartbeat) -> impl Future<Output = Result<Beat, StoreError>> + Send;
-    /// [`ShardStore::sync`] and [`ShardStore::heartbeat`] in one round trip (this default
-    /// makes two; stores override it). The beat is `None` when only the heartbeat
-    /// failed: the sync's parts were stated all the same. With
-    /// no items, a failed heartbeat fails the call.
-    fn sync_and_beat(
-        &self,
-        replica: u64,
-        items: &[SyncItem],
-        beat: &Heartbeat,
-    ) -> impl Future<Output = Result<(Vec<[u64; 2]>, Option<Beat>), StoreError>> + Send {
-        async move {
-            if items.is_empty() {
-                // The heartbeat is the whole call: its failure is the call's.
-                return Ok((Vec::new(), Some(self.heartbeat(beat).await?)));
-            }
-            let totals = self.sync(replica, items).await?;
-            Ok((totals, self.heartbeat(beat).await.ok()))
-        }
-    }
+        trip: Trip<'_>,
+    ) -> impl Future<Output = Result<Answer, StoreError>> + Send;
     /// The members of this shard's set of replicas, each with the time its last heartbeat
     /// stated (Unix ms), expired ones included until a heartbeat drops them: a replica
     /// joining the fleet watches them for the others' next heartbeats (`global/join.rs`).
@@ -331,22 +382,6 @@ pub trait ShardStore: Send + Sync + 'static {
     /// in-memory store implement it.
     fn replicas(&self) -> impl Future<Output = Result<Vec<(u64, u64)>, StoreError>> + Send {
         async { Err(StoreError::other("this store does not list its replicas")) }
-    }
-    /// Publishes `replica`'s RLQS streams on each counter of `items` until `now_ms + ttl_ms`
-    /// (a 0 removes them), forgets what other replicas published that expired by `now_ms`,
-    /// and returns, per item in order, what the other replicas still publish. This default
-    /// publishes nothing and finds no one else (a store of one replica: the benches' and
-    /// the tests' fakes); Redis and the in-memory store implement it.
-    fn presence(
-        &self,
-        replica: u64,
-        items: &[Presence],
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> impl Future<Output = Result<Vec<Others>, StoreError>> + Send {
-        let _ = (replica, now_ms, ttl_ms);
-        let n = items.len();
-        async move { Ok(vec![Others::default(); n]) }
     }
     /// The store's clock (Unix ms), to correct this node's.
     fn time_ms(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
