@@ -322,8 +322,8 @@ pub trait ExactCounters {
 }
 
 /// The store-independent semantics of an exact call, for stores that hold their counters in
-/// maps (`global/memory/`); Redis runs the same steps in Lua (`global/redis/exact.rs`, `exact.lua`). Every read comes
-/// before the first write, as in the script.
+/// maps (`global/memory/`); Redis runs the same steps in Lua (`global/redis/exact.rs`,
+/// `exact.lua`). Every read comes before the first write, as in the script.
 pub fn apply(items: &[ExactItem], commit: bool, store: &mut impl ExactCounters) -> ExactReply {
     let mut reply = ExactReply {
         fits: true,

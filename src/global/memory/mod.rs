@@ -4,7 +4,8 @@
 //! The sync tests and the fleet simulator run the production sync code against it, and the
 //! exact rules' tests the exact path; [`MemoryStore::flush_all`] is a Redis that restarted
 //! empty, its generation included (`generation.lua`'s). It also holds the RLQS streams each
-//! replica publishes per counter (a trip's `Publish` ([`ShardStore::round_trip`])), as `presence.lua` keeps them
+//! replica publishes per counter (a trip's `Publish`, [`ShardStore::round_trip`]), as
+//! `presence.lua` keeps them
 //! (`global/redis/presence.rs`).
 
 use std::collections::HashMap;

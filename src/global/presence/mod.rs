@@ -9,7 +9,8 @@
 //! waits and makes no store call (the simulator's existing scenarios attach none, so they run
 //! as before). Then every tick it asks the source for its counters (`local`), routes each to
 //! its shard as the sync routes the entity (`SyncQueues::shard_of`, never the per-second
-//! group), makes one store call per shard with items (a trip's `Publish` ([`ShardStore::round_trip`]); Redis:
+//! group), makes one store call per shard with items (a trip's `Publish`,
+//! [`ShardStore::round_trip`]; Redis:
 //! `global/redis/presence.rs`), all shards at once, and hands each shard's reply to the
 //! source (`others`) as it comes. A counter the source no longer returns is sent once more
 //! with no stream, which removes this replica from it at once rather than when it expires.

@@ -1,5 +1,5 @@
-//! The replicas' heartbeats on Redis (the heartbeat of [`ShardStore::round_trip`] for [`super::RedisStore`]),
-//! and the store's generation they read.
+//! The replicas' heartbeats on Redis (a trip's heartbeat, [`ShardStore::round_trip`], of
+//! [`super::RedisStore`]), and the store's generation they read.
 //!
 //! A heartbeat is a script (`heartbeat.lua`) on the sorted set `{prefix}sluice:replicas`
 //! (member: the replica's id, score: when it was last seen): it drops members older than the

@@ -1,5 +1,5 @@
-//! The RLQS streams of the fleet per counter, on Redis (a trip's `Publish` ([`ShardStore::round_trip`]) of
-//! [`super::RedisStore`]): each replica publishes how many Envoy streams it holds on a counter
+//! The RLQS streams of the fleet per counter, on Redis (a trip's `Publish`,
+//! [`ShardStore::round_trip`], of [`super::RedisStore`]): each replica publishes how many Envoy streams it holds on a counter
 //! and their demand, and reads what the others publish, once a tick (`global/presence.rs`).
 //!
 //! # Data model (key version 1)
