@@ -14,8 +14,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::core::clock::{Clock, ManualClock, UnixMillis};
 use sluice::core::SyncPolicy;
 use sluice::global::{
-    self, Beat, Global, Heartbeat, ShardStore, StoreError, Stores, SyncConfig, SyncItem, SyncOp,
-    SyncQueues, SyncSettings,
+    self, Answer, Beat, Global, Heartbeat, Others, ShardStore, StoreError, Stores, SyncConfig,
+    SyncItem, SyncOp, SyncQueues, SyncSettings, Trip,
 };
 use sluice::rls::{Options, RateLimiter};
 use sluice::rules::RuleSet;
@@ -41,10 +41,7 @@ fn rss() -> u64 {
 /// A store that keeps nothing: every counter reads 0, every bucket full, the replica alone.
 struct NullStore;
 
-impl ShardStore for NullStore {
-    fn name(&self) -> &str {
-        "null"
-    }
+impl NullStore {
     async fn sync(&self, _: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
         Ok(items
             .iter()
@@ -54,11 +51,28 @@ impl ShardStore for NullStore {
             })
             .collect())
     }
+
     async fn heartbeat(&self, _: &Heartbeat) -> Result<Beat, StoreError> {
         Ok(Beat {
             live: 1,
             generation: None,
         })
+    }
+}
+
+impl ShardStore for NullStore {
+    fn name(&self) -> &str {
+        "null"
+    }
+    async fn round_trip(&self, replica: u64, trip: Trip<'_>) -> Result<Answer, StoreError> {
+        // Publishes nothing and finds no one else: a store of one replica.
+        global::sync::in_steps(
+            trip,
+            |items| self.sync(replica, items),
+            |beat| self.heartbeat(beat),
+            |p| async move { Ok(vec![Others::default(); p.items.len()]) },
+        )
+        .await
     }
     async fn time_ms(&self) -> Result<u64, StoreError> {
         Ok(0)

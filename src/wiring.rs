@@ -92,7 +92,7 @@ pub(crate) fn start_quotas(
     if let Some(g) = global {
         // The fleet's streams per counter, exchanged every sync tick.
         g.presence
-            .attach(Arc::new(rlqs::presence::Published(quotas.clone())));
+            .attach(Arc::new(rlqs::published::Published(quotas.clone())));
     }
     Some(quotas)
 }

@@ -1,7 +1,7 @@
 //! A token bucket's arithmetic (GCRA) on its theoretical arrival time, `tat`: the moment it is
 //! full again (Unix ns). Local mode's buckets (`bucket.rs`), the exact rules' store steps
 //! (`global/exact/bucket.rs`) and the in-memory twin of the sync's bucket script
-//! (`global/sync/memory.rs`) all spend, give back and check tokens with these functions, in
+//! (`global/memory/mod.rs`) all spend, give back and check tokens with these functions, in
 //! whole nanoseconds; the Lua scripts share one prelude that mirrors them
 //! (`global/redis/gcra.lua`).
 

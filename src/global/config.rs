@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use crate::core::tier::SyncPolicy;
 use crate::global::redis::{RedisOptions, SentinelMaster};
+pub use crate::global::sync::settings::SyncSettings;
 
 /// Global mode: the Redis (and per-second Redis) the fleet syncs through, and the sync's
 /// cadence and bounds. `Settings::global` builds it; [`crate::global::connect`] and
@@ -77,38 +77,6 @@ impl SyncConfig {
             replica_id: None,
             first_run_after: Duration::ZERO,
             join_timeout: Duration::ZERO,
-        }
-    }
-}
-
-/// How the shard tasks run.
-#[derive(Debug, Clone, Copy)]
-pub struct SyncSettings {
-    /// Tick and tier cadence.
-    pub policy: SyncPolicy,
-    /// Timeout of one store call.
-    pub timeout: Duration,
-    /// First backoff after a failure; doubles up to `backoff_max`.
-    pub backoff_min: Duration,
-    /// Longest backoff.
-    pub backoff_max: Duration,
-}
-
-impl SyncSettings {
-    /// How long a heartbeat lasts unrefreshed: three ticks, plus the longest backoff of a
-    /// replica whose calls fail (it is still there, and its hits will arrive).
-    pub fn heartbeat_ttl_ms(&self) -> u64 {
-        3 * self.policy.tick_ms + self.backoff_max.as_millis() as u64
-    }
-}
-
-impl Default for SyncSettings {
-    fn default() -> Self {
-        SyncSettings {
-            policy: SyncPolicy::default(),
-            timeout: Duration::from_millis(100),
-            backoff_min: Duration::from_millis(200),
-            backoff_max: Duration::from_secs(5),
         }
     }
 }

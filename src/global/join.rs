@@ -49,8 +49,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
-use crate::global::config::SyncSettings;
-use crate::global::sync::{new_generation, Heartbeat, ShardStore, StoreError, SyncQueues};
+use crate::global::sync::SyncSettings;
+use crate::global::sync::{new_generation, Heartbeat, ShardStore, StoreError, SyncQueues, Trip};
 
 /// Where a replica is in joining the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,7 +264,7 @@ impl<S: ShardStore> JoinTask<S> {
             let last = beats.into_iter().filter_map(Result::err).next_back();
             let retry = Instant::now() + self.settings.backoff_min;
             if retry >= deadline {
-                return Err(last.unwrap_or(StoreError::Backend("no store".into())));
+                return Err(last.unwrap_or(StoreError::other("no store")));
             }
             tokio::time::sleep_until(retry).await;
         }
@@ -282,8 +282,15 @@ impl<S: ShardStore> JoinTask<S> {
         };
         // The generation is left to the sync task's heartbeats, which watch it for a loss.
         let calls = self.stores.iter().map(|s| async move {
-            match tokio::time::timeout_at(deadline, s.heartbeat(&beat)).await {
-                Ok(r) => r.map(|b| b.live),
+            let trip = Trip {
+                beat: Some(&beat),
+                ..Trip::default()
+            };
+            match tokio::time::timeout_at(deadline, s.round_trip(beat.replica, trip)).await {
+                // A trip of a heartbeat alone answers one, or fails.
+                Ok(r) => r
+                    .and_then(|a| a.beat.ok_or_else(|| StoreError::reply("heartbeat failed")))
+                    .map(|b| b.live),
                 Err(_) => Err(StoreError::Timeout(self.timeout)),
             }
         });

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::*;
 use crate::core::clock::UnixMillis;
-use crate::global::sync::memory::MemoryStore;
+use crate::global::memory::MemoryStore;
 use crate::global::{spawn, Global, Stores, SyncConfig};
 use crate::telemetry::Telemetry;
 

@@ -9,10 +9,15 @@
 //! Every task runs under `supervise` (`supervise.rs`): one that panics or ends before
 //! shutdown is logged, counted, marks its shard degraded with the reason, and is restarted
 //! with backoff. The metrics are in `metrics.rs`.
+//!
+//! One axis, by backend: the features (`sync/`, `exact/`, `presence/`) hold the logic and the
+//! store traits, with no Redis code; `redis/` holds all of it (scripts included) and
+//! `memory/` the in-memory twin, each implementing the features' traits.
 
 pub mod config;
 pub mod exact;
 mod join;
+pub mod memory;
 mod metrics;
 pub mod presence;
 pub mod redis;
@@ -25,8 +30,9 @@ pub use join::{JoinStatus, Joining};
 pub use presence::{Others, Presence, PresenceHub, PresenceSource};
 pub use redis::OpenError;
 pub use sync::{
-    measure_offset, new_generation, new_replica_id, Beat, Heartbeat, ShardHealth, ShardRouter,
-    ShardStore, ShardSync, StoreError, SyncItem, SyncOp, SyncQueues, SyncStats,
+    measure_offset, new_generation, new_replica_id, Answer, Beat, Heartbeat, Publish, ShardHealth,
+    ShardRouter, ShardStore, ShardSync, StoreError, StoreErrorKind, SyncItem, SyncOp, SyncQueues,
+    SyncStats, Trip,
 };
 
 use std::sync::Arc;
@@ -36,7 +42,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
-use crate::global::exact::redis::RedisExact;
+use crate::global::redis::exact::RedisExact;
 use crate::global::redis::RedisStore;
 use crate::telemetry::Telemetry;
 use metrics::register_metrics;
@@ -321,8 +327,9 @@ mod tests {
     use crate::core::clock::{ManualClock, UnixMillis};
     use crate::core::table::{CacheSettings, EntityTable};
     use crate::core::{Algorithm, Limit};
+    use crate::global::memory::MemoryStore;
     use crate::global::sync::health::ShardStatus;
-    use crate::global::sync::memory::MemoryStore;
+    use crate::global::sync::store::{in_steps, Answer, Others, Trip};
     use std::sync::atomic::{AtomicBool, Ordering};
 
     const T0: u64 = 1_700_000_040_000;
@@ -334,10 +341,7 @@ mod tests {
         panicked: AtomicBool,
     }
 
-    impl ShardStore for PanicsOnce {
-        fn name(&self) -> &str {
-            "panics-once"
-        }
+    impl PanicsOnce {
         async fn sync(
             &self,
             replica: u64,
@@ -348,8 +352,25 @@ mod tests {
             }
             self.inner.sync(replica, items).await
         }
+
         async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
             self.inner.heartbeat(beat).await
+        }
+    }
+
+    impl ShardStore for PanicsOnce {
+        fn name(&self) -> &str {
+            "panics-once"
+        }
+        async fn round_trip(&self, replica: u64, trip: Trip<'_>) -> Result<Answer, StoreError> {
+            // Publishes nothing and finds no one else: a store of one replica.
+            in_steps(
+                trip,
+                |items| self.sync(replica, items),
+                |beat| self.heartbeat(beat),
+                |p| async move { Ok(vec![Others::default(); p.items.len()]) },
+            )
+            .await
         }
         async fn time_ms(&self) -> Result<u64, StoreError> {
             self.inner.time_ms().await

@@ -15,10 +15,11 @@ use crate::core::limit::Algorithm;
 use crate::rls::{QuotaCount, RateLimiter};
 
 use super::config::Config;
+use super::replace::{differs, Pressure};
 use super::report::Counts;
 use super::share::{
-    assign_split, burst_fractions, catch_up, differs, over_rate, split, Assignment, Demand,
-    Pressure, Rest, Room, Strategy,
+    assign_split, burst_fractions, catch_up, over_rate, split, Assignment, Demand, Rest, Room,
+    Strategy,
 };
 
 #[path = "young.rs"]

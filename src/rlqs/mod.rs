@@ -22,7 +22,7 @@
 //!   assignment (token bucket or blanket rule, TTL) Envoy gets for it.
 //! - `room.rs`: what a counter leaves the fleet: tokens at once, the rate and what comes
 //!   back, and when the streams must be denied.
-//! - `presence.rs`: the engine as the fleet's presence exchange sees it (`global/presence/`).
+//! - `published.rs`: the engine as the fleet's presence exchange sees it (`global/presence/`).
 //! - `config.rs`: the `RLQS_*` settings.
 //!
 //! Layers: `rlqs` uses the core, the rules (a bucket id's bounds), the limiter (`rls`),
@@ -32,7 +32,7 @@ pub mod config;
 pub mod engine;
 pub mod listing;
 pub mod metrics;
-pub mod presence;
+pub mod published;
 pub mod replace;
 pub mod report;
 pub mod response;
@@ -43,13 +43,14 @@ pub mod stream;
 pub use config::{Config, UnknownBuckets};
 pub use engine::{QuotaStats, Quotas};
 pub use metrics::register_metrics;
+pub use replace::{carried_tokens, hold, must_send, to_send, Pressure};
 pub use report::{
     check, Counts, Report, ReportError, Usage, MAX_BUCKET_BYTES, MAX_TIME_ELAPSED,
     MAX_USAGES_PER_REPORT,
 };
 pub use response::Actions;
 pub use share::{
-    assign, assign_all, carried_tokens, hold, must_send, over_rate, split, strategy_proto, to_send,
-    whole_secs, Assignment, Demand, Pressure, Rest, Room, Strategy, MAX_FILL_INTERVAL_S,
+    assign, assign_all, over_rate, split, strategy_proto, whole_secs, Assignment, Demand, Rest,
+    Room, Strategy, MAX_FILL_INTERVAL_S,
 };
 pub use stream::{Refused, Stream, StreamError, REFRESH};

@@ -21,7 +21,6 @@ use crate::core::clock::UnixMillis;
 
 use super::report::Counts;
 
-pub use super::replace::{carried_tokens, differs, hold, must_send, to_send, Pressure};
 pub use super::room::{catch_up, Room, CATCH_UP_S};
 
 /// The longest `fill_interval` emitted, in seconds. A share slower than one token per this

@@ -5,6 +5,7 @@
 use proptest::prelude::{prop, prop_assert, prop_assert_eq, proptest};
 
 use super::*;
+use crate::rlqs::replace::{carried_tokens, must_send};
 
 /// Envoy 1.40's real reporting cadence.
 const INTERVAL: Duration = Duration::from_secs(5);

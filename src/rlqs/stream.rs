@@ -19,9 +19,10 @@ use crate::core::clock::UnixMillis;
 use crate::rls::{Compiled, QuotaCount};
 
 use super::engine::{room_of, Quotas, Seat, Share};
+use super::replace::{hold, must_send, to_send, Pressure};
 use super::report::{check, text_len, Counts, ReportError};
 use super::response::{Actions, StoredId};
-use super::share::{hold, must_send, to_send, Assignment, Pressure, Strategy};
+use super::share::{Assignment, Strategy};
 
 /// How often a stream's assignments are looked at again between its reports.
 pub const REFRESH: Duration = Duration::from_secs(1);

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{rate_limit_response::Code, 
 
 use super::*;
 use crate::core::clock::ManualClock;
-use crate::global::sync::memory::MemoryStore;
+use crate::global::memory::MemoryStore;
 use crate::global::{ExactClient, ShardRouter, SyncQueues};
 use crate::rls::{GlobalMode, Options};
 

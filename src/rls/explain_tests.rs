@@ -14,7 +14,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 
 use super::*;
 use crate::core::clock::ManualClock;
-use crate::global::sync::memory::MemoryStore;
+use crate::global::memory::MemoryStore;
 use crate::global::{ExactClient, ShardRouter, SyncQueues};
 use crate::rls::{GlobalMode, Options};
 

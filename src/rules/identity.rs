@@ -32,7 +32,7 @@
 //! key names so that a rolling upgrade never sends a hash command to an old string
 //! (`WRONGTYPE`). Upgrading from version 1 therefore starts every counter afresh, once.
 //! Exact rules' counters are plain `INCRBY` strings under
-//! `{prefix}sluice:x:{<entity key>}:<limit index>:<epoch>` (`global/exact/redis.rs`), so they
+//! `{prefix}sluice:x:{<entity key>}:<limit index>:<epoch>` (`global/redis/exact.rs`), so they
 //! never collide with the sync's. `exact` is not encoded in the rule id.
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};

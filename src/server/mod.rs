@@ -3,6 +3,7 @@
 //! exporters in `telemetry/`. Each translates to
 //! and from the `rls` semantics; none decides anything itself.
 
+pub mod admin_state;
 pub mod admin_token;
 pub mod grpc;
 pub mod grpc_conn;
@@ -13,6 +14,7 @@ pub mod nofile;
 pub mod page;
 pub mod reset;
 pub mod rlqs;
+pub mod rule_sources;
 pub mod shutdown;
 pub mod status;
 pub mod tls;

@@ -11,8 +11,8 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use super::admin_state::AdminState;
 use super::admin_token::authorize;
-use super::http::AdminState;
 use super::json;
 use crate::rls::ResetError;
 

@@ -10,17 +10,14 @@
 //! it left out, so a page polled every few seconds costs a bounded answer however many rules
 //! are loaded.
 
-use std::sync::{Arc, Weak};
-
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::http::AdminState;
+use super::admin_state::AdminState;
+pub use super::rule_sources::{locate_sources, Sources, LOCATE_BUDGET_BYTES};
 use crate::core::Algorithm;
-use crate::rls::Compiled;
-use crate::rules::{Rule, RuleSet, Source};
+use crate::rules::{Rule, RuleSet};
 
 /// The most rules `/status.json` lists; past it, `rules.more` says how many were left out.
 pub const MAX_STATUS_RULES: usize = 1000;
@@ -32,11 +29,6 @@ pub const MAX_STATUS_ERRORS: usize = 50;
 /// The most quota streams it lists; past it, `rlqs.streams_more` says how many were left
 /// out.
 pub const MAX_STATUS_STREAMS: usize = 100;
-
-/// Bytes of rules text re-read to find the listed rules' lines (`rules/origin.rs`), once
-/// per rule set ([`Sources`]): a line costs a parse of its file. Past it a rule names its
-/// file without a line.
-pub const LOCATE_BUDGET_BYTES: usize = 4 << 20;
 
 /// Whether `/top` (descriptor values: secrets, often) answers, as the page must know
 /// before it asks: it never asks when it would only be refused.
@@ -230,64 +222,6 @@ fn limits(rule: &Rule) -> Vec<LimitStatus> {
         .collect()
 }
 
-fn source(set: &RuleSet, index: usize, budget: &mut usize) -> String {
-    match set.source(index, budget) {
-        Some(Source::File {
-            file,
-            line: Some(line),
-        }) => format!("{file}:{line}"),
-        Some(Source::File { file, line: None }) => file,
-        Some(Source::Xds { resource }) => format!("xds:{resource}"),
-        None => String::new(),
-    }
-}
-
-/// The sources of the first `max` rules of `set`: `file:line`, lines found within
-/// `budget` bytes of re-read text (past it, `file`), or `xds:<resource>`.
-pub fn locate_sources(set: &RuleSet, max: usize, mut budget: usize) -> Vec<String> {
-    (0..set.rules().len().min(max))
-        .map(|i| source(set, i, &mut budget))
-        .collect()
-}
-
-/// The listed rules' sources of the rule set in force, found when a set is first asked
-/// about and kept until another is: the page asks every few seconds, and a set's lines do
-/// not move. Only a weak reference to the set is kept, so a replaced set is not held.
-#[derive(Default)]
-pub struct Sources {
-    last: Mutex<Option<Located>>,
-}
-
-/// A rule set, weakly, and its listed rules' sources.
-type Located = (Weak<Compiled>, Arc<Vec<String>>);
-
-impl std::fmt::Debug for Sources {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Sources")
-    }
-}
-
-impl Sources {
-    /// The sources of `compiled`'s first [`MAX_STATUS_RULES`] rules.
-    pub fn of(&self, compiled: &Arc<Compiled>) -> Arc<Vec<String>> {
-        // Held while a new set's lines are found: a second caller waits for them rather
-        // than finding them again.
-        let mut last = self.last.lock();
-        if let Some((set, sources)) = &*last {
-            if set.upgrade().is_some_and(|c| Arc::ptr_eq(&c, compiled)) {
-                return sources.clone();
-            }
-        }
-        let sources = Arc::new(locate_sources(
-            &compiled.rules,
-            MAX_STATUS_RULES,
-            LOCATE_BUDGET_BYTES,
-        ));
-        *last = Some((Arc::downgrade(compiled), sources.clone()));
-        sources
-    }
-}
-
 /// The first `max` rules of `set`, each with its source from `sources` (in rule order),
 /// and how many more there are.
 pub fn rules_json(set: &RuleSet, max: usize, sources: &[String]) -> RulesJson {
@@ -362,7 +296,7 @@ pub fn status(s: &AdminState) -> Status {
         rules: rules_json(
             &compiled.rules,
             MAX_STATUS_RULES,
-            &s.status_sources.of(&compiled),
+            &s.status_sources.of(&compiled, MAX_STATUS_RULES),
         ),
         reload: reload_json(
             loads,

@@ -11,8 +11,8 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use super::admin_state::AdminState;
 use super::admin_token::authorize;
-use super::http::AdminState;
 use crate::rls::{TopQuery, MAX_TOP};
 
 /// The longest query string `/top` reads: a domain and a rule path of a few kilobytes.

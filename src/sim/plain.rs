@@ -20,7 +20,7 @@ use super::store::SimStore;
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::Part;
 use crate::core::{Algorithm, Limit, Tier};
-use crate::global::{ShardStore, SyncItem, SyncOp};
+use crate::global::{SyncItem, SyncOp};
 
 /// One replica of the plain design.
 #[derive(Debug, Default)]

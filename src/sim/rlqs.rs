@@ -44,7 +44,7 @@ use super::traffic::{phases, SplitMix64};
 use super::{aligned_t0, period_ms, windows, Scenario, WindowStats};
 use crate::core::clock::UnixMillis;
 use crate::core::{Algorithm, Limit};
-use crate::rlqs::presence::Published;
+use crate::rlqs::published::Published;
 use crate::rlqs::{Config, Quotas, Stream, REFRESH};
 
 /// One way between an Envoy and its replica, in ms.

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use crate::global::sync::memory::MemoryStore;
+use crate::global::memory::MemoryStore;
+use crate::global::{Answer, Others, Presence, ShardStore, StoreError, SyncItem, Trip};
 use crate::global::{Beat, Heartbeat};
-use crate::global::{Others, Presence, ShardStore, StoreError, SyncItem};
 
 /// A [`ShardStore`] shared by every node of one simulated fleet.
 #[derive(Debug)]
@@ -90,7 +90,7 @@ impl SimStore {
             self.counters.flush_all();
         }
         let result = if self.is_down(landed) {
-            Err(StoreError::Backend("simulated outage".into()))
+            Err(StoreError::connection("simulated outage"))
         } else {
             match self.counters.sync(replica, items).await {
                 Ok(totals) => match beat {
@@ -105,29 +105,64 @@ impl SimStore {
     }
 }
 
-impl ShardStore for SimStore {
-    fn name(&self) -> &str {
-        "sim"
-    }
-
-    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+impl SimStore {
+    pub async fn sync(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+    ) -> Result<Vec<[u64; 2]>, StoreError> {
         Ok(self.call(replica, items, None).await?.0)
     }
 
-    async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
-        self.call(beat.replica, &[], Some(beat))
-            .await?
-            .1
-            .ok_or_else(|| StoreError::Backend("no heartbeat reply".into()))
-    }
-
-    async fn sync_and_beat(
+    pub async fn sync_and_beat(
         &self,
         replica: u64,
         items: &[SyncItem],
         beat: &Heartbeat,
     ) -> Result<(Vec<[u64; 2]>, Option<Beat>), StoreError> {
         self.call(replica, items, Some(beat)).await
+    }
+
+    /// The same round trip and outage as a sync call (the RLQS scenarios' replicas).
+    pub async fn presence(
+        &self,
+        replica: u64,
+        items: &[Presence],
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<Vec<Others>, StoreError> {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        sleep(self.there).await;
+        let result = if self.is_down(Instant::now()) {
+            Err(StoreError::connection("simulated outage"))
+        } else {
+            self.counters.presence(replica, items, now_ms, ttl_ms).await
+        };
+        sleep(self.back).await;
+        result
+    }
+}
+
+impl ShardStore for SimStore {
+    fn name(&self) -> &str {
+        "sim"
+    }
+    async fn round_trip(&self, replica: u64, trip: Trip<'_>) -> Result<Answer, StoreError> {
+        let mut answer = Answer::default();
+        if let Some(p) = trip.publish {
+            answer.others = self.presence(replica, p.items, p.now_ms, p.ttl_ms).await?;
+        }
+        match trip.beat {
+            Some(beat) => {
+                (answer.totals, answer.beat) =
+                    self.sync_and_beat(replica, trip.items, beat).await?;
+            }
+            None if !trip.items.is_empty() => {
+                answer.totals = self.sync(replica, trip.items).await?
+            }
+            None => {}
+        }
+        Ok(answer)
     }
 
     async fn time_ms(&self) -> Result<u64, StoreError> {
@@ -139,28 +174,9 @@ impl ShardStore for SimStore {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         sleep(self.there).await;
         let result = if self.is_down(Instant::now()) {
-            Err(StoreError::Backend("simulated outage".into()))
+            Err(StoreError::connection("simulated outage"))
         } else {
             self.counters.replicas().await
-        };
-        sleep(self.back).await;
-        result
-    }
-
-    /// The same round trip and outage as a sync call (the RLQS scenarios' replicas).
-    async fn presence(
-        &self,
-        replica: u64,
-        items: &[Presence],
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<Vec<Others>, StoreError> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        sleep(self.there).await;
-        let result = if self.is_down(Instant::now()) {
-            Err(StoreError::Backend("simulated outage".into()))
-        } else {
-            self.counters.presence(replica, items, now_ms, ttl_ms).await
         };
         sleep(self.back).await;
         result

@@ -10,7 +10,7 @@ use crate::common::redis::{global_mode, RedisCluster, RedisServer};
 use crate::common::{desc, http_async, Server};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use sluice::global::exact::redis::{exact_bucket_key, exact_key};
+use sluice::global::redis::exact::{exact_bucket_key, exact_key};
 
 /// 100 a minute, sliding window (the default), exact; `tb`, a bucket of 100 refilling 1 an
 /// hour; `bw`, a bucket of 3 refilling 1 an hour beside a fixed window of 5 a minute; `f3`, a

@@ -8,10 +8,10 @@ use crate::common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sluice::core::window::Prev;
-use sluice::global::exact::redis::RedisExact;
 use sluice::global::exact::{ExactBucket, ExactItem, ExactStore};
+use sluice::global::memory::MemoryStore;
+use sluice::global::redis::exact::RedisExact;
 use sluice::global::redis::RedisOptions;
-use sluice::global::sync::memory::MemoryStore;
 
 /// Three seconds before a minute starts: the calls cross an epoch, so sliding windows weigh
 /// a previous epoch.

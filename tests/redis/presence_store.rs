@@ -6,9 +6,9 @@
 use crate::common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use sluice::global::memory::MemoryStore;
 use sluice::global::redis::{RedisOptions, RedisStore};
-use sluice::global::sync::memory::MemoryStore;
-use sluice::global::{Others, Presence, ShardStore};
+use sluice::global::{Others, Presence, Publish, ShardStore, Trip};
 
 const NOW_MS: u64 = 1_700_000_040_000;
 const TTL_MS: u64 = 3_000;
@@ -45,8 +45,19 @@ fn same_as_memory<S: ShardStore>(rt: &tokio::runtime::Runtime, store: &S, calls:
             .block_on(memory.presence(*replica, &items, now, TTL_MS))
             .unwrap();
         let got = rt
-            .block_on(store.presence(*replica, &items, now, TTL_MS))
-            .unwrap();
+            .block_on(store.round_trip(
+                *replica,
+                Trip {
+                    publish: Some(Publish {
+                        items: &items,
+                        now_ms: now,
+                        ttl_ms: TTL_MS,
+                    }),
+                    ..Trip::default()
+                },
+            ))
+            .unwrap()
+            .others;
         assert_eq!(
             want,
             got,

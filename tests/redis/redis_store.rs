@@ -7,9 +7,9 @@ use crate::common::redis::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sluice::core::Part;
+use sluice::global::memory::MemoryStore;
 use sluice::global::redis::{RedisOptions, RedisStore};
-use sluice::global::sync::memory::MemoryStore;
-use sluice::global::{Beat, Heartbeat, ShardStore, SyncItem, SyncOp};
+use sluice::global::{Beat, Heartbeat, ShardStore, SyncItem, SyncOp, Trip};
 
 const NOW_MS: u64 = 1_700_000_040_000;
 
@@ -84,7 +84,14 @@ fn same_as_memory<S: ShardStore>(rt: &tokio::runtime::Runtime, store: &S, calls:
             SyncOp::Window { .. } => 0,
         });
         let want = rt.block_on(memory.sync(*replica, &items)).unwrap();
-        let got = rt.block_on(store.sync(*replica, &items)).unwrap();
+        let trip = Trip {
+            items: &items,
+            ..Trip::default()
+        };
+        let got = rt
+            .block_on(store.round_trip(*replica, trip))
+            .unwrap()
+            .totals;
         for ((w, g), it) in want.iter().zip(&got).zip(&items) {
             assert_eq!(w, g, "{it:?}: memory {w:?}, redis {g:?}");
         }
@@ -175,9 +182,17 @@ fn same_replicas_as_memory<S: ShardStore>(rt: &tokio::runtime::Runtime, store: &
         beat(0xa1, NOW_MS + 1_001, true),
     ];
     for b in &beats {
-        let (redis, mem) =
-            rt.block_on(async { (store.heartbeat(b).await, memory.heartbeat(b).await) });
-        assert_eq!(redis.unwrap(), mem.unwrap());
+        let trip = Trip {
+            beat: Some(b),
+            ..Trip::default()
+        };
+        let (redis, mem) = rt.block_on(async {
+            (
+                store.round_trip(b.replica, trip).await,
+                memory.heartbeat(b).await,
+            )
+        });
+        assert_eq!(redis.unwrap().beat, Some(mem.unwrap()));
     }
     assert_eq!(*memory.generation.lock(), Some(NOW_MS));
     let mut listed = rt.block_on(store.replicas()).unwrap();

@@ -8,9 +8,9 @@
 
 use crate::common::redis::RedisServer;
 use sluice::core::Part;
+use sluice::global::memory::MemoryStore;
 use sluice::global::redis::{RedisOptions, RedisStore};
-use sluice::global::sync::memory::MemoryStore;
-use sluice::global::{ShardStore, SyncItem, SyncOp};
+use sluice::global::{SyncItem, SyncOp};
 
 const NOW_MS: u64 = 1_700_000_040_000;
 const EPOCH: u64 = NOW_MS / 60_000;

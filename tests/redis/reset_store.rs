@@ -7,10 +7,10 @@
 use crate::common::redis::RedisServer;
 use sluice::core::window::Prev;
 use sluice::core::Part;
-use sluice::global::exact::redis::RedisExact;
+use sluice::global::memory::MemoryStore;
+use sluice::global::redis::exact::RedisExact;
 use sluice::global::redis::{RedisOptions, RedisStore};
-use sluice::global::sync::memory::MemoryStore;
-use sluice::global::{ExactItem, ExactStore, ResetItem, ResetKind, ShardStore, SyncItem, SyncOp};
+use sluice::global::{ExactItem, ExactStore, ResetItem, ResetKind, SyncItem, SyncOp};
 
 const NOW_MS: u64 = 1_700_000_040_000;
 const EPOCH: u64 = NOW_MS / 60_000;

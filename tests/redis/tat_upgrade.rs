@@ -7,10 +7,10 @@
 
 use crate::common::redis::RedisServer;
 use sluice::core::gcra;
-use sluice::global::exact::redis::RedisExact;
 use sluice::global::exact::{ExactBucket, ExactItem, ExactStore};
+use sluice::global::redis::exact::RedisExact;
 use sluice::global::redis::{RedisOptions, RedisStore};
-use sluice::global::{ShardStore, SyncItem, SyncOp};
+use sluice::global::{SyncItem, SyncOp};
 
 const NOW_MS: u64 = 1_700_000_040_000;
 

@@ -1,6 +1,6 @@
 //! What the store holds of one node's part of a window counter ([`Held`]), and how it takes
 //! in a statement: the arithmetic of `global/redis/sync.lua`, once in Rust, for its twin
-//! (`global/sync/memory.rs`) and the core's tests.
+//! (`global/memory/mod.rs`) and the core's tests.
 //!
 //! A statement gives the node's hits and refunds so far ([`Part`]), both only ever growing,
 //! so the store keeps the larger of what it holds and what it is told: a resent, late or

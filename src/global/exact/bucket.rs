@@ -1,6 +1,6 @@
 //! Exact rules' token buckets (docs/global.md, "Exact rules"): the store-independent steps of one
 //! bucket item, which the in-memory store runs (`exact::apply`) and the Lua script mirrors
-//! (`redis.rs`, `exact.lua`).
+//! (`global/redis/exact.rs`, `exact.lua`).
 //!
 //! The store keeps the bucket's `tat` (`core/bucket/`: the moment it is full again). With
 //! `owed = max(tat − now, 0)` and `T` the refill interval, `h` tokens fit when

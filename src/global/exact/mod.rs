@@ -4,12 +4,11 @@
 //! at once under the Redis timeout, and keeps all-or-nothing across the calls by giving back
 //! what a call counted when another one refused or failed.
 //!
-//! Redis implements the trait in `redis.rs`, the in-memory store in `memory.rs`; a token
+//! Redis implements the trait in `global/redis/exact.rs`, the in-memory store in
+//! `global/memory/exact.rs`; a token
 //! bucket item's own steps are in `bucket.rs`.
 
 pub mod bucket;
-mod memory;
-pub mod redis;
 pub mod reset;
 
 use std::future::Future;
@@ -124,7 +123,7 @@ pub trait ExactStore: Send + Sync + 'static {
     /// held before. This default refuses: a store of the benches' and tests' fakes.
     fn reset<'a>(&'a self, items: &'a [ResetItem]) -> ResetFuture<'a> {
         let _ = items;
-        Box::pin(async { Err(StoreError::Backend("this store cannot reset".into())) })
+        Box::pin(async { Err(StoreError::other("this store cannot reset")) })
     }
 }
 
@@ -189,7 +188,7 @@ impl ExactClient {
         commit: bool,
     ) -> Result<ExactReply, StoreError> {
         if self.stores.is_empty() {
-            return Err(StoreError::Backend("no exact store".into()));
+            return Err(StoreError::other("no exact store"));
         }
         let groups = self.groups(items);
         let run = async {
@@ -323,8 +322,8 @@ pub trait ExactCounters {
 }
 
 /// The store-independent semantics of an exact call, for stores that hold their counters in
-/// maps (`sync/memory.rs`); Redis runs the same steps in Lua (`redis.rs`, `exact.lua`). Every read comes
-/// before the first write, as in the script.
+/// maps (`global/memory/`); Redis runs the same steps in Lua (`global/redis/exact.rs`,
+/// `exact.lua`). Every read comes before the first write, as in the script.
 pub fn apply(items: &[ExactItem], commit: bool, store: &mut impl ExactCounters) -> ExactReply {
     let mut reply = ExactReply {
         fits: true,

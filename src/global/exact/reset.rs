@@ -70,7 +70,7 @@ impl ExactClient {
     /// A call failed or timed out (what the others cleared stays cleared).
     pub async fn reset(&self, items: &[ResetItem]) -> Result<ResetReply, StoreError> {
         if self.stores.is_empty() {
-            return Err(StoreError::Backend("no store".into()));
+            return Err(StoreError::other("no store"));
         }
         let mut by_store: Vec<(usize, Vec<usize>)> = Vec::new();
         for (i, it) in items.iter().enumerate() {

@@ -9,7 +9,8 @@
 //! waits and makes no store call (the simulator's existing scenarios attach none, so they run
 //! as before). Then every tick it asks the source for its counters (`local`), routes each to
 //! its shard as the sync routes the entity (`SyncQueues::shard_of`, never the per-second
-//! group), makes one store call per shard with items ([`ShardStore::presence`]; Redis:
+//! group), makes one store call per shard with items (a trip's `Publish`,
+//! [`ShardStore::round_trip`]; Redis:
 //! `global/redis/presence.rs`), all shards at once, and hands each shard's reply to the
 //! source (`others`) as it comes. A counter the source no longer returns is sent once more
 //! with no stream, which removes this replica from it at once rather than when it expires.
@@ -35,8 +36,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
-use crate::global::config::SyncSettings;
-use crate::global::sync::{ShardStore, StoreError, SyncQueues};
+use crate::global::sync::SyncSettings;
+use crate::global::sync::{Publish, ShardStore, StoreError, SyncQueues, Trip};
 
 pub use crate::global::sync::store::MAX_DEMAND;
 pub use crate::global::sync::{Others, Presence};
@@ -215,10 +216,21 @@ impl<S: ShardStore> PresenceLoop<S> {
     /// One shard's store call, within the timeout.
     async fn call(&self, b: &Batch, now_ms: u64, ttl: u64) -> Result<Vec<Others>, StoreError> {
         let store = &self.stores[b.shard];
-        let call = store.presence(self.queues.replica_id(), &b.items, now_ms, ttl);
+        let trip = Trip {
+            publish: Some(Publish {
+                items: &b.items,
+                now_ms,
+                ttl_ms: ttl,
+            }),
+            ..Trip::default()
+        };
+        let call = async {
+            let answer = store.round_trip(self.queues.replica_id(), trip).await?;
+            Ok::<_, StoreError>(answer.others)
+        };
         match tokio::time::timeout(self.settings.timeout, call).await {
             Ok(Ok(o)) if o.len() == b.items.len() => Ok(o),
-            Ok(Ok(o)) => Err(StoreError::Backend(format!(
+            Ok(Ok(o)) => Err(StoreError::reply(format!(
                 "store answered {} presences for {} items",
                 o.len(),
                 b.items.len()

@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::core::clock::UnixMillis;
-use crate::global::sync::memory::MemoryStore;
+use crate::global::memory::MemoryStore;
+use crate::global::sync::store::{in_steps, Answer, Trip};
 use crate::global::sync::ShardRouter;
 
 const T0: u64 = 1_700_000_040_000;
@@ -317,10 +318,7 @@ async fn a_store_that_fails_is_counted_and_the_engine_keeps_its_last_values() {
 #[derive(Default)]
 struct Silent;
 
-impl ShardStore for Silent {
-    fn name(&self) -> &str {
-        "silent"
-    }
+impl Silent {
     async fn sync(
         &self,
         _: u64,
@@ -328,15 +326,14 @@ impl ShardStore for Silent {
     ) -> Result<Vec<[u64; 2]>, StoreError> {
         std::future::pending().await
     }
+
     async fn heartbeat(
         &self,
         _: &crate::global::Heartbeat,
     ) -> Result<crate::global::Beat, StoreError> {
         std::future::pending().await
     }
-    async fn time_ms(&self) -> Result<u64, StoreError> {
-        std::future::pending().await
-    }
+
     async fn presence(
         &self,
         _: u64,
@@ -344,6 +341,24 @@ impl ShardStore for Silent {
         _: u64,
         _: u64,
     ) -> Result<Vec<Others>, StoreError> {
+        std::future::pending().await
+    }
+}
+
+impl ShardStore for Silent {
+    fn name(&self) -> &str {
+        "silent"
+    }
+    async fn round_trip(&self, replica: u64, trip: Trip<'_>) -> Result<Answer, StoreError> {
+        in_steps(
+            trip,
+            |items| self.sync(replica, items),
+            |beat| self.heartbeat(beat),
+            |p| self.presence(replica, p.items, p.now_ms, p.ttl_ms),
+        )
+        .await
+    }
+    async fn time_ms(&self) -> Result<u64, StoreError> {
         std::future::pending().await
     }
 }

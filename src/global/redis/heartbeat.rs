@@ -1,5 +1,5 @@
-//! The replicas' heartbeats on Redis ([`ShardStore::heartbeat`] of [`super::RedisStore`]),
-//! and the store's generation they read.
+//! The replicas' heartbeats on Redis (a trip's heartbeat, [`ShardStore::round_trip`], of
+//! [`super::RedisStore`]), and the store's generation they read.
 //!
 //! A heartbeat is a script (`heartbeat.lua`) on the sorted set `{prefix}sluice:replicas`
 //! (member: the replica's id, score: when it was last seen): it drops members older than the
@@ -17,13 +17,13 @@
 //! (`GENERATION_SCRIPT`) beside the heartbeat, in the same round trip. One key, so on a
 //! cluster it watches the master of its slot only.
 //!
-//! [`ShardStore::heartbeat`]: crate::global::ShardStore::heartbeat
+//! [`ShardStore::round_trip`]: crate::global::ShardStore::round_trip
 
 use deadpool_redis::redis::Value;
 
+use super::error::backend;
 use super::pool::RedisPool;
 use super::script::{Call, Lua};
-use super::sync::backend;
 use crate::global::{Beat, Heartbeat, StoreError};
 
 /// A replica's heartbeat. KEYS: the replicas' set and, on a standalone shard, the

@@ -1,5 +1,5 @@
-//! The RLQS streams of the fleet per counter, on Redis ([`ShardStore::presence`] of
-//! [`super::RedisStore`]): each replica publishes how many Envoy streams it holds on a counter
+//! The RLQS streams of the fleet per counter, on Redis (a trip's `Publish`,
+//! [`ShardStore::round_trip`], of [`super::RedisStore`]): each replica publishes how many Envoy streams it holds on a counter
 //! and their demand, and reads what the others publish, once a tick (`global/presence.rs`).
 //!
 //! # Data model (key version 1)
@@ -15,7 +15,7 @@
 //! replica's field (or removes it, when it has no stream left there), removes every field that
 //! expired (or that it cannot read), sets the key's expiry to the longest-lived field left (a
 //! hash with no field left is no key), and returns per item two integers: the other replicas'
-//! streams and demand, summed. Its twin is `publish` in `global/sync/memory.rs`, checked
+//! streams and demand, summed. Its twin is `publish` in `global/memory/mod.rs`, checked
 //! against it on a real Redis (`tests/redis/presence_store.rs`).
 //!
 //! Costs. One field per replica with streams on the counter (listpack-encoded up to 128
@@ -25,9 +25,10 @@
 
 use deadpool_redis::redis::{self, Value};
 
+use super::error::backend;
+use super::keys::field;
 use super::pool::RedisPool;
 use super::script::{self, Call, Lua};
-use super::sync::{backend, field};
 use crate::global::{Others, Presence, StoreError};
 
 /// Publishes and reads presence (see the module docs). KEYS: one hash per item. ARGV: the

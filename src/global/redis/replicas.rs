@@ -6,9 +6,9 @@
 
 use deadpool_redis::redis::{self, Value};
 
+use super::error::backend;
 use super::heartbeat::replicas_key;
 use super::pool::RedisPool;
-use super::sync::backend;
 use crate::global::StoreError;
 
 /// `ZRANGE <set> 0 -1 WITHSCORES`: each member's id and score. Members that are not a

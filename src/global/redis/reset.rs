@@ -2,12 +2,12 @@
 //! works this way): one call of `reset.lua` per entity, whose keys share a cluster slot (the
 //! hash tag), so a Redis Cluster runs it as a standalone server does.
 
-use deadpool_redis::redis::{self, Value};
+use deadpool_redis::redis::Value;
 
+use super::error::backend;
+use super::keys::{bucket_key_of, exact_bucket_key, exact_key, window_key};
 use super::pool::RedisPool;
 use super::script::{Call, Lua};
-use super::sync::{bucket_key_of, window_key};
-use crate::global::exact::redis::{exact_bucket_key, exact_key};
 use crate::global::exact::{ResetItem, ResetKind, ResetReply};
 use crate::global::sync::store::StoreError;
 
@@ -43,15 +43,11 @@ pub(crate) async fn reset(
     prefix: &str,
     items: &[ResetItem],
 ) -> Result<ResetReply, StoreError> {
-    let backend = |e: redis::RedisError| StoreError::Backend(e.to_string());
     let mut entities: Vec<u128> = items.iter().map(|it| it.entity).collect();
     entities.sort_unstable();
     entities.dedup();
     let mut out = vec![[0; 2]; items.len()];
-    let mut conn = pool
-        .get()
-        .await
-        .map_err(|e| StoreError::Backend(e.to_string()))?;
+    let mut conn = pool.get().await.map_err(backend)?;
     for entity in entities {
         let of: Vec<usize> = (0..items.len())
             .filter(|&i| items[i].entity == entity)
@@ -69,7 +65,7 @@ pub(crate) async fn reset(
         });
         let v = call.run(&mut conn).await.map_err(backend)?;
         let Value::Array(vals) = v else {
-            return Err(StoreError::Backend(format!("unexpected reset reply {v:?}")));
+            return Err(StoreError::reply(format!("unexpected reset reply {v:?}")));
         };
         let mut vals = vals.iter().map(|v| match v {
             Value::Int(i) => (*i).max(0) as u64,

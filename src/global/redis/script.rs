@@ -2,7 +2,7 @@
 //! hash (`EVALSHA`); a server that does not hold it (new, restarted or flushed, or a cluster
 //! node that never ran it) answers `NOSCRIPT` without running anything, and the call goes
 //! again with the source (`EVAL`), which runs it and caches it there. The sync's scripts
-//! (`sync.rs`) and the exact rules' (`global/exact/redis.rs`) all go through [`Call`].
+//! (`sync.rs`) and the exact rules' (`global/redis/exact.rs`) all go through [`Call`].
 
 use deadpool_redis::redis::{self, aio::ConnectionLike, Cmd, RedisError, Value};
 

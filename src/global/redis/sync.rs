@@ -98,7 +98,7 @@
 //! spend one bucket during a rolling upgrade, with no key version bump
 //! (`tests/redis/tat_upgrade.rs`).
 //!
-//! The RLQS streams per counter that replicas publish (`ShardStore::presence`) have keys and
+//! The RLQS streams per counter that replicas publish (`ShardStore::round_trip`'s `Publish`) have keys and
 //! a script of their own: `presence.rs`.
 //!
 //! Each tick also runs a separate script in the same pipeline: the replica's heartbeat, which
@@ -113,10 +113,13 @@
 use deadpool_redis::redis::{self, Value};
 
 use super::conn::{RedisOptions, SentinelMaster};
+use super::error::backend;
 use super::heartbeat::Heartbeats;
+use super::keys::{bucket_key_of, field, window_key};
 use super::pool::{OpenError, RedisPool, Shard};
 use super::script::{self, Call, Lua};
 
+use crate::global::sync::store::{Answer, Trip};
 use crate::global::{Beat, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
 
 /// States parts and reads counters (see the module docs). KEYS: two per item (current,
@@ -145,28 +148,9 @@ fn key(prefix: &str, it: &SyncItem, epoch: u64) -> String {
     window_key(prefix, it.entity, it.limit, epoch)
 }
 
-/// The key of the counter of (`entity`, `limit`, `epoch`).
-pub(crate) fn window_key(prefix: &str, entity: u128, limit: u8, epoch: u64) -> String {
-    format!("{prefix}sluice:v2:{{{entity:032x}}}:{limit}:{epoch}")
-}
-
 /// The key of a bucket item: a hash of `tat` and tokens spent.
 fn bucket_key(prefix: &str, it: &SyncItem) -> String {
     bucket_key_of(prefix, it.entity, it.limit)
-}
-
-/// The key of the bucket of (`entity`, `limit`).
-pub(crate) fn bucket_key_of(prefix: &str, entity: u128, limit: u8) -> String {
-    format!("{prefix}sluice:b1:{{{entity:032x}}}:{limit}")
-}
-
-/// A replica's field in every counter.
-pub(super) fn field(replica: u64) -> String {
-    format!("{replica:016x}")
-}
-
-pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
 }
 
 /// Which script an item goes to.
@@ -440,19 +424,21 @@ impl RedisStore {
     }
 }
 
-impl ShardStore for RedisStore {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+impl RedisStore {
+    /// The sync's part of a trip alone (`ShardStore::round_trip`).
+    pub async fn sync(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+    ) -> Result<Vec<[u64; 2]>, StoreError> {
         if self.pool.is_cluster() {
             return self.cluster_sync(replica, items).await;
         }
         Ok(self.pipeline(replica, items, None).await?.0)
     }
 
-    async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
+    /// The heartbeat's part of a trip alone.
+    pub async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
         if self.pool.is_cluster() {
             return self.beats.on_cluster(&self.pool, beat).await;
         }
@@ -462,7 +448,8 @@ impl ShardStore for RedisStore {
             .ok_or_else(|| backend("heartbeat failed"))
     }
 
-    async fn sync_and_beat(
+    /// The sync's and the heartbeat's parts of a trip, in one round trip.
+    pub async fn sync_and_beat(
         &self,
         replica: u64,
         items: &[SyncItem],
@@ -490,18 +477,8 @@ impl ShardStore for RedisStore {
         Ok((totals?, live.ok()))
     }
 
-    async fn time_ms(&self) -> Result<u64, StoreError> {
-        let mut conn = self.pool.get().await.map_err(backend)?;
-        time_of(&mut conn).await
-    }
-
-    /// `replicas.rs`.
-    async fn replicas(&self) -> Result<Vec<(u64, u64)>, StoreError> {
-        super::replicas::read(&self.pool, &self.prefix).await
-    }
-
     /// `presence.lua` (`presence.rs`, its data model).
-    async fn presence(
+    pub async fn presence(
         &self,
         replica: u64,
         items: &[Presence],
@@ -510,6 +487,42 @@ impl ShardStore for RedisStore {
     ) -> Result<Vec<Others>, StoreError> {
         let (pool, lua, prefix) = (&self.pool, &self.presence, self.prefix.as_str());
         super::presence::publish(pool, lua, prefix, replica, items, now_ms, ttl_ms).await
+    }
+}
+
+impl ShardStore for RedisStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The sync and the heartbeat in one pipeline (on a cluster: at once); the streams are
+    /// a call of their own (`presence.rs`), as the presence loop sends them alone.
+    async fn round_trip(&self, replica: u64, trip: Trip<'_>) -> Result<Answer, StoreError> {
+        let mut answer = Answer::default();
+        if let Some(p) = trip.publish {
+            answer.others = self.presence(replica, p.items, p.now_ms, p.ttl_ms).await?;
+        }
+        match trip.beat {
+            Some(beat) => {
+                (answer.totals, answer.beat) =
+                    self.sync_and_beat(replica, trip.items, beat).await?;
+            }
+            None if !trip.items.is_empty() => {
+                answer.totals = self.sync(replica, trip.items).await?
+            }
+            None => {}
+        }
+        Ok(answer)
+    }
+
+    async fn time_ms(&self) -> Result<u64, StoreError> {
+        let mut conn = self.pool.get().await.map_err(backend)?;
+        time_of(&mut conn).await
+    }
+
+    /// `replicas.rs`.
+    async fn replicas(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        super::replicas::read(&self.pool, &self.prefix).await
     }
 
     fn commands_for(&self, items: usize) -> usize {

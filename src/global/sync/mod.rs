@@ -1,15 +1,16 @@
 //! The background sync of global mode: the queues the hot path marks entities in, one task
 //! per shard that sends their hits and reads the fleet's counts, the narrow store interface
-//! those calls go through (Redis in `global/redis/`, the in-memory store here), each shard's
-//! health and call size, and the clock offset from the store's time.
+//! those calls go through (Redis in `global/redis/`, the in-memory store in `global/memory/`),
+//! each shard's health and call size, its settings (`settings.rs`), and the clock offset from
+//! the store's time.
 
 pub mod batch;
 pub mod clock_offset;
 pub mod health;
 mod in_flight;
-pub mod memory;
 mod plan;
 pub mod queue;
+pub mod settings;
 pub mod shard;
 #[cfg(test)]
 mod shard_fleet_tests;
@@ -20,8 +21,9 @@ pub mod store;
 pub use clock_offset::measure_offset;
 pub use health::ShardHealth;
 pub use queue::{ShardRouter, SyncQueues, SyncStats};
+pub use settings::SyncSettings;
 pub use shard::ShardSync;
 pub use store::{
-    new_generation, new_replica_id, Beat, Heartbeat, Others, Presence, ShardStore, StoreError,
-    SyncItem, SyncOp,
+    in_steps, new_generation, new_replica_id, Answer, Beat, Heartbeat, Others, Presence, Publish,
+    ShardStore, StoreError, StoreErrorKind, SyncItem, SyncOp, Trip,
 };

@@ -46,9 +46,10 @@ use tokio_util::sync::CancellationToken;
 use super::health::ShardHealth;
 use super::in_flight::{put_back, InFlight};
 use super::queue::SyncQueues;
+use super::settings::SyncSettings;
+use super::store::Trip as StoreTrip;
 use super::store::{new_generation, Beat, Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::Clock;
-use crate::global::config::SyncSettings;
 
 /// The most burst reads (`core/window/prior.rs`) a shard makes between two ticks: half of what
 /// [`BURST_MIN_GAP`] lets through in the 100 ms after a young entity's first reply during
@@ -435,23 +436,21 @@ impl<S: ShardStore> ShardSync<S> {
             .commands_sent
             .fetch_add(commands as u64, Ordering::Relaxed);
         let started = tokio::time::Instant::now();
+        let trip = StoreTrip {
+            items,
+            beat,
+            publish: None,
+        };
         let call = async {
-            match beat {
-                Some(b) => {
-                    self.store
-                        .sync_and_beat(self.queues.replica_id(), items, b)
-                        .await
-                }
-                None => self
-                    .store
-                    .sync(self.queues.replica_id(), items)
-                    .await
-                    .map(|t| (t, None)),
-            }
+            let answer = self
+                .store
+                .round_trip(self.queues.replica_id(), trip)
+                .await?;
+            Ok::<_, StoreError>((answer.totals, answer.beat))
         };
         let result = match tokio::time::timeout(self.settings.timeout, call).await {
             Ok(Ok((totals, live))) if totals.len() == items.len() => Ok((totals, live)),
-            Ok(Ok((totals, _))) => Err(StoreError::Backend(format!(
+            Ok(Ok((totals, _))) => Err(StoreError::reply(format!(
                 "store answered {} totals for {} items",
                 totals.len(),
                 items.len()

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::memory::MemoryStore as FakeStore;
 use super::shard::tests::{limit, on, setup, T0};
-use super::store::{Beat, Heartbeat};
+use super::store::{in_steps, Answer, Beat, Heartbeat, Others, Trip};
 use super::{ShardHealth, ShardRouter, ShardStore, ShardSync, StoreError, SyncItem, SyncQueues};
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::table::EntityTable;
+use crate::global::memory::MemoryStore as FakeStore;
 
 /// Unix time `T0` plus tokio's (paused) elapsed time, as the simulator's clock.
 #[derive(Debug, Clone, Copy)]
@@ -237,10 +237,7 @@ struct Distant {
     most: AtomicU64,
 }
 
-impl ShardStore for Distant {
-    fn name(&self) -> &str {
-        "distant"
-    }
+impl Distant {
     async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
         let now = self.under_way.fetch_add(1, Ordering::Relaxed) + 1;
         self.most.fetch_max(now, Ordering::Relaxed);
@@ -250,8 +247,25 @@ impl ShardStore for Distant {
         self.under_way.fetch_sub(1, Ordering::Relaxed);
         totals
     }
+
     async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
         self.inner.heartbeat(beat).await
+    }
+}
+
+impl ShardStore for Distant {
+    fn name(&self) -> &str {
+        "distant"
+    }
+    async fn round_trip(&self, replica: u64, trip: Trip<'_>) -> Result<Answer, StoreError> {
+        // Publishes nothing and finds no one else: a store of one replica.
+        in_steps(
+            trip,
+            |items| self.sync(replica, items),
+            |beat| self.heartbeat(beat),
+            |p| async move { Ok(vec![Others::default(); p.items.len()]) },
+        )
+        .await
     }
     async fn time_ms(&self) -> Result<u64, StoreError> {
         self.inner.time_ms().await

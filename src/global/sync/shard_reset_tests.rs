@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use super::memory::MemoryStore as FakeStore;
 use super::shard::tests::{limit, on, setup, T0};
-use super::{ShardRouter, ShardStore, ShardSync, SyncQueues};
+use super::{ShardRouter, ShardSync, SyncQueues};
 use crate::core::clock::{Clock, ManualClock, UnixMillis};
 use crate::core::table::{CacheSettings, EntityTable};
 use crate::core::{LimitState, Verdict};
+use crate::global::memory::MemoryStore as FakeStore;
 
 const KEY: u128 = 7;
 const EPOCHS: [u64; 2] = [T0 / 60_000, T0 / 60_000 - 1];

@@ -4,8 +4,8 @@ use super::*;
 use crate::core::clock::{ManualClock, UnixMillis};
 use crate::core::table::{CacheSettings, EntityTable};
 use crate::core::{Algorithm, Limit};
+use crate::global::memory::MemoryStore as FakeStore;
 use crate::global::sync::clock_offset::measure_offset;
-use crate::global::sync::memory::MemoryStore as FakeStore;
 use crate::global::sync::queue::ShardRouter;
 
 pub(crate) const T0: u64 = 1_700_000_040_000;

@@ -1,6 +1,6 @@
 //! The narrow interface to the shared store ([`ShardStore`]): one call per shard per tick
 //! states this replica's parts of the counters and returns the totals. Redis implements it
-//! (`global/redis/sync.rs`), and so does the in-memory store (`memory.rs`) that tests and the simulator
+//! (`global/redis/sync.rs`), and so does the in-memory store (`global/memory/`) that tests and the simulator
 //! use.
 //!
 //! A counter of (entity, limit, epoch) has one part per replica, and its total is their sum.
@@ -15,7 +15,8 @@
 //! random id per process start ([`new_replica_id`]): a restarted replica is a new one, and
 //! the part of the old one stays as it was.
 //!
-//! The tick's call also refreshes this replica's heartbeat, which returns how many replicas
+//! Every call is one [`ShardStore::round_trip`] carrying a [`Trip`]. The tick's also refreshes
+//! this replica's heartbeat, which returns how many replicas
 //! are live; a replica joining the fleet also reads the set itself ([`ShardStore::replicas`]).
 //! The heartbeat also reads the store's *generation* ([`Beat::generation`]): a random number
 //! the first replica to find none writes, with no expiry. Each replica remembers the one it
@@ -29,7 +30,7 @@
 //! count back (`global/exact/reset.rs`; `MemoryStore::reset_window` here, `reset.lua` on
 //! Redis).
 //!
-//! Apart from the counters, [`ShardStore::presence`] publishes how many RLQS streams this
+//! Apart from the counters, a trip's [`Publish`] publishes how many RLQS streams this
 //! replica holds on each counter, and their demand, and returns what the other live replicas
 //! published (`global/presence.rs` calls it once a tick per shard).
 
@@ -220,71 +221,167 @@ pub enum StoreError {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     /// The store answered with an error or the connection failed.
-    #[error("{0}")]
-    Backend(String),
+    #[error("{message}")]
+    Backend {
+        /// What kind of failure, as the store's client classified it.
+        kind: StoreErrorKind,
+        /// The client's message.
+        message: String,
+    },
+}
+
+/// What kind of failure a store call met: Redis's `ErrorKind` classified
+/// (`global/redis/error.rs`), so the callers can tell a failure that passes from one that
+/// stays (Limitador's storage errors do the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// The connection failed, was refused or dropped, or no node served the key.
+    Connection,
+    /// The store is loading, busy, failing over or moving slots (`LOADING`, `BUSY`,
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `MOVED`, `ASK`).
+    Unavailable,
+    /// The store refused the credentials or the command's permission.
+    Auth,
+    /// The store answered an error to the command, or a reply the call cannot read.
+    Reply,
+    /// The client's settings are wrong, or the store cannot do what was asked.
+    Other,
+}
+
+impl StoreError {
+    /// A failure of `kind` with the client's `message`.
+    pub fn backend(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        StoreError::Backend {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// A failed or refused connection.
+    pub fn connection(message: impl Into<String>) -> Self {
+        Self::backend(StoreErrorKind::Connection, message)
+    }
+
+    /// A reply the call cannot read.
+    pub fn reply(message: impl Into<String>) -> Self {
+        Self::backend(StoreErrorKind::Reply, message)
+    }
+
+    /// What the store cannot do.
+    pub fn other(message: impl Into<String>) -> Self {
+        Self::backend(StoreErrorKind::Other, message)
+    }
+
+    /// The kind of failure (a timeout is [`StoreErrorKind::Connection`]'s: no answer).
+    pub fn kind(&self) -> StoreErrorKind {
+        match self {
+            StoreError::Timeout(_) => StoreErrorKind::Connection,
+            StoreError::Backend { kind, .. } => *kind,
+        }
+    }
+
+    /// Whether the same call may succeed later without anyone changing anything: a timeout,
+    /// a connection lost or refused, a store loading or failing over. Not: refused
+    /// credentials, an error to the command, a reply the call cannot read, wrong settings.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind(),
+            StoreErrorKind::Connection | StoreErrorKind::Unavailable
+        )
+    }
+}
+
+/// What one round trip to a shard carries: this replica's parts of the counters of `items`
+/// (totals returned in order), its heartbeat, and its RLQS streams ([`Publish`]), each
+/// optional. The sync's ticks carry the items and the heartbeat; the presence loop carries
+/// the streams alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Trip<'a> {
+    /// Keep in the part of the replica the larger of what it holds and what each item
+    /// states, and answer each item's totals.
+    pub items: &'a [SyncItem],
+    /// Refresh (or, when leaving, remove) the beat's replica, drop those not seen within the
+    /// TTL, and answer how many are live and the store's generation (writing
+    /// `new_generation` when it holds none). With items, a failed heartbeat only leaves
+    /// [`Answer::beat`] empty (the parts were stated all the same); alone, it fails the trip.
+    pub beat: Option<&'a Heartbeat>,
+    /// Publish the replica's RLQS streams and read the others'.
+    pub publish: Option<Publish<'a>>,
+}
+
+/// The RLQS part of a [`Trip`]: publish the replica's streams on each counter of `items`
+/// until `now_ms + ttl_ms` (a 0 removes them), forget what other replicas published that
+/// expired by `now_ms`, and answer, per item in order, what the other replicas still publish.
+#[derive(Debug, Clone, Copy)]
+pub struct Publish<'a> {
+    /// This replica's streams per counter.
+    pub items: &'a [Presence],
+    /// Now, on the fleet's clock (Unix ms).
+    pub now_ms: u64,
+    /// How long the published streams last.
+    pub ttl_ms: u64,
+}
+
+/// What a [`Trip`] answers, part by part.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answer {
+    /// Each item's totals, in order (empty without items).
+    pub totals: Vec<[u64; 2]>,
+    /// The heartbeat's answer (`None`: no heartbeat, or it failed beside items).
+    pub beat: Option<Beat>,
+    /// What the others publish per [`Publish`] item, in order (empty without it).
+    pub others: Vec<Others>,
+}
+
+/// A [`Trip`] as separate calls, for a store that cannot make it one (the in-memory store,
+/// the simulator's, the tests' fakes): the streams, the items, then the heartbeat.
+pub async fn in_steps<'a, S, B, P>(
+    trip: Trip<'a>,
+    sync: impl FnOnce(&'a [SyncItem]) -> S,
+    beat: impl FnOnce(&'a Heartbeat) -> B,
+    publish: impl FnOnce(Publish<'a>) -> P,
+) -> Result<Answer, StoreError>
+where
+    S: Future<Output = Result<Vec<[u64; 2]>, StoreError>>,
+    B: Future<Output = Result<Beat, StoreError>>,
+    P: Future<Output = Result<Vec<Others>, StoreError>>,
+{
+    let mut answer = Answer::default();
+    if let Some(p) = trip.publish {
+        answer.others = publish(p).await?;
+    }
+    if !trip.items.is_empty() {
+        answer.totals = sync(trip.items).await?;
+    }
+    if let Some(b) = trip.beat {
+        let replied = beat(b).await;
+        answer.beat = if trip.items.is_empty() {
+            Some(replied?)
+        } else {
+            replied.ok()
+        };
+    }
+    Ok(answer)
 }
 
 /// A shard of the shared store.
 pub trait ShardStore: Send + Sync + 'static {
     /// A name for logs and readiness (no secrets).
     fn name(&self) -> &str;
-    /// Keeps in the part of `replica` the larger of what it holds and what each item states,
-    /// and returns each item's totals, in order, in one round trip.
-    fn sync(
+    /// One round trip to the shard: whatever `trip` carries ([`Trip`]), in one call where the
+    /// store can (Redis pipelines the sync and the heartbeat), and what each part answers.
+    fn round_trip(
         &self,
         replica: u64,
-        items: &[SyncItem],
-    ) -> impl Future<Output = Result<Vec<[u64; 2]>, StoreError>> + Send;
-    /// Refreshes (or, when leaving, removes) `beat`'s replica, drops those not seen within
-    /// the TTL, and returns how many are live and the store's generation (writing
-    /// `beat.new_generation` when it holds none).
-    fn heartbeat(&self, beat: &Heartbeat) -> impl Future<Output = Result<Beat, StoreError>> + Send;
-    /// [`ShardStore::sync`] and [`ShardStore::heartbeat`] in one round trip (this default
-    /// makes two; stores override it). The beat is `None` when only the heartbeat
-    /// failed: the sync's parts were stated all the same. With
-    /// no items, a failed heartbeat fails the call.
-    fn sync_and_beat(
-        &self,
-        replica: u64,
-        items: &[SyncItem],
-        beat: &Heartbeat,
-    ) -> impl Future<Output = Result<(Vec<[u64; 2]>, Option<Beat>), StoreError>> + Send {
-        async move {
-            if items.is_empty() {
-                // The heartbeat is the whole call: its failure is the call's.
-                return Ok((Vec::new(), Some(self.heartbeat(beat).await?)));
-            }
-            let totals = self.sync(replica, items).await?;
-            Ok((totals, self.heartbeat(beat).await.ok()))
-        }
-    }
+        trip: Trip<'_>,
+    ) -> impl Future<Output = Result<Answer, StoreError>> + Send;
     /// The members of this shard's set of replicas, each with the time its last heartbeat
     /// stated (Unix ms), expired ones included until a heartbeat drops them: a replica
     /// joining the fleet watches them for the others' next heartbeats (`global/join.rs`).
     /// This default lists none, so a join waits the whole heartbeat round; Redis and the
     /// in-memory store implement it.
     fn replicas(&self) -> impl Future<Output = Result<Vec<(u64, u64)>, StoreError>> + Send {
-        async {
-            Err(StoreError::Backend(
-                "this store does not list its replicas".into(),
-            ))
-        }
-    }
-    /// Publishes `replica`'s RLQS streams on each counter of `items` until `now_ms + ttl_ms`
-    /// (a 0 removes them), forgets what other replicas published that expired by `now_ms`,
-    /// and returns, per item in order, what the other replicas still publish. This default
-    /// publishes nothing and finds no one else (a store of one replica: the benches' and
-    /// the tests' fakes); Redis and the in-memory store implement it.
-    fn presence(
-        &self,
-        replica: u64,
-        items: &[Presence],
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> impl Future<Output = Result<Vec<Others>, StoreError>> + Send {
-        let _ = (replica, now_ms, ttl_ms);
-        let n = items.len();
-        async move { Ok(vec![Others::default(); n]) }
+        async { Err(StoreError::other("this store does not list its replicas")) }
     }
     /// The store's clock (Unix ms), to correct this node's.
     fn time_ms(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;

@@ -1,10 +1,11 @@
 //! An in-memory [`ShardStore`] (its exact rules' side, `ExactStore`, is in
-//! `global/exact/memory.rs`): per-epoch counters in maps, one part per
+//! `global/memory/exact.rs`): per-epoch counters in maps, one part per
 //! replica, as Redis holds them (`global/redis/sync.rs`), and the replicas' heartbeats (id → last seen).
 //! The sync tests and the fleet simulator run the production sync code against it, and the
 //! exact rules' tests the exact path; [`MemoryStore::flush_all`] is a Redis that restarted
 //! empty, its generation included (`generation.lua`'s). It also holds the RLQS streams each
-//! replica publishes per counter ([`ShardStore::presence`]), as `presence.lua` keeps them
+//! replica publishes per counter (a trip's `Publish`, [`ShardStore::round_trip`]), as
+//! `presence.lua` keeps them
 //! (`global/redis/presence.rs`).
 
 use std::collections::HashMap;
@@ -12,9 +13,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::store::{Beat, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
+mod exact;
+
 use crate::core::gcra;
 use crate::core::{Held, Part};
+use crate::global::sync::store::{
+    in_steps, Answer, Beat, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp,
+    Trip,
+};
 
 /// A counter: each replica's part (its hits and refunds so far, and the refunds kept out).
 pub type Parts = HashMap<u64, Held>;
@@ -286,14 +292,15 @@ impl MemoryStore {
     }
 }
 
-impl ShardStore for MemoryStore {
-    fn name(&self) -> &str {
-        "memory"
-    }
-    async fn sync(&self, replica: u64, items: &[SyncItem]) -> Result<Vec<[u64; 2]>, StoreError> {
+impl MemoryStore {
+    pub async fn sync(
+        &self,
+        replica: u64,
+        items: &[SyncItem],
+    ) -> Result<Vec<[u64; 2]>, StoreError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if self.down.load(Ordering::Relaxed) {
-            return Err(StoreError::Backend("connection refused".into()));
+            return Err(StoreError::connection("connection refused"));
         }
         let totals = self.apply(replica, items);
         let per_item = self.per_item_ns.load(Ordering::Relaxed);
@@ -306,9 +313,10 @@ impl ShardStore for MemoryStore {
         }
         Ok(totals)
     }
-    async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
+
+    pub async fn heartbeat(&self, beat: &Heartbeat) -> Result<Beat, StoreError> {
         if self.down.load(Ordering::Relaxed) {
-            return Err(StoreError::Backend("connection refused".into()));
+            return Err(StoreError::connection("connection refused"));
         }
         let generation = *self.generation.lock().get_or_insert(beat.new_generation);
         let mut r = self.replicas.lock();
@@ -324,15 +332,8 @@ impl ShardStore for MemoryStore {
             generation: Some(generation),
         })
     }
-    async fn replicas(&self) -> Result<Vec<(u64, u64)>, StoreError> {
-        if self.down.load(Ordering::Relaxed) {
-            return Err(StoreError::Backend("connection refused".into()));
-        }
-        let mut all: Vec<(u64, u64)> = self.replicas.lock().iter().map(|(&r, &t)| (r, t)).collect();
-        all.sort_unstable();
-        Ok(all)
-    }
-    async fn presence(
+
+    pub async fn presence(
         &self,
         replica: u64,
         items: &[Presence],
@@ -341,7 +342,7 @@ impl ShardStore for MemoryStore {
     ) -> Result<Vec<Others>, StoreError> {
         self.presence_calls.fetch_add(1, Ordering::Relaxed);
         if self.down.load(Ordering::Relaxed) {
-            return Err(StoreError::Backend("connection refused".into()));
+            return Err(StoreError::connection("connection refused"));
         }
         let mut all = self.presence.lock();
         let out = items
@@ -357,6 +358,29 @@ impl ShardStore for MemoryStore {
             })
             .collect();
         Ok(out)
+    }
+}
+
+impl ShardStore for MemoryStore {
+    fn name(&self) -> &str {
+        "memory"
+    }
+    async fn round_trip(&self, replica: u64, trip: Trip<'_>) -> Result<Answer, StoreError> {
+        in_steps(
+            trip,
+            |items| self.sync(replica, items),
+            |beat| self.heartbeat(beat),
+            |p| self.presence(replica, p.items, p.now_ms, p.ttl_ms),
+        )
+        .await
+    }
+    async fn replicas(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(StoreError::connection("connection refused"));
+        }
+        let mut all: Vec<(u64, u64)> = self.replicas.lock().iter().map(|(&r, &t)| (r, t)).collect();
+        all.sort_unstable();
+        Ok(all)
     }
     /// As Redis sends them: one script call per 500 items.
     fn commands_for(&self, items: usize) -> usize {

@@ -11,12 +11,16 @@
 
 use deadpool_redis::redis::{self, Value};
 
-use super::bucket as exact_bucket;
-use super::{ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore, ResetFuture, ResetItem};
+use super::error::backend;
+pub use super::keys::{exact_bucket_key, exact_key};
+use super::pool::{OpenError, RedisPool};
+use super::script::{Call, Lua};
+use super::{RedisOptions, SentinelMaster};
 use crate::core::window::Prev;
-use crate::global::redis::pool::{OpenError, RedisPool};
-use crate::global::redis::script::{Call, Lua};
-use crate::global::redis::{RedisOptions, SentinelMaster};
+use crate::global::exact::bucket as exact_bucket;
+use crate::global::exact::{
+    ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore, ResetFuture, ResetItem,
+};
 use crate::global::sync::store::StoreError;
 
 /// KEYS: two per item (a window: current epoch, previous epoch; a bucket: its key twice).
@@ -36,22 +40,7 @@ use crate::global::sync::store::StoreError;
 /// (`core/gcra.rs`); a plain double of Unix µs would round each spend to a quarter µs and
 /// drift. It expires when the bucket is full again, plus a margin; a full bucket's key is
 /// deleted.
-const EXACT_SCRIPT: &str = concat!(include_str!("../redis/gcra.lua"), include_str!("exact.lua"));
-
-/// The Redis key of an exact counter.
-pub fn exact_key(prefix: &str, entity: u128, limit: u8, epoch: u64) -> String {
-    format!("{prefix}sluice:x:{{{entity:032x}}}:{limit}:{epoch}")
-}
-
-/// The Redis key of an exact token bucket: its `tat` (see [`EXACT_SCRIPT`]). No epoch: a
-/// bucket is one value for good, gone when full.
-pub fn exact_bucket_key(prefix: &str, entity: u128, limit: u8) -> String {
-    format!("{prefix}sluice:xb:{{{entity:032x}}}:{limit}")
-}
-
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
-}
+const EXACT_SCRIPT: &str = concat!(include_str!("gcra.lua"), include_str!("exact.lua"));
 
 /// The keys and arguments of the script's call for `items`.
 fn args(cmd: &mut redis::Cmd, prefix: &str, items: &[ExactItem], commit: bool) {
@@ -171,7 +160,7 @@ impl RedisExact {
             pool,
             prefix: opts.prefix.clone(),
             script: Lua::new(EXACT_SCRIPT),
-            reset: Lua::new(crate::global::redis::reset::RESET_SCRIPT),
+            reset: Lua::new(super::reset::RESET_SCRIPT),
         }
     }
 }
@@ -196,7 +185,7 @@ impl ExactStore for RedisExact {
 
     /// The entity's sync counters and exact keys alike (`global/redis/reset.rs`).
     fn reset<'a>(&'a self, items: &'a [ResetItem]) -> ResetFuture<'a> {
-        Box::pin(crate::global::redis::reset::reset(
+        Box::pin(super::reset::reset(
             &self.pool,
             &self.reset,
             &self.prefix,

@@ -1,15 +1,15 @@
 //! The in-memory store's exact rules' side: [`MemoryStore`]'s exact counters and token
 //! buckets (apart from the sync's, as in Redis) behind [`ExactStore`], worked out by the same
-//! [`apply`] as the Lua script's twin. Here rather than in `sync/memory.rs` so that the sync
-//! imports nothing of the exact rules.
+//! [`apply`] as the Lua script's twin. Apart from `mod.rs`, the sync's side, as in Redis
+//! (`global/redis/exact.rs` beside `sync.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use super::{
+use super::MemoryStore;
+use crate::global::exact::{
     apply, ExactCounters, ExactFuture, ExactItem, ExactStore, ResetFuture, ResetItem, ResetKind,
 };
-use crate::global::sync::memory::MemoryStore;
 use crate::global::sync::store::StoreError;
 
 impl ExactStore for MemoryStore {
@@ -17,7 +17,7 @@ impl ExactStore for MemoryStore {
         Box::pin(async move {
             self.exact_calls.fetch_add(1, Ordering::Relaxed);
             if self.down.load(Ordering::Relaxed) {
-                return Err(StoreError::Backend("connection refused".into()));
+                return Err(StoreError::connection("connection refused"));
             }
             let mut windows = self.exact.lock();
             let mut buckets = self.exact_buckets.lock();
@@ -34,7 +34,7 @@ impl ExactStore for MemoryStore {
     fn reset<'a>(&'a self, items: &'a [ResetItem]) -> ResetFuture<'a> {
         Box::pin(async move {
             if self.down.load(Ordering::Relaxed) {
-                return Err(StoreError::Backend("connection refused".into()));
+                return Err(StoreError::connection("connection refused"));
             }
             let out = items
                 .iter()
