@@ -3,11 +3,8 @@
 //! it counts nothing (gRPC's next answer sees the count unchanged), and what it says when no
 //! server listens.
 
-use std::net::SocketAddr;
-use std::process::{Child, Stdio};
-
-use crate::common::{free_port, http, wait_until};
-use crate::process::sluice;
+use crate::common::free_port;
+use crate::process::{serve_ready, sluice};
 
 const RULES: &str = "domain: d
 descriptors:
@@ -18,16 +15,6 @@ descriptors:
     overrides:
       big: 50
 ";
-
-/// The server, killed when dropped.
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn explain(addr: &str, args: &[&str]) -> String {
     let out = sluice()
@@ -49,23 +36,9 @@ fn explain_prints_the_rule_its_line_and_the_count_and_counts_nothing() {
     let dir = root.path().join("ratelimit/config");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("r.yaml"), RULES).unwrap();
-    let (grpc, port) = (free_port(), free_port());
-    let _server = Serving(
-        sluice()
-            .arg("serve")
-            .env("RUNTIME_ROOT", root.path())
-            .env("RUNTIME_SUBDIRECTORY", "ratelimit")
-            .env("GRPC_HOST", "127.0.0.1")
-            .env("GRPC_PORT", grpc.to_string())
-            .env("HOST", "127.0.0.1")
-            .env("PORT", port.to_string())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let http_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_until(20, "ready", || {
-        matches!(http(http_addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
+    let (_server, grpc, http_addr) = serve_ready(|c| {
+        c.env("RUNTIME_ROOT", root.path())
+            .env("RUNTIME_SUBDIRECTORY", "ratelimit");
     });
     let grpc_addr = format!("http://127.0.0.1:{grpc}");
     let query = || {
@@ -76,7 +49,7 @@ fn explain_prints_the_rule_its_line_and_the_count_and_counts_nothing() {
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
     assert_eq!(query()["statuses"][0]["limitRemaining"], 4);
-    let addr = format!("http://127.0.0.1:{port}");
+    let addr = format!("http://{http_addr}");
     let mut text = String::new();
     for _ in 0..3 {
         text = explain(&addr, &["user=q", "tenant=big", "nokey=1"]);

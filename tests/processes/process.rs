@@ -16,6 +16,40 @@ pub(crate) fn sluice() -> Command {
     c
 }
 
+/// A `sluice serve` child, killed when dropped.
+pub(crate) struct Serving(Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `sluice serve` on free loopback ports, its command given its rules and settings by
+/// `configure`, once `/readyz` answers 200: the server, its gRPC port and its HTTP address.
+pub(crate) fn serve_ready(configure: impl FnOnce(&mut Command)) -> (Serving, u16, SocketAddr) {
+    let (grpc, port) = (free_port(), free_port());
+    let mut command = sluice();
+    configure(&mut command);
+    let server = Serving(
+        command
+            .arg("serve")
+            .env("GRPC_HOST", "127.0.0.1")
+            .env("GRPC_PORT", grpc.to_string())
+            .env("HOST", "127.0.0.1")
+            .env("PORT", port.to_string())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until(20, "ready", || {
+        matches!(http(addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
+    });
+    (server, grpc, addr)
+}
+
 #[test]
 fn version_names_the_package_version_and_the_commit() {
     let out = sluice().arg("--version").output().unwrap();

@@ -8,46 +8,21 @@
 //! `docs/status-page.png` is a copy, and `status-page-top-keys.png`).
 
 use std::net::SocketAddr;
-use std::process::{Child, Stdio};
 
 use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::cdp::{Chromium, Page};
-use crate::common::{free_port, header, http, repo, wait_until};
-use crate::process::sluice;
-
-/// The server, killed when dropped.
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::common::{header, http, repo, wait_until};
+use crate::process::{serve_ready, Serving};
 
 /// `sluice serve` on the example rules (named as a user in the repository would name them,
 /// for the screenshot), with `env` added.
 fn serve(env: &[(&str, &str)]) -> (Serving, SocketAddr) {
-    let (grpc, port) = (free_port(), free_port());
-    let server = Serving(
-        sluice()
-            .arg("serve")
-            .current_dir(repo())
+    let (server, _, addr) = serve_ready(|c| {
+        c.current_dir(repo())
             .env("SLUICE_CONFIG", "config/rules")
-            .envs(env.iter().copied())
-            .env("GRPC_HOST", "127.0.0.1")
-            .env("GRPC_PORT", grpc.to_string())
-            .env("HOST", "127.0.0.1")
-            .env("PORT", port.to_string())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_until(20, "ready", || {
-        matches!(http(addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
+            .envs(env.iter().copied());
     });
     (server, addr)
 }

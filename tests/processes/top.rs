@@ -2,27 +2,14 @@
 //! file: hits over gRPC (`sluice query`), `/top` refused without the bearer and answered
 //! with it, the gauges read from `/metrics`.
 
-use std::net::SocketAddr;
-use std::process::{Child, Stdio};
-
-use crate::common::{free_port, http, wait_until};
-use crate::process::sluice;
+use crate::common::http;
+use crate::process::{serve_ready, sluice};
 
 const RULES: &str = "domain: d
 descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 5, name: per_user}
 ";
-
-/// The server, killed when dropped.
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn top_answers_with_the_token_and_the_gauges_are_served() {
@@ -32,24 +19,10 @@ fn top_answers_with_the_token_and_the_gauges_are_served() {
     std::fs::write(dir.join("r.yaml"), RULES).unwrap();
     let token = root.path().join("admin-token");
     std::fs::write(&token, "t0ken-of-the-test\n").unwrap();
-    let (grpc, port) = (free_port(), free_port());
-    let _server = Serving(
-        sluice()
-            .arg("serve")
-            .env("RUNTIME_ROOT", root.path())
+    let (_server, grpc, addr) = serve_ready(|c| {
+        c.env("RUNTIME_ROOT", root.path())
             .env("RUNTIME_SUBDIRECTORY", "ratelimit")
-            .env("GRPC_HOST", "127.0.0.1")
-            .env("GRPC_PORT", grpc.to_string())
-            .env("HOST", "127.0.0.1")
-            .env("PORT", port.to_string())
-            .env("ADMIN_TOKEN_FILE", &token)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_until(20, "ready", || {
-        matches!(http(addr, "GET", "/readyz", "", &[]), Ok((200, ..)))
+            .env("ADMIN_TOKEN_FILE", &token);
     });
     let grpc_addr = format!("http://127.0.0.1:{grpc}");
     for (user, hits) in [("ann", 6), ("ben", 2)] {
