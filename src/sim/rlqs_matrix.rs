@@ -3,7 +3,7 @@
 //! a sliding window), per minute and per hour — shared by 1, 2, 10 and 50 Envoys on 1 to 3
 //! replicas, at 1 s and 5 s reports, under the limit (0.8×) and over it (2×), each measured
 //! from both sides against the exact limiter fed the same arrivals, with the spread between
-//! Envoys of equal demand.
+//! Envoys of equal demand; and a surge after a quiet spell on the same rules ([`surge`]).
 
 use std::fmt::Write as _;
 
@@ -202,6 +202,93 @@ pub fn render_matrix(reports: &[RlqsReport]) -> String {
             b.worst,
             100.0 * b.false_denials,
             100.0 * b.spread,
+        );
+    }
+    out
+}
+
+/// The offered loads of a surge after a quiet spell ([`surge`]), as multiples of the limit.
+pub const SURGE: (f64, f64) = (0.5, 3.0);
+
+/// A surge after a quiet spell on `scale`'s rule: [`Scale::periods`] periods at half the
+/// limit, spread evenly over the Envoys as in [`cell`], then half as many (rounded up) at
+/// three times it. The steady cells never show it: a quiet fleet's buckets are full, and
+/// whatever they hold at once is admitted on top of their rates as the surge begins.
+pub fn surge(scale: &Scale, fleet: (usize, usize), report_ms: u64) -> RlqsScenario {
+    let mut s = cell(scale, fleet, report_ms, SURGE.0);
+    let period = s.flows[0].until_ms / scale.periods.max(1);
+    let (quiet, loud) = (scale.periods, scale.periods.div_ceil(2));
+    s.windows = quiet + loud;
+    s.flows.push(Flow {
+        from_ms: quiet * period,
+        until_ms: (quiet + loud) * period,
+        times_limit: SURGE.1,
+        ..s.flows[0]
+    });
+    s.seed ^= 0x5_0000_0000;
+    s
+}
+
+/// A surge's figures, each a ratio to what the exact limiter fed the same arrivals admits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SurgeBounds {
+    /// The most admitted in one period of the quiet spell.
+    pub quiet: f64,
+    /// The surge's first period.
+    pub first: f64,
+    /// The surge's periods after its first, together.
+    pub after: f64,
+}
+
+/// The figures of a [`surge`]'s report `r` on `scale`.
+pub fn surge_bounds(scale: &Scale, r: &RlqsReport) -> SurgeBounds {
+    let quiet = usize::try_from(scale.periods).unwrap_or(usize::MAX);
+    let ratio = |a: u64, e: u64| a as f64 / e.max(1) as f64;
+    let n = r.windows.len();
+    let (a, e) = (quiet + 1..n).fold((0, 0), |(a, e), i| {
+        (a + r.windows[i].admitted, e + r.expected(i))
+    });
+    SurgeBounds {
+        quiet: (0..quiet.min(n))
+            .map(|i| ratio(r.windows[i].admitted, r.expected(i)))
+            .fold(0.0, f64::max),
+        first: ratio(r.windows[quiet].admitted, r.expected(quiet)),
+        after: ratio(a, e),
+    }
+}
+
+/// The surges of the matrix: the per-second and per-minute rules (an hour's would run for
+/// hours of simulated time), every fleet, 1 s and 5 s reports.
+pub fn surge_matrix() -> Vec<(&'static Scale, RlqsScenario)> {
+    let mut out = Vec::new();
+    for scale in &SCALES[..3] {
+        for report_ms in [1_000, 5_000] {
+            for fleet in FLEETS {
+                out.push((scale, surge(scale, fleet, report_ms)));
+            }
+        }
+    }
+    out
+}
+
+/// The Markdown table of surges: one row per cell.
+pub fn render_surges(cells: &[(&Scale, RlqsReport)]) -> String {
+    let mut out = String::from(
+        "| rule | Envoys | replicas | reports every | most in a quiet period | the surge's first \
+         period | the surge after it |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for (scale, r) in cells {
+        let b = surge_bounds(scale, r);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} s | {:.3} | {:.3} | {:.3} |",
+            r.scenario,
+            r.envoys,
+            r.replicas,
+            r.report_ms / 1000,
+            b.quiet,
+            b.first,
+            b.after,
         );
     }
     out

@@ -11,7 +11,10 @@
 //! the named seed and on others, so that they are not one seed's luck.
 
 use sluice::sim::rlqs::{run, RlqsReport, RlqsScenario};
-use sluice::sim::rlqs_matrix::{bounds, cell, render_matrix, Bounds, Scale, SCALES};
+use sluice::sim::rlqs_matrix::{
+    bounds, cell, render_matrix, render_surges, surge, surge_bounds, surge_matrix, Bounds, Scale,
+    SCALES,
+};
 use sluice::sim::{render_rlqs, scenarios_at};
 
 /// At most this many times the limit admitted in any window.
@@ -262,6 +265,64 @@ fn scale_matrix() {
         .collect();
     let reports: Vec<RlqsReport> = cells.iter().map(run).collect();
     println!("{}", render_matrix(&reports));
+}
+
+/// Prints the surges after a quiet spell (`SCALE=` picks rules by name): the table in
+/// docs/accuracy.md.
+#[test]
+#[ignore]
+fn surges() {
+    let only = std::env::var("SCALE").unwrap_or_default();
+    let cells: Vec<(&Scale, RlqsReport)> = surge_matrix()
+        .into_iter()
+        .filter(|(scale, _)| scale.name.contains(&only))
+        .map(|(scale, s)| (scale, run(&s)))
+        .collect();
+    println!("{}", render_surges(&cells));
+}
+
+/// A surge to three times the limit after a quiet spell at half of it, from both sides: the
+/// per-second bucket shared by one to fifty Envoys, and the per-minute window by one to ten,
+/// at 1 s and 5 s reports, admit at most 1.10× what the exact limiter fed the same arrivals
+/// admits in the surge's first period (the quiet fleet's buckets are full as it begins), and
+/// 0.90–1.10× after it. A per-second window misses (up to twice the exact limiter in the
+/// surge's first second) and fifty Envoys on a per-minute window admit 0.85× after it:
+/// docs/accuracy.md says why.
+#[test]
+fn a_surge_after_a_quiet_spell_admits_its_limit_both_ways() {
+    let (bucket, minute) = (&SCALES[0], &SCALES[2]);
+    let mut cells = Vec::new();
+    for report_ms in [1_000, 5_000] {
+        for fleet in [(1, 1), (2, 1), (10, 2), (50, 3)] {
+            cells.push((bucket, fleet, report_ms));
+        }
+        for fleet in [(1, 1), (2, 1), (10, 2)] {
+            cells.push((minute, fleet, report_ms));
+        }
+    }
+    let mut failures = Vec::new();
+    let mut reports = Vec::new();
+    for (scale, fleet, report_ms) in cells {
+        let r = run(&surge(scale, fleet, report_ms));
+        let b = surge_bounds(scale, &r);
+        let what = format!("{}, {} Envoys, {report_ms} ms reports", scale.name, fleet.0);
+        if b.quiet > MAX_ADMITTED || b.first > MAX_ADMITTED {
+            failures.push(format!(
+                "{what}: {:.3}x quiet, {:.3}x as the surge began",
+                b.quiet, b.first
+            ));
+        }
+        if !(0.90..=MAX_ADMITTED).contains(&b.after) {
+            failures.push(format!("{what}: {:.3}x after the surge began", b.after));
+        }
+        reports.push((scale, r));
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n\n{}",
+        failures.join("\n"),
+        render_surges(&reports)
+    );
 }
 
 /// The scale matrix's per-minute (600) and per-hour (3,600) windows held to both bounds,
