@@ -18,8 +18,8 @@ use super::config::Config;
 use super::replace::{differs, Pressure};
 use super::report::Counts;
 use super::share::{
-    assign_split, burst_fractions, catch_up, over_rate, split, Assignment, Demand, Rest, Room,
-    Strategy,
+    assign_split, burst_fractions, catch_up, over_rate, pad_under_rate, split, Assignment, Demand,
+    Rest, Room, Strategy,
 };
 
 #[path = "young.rs"]
@@ -392,6 +392,9 @@ impl Quotas {
         let fleet_streams = (members.len() as u64).saturating_add(rest.streams);
         let burst = burst_fractions(&fractions, fleet_streams);
         let mut assigned: Vec<Assignment> = assign_split(&room, &fractions, &burst, ttl);
+        if !pressed {
+            pad_under_rate(&room, &fractions, &mut assigned);
+        }
         if young.contains(&true) {
             let parts = Parts {
                 young: &young,

@@ -118,7 +118,7 @@ fn over_the_rate_counts_priors_and_the_rest_of_the_fleet() {
 }
 
 #[test]
-fn a_rate_under_one_a_second_loses_least_over_up_to_five_seconds() {
+fn a_rate_under_one_a_second_loses_least_over_up_to_ten_seconds() {
     let room = Room {
         now: 100,
         rate: 1.0,
@@ -128,10 +128,11 @@ fn a_rate_under_one_a_second_loses_least_over_up_to_five_seconds() {
         short: false,
         epoch: None,
     };
-    // 0.84 a second: 4 every 5 s, not 1 every 2 s.
-    assert_eq!(assign(&room, 0.84, TTL).strategy, bucket(84, 4, 5).strategy);
+    // 0.84 a second: 5 every 6 s (0.83), not 4 every 5 s (0.8) nor 1 every 2 s.
+    assert_eq!(assign(&room, 0.84, TTL).strategy, bucket(84, 5, 6).strategy);
     // 0.5: 1 every 2 s, the shortest of equals.
     assert_eq!(assign(&room, 0.5, TTL).strategy, bucket(50, 1, 2).strategy);
-    // Under a token in 5 s: one token per the whole seconds that take one.
+    // Under a token in 10 s: one token per the whole seconds that take one.
     assert_eq!(assign(&room, 0.1, TTL).strategy, bucket(10, 1, 10).strategy);
+    assert_eq!(assign(&room, 0.05, TTL).strategy, bucket(5, 1, 20).strategy);
 }

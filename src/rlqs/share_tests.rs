@@ -246,7 +246,7 @@ fn a_share_becomes_a_token_bucket_of_its_part_of_the_room_and_rate() {
 #[test]
 fn a_rate_under_one_token_a_second_uses_a_longer_fill_interval() {
     let a = assign(&room(100, 1.0), 0.3, INTERVAL);
-    assert_eq!(a.strategy, bucket(30, 1, 4));
+    assert_eq!(a.strategy, bucket(30, 3, 10));
     let a = assign(&room(100, 1.0), 0.01, INTERVAL);
     assert_eq!(a.strategy, bucket(1, 1, 100));
 }

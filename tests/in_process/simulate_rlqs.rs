@@ -71,7 +71,8 @@ fn misses(r: &RlqsReport) -> Vec<String> {
             ));
         }
         let fair = 1.0 / (r.envoys - 1) as f64;
-        if later < 0.9 * fair {
+        // 1e-9: a rate of exactly 0.9 of the fair share holds (0.9 × 0.1 is 0.0900…01).
+        if later < 0.9 * fair - 1e-9 {
             out.push(format!(
                 "{what}: the new Envoy ran {:.1} % of the rate two intervals in (fair: {:.1} %)",
                 100.0 * later,
