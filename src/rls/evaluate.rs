@@ -85,7 +85,7 @@ impl RateLimiter {
         count: Count,
     ) -> Option<Outcome> {
         // Global mode: what the heartbeats say of the fleet, for a cold entity's prior.
-        let fleet = self.sync.as_ref().map(|q| q.fleet());
+        let fleet = self.fleet.as_ref().map(|f| f.view());
         let limits = rule.limits.iter().map(|spec| (&spec.limit, spec.strict));
         let Decision { outcome, wants } =
             decide(limits, &mut state.states, now, hits, count, fleet.as_ref())?;

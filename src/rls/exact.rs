@@ -291,9 +291,9 @@ impl RateLimiter {
         match reply {
             Ok(r) => {
                 let tick_ms = self
-                    .sync
+                    .fleet
                     .as_ref()
-                    .map_or(FleetView::ALONE.tick_ms, |q| q.fleet().tick_ms);
+                    .map_or(FleetView::ALONE.tick_ms, |f| f.view().tick_ms);
                 let verdicts: Vec<Verdict> = plan
                     .items
                     .iter()
@@ -357,7 +357,7 @@ impl RateLimiter {
                 .compare_exchange(last, now.0, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            let replicas = self.sync.as_ref().map_or(1, |q| q.live_replicas());
+            let replicas = self.fleet.as_ref().map_or(1, |f| f.live_replicas());
             tracing::warn!(error = %e, replicas, "exact rules: Redis failed; deciding from memory on this replica's share of the limit (1.05 × limit / live replicas)");
         }
     }

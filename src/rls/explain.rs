@@ -330,7 +330,7 @@ impl RateLimiter {
         if rule.unlimited || rule.limits.is_empty() {
             return None;
         }
-        let fleet = self.sync.as_ref().map_or(FleetView::ALONE, |q| q.fleet());
+        let fleet = self.fleet.as_ref().map_or(FleetView::ALONE, |f| f.view());
         let mut states = held.unwrap_or_else(|| {
             rule.limits
                 .iter()

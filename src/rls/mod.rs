@@ -57,7 +57,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::decide::Count;
 use crate::core::table::{EntityTable, RuleCounts};
-use crate::global::{ExactClient, SyncQueues};
+use crate::global::{ExactClient, Fleet, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{names, RuleStats, Telemetry};
@@ -161,22 +161,15 @@ pub struct Compiled {
 /// table of a million entities in 4 s, at about 1 % of a core.
 const SWEEP_BUDGET: usize = 4096;
 
-/// Global mode's ways to the fleet, handed to the limiter at its start (`global::spawn`
-/// returns both).
+/// Global mode's ways to the fleet, handed to the limiter at its start: the queues
+/// `global::spawn` returns, and what the wiring built before it and handed to it too.
 pub struct GlobalMode {
     /// Where entities with news are queued for the background sync.
     pub queues: Arc<SyncQueues>,
+    /// What the heartbeats say of the fleet, read for each decision.
+    pub fleet: Arc<Fleet>,
     /// Exact rules' way to the store; without it `exact: true` changes nothing.
     pub exact: Option<ExactClient>,
-}
-
-impl From<Arc<SyncQueues>> for GlobalMode {
-    fn from(queues: Arc<SyncQueues>) -> Self {
-        GlobalMode {
-            queues,
-            exact: None,
-        }
-    }
 }
 
 /// The rate limiter: the rules in force, the counters and the clock.
@@ -185,6 +178,8 @@ pub struct RateLimiter {
     entities: EntityTable,
     /// Global mode: where entities with news are queued for the background sync.
     sync: Option<Arc<SyncQueues>>,
+    /// Global mode: what the heartbeats say of the fleet.
+    fleet: Option<Arc<Fleet>>,
     /// Global mode: exact rules' way to the store.
     exact: Option<ExactClient>,
     /// Exact keys known to be over in their window.
@@ -209,21 +204,23 @@ impl std::fmt::Debug for RateLimiter {
 // === impl RateLimiter ===
 
 impl RateLimiter {
-    /// A limiter with `rules` in force; with `global`, in global mode.
+    /// A limiter with `rules` in force, counting in `entities` (the wiring's table, the one
+    /// `global::spawn` syncs in global mode; `opts.cache` sized it); with `global`, in global
+    /// mode.
     pub fn new(
         rules: RuleSet,
         files: Vec<String>,
         clock: Arc<dyn Clock>,
         opts: Options,
         telemetry: Arc<Telemetry>,
+        entities: EntityTable,
         global: Option<GlobalMode>,
     ) -> Arc<Self> {
-        let entities = EntityTable::new(opts.cache);
         telemetry.rules.set_bounds(opts.metric_series);
-        let (sync, exact) = global.map_or((None, None), |g| (Some(g.queues), g.exact));
-        if let Some(q) = &sync {
-            q.attach(entities.clone());
-        }
+        let (sync, fleet, exact) = match global {
+            Some(g) => (Some(g.queues), Some(g.fleet), g.exact),
+            None => (None, None, None),
+        };
         if let Some(client) = &exact {
             exact::register_metrics(&telemetry, &client.stats);
         }
@@ -235,6 +232,7 @@ impl RateLimiter {
             rules: ArcSwap::from_pointee(compiled),
             entities,
             sync,
+            fleet,
             exact,
             over: OverCache::default(),
             clock,
@@ -306,12 +304,14 @@ impl RateLimiter {
         let rules = crate::rules::compile_sources(&[("rules.yaml".into(), yaml.into())], false)?;
         let telemetry =
             Telemetry::new().map_err(|e| vec![ConfigError::new("metrics", e.to_string())])?;
+        let entities = EntityTable::new(opts.cache);
         Ok(Self::new(
             rules,
             vec![],
             clock,
             opts,
             Arc::new(telemetry),
+            entities,
             None,
         ))
     }
@@ -574,13 +574,6 @@ impl RateLimiter {
     /// The clock the limiter decides with.
     pub fn now(&self) -> UnixMillis {
         self.clock.now()
-    }
-
-    /// Live replicas as the heartbeats last counted them (this one included; 1 in local
-    /// mode): what a young counter's prior divides the limit by, here and in the quota
-    /// service's first grants.
-    pub fn live_replicas(&self) -> u32 {
-        self.sync.as_ref().map_or(1, |s| s.live_replicas())
     }
 }
 
