@@ -10,8 +10,8 @@
 //! - `core/`: time (`clock.rs`), the limit vocabulary (`limit.rs`), what a replica knows of
 //!   the fleet (`fleet_view.rs`), window counters (`window/`), token buckets (`bucket/`, on
 //!   `gcra.rs`), a limit's state (`state.rs`), pressure tiers and sync cadence (`tier.rs`),
-//!   the entity table (`table/`) and a rule's decision (`decide.rs`). Pure: `now` is an
-//!   argument.
+//!   the entity table (`table/`), a rule's decision (`decide.rs`) and an exact limit's
+//!   verdict on the store's counts (`exact.rs`). Pure: `now` is an argument.
 //! - `rules/`: the rules YAML (`model/`), validation and compilation (`compile/`), the
 //!   descriptor tree (`tree/`) and counter identity (`identity.rs`).
 //! - `rls/`: the ShouldRateLimit semantics, transport-independent: validate → resolve →

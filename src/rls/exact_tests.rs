@@ -13,7 +13,7 @@ use crate::core::clock::ManualClock;
 use crate::core::table::EntityTable;
 use crate::global::memory::MemoryStore;
 use crate::global::{ExactClient, Fleet, ShardRouter, SyncQueues};
-use crate::rls::{GlobalMode, Options};
+use crate::rls::{GlobalMode, Options, RateLimiter};
 
 /// The start of a minute.
 const T0: UnixMillis = UnixMillis(1_700_006_400_000);

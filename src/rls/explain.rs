@@ -365,7 +365,7 @@ impl RateLimiter {
         let Some(client) = &self.exact else {
             return (looks, notes);
         };
-        let Some(plan) = self.exact_plan(targets, hits, |_| false, now) else {
+        let Some(plan) = super::exact::plan(targets, hits, |_| false, now) else {
             return (looks, notes);
         };
         match client.check_and_count(&plan.items, false).await {
