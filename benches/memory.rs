@@ -12,12 +12,13 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::core::clock::{Clock, ManualClock, UnixMillis};
+use sluice::core::table::EntityTable;
 use sluice::core::SyncPolicy;
 use sluice::global::{
-    self, Answer, Beat, Global, Heartbeat, Others, ShardStore, StoreError, Stores, SyncConfig,
-    SyncItem, SyncOp, SyncQueues, SyncSettings, Trip,
+    self, new_replica_id, Answer, Beat, Fleet, Global, Heartbeat, Others, ShardStore, StoreError,
+    Stores, SyncConfig, SyncItem, SyncOp, SyncQueues, SyncSettings, Trip,
 };
-use sluice::rls::{Options, RateLimiter};
+use sluice::rls::{GlobalMode, Options, RateLimiter};
 use sluice::rules::RuleSet;
 use sluice::telemetry::Telemetry;
 use tokio::runtime::Runtime;
@@ -97,9 +98,12 @@ fn measure(case: &str) {
         .enable_time()
         .build()
         .unwrap();
+    // Built once and handed down, as the service's wiring does.
+    let table = EntityTable::new(Options::default().cache);
+    let fleet = Arc::new(Fleet::new(new_replica_id()));
     let global = case
         .starts_with("global")
-        .then(|| start_global(&rt, &clock, &telemetry));
+        .then(|| start_global(&rt, &clock, &telemetry, &table, &fleet));
     let queues = global.as_ref().map(|g| g.queues.clone());
     let limiter = RateLimiter::new(
         rules,
@@ -107,7 +111,12 @@ fn measure(case: &str) {
         Arc::new(clock.clone()),
         Options::default(),
         telemetry,
-        queues.clone().map(Into::into),
+        table,
+        queues.clone().map(|queues| GlobalMode {
+            queues,
+            fleet,
+            exact: None,
+        }),
     );
     let (before, after) = track_every_value(&limiter, &clock, queues.as_deref(), &rt);
     // The default bound is 1M: the value sent before the measure made room for the last.
@@ -139,7 +148,13 @@ fn rules_for(case: &str) -> RuleSet {
 /// Global mode as the service starts it, on a store that keeps nothing; its sync ticks
 /// every millisecond (of real time), so that the queue drains whenever the bench lets the
 /// runtime run.
-fn start_global(rt: &Runtime, clock: &ManualClock, telemetry: &Arc<Telemetry>) -> Global {
+fn start_global(
+    rt: &Runtime,
+    clock: &ManualClock,
+    telemetry: &Arc<Telemetry>,
+    table: &EntityTable,
+    fleet: &Arc<Fleet>,
+) -> Global {
     let settings = SyncSettings {
         policy: SyncPolicy {
             tick_ms: 1,
@@ -150,6 +165,8 @@ fn start_global(rt: &Runtime, clock: &ManualClock, telemetry: &Arc<Telemetry>) -
     rt.block_on(global::spawn(
         SyncConfig::new(settings, 1_000_000),
         Stores::one(Arc::new(NullStore)),
+        table.clone(),
+        fleet.clone(),
         Arc::new(clock.clone()),
         telemetry,
         CancellationToken::new(),

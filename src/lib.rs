@@ -10,8 +10,8 @@
 //! - `core/`: time (`clock.rs`), the limit vocabulary (`limit.rs`), what a replica knows of
 //!   the fleet (`fleet_view.rs`), window counters (`window/`), token buckets (`bucket/`, on
 //!   `gcra.rs`), a limit's state (`state.rs`), pressure tiers and sync cadence (`tier.rs`),
-//!   the entity table (`table/`) and a rule's decision (`decide.rs`). Pure: `now` is an
-//!   argument.
+//!   the entity table (`table/`), a rule's decision (`decide.rs`) and an exact limit's
+//!   verdict on the store's counts (`exact.rs`). Pure: `now` is an argument.
 //! - `rules/`: the rules YAML (`model/`), validation and compilation (`compile/`), the
 //!   descriptor tree (`tree/`) and counter identity (`identity.rs`).
 //! - `rls/`: the ShouldRateLimit semantics, transport-independent: validate → resolve →
@@ -19,8 +19,8 @@
 //! - `rlqs/`: Envoy's Rate Limit Quota Service, transport-independent: usage reports checked
 //!   (`report.rs`), streams (`stream.rs`), one limit shared among them (`engine.rs`,
 //!   `share.rs`); bucket ids resolve through the rules' tree (`RuleSet::find_bucket`).
-//! - `global/`: global mode's sync (`sync/`: the store trait, per-shard queues, the shard
-//!   task, health, clock offset, an in-memory store), Redis (`redis/`), exact rules' store
+//! - `global/`: global mode's sync (`sync/`: the store trait, per-shard queues, what the
+//!   heartbeats say of the fleet (`fleet.rs`), the shard task, health, clock offset), Redis (`redis/`), exact rules' store
 //!   calls (`exact/`), the fleet's presence exchange (`presence/`) and a replica's join
 //!   (`join.rs`). Its settings are its own (`global::Config`); `global::spawn` starts it.
 //! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, signals/readiness.
@@ -70,7 +70,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
 use crate::global::Global;
-use crate::rls::{GlobalMode, RateLimiter};
+use crate::rls::RateLimiter;
 use crate::rules::model::ConfigError;
 use crate::server::grpc::RlsService;
 use crate::server::grpc_conn::InflightLimit;
@@ -82,7 +82,7 @@ use crate::sources::ReloadStatus;
 use crate::telemetry::{otel, Telemetry};
 use crate::wiring::{
     grpc_limits, load_rules, serve_grpc, serve_http, set_health, spawn_reporters,
-    spawn_rules_source, spawn_sweeper, start_global, start_quotas, turn_ready, ServerTask,
+    spawn_rules_source, spawn_sweeper, start_global, start_quotas, turn_ready, ServerTask, Shared,
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
@@ -257,17 +257,19 @@ impl Service {
     ) -> Result<Service, RunError> {
         let (rules, files) = load_rules(settings, &telemetry).await?;
         let sync_stop = CancellationToken::new();
-        let mut global = start_global(settings, clock.clone(), &telemetry, &sync_stop).await?;
+        // Built once, handed to global mode, the limiter and the quota service.
+        let shared = Shared::new(settings);
+        let started =
+            start_global(settings, &shared, clock.clone(), &telemetry, &sync_stop).await?;
+        let (global, mode) = started.unzip();
         let limiter = RateLimiter::new(
             rules,
             files,
             clock,
             settings.options.clone(),
             telemetry.clone(),
-            global.as_mut().map(|g| GlobalMode {
-                queues: g.queues.clone(),
-                exact: g.exact.take(),
-            }),
+            shared.table,
+            mode,
         );
         let reload_status = Arc::new(ReloadStatus::default());
         if settings.xds.is_none() {
@@ -280,7 +282,13 @@ impl Service {
             spawn_rules_source(settings, &limiter, &reload_status, &background)?;
         spawn_sweeper(limiter.clone(), background.clone());
         spawn_reporters(settings, &telemetry, &background).await?;
-        let quotas = start_quotas(settings, &limiter, &telemetry, global.as_ref());
+        let quotas = start_quotas(
+            settings,
+            &limiter,
+            &shared.fleet,
+            &telemetry,
+            global.as_ref(),
+        );
         let rlqs_stops = server::rlqs::Stops::default();
         let (health, health_service) = wiring::Health::new(quotas.is_some());
         // Serving at once only with nothing to wait for: rules over xDS, or (global mode) the

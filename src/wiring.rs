@@ -1,5 +1,6 @@
 //! The steps `Service::start` (lib.rs) takes, each a piece of the running service: the rules
-//! at start, global mode, the rules source (files or xDS), the reference's metric outlets,
+//! at start, the parts built once and handed down ([`Shared`]: the entity table and the
+//! fleet), global mode and the limiter on them, the rules source (files or xDS), the reference's metric outlets,
 //! the quota service's state, the gRPC and HTTP servers, gRPC health and readiness (after
 //! the fleet's join in global mode, and as xDS says), the idle-entity sweeper.
 
@@ -12,9 +13,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
-use crate::global::{self, Global, Joining};
+use crate::core::table::EntityTable;
+use crate::global::{self, Fleet, Global, Joining};
 use crate::rlqs::{self, Quotas};
-use crate::rls::RateLimiter;
+use crate::rls::{GlobalMode, RateLimiter};
 use crate::rules::{self, model::ConfigError};
 use crate::server::grpc::{self, RlsService};
 use crate::server::grpc_conn::{GrpcLimits, InflightLimit};
@@ -63,20 +65,56 @@ pub(crate) async fn load_rules(
     Ok((rules, files))
 }
 
-/// Global mode, when a Redis is set: its stores opened and its tasks started, stopping on
-/// `stop`.
+/// What the wiring builds once and hands down: the entity table (the limiter counts in it,
+/// global mode's sync reads and settles it) and what this replica knows of the fleet (the
+/// sync writes it, the limiter and the quota service read it). Nothing is attached later.
+pub(crate) struct Shared {
+    pub(crate) table: EntityTable,
+    pub(crate) fleet: Arc<Fleet>,
+}
+
+impl Shared {
+    /// The table sized by the settings, and a fleet of this replica alone so far, its id
+    /// drawn at random (a restarted replica is a new one).
+    pub(crate) fn new(settings: &Settings) -> Shared {
+        Shared {
+            table: EntityTable::new(settings.options.cache),
+            fleet: Arc::new(Fleet::new(global::new_replica_id())),
+        }
+    }
+}
+
+/// Global mode, when a Redis is set: its stores opened and its tasks started on the shared
+/// table and fleet, stopping on `stop`; and the limiter's ways to it (the queues, the fleet,
+/// the exact rules' client).
 pub(crate) async fn start_global(
     settings: &Settings,
+    shared: &Shared,
     clock: Arc<dyn Clock>,
     telemetry: &Telemetry,
     stop: &CancellationToken,
-) -> Result<Option<Global>, RunError> {
+) -> Result<Option<(Global, GlobalMode)>, RunError> {
     let Some(config) = settings.global() else {
         return Ok(None);
     };
-    let stores = global::connect(&config)?;
-    let g = global::spawn(config.sync, stores, clock, telemetry, stop.clone()).await;
-    Ok(Some(g))
+    let (stores, exact) = global::connect(&config)?;
+    let (table, fleet) = (shared.table.clone(), shared.fleet.clone());
+    let g = global::spawn(
+        config.sync,
+        stores,
+        table,
+        fleet,
+        clock,
+        telemetry,
+        stop.clone(),
+    )
+    .await;
+    let mode = GlobalMode {
+        queues: g.queues.clone(),
+        fleet: shared.fleet.clone(),
+        exact: Some(exact),
+    };
+    Ok(Some((g, mode)))
 }
 
 /// The quota service's state, when it is on: its metrics registered and, in global mode,
@@ -84,10 +122,11 @@ pub(crate) async fn start_global(
 pub(crate) fn start_quotas(
     settings: &Settings,
     limiter: &Arc<RateLimiter>,
+    fleet: &Arc<Fleet>,
     telemetry: &Telemetry,
     global: Option<&Global>,
 ) -> Option<Arc<Quotas>> {
-    let quotas = Quotas::new(limiter.clone(), settings.rlqs.clone()?);
+    let quotas = Quotas::new(limiter.clone(), settings.rlqs.clone()?, fleet.clone());
     rlqs::register_metrics(telemetry, &quotas);
     if let Some(g) = global {
         // The fleet's streams per counter, exchanged every sync tick.

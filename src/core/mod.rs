@@ -6,11 +6,13 @@
 //! The modules import one way. `clock.rs` and `fleet_view.rs` are the leaves: they import no
 //! other part of the core. `limit.rs` (the limit vocabulary) uses the clock, and `gcra.rs`
 //! (the token-bucket arithmetic) the limit; `window/` and `bucket/` (on `gcra.rs`) use those;
-//! `state.rs` holds either; `tier.rs`, `table/` and `decide.rs` work on `state.rs`.
+//! `state.rs` holds either; `tier.rs`, `table/` and `decide.rs` work on `state.rs`; `exact.rs`
+//! (the verdict of an `exact: true` limit on the store's counts) on `window/` and `bucket/`.
 
 pub mod bucket;
 pub mod clock;
 pub mod decide;
+pub mod exact;
 pub mod fleet_view;
 pub mod gcra;
 pub mod limit;

@@ -54,9 +54,6 @@ pub struct SyncConfig {
     pub max_queued: usize,
     /// Timeout of one call to a per-second shard (`REDIS_PERSECOND_TIMEOUT`).
     pub per_second_timeout: Duration,
-    /// This replica's id in the store: `None` draws one at random, as production does; the
-    /// simulator names each node so that its runs repeat.
-    pub replica_id: Option<u64>,
     /// How long the sync tasks wait before their first run: none in production; the
     /// simulator staggers its nodes' ticks as nodes started apart would be.
     pub first_run_after: Duration,
@@ -67,14 +64,12 @@ pub struct SyncConfig {
 }
 
 impl SyncConfig {
-    /// `settings` for every shard, at most `max_queued` entities waiting, a random replica
-    /// id, no wait, no join.
+    /// `settings` for every shard, at most `max_queued` entities waiting, no wait, no join.
     pub fn new(settings: SyncSettings, max_queued: usize) -> Self {
         SyncConfig {
             settings,
             max_queued,
             per_second_timeout: settings.timeout,
-            replica_id: None,
             first_run_after: Duration::ZERO,
             join_timeout: Duration::ZERO,
         }

@@ -50,7 +50,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
 use crate::global::sync::SyncSettings;
-use crate::global::sync::{new_generation, Heartbeat, ShardStore, StoreError, SyncQueues, Trip};
+use crate::global::sync::{new_generation, Fleet, Heartbeat, ShardStore, StoreError, Trip};
 
 /// Where a replica is in joining the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +84,7 @@ impl JoinStatus {
 #[derive(Debug, Clone)]
 pub struct Joining {
     status: watch::Receiver<JoinStatus>,
-    queues: Arc<SyncQueues>,
+    fleet: Arc<Fleet>,
 }
 
 impl Joining {
@@ -95,12 +95,12 @@ impl Joining {
 
     /// The live replicas as the heartbeats last counted them (this one included).
     pub fn live_replicas(&self) -> u32 {
-        self.queues.live_replicas()
+        self.fleet.live_replicas()
     }
 
     /// This replica's id in the fleet's heartbeats.
     pub fn replica_id(&self) -> u64 {
-        self.queues.replica_id()
+        self.fleet.replica_id()
     }
 
     /// Waits until the join is over (joined, unanswered or off; or global mode stopped
@@ -117,7 +117,7 @@ impl fmt::Display for Joining {
     /// The `/readyz` line: where the join is, with the live count as the heartbeats last
     /// counted it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let live = self.queues.live_replicas();
+        let live = self.fleet.live_replicas();
         match self.status() {
             JoinStatus::Registering => f.write_str("fleet: joining (registering with Redis)"),
             JoinStatus::Counting => write!(
@@ -146,7 +146,7 @@ const POLL: Duration = Duration::from_millis(10);
 pub(crate) struct JoinTask<S> {
     /// Every shard, the per-second ones included: each keeps its own set of replicas.
     pub stores: Vec<Arc<S>>,
-    pub queues: Arc<SyncQueues>,
+    pub fleet: Arc<Fleet>,
     pub clock: Arc<dyn Clock>,
     /// The main shards' settings: the tick, the heartbeat's TTL, the retry delay.
     pub settings: SyncSettings,
@@ -162,14 +162,14 @@ pub(crate) struct JoinTask<S> {
 
 /// A join's status channel: the task's sender and what readiness reads. `off`: the join is
 /// off, and over already.
-pub(crate) fn channel(queues: Arc<SyncQueues>, off: bool) -> (watch::Sender<JoinStatus>, Joining) {
+pub(crate) fn channel(fleet: Arc<Fleet>, off: bool) -> (watch::Sender<JoinStatus>, Joining) {
     let first = if off {
         JoinStatus::Off
     } else {
         JoinStatus::Registering
     };
     let (tx, rx) = watch::channel(first);
-    (tx, Joining { status: rx, queues })
+    (tx, Joining { status: rx, fleet })
 }
 
 /// The other replicas of one shard's set, as read after the registration: id and the time
@@ -204,7 +204,7 @@ impl<S: ShardStore> JoinTask<S> {
                 return;
             }
         };
-        self.queues.observe_live(live, self.clock.now());
+        self.fleet.observe_live(live, self.clock.now());
         let _ = self.status.send(JoinStatus::Counting);
         // Step 2 (module docs), bounded by a heartbeat round of the running replicas; alone,
         // a tick, so that its end falls with this replica's own tick heartbeat, which the
@@ -235,10 +235,10 @@ impl<S: ShardStore> JoinTask<S> {
         // Step 3. Its failure leaves the count of the registration and of the ticks.
         let beat = self.heartbeat_all(Instant::now() + self.call_timeout).await;
         if let Some(live) = beat.iter().flatten().copied().max() {
-            self.queues.observe_live(live, self.clock.now());
+            self.fleet.observe_live(live, self.clock.now());
         }
         tracing::info!(
-            live = self.queues.live_replicas(),
+            live = self.fleet.live_replicas(),
             "joined the fleet: the running replicas count this one"
         );
         let _ = self.status.send(JoinStatus::Joined);
@@ -274,7 +274,7 @@ impl<S: ShardStore> JoinTask<S> {
     /// count of each, or its error.
     async fn heartbeat_all(&self, deadline: Instant) -> Vec<Result<u32, StoreError>> {
         let beat = Heartbeat {
-            replica: self.queues.replica_id(),
+            replica: self.fleet.replica_id(),
             now_ms: self.clock.now().0,
             ttl_ms: self.settings.heartbeat_ttl_ms(),
             leaving: false,
@@ -301,7 +301,7 @@ impl<S: ShardStore> JoinTask<S> {
     /// `None` when it does not answer by `deadline`.
     async fn others(&self, store: &S, deadline: Instant) -> Others {
         let read = tokio::time::timeout_at(deadline, store.replicas()).await;
-        let me = self.queues.replica_id();
+        let me = self.fleet.replica_id();
         // A member past its TTL is gone for the next heartbeat of anyone.
         let oldest = self
             .clock

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::*;
 use crate::core::clock::UnixMillis;
+use crate::core::table::{CacheSettings, EntityTable};
 use crate::global::memory::MemoryStore;
 use crate::global::{spawn, Global, Stores, SyncConfig};
 use crate::telemetry::Telemetry;
@@ -34,7 +35,6 @@ async fn replica(
     zero: Instant,
 ) -> Global {
     let config = SyncConfig {
-        replica_id: Some(id),
         join_timeout,
         ..SyncConfig::new(SyncSettings::default(), 1_000)
     };
@@ -43,6 +43,8 @@ async fn replica(
     spawn(
         config,
         Stores::one(store.clone()),
+        EntityTable::new(CacheSettings::default()),
+        Arc::new(Fleet::new(id)),
         clock,
         &telemetry,
         CancellationToken::new(),
@@ -53,7 +55,7 @@ async fn replica(
 /// Waits for `g`'s join and says when it ended and what each replica then counted.
 async fn joined(g: &Global, fleet: &[&Global]) -> (Instant, JoinStatus, Vec<u32>) {
     let status = g.joining.done().await;
-    let live = fleet.iter().map(|r| r.queues.live_replicas()).collect();
+    let live = fleet.iter().map(|r| r.joining.live_replicas()).collect();
     (Instant::now(), status, live)
 }
 
@@ -91,7 +93,7 @@ async fn a_newcomer_is_ready_once_the_running_replica_counted_it() {
     assert_eq!(running.joining.status(), JoinStatus::Off);
     // Its tick heartbeats at 0, 1 s, 2 s...: the newcomer registers 1.3 s in.
     tokio::time::sleep(Duration::from_millis(1_300)).await;
-    assert_eq!(running.queues.live_replicas(), 1);
+    assert_eq!(running.joining.live_replicas(), 1);
     let started = Instant::now();
     let newcomer = replica(&store, 2, Duration::from_secs(2), zero).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -122,7 +124,7 @@ async fn a_member_that_never_beats_again_holds_a_join_one_round_at_most() {
     // A replica that died a moment ago: its heartbeat is live for a few seconds more.
     store.replicas.lock().insert(9, T0);
     let newcomer = replica(&store, 2, Duration::from_secs(2), zero).await;
-    assert_eq!(newcomer.queues.live_replicas(), 1, "not registered yet");
+    assert_eq!(newcomer.joining.live_replicas(), 1, "not registered yet");
     let at = joined(&newcomer, &[&newcomer]).await;
     assert_eq!(at.1, JoinStatus::Joined);
     assert_eq!(at.2, vec![2]);

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use opentelemetry::KeyValue;
 
-use crate::global::{Global, ShardHealth, SyncStats};
+use crate::global::{Fleet, Global, ShardHealth, SyncStats};
 use crate::telemetry::{names, SeriesFn, Telemetry};
 
-pub(super) fn register_metrics(t: &Telemetry, g: &Global) {
+pub(super) fn register_metrics(t: &Telemetry, g: &Global, fleet: &Arc<Fleet>) {
     let s = g.queues.stats.clone();
     let counters: [crate::telemetry::CounterRow<SyncStats>; 9] = [
         (names::SYNC_TICKS, |s| s.ticks.load(Ordering::Relaxed)),
@@ -39,7 +39,7 @@ pub(super) fn register_metrics(t: &Telemetry, g: &Global) {
     ];
     t.counter_table(&s, &counters);
     register_labelled_counters(t, &s);
-    register_shard_gauges(t, g);
+    register_shard_gauges(t, g, fleet);
     register_presence(t, g);
 }
 
@@ -110,16 +110,16 @@ fn register_labelled_counters(t: &Telemetry, s: &Arc<SyncStats>) {
 }
 
 /// Gauges of the queues and of each shard's health.
-fn register_shard_gauges(t: &Telemetry, g: &Global) {
+fn register_shard_gauges(t: &Telemetry, g: &Global, fleet: &Arc<Fleet>) {
     let q = g.queues.clone();
     t.gauge(
         names::SYNC_PENDING_ENTITIES,
         Arc::new(move || q.len() as u64),
     );
-    let q = g.queues.clone();
+    let f = fleet.clone();
     t.gauge(
         names::SYNC_LIVE_REPLICAS,
-        Arc::new(move || u64::from(q.live_replicas())),
+        Arc::new(move || u64::from(f.live_replicas())),
     );
     type PerShard = fn(&ShardHealth) -> u64;
     let per_shard: [(crate::telemetry::Metric, PerShard); 3] = [

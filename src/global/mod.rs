@@ -1,10 +1,12 @@
-//! Starting global mode: [`connect`] opens the Redis stores, [`spawn`] starts one sync task
-//! per shard and the clock-offset task over any stores (Redis, or the simulator's in-memory
-//! one), the RLQS presence loop (`presence/`, idle until the quota service attaches), the
-//! replica's join of the fleet (`join.rs`, which readiness waits for) and registers the sync
-//! metrics. `lib::run` calls both and, at shutdown, waits for
-//! [`Global::join`] (the tasks' final flush); the simulator and the benches call [`spawn`].
-//! Global mode's settings are its own ([`Config`], `config.rs`).
+//! Starting global mode: [`connect`] opens the Redis stores (the sync's, and the exact rules'
+//! client), [`spawn`] starts one sync task per shard and the clock-offset task over any stores
+//! (Redis, or the simulator's in-memory one), the RLQS presence loop (`presence/`, idle until
+//! the quota service attaches), the replica's join of the fleet (`join.rs`, which readiness
+//! waits for) and registers the sync metrics. The entity table and the [`Fleet`] are not
+//! global mode's: the wiring builds them once and hands them to [`spawn`], the limiter and the
+//! quota service. `lib::run` calls both and, at shutdown, waits for [`Global::join`] (the
+//! tasks' final flush); the simulator and the benches call [`spawn`]. Global mode's settings
+//! are its own ([`Config`], `config.rs`).
 //!
 //! Every task runs under `supervise` (`supervise.rs`): one that panics or ends before
 //! shutdown is logged, counted, marks its shard degraded with the reason, and is restarted
@@ -30,9 +32,9 @@ pub use join::{JoinStatus, Joining};
 pub use presence::{Others, Presence, PresenceHub, PresenceSource};
 pub use redis::OpenError;
 pub use sync::{
-    measure_offset, new_generation, new_replica_id, Answer, Beat, Heartbeat, Publish, ShardHealth,
-    ShardRouter, ShardStore, ShardSync, StoreError, StoreErrorKind, SyncItem, SyncOp, SyncQueues,
-    SyncStats, Trip,
+    measure_offset, new_generation, new_replica_id, Answer, Beat, Fleet, Heartbeat, Publish,
+    ShardHealth, ShardRouter, ShardStore, ShardSync, StoreError, StoreErrorKind, SyncItem, SyncOp,
+    SyncQueues, SyncStats, Trip,
 };
 
 use std::sync::Arc;
@@ -42,6 +44,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
+use crate::core::table::EntityTable;
 use crate::global::redis::exact::RedisExact;
 use crate::global::redis::RedisStore;
 use crate::telemetry::Telemetry;
@@ -58,8 +61,6 @@ pub struct Global {
     pub queues: Arc<SyncQueues>,
     /// Each shard's health.
     pub health: Vec<Arc<ShardHealth>>,
-    /// Exact rules' way to the stores, for the limiter (none: exact rules decide from memory).
-    pub exact: Option<ExactClient>,
     /// Where the RLQS engine attaches itself to publish its streams per counter and learn
     /// the fleet's (`presence/`).
     pub presence: PresenceHub,
@@ -77,35 +78,32 @@ impl Global {
     }
 }
 
-/// The stores global mode runs on: the sync's shards (the main group, then the per-second
-/// group, empty without `REDIS_PERSECOND`) and the exact rules' client.
+/// The stores global mode's sync runs on: the main group's shards, then the per-second
+/// group's (empty without `REDIS_PERSECOND`).
 pub struct Stores<S> {
     /// The main group's shards.
     pub main: Vec<Arc<S>>,
     /// The per-second group's shards.
     pub per_second: Vec<Arc<S>>,
-    /// Exact rules' way to the stores; `None` leaves exact rules to memory.
-    pub exact: Option<ExactClient>,
 }
 
 impl<S> Stores<S> {
-    /// One shard, no per-second group, no exact rules' client (the simulator's store).
+    /// One shard, no per-second group (the simulator's store).
     pub fn one(store: Arc<S>) -> Self {
         Stores {
             main: vec![store],
             per_second: Vec::new(),
-            exact: None,
         }
     }
 }
 
-/// Opens the Redis stores of `config`: the sync's, and the exact rules' (pools of their own).
-/// Nothing is dialled yet.
+/// Opens the Redis stores of `config`: the sync's, and the exact rules' client (pools of
+/// their own), which the wiring hands to the limiter. Nothing is dialled yet.
 ///
 /// # Errors
 /// When a Redis URL is unusable. An unreachable Redis is not an error: its shard starts
 /// degraded and recovers when Redis answers.
-pub fn connect(config: &Config) -> Result<Stores<RedisStore>, OpenError> {
+pub fn connect(config: &Config) -> Result<(Stores<RedisStore>, ExactClient), OpenError> {
     crate::global::redis::init_tls();
     let stores = |r: &RedisSettings| -> Result<Vec<Arc<RedisStore>>, OpenError> {
         let all = RedisStore::all(&r.urls, r.cluster, r.sentinel.as_ref(), &r.options)?;
@@ -115,11 +113,11 @@ pub fn connect(config: &Config) -> Result<Stores<RedisStore>, OpenError> {
         Some(p) => stores(&p.redis)?,
         None => Vec::new(),
     };
-    Ok(Stores {
+    let stores = Stores {
         main: stores(&config.redis)?,
         per_second,
-        exact: Some(exact_client(config)?),
-    })
+    };
+    Ok((stores, exact_client(config)?))
 }
 
 /// Exact stores and the names that route to them.
@@ -162,8 +160,10 @@ fn exact_client(config: &Config) -> Result<ExactClient, OpenError> {
     ))
 }
 
-/// Starts global mode on `stores`: the queues the hot path marks entities in, the clock
-/// corrected from the first store's time, one supervised sync task per shard, the
+/// Starts global mode on `stores` for the entities of `table` and the replica `fleet` names
+/// (both built by the caller, which hands the same to the limiter): the queues the hot path
+/// marks entities in, the clock corrected from the first store's time, one supervised sync
+/// task per shard (which write the heartbeats' news to `fleet`), the
 /// clock-offset task, the join of the fleet (unless `config.join_timeout` is zero; its
 /// deadline counted from now) and the sync metrics. The tasks stop (after a final flush) on
 /// `stop`. The service, the simulator and the benches all start global mode here.
@@ -173,6 +173,8 @@ fn exact_client(config: &Config) -> Result<ExactClient, OpenError> {
 pub async fn spawn<S: ShardStore>(
     config: SyncConfig,
     stores: Stores<S>,
+    table: EntityTable,
+    fleet: Arc<Fleet>,
     clock: Arc<dyn Clock>,
     telemetry: &Telemetry,
     stop: CancellationToken,
@@ -180,22 +182,18 @@ pub async fn spawn<S: ShardStore>(
     let began = tokio::time::Instant::now();
     let names = |g: &[Arc<S>]| -> Vec<String> { g.iter().map(|s| s.name().to_string()).collect() };
     let (main_names, ps_names) = (names(&stores.main), names(&stores.per_second));
-    let mut queues = SyncQueues::new(
+    let queues = Arc::new(SyncQueues::new(
         ShardRouter::with_per_second(&main_names, &ps_names),
         main_names.len() + ps_names.len(),
         config.max_queued,
-    );
-    if let Some(id) = config.replica_id {
-        queues = queues.with_replica_id(id);
-    }
-    let queues = Arc::new(queues);
+    ));
     let main_count = stores.main.len();
     let all: Vec<Arc<S>> = stores.main.into_iter().chain(stores.per_second).collect();
     // Correct the clock before the first decision, so this node's epochs match the fleet's.
     let offset_timeout = config.settings.timeout * 10;
     adjust_clock(&*all[0], &*clock, offset_timeout).await;
     tracing::debug!(
-        replica = format!("{:016x}", queues.replica_id()),
+        replica = format!("{:016x}", fleet.replica_id()),
         "replica id"
     );
     let watch = |task, shard| Watch {
@@ -218,6 +216,8 @@ pub async fn spawn<S: ShardStore>(
             index,
             store: store.clone(),
             queues: queues.clone(),
+            table: table.clone(),
+            fleet: fleet.clone(),
             health: h.clone(),
             clock: clock.clone(),
             settings,
@@ -232,10 +232,11 @@ pub async fn spawn<S: ShardStore>(
         hub: presence.clone(),
         stores: all[..main_count].to_vec(),
         queues: queues.clone(),
+        fleet: fleet.clone(),
         clock: clock.clone(),
         settings: config.settings,
     };
-    let joining = spawn_join(&config, &all, &queues, &clock, began, &stop, &mut tasks);
+    let joining = spawn_join(&config, &all, &fleet, &clock, began, &stop, &mut tasks);
     let w = watch("presence task", None);
     tasks.push(tokio::spawn(supervise(w, move || {
         let (l, stop) = (l.clone(), stop.clone());
@@ -245,12 +246,11 @@ pub async fn spawn<S: ShardStore>(
     let g = Global {
         queues,
         health,
-        exact: stores.exact,
         presence,
         joining,
         tasks,
     };
-    register_metrics(telemetry, &g);
+    register_metrics(telemetry, &g, &fleet);
     g
 }
 
@@ -258,18 +258,18 @@ pub async fn spawn<S: ShardStore>(
 fn spawn_join<S: ShardStore>(
     config: &SyncConfig,
     stores: &[Arc<S>],
-    queues: &Arc<SyncQueues>,
+    fleet: &Arc<Fleet>,
     clock: &Arc<dyn Clock>,
     began: tokio::time::Instant,
     stop: &CancellationToken,
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Joining {
     let off = config.join_timeout.is_zero();
-    let (status, joining) = join::channel(queues.clone(), off);
+    let (status, joining) = join::channel(fleet.clone(), off);
     if !off {
         let task = join::JoinTask {
             stores: stores.to_vec(),
-            queues: queues.clone(),
+            fleet: fleet.clone(),
             clock: clock.clone(),
             settings: config.settings,
             call_timeout: config.settings.timeout.max(config.per_second_timeout),
@@ -395,9 +395,12 @@ mod tests {
         let store = Arc::new(PanicsOnce::default());
         let config = SyncConfig::new(SyncSettings::default(), 1_000_000);
         let telemetry = Telemetry::new().expect("a metrics pipeline");
+        let cache = EntityTable::new(CacheSettings::default());
         let g = spawn(
             config,
             Stores::one(store),
+            cache.clone(),
+            Arc::new(Fleet::new(1)),
             Arc::new(clock.clone()),
             &telemetry,
             stop.clone(),
@@ -411,8 +414,6 @@ mod tests {
             window_ms: 60_000,
             algorithm: Algorithm::FixedWindow,
         };
-        let cache = EntityTable::new(CacheSettings::default());
-        g.queues.attach(cache.clone());
         cache.with(
             7,
             clock.now(),

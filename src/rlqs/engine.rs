@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 
 use crate::core::clock::UnixMillis;
 use crate::core::limit::Algorithm;
+use crate::global::Fleet;
 use crate::rls::{QuotaCount, RateLimiter};
 
 use super::config::Config;
@@ -38,6 +39,9 @@ const CACHE_ROOM: f64 = 1.0 / 16.0;
 pub struct Quotas {
     pub(super) limiter: Arc<RateLimiter>,
     pub(super) config: Config,
+    /// What the heartbeats say of the fleet (alone in local mode): how many replicas may be
+    /// granting one counter's room.
+    pub(super) fleet: Arc<Fleet>,
     /// Every counter with members on this replica: joining and leaving go through this map,
     /// a member's reports and refreshes through its [`Seat`] alone.
     counters: Mutex<HashMap<u128, Arc<Mutex<Shares>>>>,
@@ -180,11 +184,13 @@ struct Cache {
 // === impl Quotas ===
 
 impl Quotas {
-    /// The service's state over `limiter`, within `config`'s bounds.
-    pub fn new(limiter: Arc<RateLimiter>, config: Config) -> Arc<Quotas> {
+    /// The service's state over `limiter`, within `config`'s bounds, in `fleet` (the one the
+    /// wiring built, alone in local mode).
+    pub fn new(limiter: Arc<RateLimiter>, config: Config, fleet: Arc<Fleet>) -> Arc<Quotas> {
         Arc::new(Quotas {
             limiter,
             config,
+            fleet,
             counters: Mutex::new(HashMap::new()),
             streams: AtomicUsize::new(0),
             buckets: AtomicUsize::new(0),
@@ -417,7 +423,7 @@ impl Quotas {
         if shares.rest_known {
             return shares.rest;
         }
-        let live = u64::from(self.limiter.live_replicas().max(1));
+        let live = u64::from(self.fleet.live_replicas().max(1));
         let streams = live.saturating_mul(demands.len() as u64).max(1);
         // A member without a rate yet wants its prior, as `split` takes it.
         let prior = rate / streams as f64;

@@ -13,6 +13,7 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use prost::Message;
 
 use crate::core::clock::{ManualClock, UnixMillis};
+use crate::global::Fleet;
 use crate::rlqs::{Config, Quotas, Stream};
 use crate::rls::{Options, RateLimiter};
 
@@ -56,7 +57,7 @@ fn capacity(s: &mut Stream) -> u32 {
 fn a_cold_buckets_first_grants_stay_within_the_room_together() {
     let clock = ManualClock::new(T0);
     let limiter = RateLimiter::local(RULES, Arc::new(clock), Options::default()).unwrap();
-    let q = Quotas::new(limiter, Config::default());
+    let q = Quotas::new(limiter, Config::default(), Arc::new(Fleet::new(1)));
     let mut streams: Vec<Stream> = (0..4).map(|_| Stream::open(&q).unwrap()).collect();
     // Four Envoys' first reports, one after the other, before any has a rate: each gets an
     // even part of the room among the four streams open, not the room left by the ones

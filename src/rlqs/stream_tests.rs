@@ -19,6 +19,7 @@ use prost::Message;
 
 use super::*;
 use crate::core::clock::{ManualClock, UnixMillis};
+use crate::global::Fleet;
 use crate::rlqs::{Config, Quotas, UnknownBuckets};
 use crate::rls::{Options, RateLimiter};
 
@@ -39,7 +40,7 @@ descriptors:
 fn setup(config: Config) -> (Arc<Quotas>, ManualClock) {
     let clock = ManualClock::new(T0);
     let limiter = RateLimiter::local(RULES, Arc::new(clock.clone()), Options::default()).unwrap();
-    (Quotas::new(limiter, config), clock)
+    (Quotas::new(limiter, config, Arc::new(Fleet::new(1))), clock)
 }
 
 fn bucket(pairs: &[(&str, &str)]) -> BucketId {

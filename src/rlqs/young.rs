@@ -20,7 +20,7 @@ impl Quotas {
         let replicas = if shares.rest_known {
             1
         } else {
-            self.limiter.live_replicas().max(1)
+            self.fleet.live_replicas().max(1)
         };
         (here.saturating_add(shares.rest.streams), replicas)
     }

@@ -14,6 +14,7 @@ use prost::Message;
 
 use super::*;
 use crate::core::clock::{Clock, ManualClock};
+use crate::global::Fleet;
 use crate::rlqs::{Actions, Config, Stream};
 use crate::rls::{Options, RateLimiter};
 
@@ -156,7 +157,7 @@ fn bucket_of_actions(actions: &Actions) -> (u32, f64) {
 fn a_per_second_windows_first_grants_keep_its_first_second_within_the_limit() {
     let clock = ManualClock::new(T0);
     let limiter = RateLimiter::local(RULES, Arc::new(clock.clone()), Options::default()).unwrap();
-    let q = Quotas::new(limiter, Config::default());
+    let q = Quotas::new(limiter, Config::default(), Arc::new(Fleet::new(1)));
     let (mut a, mut b) = (Stream::open(&q).unwrap(), Stream::open(&q).unwrap());
     // Two Envoys' first requests, 10 ms into the second: each may take what its bucket
     // holds and refills before the second ends, and together with their first requests
@@ -182,7 +183,7 @@ fn a_per_second_windows_first_grants_keep_its_first_second_within_the_limit() {
 fn a_lone_stream_holds_the_room_at_once_and_nothing_more() {
     let clock = ManualClock::new(T0);
     let limiter = RateLimiter::local(RULES, Arc::new(clock.clone()), Options::default()).unwrap();
-    let q = Quotas::new(limiter, Config::default());
+    let q = Quotas::new(limiter, Config::default(), Arc::new(Fleet::new(1)));
     let mut s = Stream::open(&q).unwrap();
     clock.set(UnixMillis(T0.0 + 200));
     let (c, r) = bucket_of_actions(&s.report(&report(1, 0), clock.now()).unwrap());

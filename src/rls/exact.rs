@@ -9,25 +9,24 @@
 //! bucket of `1.05 × burst / live replicas`), and counted so.
 //!
 //! Pure but for the store call, which `mod.rs` awaits between the two halves here
-//! ([`RateLimiter::exact_plan`] before, [`RateLimiter::exact_answers`] after).
+//! ([`plan`] before, [`answers`] after): functions handed the plan and what they use
+//! ([`ExactWay`]), not methods of the limiter. An item's
+//! verdict on the store's counts is the core's (`core/exact.rs`, beside `decide`).
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use opentelemetry::KeyValue;
 use parking_lot::Mutex;
 
 use super::resolve::Target;
-use super::RateLimiter;
-use crate::core::bucket::verdict_owed;
 use crate::core::clock::UnixMillis;
 use crate::core::decide::{pick, Outcome};
-use crate::core::limit::verdict_on;
-use crate::core::window::{window_count, Prev};
+use crate::core::exact::{self, ExactAsk, StoreCounts};
+use crate::core::window::Prev;
 use crate::core::FleetView;
 use crate::core::{Algorithm, Verdict};
-use crate::global::exact::bucket::refunded;
-use crate::global::exact::{given_back, ExactBucket, ExactCount, ExactReply, ExactStats};
+use crate::global::exact::{ExactBucket, ExactCount, ExactReply, ExactStats};
 use crate::global::{ExactItem, StoreError};
 use crate::telemetry::{names, Telemetry};
 
@@ -154,212 +153,192 @@ impl OverCache {
     }
 }
 
-/// The item's own verdict on what the store held (`c`): the window's formula, or the
-/// bucket's (`core/bucket/`, as local mode reports it: remaining whole tokens, reset until
-/// full, retry until the request would fit). A refund is reported with 0 hits on what it
-/// leaves, as `core::decide` reports one.
+/// An item as the core's exact verdict asks it (`core/exact.rs`).
+fn ask(it: &ExactItem) -> ExactAsk {
+    ExactAsk {
+        limit: it.limit(),
+        hits: it.hits,
+        refund: it.refund,
+    }
+}
+
+/// What the store held, as the core's exact verdict reads it.
+fn held(c: &ExactCount) -> StoreCounts {
+    StoreCounts {
+        prev: c.prev,
+        curr: c.curr,
+        owed_ns: c.owed_ns,
+    }
+}
+
+/// The item's own verdict on what the store held (`c`): `core::exact::natural`.
 pub(super) fn natural(it: &ExactItem, now: UnixMillis, c: &ExactCount) -> Verdict {
-    let limit = it.limit();
-    let (hits, c) = if it.refund {
-        let [prev, curr] = given_back(it, c);
-        let left = ExactCount {
-            prev: c.prev - prev,
-            curr: c.curr - curr,
-            owed_ns: it.bucket.map_or(0, |_| refunded(it, c.owed_ns)),
-            ..*c
-        };
-        (0, left)
-    } else {
-        (it.hits, *c)
-    };
-    let c = &c;
-    if it.bucket.is_some() {
-        return verdict_owed(&limit, now, c.owed_ns, hits);
-    }
-    let mut v = verdict_on(&limit, now, window_count(&limit, now, c.prev, c.curr), hits);
-    v.retry_ms = if v.over { v.reset_ms } else { 0 };
-    v
+    exact::natural(&ask(it), now, &held(c))
 }
 
-/// The verdict of an item on what the store held (`c`), over when `over` says so (an item
-/// that fits is reported on its counts with these hits, counted or not).
+/// The item's verdict on what the store held (`c`), over when `over` says so:
+/// `core::exact::verdict`.
 fn verdict(it: &ExactItem, now: UnixMillis, c: &ExactCount, over: bool) -> Verdict {
-    let mut v = natural(it, now, c);
-    if over != v.over {
-        v.over = over;
-        v.retry_ms = if over { v.reset_ms.max(1) } else { 0 };
-    }
-    if over {
-        v.remaining = 0;
-    }
-    v
+    exact::verdict(&ask(it), now, &held(c), over)
 }
 
-// === impl RateLimiter ===
+/// What the exact path is handed, beside the plan: the keys known to be over, the exact
+/// client's counters, the fleet as the heartbeats last said (the tick bounds what is
+/// remembered; the live count is in the fallback's log line) and the Redis error counter.
+pub(super) struct ExactWay<'a> {
+    pub over: &'a OverCache,
+    pub stats: &'a ExactStats,
+    /// `FleetView::ALONE` in local mode.
+    pub fleet: FleetView,
+    pub redis_errors: &'a AtomicU64,
+}
 
-impl RateLimiter {
-    /// The exact items of a request, `None` when no descriptor has an exact rule.
-    pub(super) fn exact_plan(
-        &self,
-        targets: &[Target<'_>],
-        hits: &[u64],
-        refund: impl Fn(usize) -> bool,
-        now: UnixMillis,
-    ) -> Option<ExactPlan> {
-        let mut plan = ExactPlan {
-            items: Vec::new(),
-            owners: Vec::new(),
-            commit: true,
+/// The exact items of a request, `None` when no descriptor has an exact rule.
+pub(super) fn plan(
+    targets: &[Target<'_>],
+    hits: &[u64],
+    refund: impl Fn(usize) -> bool,
+    now: UnixMillis,
+) -> Option<ExactPlan> {
+    let mut plan = ExactPlan {
+        items: Vec::new(),
+        owners: Vec::new(),
+        commit: true,
+    };
+    for (i, t) in targets.iter().enumerate() {
+        let Target::Rule(rule, entity, ..) = t else {
+            continue;
         };
-        for (i, t) in targets.iter().enumerate() {
-            let Target::Rule(rule, entity, ..) = t else {
-                continue;
+        if !rule.exact || rule.unlimited {
+            continue;
+        }
+        for (j, spec) in rule.limits.iter().enumerate() {
+            let w = spec.limit.window_ms;
+            let bucket = match spec.limit.algorithm {
+                Algorithm::TokenBucket { burst } => Some(ExactBucket {
+                    burst,
+                    now_us: now.0.saturating_mul(1000),
+                }),
+                _ => None,
             };
-            if !rule.exact || rule.unlimited {
-                continue;
+            plan.items.push(ExactItem {
+                entity: *entity,
+                limit: j.min(255) as u8,
+                // A bucket has no epochs: 0, so that a remembered one never goes stale
+                // by epoch (`OverCache::get`).
+                epoch: if bucket.is_some() { 0 } else { now.0 / w },
+                window_ms: w,
+                left_ms: w - now.0 % w,
+                prev: Prev::of(spec.limit.algorithm),
+                requests_per_unit: spec.limit.requests_per_unit,
+                hits: hits[i].min(1 << 32),
+                ttl_ms: 2 * w,
+                refund: refund(i),
+                bucket,
+                per_second: rule.per_second(),
+            });
+            plan.owners.push(i);
+        }
+    }
+    (!plan.items.is_empty()).then_some(plan)
+}
+
+/// Answers from memory when a key of the plan is known to be over (and nothing is given
+/// back): all or nothing, so nothing is counted. Keys not remembered are reported on a
+/// count of 0 (not read).
+pub(super) fn from_memory(
+    way: &ExactWay<'_>,
+    plan: &ExactPlan,
+    now: UnixMillis,
+) -> Option<Vec<Option<ExactAnswer>>> {
+    if plan.items.iter().any(|it| it.refund) {
+        return None;
+    }
+    let seen: Vec<Option<Seen>> = plan.items.iter().map(|it| way.over.get(it, now)).collect();
+    let verdicts: Vec<Verdict> = plan
+        .items
+        .iter()
+        .zip(&seen)
+        .map(|(it, s)| {
+            // Keys not remembered are reported on nothing counted (a full bucket).
+            let c = s.map_or(ExactCount::default(), |s| s.count(it, now));
+            let over = s.is_some() && natural(it, now, &c).over;
+            verdict(it, now, &c, over)
+        })
+        .collect();
+    if !verdicts.iter().any(|v| v.over) {
+        return None;
+    }
+    way.stats.from_memory.fetch_add(1, Ordering::Relaxed);
+    Some(gather(plan, &verdicts))
+}
+
+/// The answers from the store's reply; on an error the prior for every exact descriptor.
+pub(super) fn answers(
+    way: &ExactWay<'_>,
+    plan: &ExactPlan,
+    reply: Result<ExactReply, StoreError>,
+    now: UnixMillis,
+) -> Vec<Option<ExactAnswer>> {
+    match reply {
+        Ok(r) => {
+            let tick_ms = way.fleet.tick_ms;
+            let verdicts: Vec<Verdict> = plan
+                .items
+                .iter()
+                .zip(&r.counts)
+                .map(|(it, c)| {
+                    way.over.remember(it, c, now, tick_ms);
+                    verdict(it, now, c, c.over)
+                })
+                .collect();
+            gather(plan, &verdicts)
+        }
+        Err(e) => {
+            way.redis_errors.fetch_add(1, Ordering::Relaxed);
+            let mut answers: Vec<Option<ExactAnswer>> = Vec::new();
+            for &i in &plan.owners {
+                answers.resize_with(answers.len().max(i + 1), || None);
+                answers[i] = Some(ExactAnswer::Prior);
             }
-            for (j, spec) in rule.limits.iter().enumerate() {
-                let w = spec.limit.window_ms;
-                let bucket = match spec.limit.algorithm {
-                    Algorithm::TokenBucket { burst } => Some(ExactBucket {
-                        burst,
-                        now_us: now.0.saturating_mul(1000),
-                    }),
-                    _ => None,
-                };
-                plan.items.push(ExactItem {
-                    entity: *entity,
-                    limit: j.min(255) as u8,
-                    // A bucket has no epochs: 0, so that a remembered one never goes stale
-                    // by epoch (`OverCache::get`).
-                    epoch: if bucket.is_some() { 0 } else { now.0 / w },
-                    window_ms: w,
-                    left_ms: w - now.0 % w,
-                    prev: Prev::of(spec.limit.algorithm),
-                    requests_per_unit: spec.limit.requests_per_unit,
-                    hits: hits[i].min(1 << 32),
-                    ttl_ms: 2 * w,
-                    refund: refund(i),
-                    bucket,
-                    per_second: rule.per_second(),
-                });
-                plan.owners.push(i);
-            }
-        }
-        (!plan.items.is_empty()).then_some(plan)
-    }
-
-    /// Answers from memory when a key of the plan is known to be over (and nothing is given
-    /// back): all or nothing, so nothing is counted. Keys not remembered are reported on a
-    /// count of 0 (not read).
-    pub(super) fn exact_from_memory(
-        &self,
-        plan: &ExactPlan,
-        now: UnixMillis,
-    ) -> Option<Vec<Option<ExactAnswer>>> {
-        if plan.items.iter().any(|it| it.refund) {
-            return None;
-        }
-        let seen: Vec<Option<Seen>> = plan.items.iter().map(|it| self.over.get(it, now)).collect();
-        let verdicts: Vec<Verdict> = plan
-            .items
-            .iter()
-            .zip(&seen)
-            .map(|(it, s)| {
-                // Keys not remembered are reported on nothing counted (a full bucket).
-                let c = s.map_or(ExactCount::default(), |s| s.count(it, now));
-                let over = s.is_some() && natural(it, now, &c).over;
-                verdict(it, now, &c, over)
-            })
-            .collect();
-        if !verdicts.iter().any(|v| v.over) {
-            return None;
-        }
-        self.exact_stats()?
-            .from_memory
-            .fetch_add(1, Ordering::Relaxed);
-        Some(self.gather(plan, &verdicts))
-    }
-
-    /// The answers from the store's reply; on an error the prior for every exact descriptor.
-    pub(super) fn exact_answers(
-        &self,
-        plan: &ExactPlan,
-        reply: Result<ExactReply, StoreError>,
-        now: UnixMillis,
-    ) -> Vec<Option<ExactAnswer>> {
-        match reply {
-            Ok(r) => {
-                let tick_ms = self
-                    .sync
-                    .as_ref()
-                    .map_or(FleetView::ALONE.tick_ms, |q| q.fleet().tick_ms);
-                let verdicts: Vec<Verdict> = plan
-                    .items
-                    .iter()
-                    .zip(&r.counts)
-                    .map(|(it, c)| {
-                        self.over.remember(it, c, now, tick_ms);
-                        verdict(it, now, c, c.over)
-                    })
-                    .collect();
-                self.gather(plan, &verdicts)
-            }
-            Err(e) => {
-                self.telemetry
-                    .service
-                    .redis_errors
-                    .fetch_add(1, Ordering::Relaxed);
-                let mut answers: Vec<Option<ExactAnswer>> = Vec::new();
-                for &i in &plan.owners {
-                    answers.resize_with(answers.len().max(i + 1), || None);
-                    answers[i] = Some(ExactAnswer::Prior);
-                }
-                let n = answers.iter().flatten().count() as u64;
-                self.exact_fell_back(n, &e, now);
-                answers
-            }
+            let n = answers.iter().flatten().count() as u64;
+            fell_back(way, n, &e, now);
+            answers
         }
     }
+}
 
-    /// One outcome per exact descriptor: the most restrictive of its items' verdicts.
-    fn gather(&self, plan: &ExactPlan, verdicts: &[Verdict]) -> Vec<Option<ExactAnswer>> {
-        let mut answers: Vec<Option<ExactAnswer>> = Vec::new();
-        let mut start = 0;
-        while start < plan.items.len() {
-            let owner = plan.owners[start];
-            let end = start
-                + plan.owners[start..]
-                    .iter()
-                    .take_while(|&&o| o == owner)
-                    .count();
-            answers.resize_with(answers.len().max(owner + 1), || None);
-            answers[owner] = pick(verdicts[start..end].iter().copied()).map(ExactAnswer::Decided);
-            start = end;
-        }
-        answers
+/// One outcome per exact descriptor: the most restrictive of its items' verdicts.
+fn gather(plan: &ExactPlan, verdicts: &[Verdict]) -> Vec<Option<ExactAnswer>> {
+    let mut answers: Vec<Option<ExactAnswer>> = Vec::new();
+    let mut start = 0;
+    while start < plan.items.len() {
+        let owner = plan.owners[start];
+        let end = start
+            + plan.owners[start..]
+                .iter()
+                .take_while(|&&o| o == owner)
+                .count();
+        answers.resize_with(answers.len().max(owner + 1), || None);
+        answers[owner] = pick(verdicts[start..end].iter().copied()).map(ExactAnswer::Decided);
+        start = end;
     }
+    answers
+}
 
-    fn exact_stats(&self) -> Option<&ExactStats> {
-        self.exact.as_ref().map(|c| &*c.stats)
-    }
-
-    /// Counts `n` descriptors decided by the prior, and logs it at most every 10 s.
-    fn exact_fell_back(&self, n: u64, e: &StoreError, now: UnixMillis) {
-        let Some(stats) = self.exact_stats() else {
-            return;
-        };
-        stats.fallbacks.fetch_add(n, Ordering::Relaxed);
-        let last = stats.last_log_ms.load(Ordering::Relaxed);
-        if now.0 >= last + LOG_EVERY_MS
-            && stats
-                .last_log_ms
-                .compare_exchange(last, now.0, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            let replicas = self.sync.as_ref().map_or(1, |q| q.live_replicas());
-            tracing::warn!(error = %e, replicas, "exact rules: Redis failed; deciding from memory on this replica's share of the limit (1.05 × limit / live replicas)");
-        }
+/// Counts `n` descriptors decided by the prior, and logs it at most every 10 s.
+fn fell_back(way: &ExactWay<'_>, n: u64, e: &StoreError, now: UnixMillis) {
+    let stats = way.stats;
+    stats.fallbacks.fetch_add(n, Ordering::Relaxed);
+    let last = stats.last_log_ms.load(Ordering::Relaxed);
+    if now.0 >= last + LOG_EVERY_MS
+        && stats
+            .last_log_ms
+            .compare_exchange(last, now.0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let replicas = way.fleet.live;
+        tracing::warn!(error = %e, replicas, "exact rules: Redis failed; deciding from memory on this replica's share of the limit (1.05 × limit / live replicas)");
     }
 }
 

@@ -10,9 +10,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{rate_limit_response::Code, 
 
 use super::*;
 use crate::core::clock::ManualClock;
+use crate::core::table::EntityTable;
 use crate::global::memory::MemoryStore;
-use crate::global::{ExactClient, ShardRouter, SyncQueues};
-use crate::rls::{GlobalMode, Options};
+use crate::global::{ExactClient, Fleet, ShardRouter, SyncQueues};
+use crate::rls::{GlobalMode, Options, RateLimiter};
 
 /// The start of a minute.
 const T0: UnixMillis = UnixMillis(1_700_006_400_000);
@@ -23,6 +24,7 @@ struct Fixture {
     limiter: Arc<RateLimiter>,
     store: Arc<MemoryStore>,
     queues: Arc<SyncQueues>,
+    fleet: Arc<Fleet>,
     clock: ManualClock,
 }
 
@@ -46,22 +48,26 @@ fn replica_of(yaml: &str, opts: Options, store: Arc<MemoryStore>) -> Fixture {
         ShardRouter::new(&names),
         Duration::from_millis(100),
     );
+    let fleet = Arc::new(Fleet::new(1));
     let global = GlobalMode {
         queues: queues.clone(),
+        fleet: fleet.clone(),
         exact: Some(client),
     };
     let limiter = RateLimiter::new(
         rules,
         vec![],
         Arc::new(clock.clone()),
-        opts,
+        opts.clone(),
         telemetry,
+        EntityTable::new(opts.cache),
         Some(global),
     );
     Fixture {
         limiter,
         store,
         queues,
+        fleet,
         clock,
     }
 }
@@ -184,7 +190,7 @@ async fn a_refund_clears_a_key_known_over_here_at_once_and_on_other_replicas_wit
 #[tokio::test]
 async fn with_the_store_down_the_prior_decides_on_this_replicas_share() {
     let f = fixture();
-    f.queues.set_live_replicas(4);
+    f.fleet.set_live_replicas(4);
     f.store.down.store(true, Ordering::Relaxed);
     // `c` allows 10 a minute: this replica's share of 4 is 1.05 × 10 / 4, 2 whole hits.
     // The statuses report the rule's own limit, as every decision from memory does.
@@ -230,8 +236,10 @@ async fn a_shard_failing_gives_back_what_the_other_counted_and_the_prior_decides
         Arc::new(f.clock.clone()),
         Options::default(),
         Arc::new(crate::telemetry::Telemetry::new().unwrap()),
+        EntityTable::new(Options::default().cache),
         Some(GlobalMode {
             queues: f.queues.clone(),
+            fleet: f.fleet.clone(),
             exact: Some(client),
         }),
     );
@@ -449,7 +457,7 @@ async fn a_refund_gives_tokens_back_never_past_full() {
 #[tokio::test]
 async fn with_the_store_down_a_bucket_is_decided_by_the_prior() {
     let f = bucket_fixture();
-    f.queues.set_live_replicas(4);
+    f.fleet.set_live_replicas(4);
     f.store.down.store(true, Ordering::Relaxed);
     // `p` holds 8: this replica's share of 4 is 1.05 × 8 / 4, 2 whole tokens, as for any
     // cold bucket in global mode. The statuses report the rule's own bucket.
@@ -476,6 +484,7 @@ async fn exact_buckets_report_what_local_mode_reports() {
         Arc::new(exact.clock.clone()),
         exact.limiter.options().clone(),
         Arc::new(crate::telemetry::Telemetry::new().unwrap()),
+        EntityTable::new(exact.limiter.options().cache),
         None,
     );
     // A fixed pseudo-random walk: keys, hits 0..=3, a refund one time in eight, steps of

@@ -330,7 +330,7 @@ impl RateLimiter {
         if rule.unlimited || rule.limits.is_empty() {
             return None;
         }
-        let fleet = self.sync.as_ref().map_or(FleetView::ALONE, |q| q.fleet());
+        let fleet = self.fleet.as_ref().map_or(FleetView::ALONE, |f| f.view());
         let mut states = held.unwrap_or_else(|| {
             rule.limits
                 .iter()
@@ -365,7 +365,7 @@ impl RateLimiter {
         let Some(client) = &self.exact else {
             return (looks, notes);
         };
-        let Some(plan) = self.exact_plan(targets, hits, |_| false, now) else {
+        let Some(plan) = super::exact::plan(targets, hits, |_| false, now) else {
             return (looks, notes);
         };
         match client.check_and_count(&plan.items, false).await {

@@ -15,7 +15,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use super::*;
 use crate::core::clock::ManualClock;
 use crate::global::memory::MemoryStore;
-use crate::global::{ExactClient, ShardRouter, SyncQueues};
+use crate::global::{ExactClient, Fleet, ShardRouter, SyncQueues};
 use crate::rls::{GlobalMode, Options};
 
 /// The start of a minute.
@@ -56,6 +56,7 @@ fn global(stores: Vec<Arc<MemoryStore>>) -> Arc<RateLimiter> {
     let client = ExactClient::new(stores, ShardRouter::new(&names), Duration::from_millis(100));
     let global = GlobalMode {
         queues: Arc::new(SyncQueues::new(ShardRouter::new(&names), 1, 10_000)),
+        fleet: Arc::new(Fleet::new(1)),
         exact: Some(client),
     };
     let telemetry = Arc::new(crate::telemetry::Telemetry::new().unwrap());
@@ -65,6 +66,7 @@ fn global(stores: Vec<Arc<MemoryStore>>) -> Arc<RateLimiter> {
         Arc::new(ManualClock::new(T0)),
         Options::default(),
         telemetry,
+        EntityTable::new(Options::default().cache),
         Some(global),
     )
 }

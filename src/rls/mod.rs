@@ -4,12 +4,17 @@
 //! and counted on the entity by `core::decide`) and `respond.rs` (statuses, overall code,
 //! headers, with `ietf.rs` for the IETF fields and the problem body, `metadata.rs` for the
 //! dynamic metadata and the quota groups, and `denied.rs` for the rules behind a decision in
-//! it); each step uses only the
-//! ones before it (the decision's `Outcome` and `Count` are the core's). `gate.rs` refuses
-//! requests once shutdown has begun. `exact.rs` decides `exact: true` rules in global
-//! mode against the store ([`RateLimiter::should_rate_limit_async`]). `options.rs` holds the
-//! switches and bounds ([`Options`]). `explain.rs` says what a request would be answered,
-//! and why, counting nothing ([`RateLimiter::explain`], `POST /explain`).
+//! it); `answer.rs` runs evaluate and respond over a request's targets. Each step is a
+//! function handed only what it uses (`validate` the options; `resolve_all` the rules in
+//! force and their metric series; `evaluate` a [`evaluate::Counting`]: the table, the fleet
+//! view, the queues), so a step cannot reach what comes after it; the limiter only hands
+//! them out. `gate.rs` refuses requests once shutdown has begun. `exact.rs` decides
+//! `exact: true` rules in global mode against the store
+//! ([`RateLimiter::should_rate_limit_async`]), its verdict on the store's counts the core's
+//! (`core/exact.rs`). `unit.rs` is the one mapping between the rules' units and the
+//! protocol's. `options.rs` holds the switches and bounds ([`Options`]). `explain.rs` says
+//! what a request would be answered, and why, counting nothing ([`RateLimiter::explain`],
+//! `POST /explain`).
 //!
 //! These semantics follow envoyproxy/ratelimit (docs/wire.md):
 //! - `hits_addend`: a descriptor's own value wins, 0 included (check without counting);
@@ -27,6 +32,7 @@
 //! - Every hit is counted, admitted or not (the reference's `INCRBY`), unless the limit says
 //!   `strict: false`: then a denied request costs nothing.
 
+mod answer;
 mod decision_log;
 mod denied;
 mod evaluate;
@@ -45,6 +51,7 @@ mod reset;
 mod resolve;
 mod respond;
 mod top;
+mod unit;
 mod validate;
 
 use std::sync::atomic::Ordering;
@@ -55,14 +62,16 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 use crate::core::clock::{Clock, UnixMillis};
-use crate::core::decide::Count;
 use crate::core::table::{EntityTable, RuleCounts};
-use crate::global::{ExactClient, SyncQueues};
+use crate::core::FleetView;
+use crate::global::{ExactClient, Fleet, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
 use crate::telemetry::{names, RuleStats, Telemetry};
-use decision_log::{Decision, DecisionLog};
-use exact::{ExactAnswer, OverCache};
+use answer::{answer, Answering};
+use decision_log::DecisionLog;
+use evaluate::Counting;
+use exact::OverCache;
 pub use explain::{
     DescriptorExplanation, EntryJson, Explanation, LimitJson, NoMatchJson, RuleJson, SourceJson,
 };
@@ -70,7 +79,7 @@ use gate::Gate;
 pub use options::{HeaderFormat, HeaderNames, Options, EXACT_BELOW};
 pub use quota::QuotaCount;
 pub use reset::{Cleared, ClearedDescriptor, ClearedLimit, ResetError};
-use resolve::Target;
+use resolve::{resolve_all, Target};
 pub use top::{TopKey, TopKeys, TopQuery, MAX_TOP, TOP_READ_BUDGET};
 
 impl EntryRef for Entry {
@@ -161,22 +170,15 @@ pub struct Compiled {
 /// table of a million entities in 4 s, at about 1 % of a core.
 const SWEEP_BUDGET: usize = 4096;
 
-/// Global mode's ways to the fleet, handed to the limiter at its start (`global::spawn`
-/// returns both).
+/// Global mode's ways to the fleet, handed to the limiter at its start: the queues
+/// `global::spawn` returns, and what the wiring built before it and handed to it too.
 pub struct GlobalMode {
     /// Where entities with news are queued for the background sync.
     pub queues: Arc<SyncQueues>,
+    /// What the heartbeats say of the fleet, read for each decision.
+    pub fleet: Arc<Fleet>,
     /// Exact rules' way to the store; without it `exact: true` changes nothing.
     pub exact: Option<ExactClient>,
-}
-
-impl From<Arc<SyncQueues>> for GlobalMode {
-    fn from(queues: Arc<SyncQueues>) -> Self {
-        GlobalMode {
-            queues,
-            exact: None,
-        }
-    }
 }
 
 /// The rate limiter: the rules in force, the counters and the clock.
@@ -185,6 +187,8 @@ pub struct RateLimiter {
     entities: EntityTable,
     /// Global mode: where entities with news are queued for the background sync.
     sync: Option<Arc<SyncQueues>>,
+    /// Global mode: what the heartbeats say of the fleet.
+    fleet: Option<Arc<Fleet>>,
     /// Global mode: exact rules' way to the store.
     exact: Option<ExactClient>,
     /// Exact keys known to be over in their window.
@@ -209,21 +213,23 @@ impl std::fmt::Debug for RateLimiter {
 // === impl RateLimiter ===
 
 impl RateLimiter {
-    /// A limiter with `rules` in force; with `global`, in global mode.
+    /// A limiter with `rules` in force, counting in `entities` (the wiring's table, the one
+    /// `global::spawn` syncs in global mode; `opts.cache` sized it); with `global`, in global
+    /// mode.
     pub fn new(
         rules: RuleSet,
         files: Vec<String>,
         clock: Arc<dyn Clock>,
         opts: Options,
         telemetry: Arc<Telemetry>,
+        entities: EntityTable,
         global: Option<GlobalMode>,
     ) -> Arc<Self> {
-        let entities = EntityTable::new(opts.cache);
         telemetry.rules.set_bounds(opts.metric_series);
-        let (sync, exact) = global.map_or((None, None), |g| (Some(g.queues), g.exact));
-        if let Some(q) = &sync {
-            q.attach(entities.clone());
-        }
+        let (sync, fleet, exact) = match global {
+            Some(g) => (Some(g.queues), Some(g.fleet), g.exact),
+            None => (None, None, None),
+        };
         if let Some(client) = &exact {
             exact::register_metrics(&telemetry, &client.stats);
         }
@@ -235,6 +241,7 @@ impl RateLimiter {
             rules: ArcSwap::from_pointee(compiled),
             entities,
             sync,
+            fleet,
             exact,
             over: OverCache::default(),
             clock,
@@ -306,12 +313,14 @@ impl RateLimiter {
         let rules = crate::rules::compile_sources(&[("rules.yaml".into(), yaml.into())], false)?;
         let telemetry =
             Telemetry::new().map_err(|e| vec![ConfigError::new("metrics", e.to_string())])?;
+        let entities = EntityTable::new(opts.cache);
         Ok(Self::new(
             rules,
             vec![],
             clock,
             opts,
             Arc::new(telemetry),
+            entities,
             None,
         ))
     }
@@ -412,8 +421,15 @@ impl RateLimiter {
         self.admit(req)?;
         let now = self.clock.now();
         let compiled = self.rules.load();
-        let targets = self.resolve_all(&compiled, req);
-        Ok(self.answer(req, &targets, &hits_of(req), now, &[]))
+        let targets = resolve_all(&compiled, &self.telemetry.rules, req);
+        Ok(answer(
+            &self.answering(),
+            req,
+            &targets,
+            &hits_of(req),
+            now,
+            &[],
+        ))
     }
 
     /// Like [`RateLimiter::should_rate_limit`], but in global mode a request with exact
@@ -440,24 +456,38 @@ impl RateLimiter {
         let open = self.gate.enter().ok_or(RequestError::ShuttingDown)?;
         self.admit(req)?;
         let now = self.clock.now();
-        let targets = self.resolve_all(&compiled, req);
+        let targets = resolve_all(&compiled, &self.telemetry.rules, req);
         let hits = hits_of(req);
         let refund = |i: usize| req.descriptors[i].is_negative_hits;
-        let Some(mut plan) = self.exact_plan(&targets, &hits, refund, now) else {
-            return Ok(self.answer(req, &targets, &hits, now, &[]));
+        let Some(mut plan) = exact::plan(&targets, &hits, refund, now) else {
+            return Ok(answer(&self.answering(), req, &targets, &hits, now, &[]));
         };
-        if let Some(answers) = self.exact_from_memory(&plan, now) {
-            return Ok(self.answer(req, &targets, &hits, now, &answers));
+        if let Some(answers) = exact::from_memory(&self.exact_way(client), &plan, now) {
+            return Ok(answer(
+                &self.answering(),
+                req,
+                &targets,
+                &hits,
+                now,
+                &answers,
+            ));
         }
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a normal descriptor over holds the
         // exact ones back too.
         plan.commit = !(self.opts.stop_increment_when_over_limit
-            && self.any_over(req, &targets, &hits, now, &[]));
+            && answer::any_over(&self.counting(), req, &targets, &hits, now, &[]));
         drop(open);
         let reply = client.check_and_count(&plan.items, plan.commit).await;
         let _open = self.gate.enter().ok_or(RequestError::ShuttingDown)?;
-        let answers = self.exact_answers(&plan, reply, now);
-        Ok(self.answer(req, &targets, &hits, now, &answers))
+        let answers = exact::answers(&self.exact_way(client), &plan, reply, now);
+        Ok(answer(
+            &self.answering(),
+            req,
+            &targets,
+            &hits,
+            now,
+            &answers,
+        ))
     }
 
     /// Counts the request and validates it.
@@ -469,94 +499,42 @@ impl RateLimiter {
         })
     }
 
-    /// Whether a descriptor would go over (nothing is counted). A refund never does: it
-    /// takes a count down, so it holds nothing back, whatever the count before it.
-    fn any_over(
-        &self,
-        req: &RateLimitRequest,
-        targets: &[Target<'_>],
-        hits: &[u64],
-        now: UnixMillis,
-        exact: &[Option<ExactAnswer>],
-    ) -> bool {
-        targets.iter().zip(hits).enumerate().any(|(i, (t, &h))| {
-            if req.descriptors[i].is_negative_hits {
-                return false;
-            }
-            match exact.get(i).and_then(Option::as_ref) {
-                Some(ExactAnswer::Decided(o)) => o.over,
-                Some(ExactAnswer::Prior) | None => self
-                    .evaluate(t, now, h, Count::No, None)
-                    .is_some_and(|o| o.over),
-            }
-        })
+    /// What answering a request is handed: [`RateLimiter::counting`], the options and the
+    /// decision log.
+    fn answering(&self) -> Answering<'_> {
+        Answering {
+            counting: self.counting(),
+            opts: &self.opts,
+            decisions: &self.decisions,
+        }
     }
 
-    /// Evaluates every target (exact ones by their answers, when given) and builds the
-    /// response.
-    fn answer(
-        &self,
-        req: &RateLimitRequest,
-        targets: &[Target<'_>],
-        hits: &[u64],
-        now: UnixMillis,
-        exact: &[Option<ExactAnswer>],
-    ) -> RateLimitResponse {
-        let stats = &self.telemetry.service;
-        // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, look before counting anything.
-        let hold_within = self.opts.stop_increment_when_over_limit
-            && self.any_over(req, targets, hits, now, exact);
-        let mut response = respond::Response::with_capacity(targets.len(), &self.opts);
-        let log = self.decisions.wanted();
-        let logged = |i: usize,
-                      rule: Option<&crate::rules::Rule>,
-                      outcome: Option<&crate::core::Outcome>| {
-            if log {
-                let d = Decision {
-                    domain: &req.domain,
-                    entries: &req.descriptors[i].entries,
-                    rule,
-                    outcome,
-                };
-                self.decisions.log(now, &d);
-            }
-        };
-        let entries = |i: usize| req.descriptors[i].entries.as_slice();
-        for (i, t) in targets.iter().enumerate() {
-            let count = if req.descriptors[i].is_negative_hits {
-                Count::Refund
-            } else {
-                Count::Yes { hold_within }
-            };
-            let Some(rule) = t.rule() else {
-                RuleStats::add(&stats.decisions_no_rule, 1);
-                logged(i, None, None);
-                response.no_rule();
-                continue;
-            };
-            // Unlimited (and, defensively, a rule without limits): nothing is counted.
-            let outcome = match exact.get(i).and_then(Option::as_ref) {
-                Some(ExactAnswer::Decided(o)) => Some(*o),
-                // The store failed: decided from memory on the cold-entity prior (`core/window/prior.rs`).
-                Some(ExactAnswer::Prior) => self.evaluate(t, now, hits[i], count, Some(entries(i))),
-                None => self.evaluate(t, now, hits[i], count, Some(entries(i))),
-            };
-            let Some(outcome) = outcome else {
-                logged(i, Some(rule), None);
-                response.unlimited();
-                continue;
-            };
-            logged(i, Some(rule), Some(&outcome));
-            self.record_stats(t, rule, &outcome, hits[i]);
-            let decisions = if outcome.over {
-                &stats.decisions_over
-            } else {
-                &stats.decisions_ok
-            };
-            RuleStats::add(decisions, 1);
-            response.limited(rule, &outcome, &self.opts, || t.policy_id());
+    /// What evaluating is handed for one request: the table, the fleet as the heartbeats
+    /// last said (read once), the queues; nothing else of the limiter.
+    fn counting(&self) -> Counting<'_> {
+        Counting {
+            table: &self.entities,
+            fleet: self.fleet.as_ref().map(|f| f.view()),
+            queues: self.sync.as_deref(),
+            near_limit_ratio: self.opts.near_limit_ratio,
+            stats: &self.telemetry.service,
         }
-        response.finish(req, targets, &self.opts)
+    }
+
+    /// What the exact path is handed (global mode, with `client`): the fleet as the
+    /// heartbeats say it now.
+    fn exact_way<'a>(&'a self, client: &'a ExactClient) -> exact::ExactWay<'a> {
+        exact::ExactWay {
+            over: &self.over,
+            stats: &client.stats,
+            fleet: self.fleet.as_ref().map_or(FleetView::ALONE, |f| f.view()),
+            redis_errors: &self.telemetry.service.redis_errors,
+        }
+    }
+
+    /// Every descriptor's target in `compiled` (`resolve.rs`).
+    fn resolve_all<'a>(&self, compiled: &'a Compiled, req: &RateLimitRequest) -> Vec<Target<'a>> {
+        resolve_all(compiled, &self.telemetry.rules, req)
     }
 
     /// Refuses every request from now on ([`RequestError::ShuttingDown`]) and returns once
@@ -574,13 +552,6 @@ impl RateLimiter {
     /// The clock the limiter decides with.
     pub fn now(&self) -> UnixMillis {
         self.clock.now()
-    }
-
-    /// Live replicas as the heartbeats last counted them (this one included; 1 in local
-    /// mode): what a young counter's prior divides the limit by, here and in the quota
-    /// service's first grants.
-    pub fn live_replicas(&self) -> u32 {
-        self.sync.as_ref().map_or(1, |s| s.live_replicas())
     }
 }
 

@@ -48,7 +48,14 @@ impl RateLimiter {
         let stats = compiled.stats.get(index)?.clone();
         let counts = compiled.counts.get(index).map(|c| &**c);
         let target = super::resolve::Target::Rule(rule, entity, stats.clone(), counts);
-        let outcome = self.evaluate(&target, now, admitted, Count::Admitted, None)?;
+        let outcome = super::evaluate::evaluate(
+            &self.counting(),
+            &target,
+            now,
+            admitted,
+            Count::Admitted,
+            None,
+        )?;
         if admitted > 0 || denied > 0 {
             RuleStats::add(&stats.total_hits, admitted.saturating_add(denied));
             RuleStats::add(&stats.within_limit, admitted);

@@ -1,5 +1,6 @@
 //! Step 2 of a request: each descriptor to its target (a rule and the entity counting for it,
-//! a request-supplied limit override, or nothing), then `replaces` across the request.
+//! a request-supplied limit override, or nothing), then `replaces` across the request. A
+//! function of the rules in force and the rules' metric series, which is all it is handed.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -9,12 +10,12 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
-use super::{Compiled, RateLimiter};
+use super::Compiled;
 use crate::core::table::RuleCounts;
 use crate::core::{Algorithm, Limit};
 use crate::rules::identity;
-use crate::rules::{LimitSpec, Rule, Unit};
-use crate::telemetry::RuleStats;
+use crate::rules::{LimitSpec, Rule};
+use crate::telemetry::{RuleStats, RuleStatsRegistry};
 
 /// What a descriptor resolved to: a rule of the rule set comes with its per-rule counts
 /// (`core/table/counts.rs`), looked up when the rules were compiled.
@@ -46,75 +47,67 @@ impl Target<'_> {
     }
 }
 
-// === impl RateLimiter ===
-
-impl RateLimiter {
-    /// Every descriptor's target, with the limits `replaces` names dropped (for this request
-    /// only: their counters are untouched).
-    pub(super) fn resolve_all<'a>(
-        &self,
-        compiled: &'a Compiled,
-        req: &RateLimitRequest,
-    ) -> Vec<Target<'a>> {
-        let mut targets: Vec<Target<'a>> = req
-            .descriptors
-            .iter()
-            .map(|d| self.resolve(compiled, &req.domain, d))
-            .collect();
-        if !targets
-            .iter()
-            .filter_map(Target::rule)
-            .any(|r| !r.replaces.is_empty())
-        {
-            return targets;
-        }
-        let dropped: Vec<bool> = replaced_by(&targets).iter().map(Option::is_some).collect();
-        for (t, drop) in targets.iter_mut().zip(dropped) {
-            if drop {
-                *t = Target::NoRule;
-            }
-        }
-        targets
+/// Every descriptor's target in `compiled`, its series from `series` when the rule makes
+/// them per value, with the limits `replaces` names dropped (for this request only: their
+/// counters are untouched).
+pub(super) fn resolve_all<'a>(
+    compiled: &'a Compiled,
+    series: &RuleStatsRegistry,
+    req: &RateLimitRequest,
+) -> Vec<Target<'a>> {
+    let mut targets: Vec<Target<'a>> = req
+        .descriptors
+        .iter()
+        .map(|d| resolve(compiled, series, &req.domain, d))
+        .collect();
+    if !targets
+        .iter()
+        .filter_map(Target::rule)
+        .any(|r| !r.replaces.is_empty())
+    {
+        return targets;
     }
-
-    pub(super) fn resolve<'a>(
-        &self,
-        compiled: &'a Compiled,
-        domain: &str,
-        d: &RateLimitDescriptor,
-    ) -> Target<'a> {
-        let rules = &compiled.rules;
-        if let Some(o) = &d.limit {
-            if !rules.has_domain(domain) {
-                return Target::NoRule;
-            }
-            let (rule, entity) = request_override(domain, d, o);
-            // A series of its own while there is room (its name cut to METRICS_MAX_KEY_BYTES),
-            // else the domain's `override` series: every hit is counted somewhere.
-            let owner = format!("{domain}.override");
-            let stats = self
-                .telemetry
-                .rules
-                .get_client(domain, &rule.full_key, &owner)
-                .unwrap_or_else(|| self.telemetry.rules.get(domain, &owner));
-            return Target::Override(rule, entity, stats);
+    let dropped: Vec<bool> = replaced_by(&targets).iter().map(Option::is_some).collect();
+    for (t, drop) in targets.iter_mut().zip(dropped) {
+        if drop {
+            *t = Target::NoRule;
         }
-        match rules.find(domain, &d.entries) {
-            None => Target::NoRule,
-            Some(m) => {
-                // detailed_metric/value_to_metric: a client-made series while there is
-                // room, else the rule's own.
-                let stats = rules
-                    .metric_key(&m, &d.entries)
-                    .and_then(|k| {
-                        self.telemetry
-                            .rules
-                            .get_client(domain, &k, &m.rule.full_key)
-                    })
-                    .unwrap_or_else(|| compiled.stats[m.index].clone());
-                let counts = compiled.counts.get(m.index).map(|c| &**c);
-                Target::Rule(m.rule, m.entity, stats, counts)
-            }
+    }
+    targets
+}
+
+/// One descriptor's target (`replaces` aside).
+pub(super) fn resolve<'a>(
+    compiled: &'a Compiled,
+    series: &RuleStatsRegistry,
+    domain: &str,
+    d: &RateLimitDescriptor,
+) -> Target<'a> {
+    let rules = &compiled.rules;
+    if let Some(o) = &d.limit {
+        if !rules.has_domain(domain) {
+            return Target::NoRule;
+        }
+        let (rule, entity) = request_override(domain, d, o);
+        // A series of its own while there is room (its name cut to METRICS_MAX_KEY_BYTES),
+        // else the domain's `override` series: every hit is counted somewhere.
+        let owner = format!("{domain}.override");
+        let stats = series
+            .get_client(domain, &rule.full_key, &owner)
+            .unwrap_or_else(|| series.get(domain, &owner));
+        return Target::Override(rule, entity, stats);
+    }
+    match rules.find(domain, &d.entries) {
+        None => Target::NoRule,
+        Some(m) => {
+            // detailed_metric/value_to_metric: a client-made series while there is
+            // room, else the rule's own.
+            let stats = rules
+                .metric_key(&m, &d.entries)
+                .and_then(|k| series.get_client(domain, &k, &m.rule.full_key))
+                .unwrap_or_else(|| compiled.stats[m.index].clone());
+            let counts = compiled.counts.get(m.index).map(|c| &**c);
+            Target::Rule(m.rule, m.entity, stats, counts)
         }
     }
 }
@@ -147,7 +140,7 @@ pub(super) fn request_override(
     o: &RateLimitOverride,
 ) -> (Rule, u128) {
     // validate() has checked the unit.
-    let unit = rule_unit(PbUnit::try_from(o.unit).unwrap_or(PbUnit::Second));
+    let unit = super::unit::from_pb(PbUnit::try_from(o.unit).unwrap_or(PbUnit::Second));
     let mut key = format!("{domain}.");
     for (i, e) in d.entries.iter().enumerate() {
         if i > 0 {
@@ -186,18 +179,4 @@ pub(super) fn request_override(
     };
     let entity = identity::override_entity(&rule.full_key, o.requests_per_unit, unit.seconds());
     (rule, entity)
-}
-
-/// A request-supplied limit's unit as the rules name it (the inverse of `respond.rs`'s
-/// `pb_unit`); an unknown unit (validate() refuses it) reads as seconds.
-fn rule_unit(u: PbUnit) -> Unit {
-    match u {
-        PbUnit::Unknown | PbUnit::Second => Unit::Second,
-        PbUnit::Minute => Unit::Minute,
-        PbUnit::Hour => Unit::Hour,
-        PbUnit::Day => Unit::Day,
-        PbUnit::Week => Unit::Week,
-        PbUnit::Month => Unit::Month,
-        PbUnit::Year => Unit::Year,
-    }
 }

@@ -5,7 +5,7 @@
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    rate_limit::Unit as PbUnit, Code, DescriptorStatus, RateLimit as PbRateLimit,
+    Code, DescriptorStatus, RateLimit as PbRateLimit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
@@ -17,7 +17,7 @@ use super::metadata::{dynamic_metadata, QuotaGroups};
 use super::resolve::Target;
 use super::{HeaderFormat, HeaderNames, Options};
 use crate::core::decide::Outcome;
-use crate::rules::{Rule, Unit};
+use crate::rules::Rule;
 
 /// Statuses gathered in request order, with what the overall code and the headers need.
 #[derive(Default)]
@@ -102,7 +102,7 @@ impl<'a> Response<'a> {
                 current_limit: Some(PbRateLimit {
                     name: rule.name.clone(),
                     requests_per_unit: spec.limit.requests_per_unit,
-                    unit: pb_unit(spec.unit) as i32,
+                    unit: super::unit::to_pb(spec.unit) as i32,
                 }),
                 limit_remaining: outcome.verdict.remaining,
                 duration_until_reset: Some(PbDuration {
@@ -189,18 +189,6 @@ impl<'a> Response<'a> {
             dynamic_metadata,
             ..Default::default()
         }
-    }
-}
-
-fn pb_unit(u: Unit) -> PbUnit {
-    match u {
-        Unit::Second => PbUnit::Second,
-        Unit::Minute => PbUnit::Minute,
-        Unit::Hour => PbUnit::Hour,
-        Unit::Day => PbUnit::Day,
-        Unit::Week => PbUnit::Week,
-        Unit::Month => PbUnit::Month,
-        Unit::Year => PbUnit::Year,
     }
 }
 

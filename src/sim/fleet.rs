@@ -21,9 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::store::SimStore;
 use crate::core::clock::{Clock, UnixMillis};
+use crate::core::table::EntityTable;
 use crate::core::{Algorithm, Limit, SyncPolicy};
-use crate::global::{Joining, PresenceHub, Stores, SyncConfig, SyncSettings};
-use crate::rls::{Options, RateLimiter};
+use crate::global::{self, Joining, PresenceHub, Stores, SyncConfig, SyncSettings};
+use crate::rls::{GlobalMode, Options, RateLimiter};
 use crate::telemetry::Telemetry;
 
 /// A node's clock: Unix time `t0` at the instant `zero` of tokio's clock, moving with it,
@@ -103,6 +104,8 @@ struct Node {
     limiter: OnceLock<Arc<RateLimiter>>,
     /// Its presence exchange, idle until the quota scenarios (`rlqs.rs`) attach their engine.
     presence: OnceLock<PresenceHub>,
+    /// What its heartbeats say of the fleet, for the quota scenarios' engines.
+    fleet: OnceLock<Arc<global::Fleet>>,
     /// What a load balancer routes by: set as the service sets its readiness.
     ready: AtomicBool,
 }
@@ -152,9 +155,11 @@ impl Recipe {
         let rules = crate::rules::compile_sources(&[("sim.yaml".into(), self.yaml.clone())], false)
             .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
         let telemetry = Arc::new(Telemetry::new().expect("a metrics pipeline"));
+        // Built once and handed down, as the service's wiring does; the replica's id distinct
+        // and the same on every run, where production draws one at random.
+        let table = EntityTable::new(Options::default().cache);
+        let fleet = Arc::new(global::Fleet::new(index as u64 + 1));
         let config = SyncConfig {
-            // Distinct and the same on every run, where production draws one at random.
-            replica_id: Some(index as u64 + 1),
             first_run_after,
             // A fleet already running joined long ago; one that starts in the run joins as
             // the service does, with the service's default timeout.
@@ -168,12 +173,15 @@ impl Recipe {
         let global = crate::global::spawn(
             config,
             Stores::one(self.store.clone()),
+            table.clone(),
+            fleet.clone(),
             Arc::new(self.clock),
             &telemetry,
             stop,
         )
         .await;
         let _ = node.presence.set(global.presence.clone());
+        let _ = node.fleet.set(fleet.clone());
         let joining = global.joining.clone();
         let limiter = RateLimiter::new(
             rules,
@@ -181,7 +189,12 @@ impl Recipe {
             Arc::new(self.clock),
             Options::default(),
             telemetry,
-            Some(global.queues.into()),
+            table,
+            Some(GlobalMode {
+                queues: global.queues,
+                fleet,
+                exact: None,
+            }),
         );
         let _ = node.limiter.set(limiter);
         joining
@@ -306,6 +319,14 @@ impl Fleet {
     /// When the node has not started.
     pub fn presence(&self, node: usize) -> &PresenceHub {
         self.nodes[node].presence.get().expect("a replica started")
+    }
+
+    /// What node `node`'s heartbeats say of the fleet (`global/sync/fleet.rs`).
+    ///
+    /// # Panics
+    /// When the node has not started.
+    pub fn fleet_of(&self, node: usize) -> &Arc<global::Fleet> {
+        self.nodes[node].fleet.get().expect("a replica started")
     }
 
     /// Node `node` stops cleanly: its sync task flushes and removes its heartbeat.

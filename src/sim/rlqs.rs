@@ -264,7 +264,10 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
         let phases = phases(&fleet_scenario);
         let fleet = Fleet::start(&s.limit, false, TICK_MS, clock, &store, &phases).await;
         let quotas: Vec<Arc<Quotas>> = (0..s.replicas)
-            .map(|r| Quotas::new(fleet.limiter(r).clone(), Config::default()))
+            .map(|r| {
+                let (limiter, view) = (fleet.limiter(r).clone(), fleet.fleet_of(r).clone());
+                Quotas::new(limiter, Config::default(), view)
+            })
             .collect();
         // Each replica's engine on its presence exchange, as the service attaches it.
         for (r, q) in quotas.iter().enumerate() {

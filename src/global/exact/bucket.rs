@@ -59,8 +59,7 @@ pub fn spent(it: &ExactItem, owed_ns: u64) -> u64 {
 
 /// What the bucket owes (ns) once the item's tokens are given back, never past full.
 pub fn refunded(it: &ExactItem, owed_ns: u64) -> u64 {
-    let g = geometry(it);
-    gcra::give_back(owed_ns, 0, 0, need(it, &g))
+    crate::core::exact::refunded(&it.limit(), it.hits, owed_ns)
 }
 
 /// The expiry of a bucket's key that owes `owed_ns` (ms): until it is full again, and the

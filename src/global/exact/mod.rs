@@ -300,12 +300,7 @@ impl ExactClient {
 /// What a refund item takes off the window counts `c` read: `[previous, current]`, never
 /// below 0; a concurrency limit's release from the previous epoch first (`core/window/`).
 pub fn given_back(it: &ExactItem, c: &ExactCount) -> [u64; 2] {
-    let prev = if it.prev == Prev::Whole {
-        it.hits.min(c.prev)
-    } else {
-        0
-    };
-    [prev, (it.hits - prev).min(c.curr)]
+    crate::core::exact::given_back(it.prev, it.hits, c.prev, c.curr)
 }
 
 /// A store's exact counters, for [`apply`]: window counters by (entity, limit, epoch) and

@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
 use crate::global::sync::SyncSettings;
-use crate::global::sync::{Publish, ShardStore, StoreError, SyncQueues, Trip};
+use crate::global::sync::{Fleet, Publish, ShardStore, StoreError, SyncQueues, Trip};
 
 pub use crate::global::sync::store::MAX_DEMAND;
 pub use crate::global::sync::{Others, Presence};
@@ -107,6 +107,8 @@ pub(in crate::global) struct PresenceLoop<S> {
     /// The main group's shards, indexed as `SyncQueues::shard_of` numbers them.
     pub(in crate::global) stores: Vec<Arc<S>>,
     pub(in crate::global) queues: Arc<SyncQueues>,
+    /// This replica's id, which its published streams are counted under.
+    pub(in crate::global) fleet: Arc<Fleet>,
     pub(in crate::global) clock: Arc<dyn Clock>,
     /// The tick and the call timeout (the main Redis's).
     pub(in crate::global) settings: SyncSettings,
@@ -118,6 +120,7 @@ impl<S> Clone for PresenceLoop<S> {
             hub: self.hub.clone(),
             stores: self.stores.clone(),
             queues: self.queues.clone(),
+            fleet: self.fleet.clone(),
             clock: self.clock.clone(),
             settings: self.settings,
         }
@@ -225,7 +228,7 @@ impl<S: ShardStore> PresenceLoop<S> {
             ..Trip::default()
         };
         let call = async {
-            let answer = store.round_trip(self.queues.replica_id(), trip).await?;
+            let answer = store.round_trip(self.fleet.replica_id(), trip).await?;
             Ok::<_, StoreError>(answer.others)
         };
         match tokio::time::timeout(self.settings.timeout, call).await {

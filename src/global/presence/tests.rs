@@ -152,7 +152,8 @@ fn replica(id: u64, stores: &[Arc<MemoryStore>]) -> PresenceLoop<MemoryStore> {
     PresenceLoop {
         hub: PresenceHub::default(),
         stores: stores.to_vec(),
-        queues: Arc::new(queues.with_replica_id(id)),
+        queues: Arc::new(queues),
+        fleet: Arc::new(Fleet::new(id)),
         clock: Arc::new(Paused(tokio::time::Instant::now())),
         settings: SyncSettings::default(),
     }
@@ -369,6 +370,7 @@ async fn a_store_that_never_answers_times_out_each_tick_and_stop_still_ends() {
         hub: PresenceHub::default(),
         stores: vec![Arc::new(Silent)],
         queues: Arc::new(SyncQueues::new(ShardRouter::new(&["s".into()]), 1, 10)),
+        fleet: Arc::new(Fleet::new(1)),
         clock: Arc::new(Paused(tokio::time::Instant::now())),
         settings: SyncSettings::default(),
     };
@@ -435,6 +437,8 @@ async fn global_spawn_runs_the_loop_idle_until_attached_and_it_leaves_at_stop() 
     let g = spawn(
         config,
         Stores::one(store.clone()),
+        crate::core::table::EntityTable::new(Default::default()),
+        Arc::new(Fleet::new(1)),
         clock,
         &telemetry,
         stop.clone(),

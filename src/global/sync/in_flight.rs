@@ -39,13 +39,14 @@ pub(super) fn put_back(table: &EntityTable, planned: Vec<Planned>) -> Vec<u128> 
 pub(super) struct InFlight<'a> {
     pub planned: Vec<Planned>,
     pub queues: &'a SyncQueues,
+    pub table: &'a EntityTable,
     pub index: usize,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        if let (false, Some(table)) = (self.planned.is_empty(), self.queues.table()) {
-            let requeue = put_back(table, std::mem::take(&mut self.planned));
+        if !self.planned.is_empty() {
+            let requeue = put_back(self.table, std::mem::take(&mut self.planned));
             self.queues.requeue(self.index, requeue);
         }
     }

@@ -1,4 +1,5 @@
-//! The background sync of global mode: the queues the hot path marks entities in, one task
+//! The background sync of global mode: the queues the hot path marks entities in, what the
+//! heartbeats say of the fleet (`fleet.rs`, built by the wiring and handed down), one task
 //! per shard that sends their hits and reads the fleet's counts, the narrow store interface
 //! those calls go through (Redis in `global/redis/`, the in-memory store in `global/memory/`),
 //! each shard's health and call size, its settings (`settings.rs`), and the clock offset from
@@ -6,6 +7,7 @@
 
 pub mod batch;
 pub mod clock_offset;
+pub mod fleet;
 pub mod health;
 mod in_flight;
 mod plan;
@@ -19,6 +21,7 @@ mod shard_reset_tests;
 pub mod store;
 
 pub use clock_offset::measure_offset;
+pub use fleet::Fleet;
 pub use health::ShardHealth;
 pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use settings::SyncSettings;

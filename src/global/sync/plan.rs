@@ -26,9 +26,7 @@ impl<S: ShardStore> ShardSync<S> {
         now: UnixMillis,
         also: &[u128],
     ) -> (Vec<Planned>, Vec<SyncItem>, bool) {
-        let Some(table) = self.queues.table() else {
-            return (Vec::new(), Vec::new(), false);
-        };
+        let table = &self.table;
         let flush = trip == Trip::Flush;
         let policy = &self.settings.policy;
         let size = self.health.batch.get();
@@ -127,9 +125,7 @@ impl<S: ShardStore> ShardSync<S> {
     /// taken in; entities with hits since (or, in a fleet, not settled yet) are requeued, the
     /// others released.
     pub(super) fn settle(&self, planned: Vec<Planned>, totals: Vec<[u64; 2]>, done: UnixMillis) {
-        let Some(table) = self.queues.table() else {
-            return;
-        };
+        let table = &self.table;
         let stats = &self.queues.stats;
         let tick_ms = self.settings.policy.tick_ms;
         let mut totals = totals.into_iter();
@@ -165,8 +161,8 @@ impl<S: ShardStore> ShardSync<S> {
                 // In a fleet, an entity stays queued until its first reply is a tick old:
                 // until then its node keeps to the prior (`core/window/prior.rs`), so a quiet
                 // entity read once must not stay there until its next hit.
-                let settling = self.queues.live_replicas() > 1
-                    && st.states.iter().any(|w| !w.settled(tick_ms));
+                let settling =
+                    self.fleet.live_replicas() > 1 && st.states.iter().any(|w| !w.settled(tick_ms));
                 if settling || st.states.iter().any(|w| w.pending() != 0) {
                     true
                 } else {

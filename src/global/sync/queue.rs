@@ -1,20 +1,19 @@
-//! Where the hot path hands entities to the sync: per-shard queues of entities with news, the
-//! rendezvous-hash router that picks an entity's shard, the sync counters, and what the
-//! heartbeats say of the fleet (live replicas, the last departure), read by the hot path as a
-//! [`FleetView`]. A cold entity queued wakes its shard's task for an early round trip, and
-//! a young one in a burst for burst reads (`core/window/prior.rs`).
+//! Where the hot path hands entities to the sync: per-shard queues of entities with news and
+//! their wake-ups, the rendezvous-hash router that picks an entity's shard, and the sync
+//! counters. A cold entity queued wakes its shard's task for an early round trip, and a young
+//! one in a burst for burst reads (`core/window/prior.rs`). What the heartbeats say of the
+//! fleet is `fleet.rs`'s; the table whose entities are queued is handed to the shard tasks
+//! beside the queues (`global::spawn`), not held here.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::core::clock::UnixMillis;
-use crate::core::table::{EntityState, EntityTable};
-use crate::core::FleetView;
+use crate::core::table::EntityState;
 
 /// Assigns entities to shards by rendezvous hashing: each entity goes to the shard whose
 /// (shard name, entity) hash is highest, so adding a shard moves only the ~1/N of entities
@@ -102,31 +101,17 @@ pub struct SyncStats {
 #[derive(Debug)]
 pub struct SyncQueues {
     queues: Vec<Mutex<VecDeque<u128>>>,
-    /// The table whose entities are queued, attached by the limiter that owns it.
-    table: OnceLock<EntityTable>,
     router: ShardRouter,
     queued: AtomicUsize,
     max_queued: usize,
     /// Sync counters.
     pub stats: Arc<SyncStats>,
-    /// Live replicas as the last heartbeat reply counted them (this one included).
-    live_replicas: AtomicU32,
-    /// The live count before its last drop, and when that drop was seen (Unix ms).
-    live_before: AtomicU32,
-    dropped_at: AtomicU64,
-    /// The live count before its last rise, and when that rise was seen (Unix ms).
-    before_rise: AtomicU32,
-    rose_at: AtomicU64,
-    /// The sync tick (ms), set by the shard tasks.
-    tick_ms: AtomicU64,
     /// Per shard: a cold entity was queued (an early round trip is wanted).
     wake: Vec<Notify>,
     /// Per shard: a young entity wants a burst read (`core/window/prior.rs`).
     burst: Vec<Notify>,
     /// Per shard: a young entity has hits to send before the next tick (`core/window/prior.rs`).
     send: Vec<Notify>,
-    /// This replica's id, random per process start (`store::new_replica_id`).
-    replica: u64,
 }
 
 impl SyncQueues {
@@ -134,76 +119,14 @@ impl SyncQueues {
     pub fn new(router: ShardRouter, shards: usize, max_queued: usize) -> Self {
         SyncQueues {
             queues: (0..shards).map(|_| Mutex::new(VecDeque::new())).collect(),
-            table: OnceLock::new(),
             router,
             queued: AtomicUsize::new(0),
             max_queued,
             stats: Arc::default(),
-            live_replicas: AtomicU32::new(1),
-            live_before: AtomicU32::new(0),
-            dropped_at: AtomicU64::new(0),
-            before_rise: AtomicU32::new(0),
-            rose_at: AtomicU64::new(0),
-            tick_ms: AtomicU64::new(FleetView::ALONE.tick_ms),
             wake: (0..shards).map(|_| Notify::new()).collect(),
             burst: (0..shards).map(|_| Notify::new()).collect(),
             send: (0..shards).map(|_| Notify::new()).collect(),
-            replica: super::store::new_replica_id(),
         }
-    }
-
-    /// Live replicas (this one included) as the heartbeats last counted them; never below 1.
-    pub fn live_replicas(&self) -> u32 {
-        self.live_replicas.load(Ordering::Relaxed).max(1)
-    }
-
-    /// Sets the live count.
-    pub fn set_live_replicas(&self, n: u32) {
-        self.live_replicas.store(n.max(1), Ordering::Relaxed);
-    }
-
-    /// A heartbeat reply at `now` counted `n` live replicas: sets the count and, when it
-    /// dropped or rose, remembers from what and when (after a drop, rates measured before
-    /// are scaled down; after a rise, entities young before keep the prior of the count
-    /// before: `core/window/prior.rs`).
-    pub fn observe_live(&self, n: u32, now: UnixMillis) {
-        let n = n.max(1);
-        let old = self.live_replicas.swap(n, Ordering::Relaxed);
-        if n < old {
-            self.live_before.store(old, Ordering::Relaxed);
-            self.dropped_at.store(now.0, Ordering::Relaxed);
-        } else if n > old {
-            self.before_rise.store(old, Ordering::Relaxed);
-            self.rose_at.store(now.0, Ordering::Relaxed);
-        }
-    }
-
-    /// What the hot path passes to the core about the fleet.
-    pub fn fleet(&self) -> FleetView {
-        FleetView {
-            live: self.live_replicas(),
-            tick_ms: self.tick_ms.load(Ordering::Relaxed),
-            before: self.live_before.load(Ordering::Relaxed),
-            dropped_at: self.dropped_at.load(Ordering::Relaxed),
-            before_rise: self.before_rise.load(Ordering::Relaxed),
-            rose_at: self.rose_at.load(Ordering::Relaxed),
-        }
-    }
-
-    /// This replica's id: its heartbeat's member and its part of every counter.
-    pub fn replica_id(&self) -> u64 {
-        self.replica
-    }
-
-    /// Uses `id` as this replica's id (the simulator numbers its replicas, for runs that
-    /// repeat exactly).
-    pub fn with_replica_id(mut self, id: u64) -> Self {
-        self.replica = id;
-        self
-    }
-
-    pub(in crate::global) fn set_tick_ms(&self, tick_ms: u64) {
-        self.tick_ms.store(tick_ms.max(1), Ordering::Relaxed);
     }
 
     /// Resolves when a cold entity was queued on `shard` since the last call (a wake-up
@@ -276,17 +199,6 @@ impl SyncQueues {
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// Attaches the table whose entities are queued (once: a later call changes nothing).
-    pub fn attach(&self, table: EntityTable) {
-        let _ = self.table.set(table);
-    }
-
-    /// The table whose entities are queued; none before [`SyncQueues::attach`] (nothing can
-    /// be queued before then either).
-    pub(in crate::global) fn table(&self) -> Option<&EntityTable> {
-        self.table.get()
     }
 
     /// The shard's whole queue, oldest first.

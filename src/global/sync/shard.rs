@@ -15,7 +15,7 @@
 //! them is `plan.rs`'s.
 //!
 //! The tick's call also carries this replica's heartbeat ([`Heartbeat`]); its reply, the
-//! live replica count, goes to [`SyncQueues::observe_live`], where the hot path reads it, and
+//! live replica count, goes to [`Fleet::observe_live`], where the hot path reads it, and
 //! the store's generation to [`ShardHealth::observe_generation`], which tells a store that
 //! lost the sync's keys (`store.rs`). The final flush removes the heartbeat. A cold entity
 //! queued between ticks wakes the task for an early round trip (the due entities only, no
@@ -43,6 +43,7 @@ use std::time::Duration;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use super::fleet::Fleet;
 use super::health::ShardHealth;
 use super::in_flight::{put_back, InFlight};
 use super::queue::SyncQueues;
@@ -50,6 +51,7 @@ use super::settings::SyncSettings;
 use super::store::Trip as StoreTrip;
 use super::store::{new_generation, Beat, Heartbeat, ShardStore, StoreError, SyncItem};
 use crate::core::clock::Clock;
+use crate::core::table::EntityTable;
 
 /// The most burst reads (`core/window/prior.rs`) a shard makes between two ticks: half of what
 /// [`BURST_MIN_GAP`] lets through in the 100 ms after a young entity's first reply during
@@ -88,6 +90,10 @@ pub struct ShardSync<S> {
     pub store: Arc<S>,
     /// The queues.
     pub queues: Arc<SyncQueues>,
+    /// The table whose entities are queued (the limiter's, built once by the wiring).
+    pub table: EntityTable,
+    /// What the heartbeats say of the fleet: the tick replies write it.
+    pub fleet: Arc<Fleet>,
     /// Its health.
     pub health: Arc<ShardHealth>,
     /// The clock decisions use.
@@ -102,6 +108,8 @@ impl<S> Clone for ShardSync<S> {
             index: self.index,
             store: self.store.clone(),
             queues: self.queues.clone(),
+            table: self.table.clone(),
+            fleet: self.fleet.clone(),
             health: self.health.clone(),
             clock: self.clock.clone(),
             settings: self.settings,
@@ -154,7 +162,7 @@ impl<S: ShardStore> ShardSync<S> {
     /// Everything else waits for the burst reads under way to be settled, in the order they
     /// started, so that ticks, early trips and the flush still go one at a time.
     pub async fn run(self, shutdown: CancellationToken) {
-        self.queues.set_tick_ms(self.settings.policy.tick_ms);
+        self.fleet.set_tick_ms(self.settings.policy.tick_ms);
         let tick = Duration::from_millis(self.settings.policy.tick_ms);
         let mut backoff = self.settings.backoff_min;
         let mut next = tokio::time::Instant::now();
@@ -318,6 +326,7 @@ impl<S: ShardStore> ShardSync<S> {
         let guard = InFlight {
             planned,
             queues: &self.queues,
+            table: &self.table,
             index: self.index,
         };
         let between_ticks = matches!(trip, Trip::Early | Trip::Burst | Trip::Drain);
@@ -325,7 +334,7 @@ impl<S: ShardStore> ShardSync<S> {
             return None;
         }
         let beat = (!between_ticks).then(|| Heartbeat {
-            replica: self.queues.replica_id(),
+            replica: self.fleet.replica_id(),
             now_ms: now.0,
             ttl_ms: self.heartbeat_ttl_ms(),
             leaving: trip == Trip::Flush,
@@ -373,8 +382,7 @@ impl<S: ShardStore> ShardSync<S> {
         match result {
             Err(StoreError::Timeout(_)) if batch.timed_out(items) => {
                 stats.calls_resized.fetch_add(1, Ordering::Relaxed);
-                let table = self.queues.table();
-                let requeue = table.map(|t| put_back(t, planned)).unwrap_or_default();
+                let requeue = put_back(&self.table, planned);
                 self.queues.requeue_first(self.index, requeue.into());
                 Ok(true)
             }
@@ -383,7 +391,7 @@ impl<S: ShardStore> ShardSync<S> {
                 batch.answered(items, took, self.settings.timeout);
                 self.health.ok(done);
                 if let (Some(b), Trip::Tick) = (beat, trip) {
-                    self.queues.observe_live(b.live, done);
+                    self.fleet.observe_live(b.live, done);
                 }
                 if let Some(generation) = beat.and_then(|b| b.generation) {
                     self.health.observe_generation(generation, done);
@@ -394,13 +402,12 @@ impl<S: ShardStore> ShardSync<S> {
             Err(e) => {
                 stats.calls_failed.fetch_add(1, Ordering::Relaxed);
                 self.health.failed(&e, done);
-                let table = self.queues.table();
-                let requeue = table.map(|t| put_back(t, planned)).unwrap_or_default();
-                if let (Trip::Flush, Some(table)) = (trip, table) {
+                let requeue = put_back(&self.table, planned);
+                if trip == Trip::Flush {
                     let lost: i64 = requeue
                         .iter()
                         .filter_map(|&key| {
-                            table.get(key, |e| {
+                            self.table.get(key, |e| {
                                 e.state
                                     .states
                                     .iter()
@@ -442,10 +449,7 @@ impl<S: ShardStore> ShardSync<S> {
             publish: None,
         };
         let call = async {
-            let answer = self
-                .store
-                .round_trip(self.queues.replica_id(), trip)
-                .await?;
+            let answer = self.store.round_trip(self.fleet.replica_id(), trip).await?;
             Ok::<_, StoreError>((answer.totals, answer.beat))
         };
         let result = match tokio::time::timeout(self.settings.timeout, call).await {

@@ -10,9 +10,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::shard::tests::{limit, on, setup, T0};
 use super::store::{in_steps, Answer, Beat, Heartbeat, Others, Trip};
-use super::{ShardHealth, ShardRouter, ShardStore, ShardSync, StoreError, SyncItem, SyncQueues};
+use super::{
+    Fleet, ShardHealth, ShardRouter, ShardStore, ShardSync, StoreError, SyncItem, SyncQueues,
+};
 use crate::core::clock::{Clock, UnixMillis};
-use crate::core::table::EntityTable;
+use crate::core::table::{CacheSettings, EntityTable};
 use crate::global::memory::MemoryStore as FakeStore;
 
 /// Unix time `T0` plus tokio's (paused) elapsed time, as the simulator's clock.
@@ -89,24 +91,21 @@ async fn redis_load_stays_under_a_hundredth_of_a_command_per_request() {
 
 #[tokio::test]
 async fn heartbeats_count_the_live_replicas_and_a_clean_stop_leaves_at_once() {
-    let (_, queues_a, a, clock) = setup();
-    let queues_b = Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000));
-    let b = ShardSync {
-        queues: queues_b.clone(),
-        ..a.clone()
-    };
+    let (_, _, a, clock) = setup();
+    let b = another(&a);
+    let (fleet_a, fleet_b) = (a.fleet.clone(), b.fleet.clone());
     a.tick(false).await.unwrap();
     b.tick(false).await.unwrap();
     a.tick(false).await.unwrap();
-    assert_eq!((queues_a.live_replicas(), queues_b.live_replicas()), (2, 2));
+    assert_eq!((fleet_a.live_replicas(), fleet_b.live_replicas()), (2, 2));
     // A's second tick counted B: a rise from 1, which entities young before it keep to.
-    let fleet = queues_a.fleet();
+    let fleet = fleet_a.view();
     assert_eq!((fleet.before_rise, fleet.rose_at), (1, T0));
     // B stops cleanly: its final flush removes its heartbeat, and A's next tick sees it.
     b.tick(true).await.unwrap();
     clock.advance_ms(1000);
     a.tick(false).await.unwrap();
-    let fleet = queues_a.fleet();
+    let fleet = fleet_a.view();
     assert_eq!(
         (fleet.live, fleet.before, fleet.dropped_at),
         (1, 2, T0 + 1000)
@@ -115,13 +114,16 @@ async fn heartbeats_count_the_live_replicas_and_a_clean_stop_leaves_at_once() {
     b.tick(false).await.unwrap();
     clock.advance_ms(b.heartbeat_ttl_ms() + 1);
     a.tick(false).await.unwrap();
-    assert_eq!(queues_a.live_replicas(), 1);
+    assert_eq!(fleet_a.live_replicas(), 1);
 }
 
-/// Another replica's task on `a`'s store, with queues and health of its own.
+/// Another replica's task on `a`'s store, with queues, table, fleet (id 2) and health of
+/// its own.
 fn another(a: &ShardSync<FakeStore>) -> ShardSync<FakeStore> {
     ShardSync {
         queues: Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000)),
+        table: EntityTable::new(CacheSettings::default()),
+        fleet: Arc::new(Fleet::new(2)),
         health: Arc::new(ShardHealth::new("fake".into())),
         ..a.clone()
     }
@@ -197,6 +199,7 @@ async fn in_a_fleet_an_entity_stays_queued_until_its_first_reply_is_a_tick_old()
 async fn burst_reads_are_paced_and_capped_between_ticks() {
     let (cache, queues, mut sync, clock) = setup();
     sync.settings.policy.tick_ms = 1000;
+    let fleet = sync.fleet.clone();
     hit_at(&cache, &queues, 1, clock.now());
     let e = 1;
     let (store, stop) = (sync.store.clone(), CancellationToken::new());
@@ -204,7 +207,7 @@ async fn burst_reads_are_paced_and_capped_between_ticks() {
     // The first tick, at once. Then, in a fleet (as this store's heartbeats cannot say)
     // and young (its clock stands still), the entity stays queued once hit again.
     tokio::time::sleep(Duration::from_millis(1)).await;
-    queues.set_live_replicas(4);
+    fleet.set_live_replicas(4);
     hit_at(&cache, &queues, 1, clock.now());
     let calls = || store.calls.load(Ordering::Relaxed);
     let after_tick = calls();
@@ -219,7 +222,7 @@ async fn burst_reads_are_paced_and_capped_between_ticks() {
     );
     // The next tick lifts the cap.
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    queues.set_live_replicas(4);
+    fleet.set_live_replicas(4);
     hit_at(&cache, &queues, 1, clock.now());
     let after_next = calls();
     queues.want_burst_read(e, false);
@@ -279,15 +282,21 @@ async fn two_burst_reads_of_an_entity_go_at_once_and_count_its_hits_once() {
         store: Arc::new(Distant::default()),
         index: fake.index,
         queues: fake.queues.clone(),
+        table: fake.table.clone(),
+        fleet: fake.fleet.clone(),
         health: fake.health.clone(),
         clock: fake.clock.clone(),
         settings: fake.settings,
     };
-    let (store, stop) = (sync.store.clone(), CancellationToken::new());
+    let (store, stop, fleet) = (
+        sync.store.clone(),
+        CancellationToken::new(),
+        sync.fleet.clone(),
+    );
     let task = tokio::spawn(sync.run(stop.clone()));
     let ms = |n| tokio::time::sleep(Duration::from_millis(n));
     ms(10).await; // the first tick
-    queues.set_live_replicas(4);
+    fleet.set_live_replicas(4);
     let e = 1;
     // A young entity hit and wanting burst reads every millisecond for 20 ms.
     let mut both = false;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::shard::tests::{limit, on, setup, T0};
-use super::{ShardRouter, ShardSync, SyncQueues};
+use super::{Fleet, ShardRouter, ShardSync, SyncQueues};
 use crate::core::clock::{Clock, ManualClock, UnixMillis};
 use crate::core::table::{CacheSettings, EntityTable};
 use crate::core::{LimitState, Verdict};
@@ -17,12 +17,12 @@ const EPOCHS: [u64; 2] = [T0 / 60_000, T0 / 60_000 - 1];
 
 /// Replica B beside `a`: its own table, queues and id, on `a`'s store and clock.
 fn replica_b(a: &ShardSync<FakeStore>) -> (EntityTable, ShardSync<FakeStore>) {
-    let queues =
-        Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000).with_replica_id(2));
+    let queues = Arc::new(SyncQueues::new(ShardRouter::new(&["a".into()]), 1, 1000));
     let table = EntityTable::new(CacheSettings::default());
-    queues.attach(table.clone());
     let b = ShardSync {
         queues,
+        table: table.clone(),
+        fleet: Arc::new(Fleet::new(2)),
         health: Arc::new(super::ShardHealth::new("fake".into())),
         ..a.clone()
     };

@@ -6,6 +6,7 @@ use crate::core::table::{CacheSettings, EntityTable};
 use crate::core::{Algorithm, Limit};
 use crate::global::memory::MemoryStore as FakeStore;
 use crate::global::sync::clock_offset::measure_offset;
+use crate::global::sync::fleet::Fleet;
 use crate::global::sync::queue::ShardRouter;
 
 pub(crate) const T0: u64 = 1_700_000_040_000;
@@ -37,19 +38,22 @@ fn setup_queuing(
     ManualClock,
 ) {
     let clock = ManualClock::new(UnixMillis(T0));
-    let queues = Arc::new(
-        SyncQueues::new(ShardRouter::new(&["a".into()]), 1, max_queued).with_replica_id(1),
-    );
+    let queues = Arc::new(SyncQueues::new(
+        ShardRouter::new(&["a".into()]),
+        1,
+        max_queued,
+    ));
+    let table = EntityTable::new(CacheSettings::default());
     let sync = ShardSync {
         index: 0,
         store: Arc::new(FakeStore::default()),
         queues: queues.clone(),
+        table: table.clone(),
+        fleet: Arc::new(Fleet::new(1)),
         health: Arc::new(ShardHealth::new("fake".into())),
         clock: Arc::new(clock.clone()),
         settings: SyncSettings::default(),
     };
-    let table = EntityTable::new(CacheSettings::default());
-    queues.attach(table.clone());
     (table, queues, sync, clock)
 }
 
