@@ -56,6 +56,7 @@ impl NullStore {
         Ok(Beat {
             live: 1,
             generation: None,
+            resets: None,
         })
     }
 }

@@ -30,9 +30,9 @@ pub use join::{JoinStatus, Joining};
 pub use presence::{Others, Presence, PresenceHub, PresenceSource};
 pub use redis::OpenError;
 pub use sync::{
-    measure_offset, new_generation, new_replica_id, Answer, Beat, Heartbeat, Publish, ShardHealth,
-    ShardRouter, ShardStore, ShardSync, StoreError, StoreErrorKind, SyncItem, SyncOp, SyncQueues,
-    SyncStats, Trip,
+    measure_offset, new_generation, new_replica_id, Answer, Beat, Heartbeat, Publish, ResetNews,
+    ResetRead, ShardHealth, ShardRouter, ShardStore, ShardSync, StoreError, StoreErrorKind,
+    SyncItem, SyncOp, SyncQueues, SyncStats, Trip,
 };
 
 use std::sync::Arc;
@@ -159,7 +159,8 @@ fn exact_client(config: &Config) -> Result<ExactClient, OpenError> {
         stores,
         ShardRouter::with_per_second(&main_names, &ps_names),
         timeout,
-    ))
+    )
+    .with_reset_log_length(config.sync.settings.reset_log_length))
 }
 
 /// Starts global mode on `stores`: the queues the hot path marks entities in, the clock
