@@ -144,6 +144,7 @@ impl ShardHealth {
     pub(in crate::global) fn observe_generation(&self, generation: u64, now: UnixMillis) {
         let before = self.generation.lock().replace(generation);
         if before.is_some_and(|b| b != generation) {
+            self.reset_log.store_lost();
             let n = self.resets.fetch_add(1, Ordering::Relaxed) + 1;
             self.last_reset_ms.store(now.0, Ordering::Relaxed);
             tracing::warn!(

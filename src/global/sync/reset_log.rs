@@ -24,7 +24,9 @@
 //! only leaves a view higher than the store's, and the store's count is never brought back.
 //!
 //! A log that is behind the replica (the store lost its keys: a Redis restarted empty) starts
-//! again at 1: every entry it holds is read as new.
+//! again at 1: every entry it holds is read as new. A replica that finds the store lost its
+//! keys (its generation changed, `health.rs`) reads the log from its start too, in case the
+//! new log already holds more entries than it had read of the old one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -139,6 +141,9 @@ impl ResetLog {
 pub struct ResetCursor {
     /// The newest entry read; `None` before the first read.
     seen: Mutex<Option<u64>>,
+    /// The store lost its keys: the read under way asked for the old log's place, so its
+    /// answer is dropped and the next read starts from the new log's start.
+    lost: std::sync::atomic::AtomicBool,
     applied: AtomicU64,
     missed: AtomicU64,
 }
@@ -156,6 +161,9 @@ impl ResetCursor {
     /// answer is where the log is), and counts what was missed.
     pub fn take(&self, news: ResetNews) -> Vec<u128> {
         let mut seen = self.seen.lock();
+        if self.lost.swap(false, Ordering::Relaxed) {
+            return Vec::new();
+        }
         let Some(before) = *seen else {
             *seen = Some(news.head);
             return Vec::new();
@@ -178,6 +186,16 @@ impl ResetCursor {
         self.applied
             .fetch_add(news.entities.len() as u64, Ordering::Relaxed);
         news.entities
+    }
+
+    /// The store lost its keys (its log too): the next read starts from the log's start, and
+    /// the answer of the read under way, read from the old place, is dropped.
+    pub fn store_lost(&self) {
+        let mut seen = self.seen.lock();
+        if seen.is_some() {
+            *seen = Some(0);
+            self.lost.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Entries taken in so far.
@@ -290,6 +308,22 @@ mod tests {
         l.append(&[7, 8], 10);
         assert_eq!(c.take(l.read(c.read())), vec![7, 8]);
         assert_eq!(c.read(), ResetRead::After(2));
+    }
+
+    #[test]
+    fn a_store_that_lost_its_keys_has_its_new_log_read_from_its_start() {
+        let c = ResetCursor::default();
+        *c.seen.lock() = Some(3);
+        // Restarted empty, the store's new log holds 5 when the replica reads it next.
+        let l = log(5, 10);
+        let news = l.read(c.read());
+        assert_eq!(news.entities, vec![4, 5]);
+        // The same heartbeat tells the store lost its keys: its answer is dropped, and the
+        // next read takes the whole new log.
+        c.store_lost();
+        assert!(c.take(news).is_empty());
+        assert_eq!(c.read(), ResetRead::After(0));
+        assert_eq!(c.take(l.read(c.read())), vec![1, 2, 3, 4, 5]);
     }
 
     #[test]
