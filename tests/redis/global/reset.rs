@@ -1,7 +1,8 @@
 //! `POST /reset` on two real replicas and a real Redis: a key at its limit is admitted again
-//! on the replica asked at once and on the other within a sync tick of its next request,
-//! and stays so (no replica's statement or floor brings the count back); an `exact: true`
-//! rule's keys are deleted (through `sluice reset`), and the key is admitted again at once.
+//! on the replica asked at once and on the other within a sync tick, even one that gets no
+//! request for it meanwhile (it reads the reset log each tick), and stays so (no replica's
+//! statement or floor brings the count back); an `exact: true` rule's keys are deleted
+//! (through `sluice reset`), and the key is admitted again at once.
 
 use std::time::Duration;
 
@@ -199,4 +200,12 @@ fn an_idle_replica_learns_of_a_reset_within_a_tick_without_a_request() {
     // B's first request after the reset is admitted.
     assert_eq!(code(b, "k"), "OK");
     assert_eq!(code(a, "k"), "OK");
+    // B counted the entry it read.
+    let (_, _, metrics) = http(b.http, "GET", "/metrics", "", &[]).unwrap();
+    let applied: f64 = (metrics.lines())
+        .find_map(|l| l.strip_prefix("sluice_reset_log_applied_total{"))
+        .and_then(|rest| rest.split_once("} "))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sluice_reset_log_applied_total:\n{metrics}"));
+    assert_eq!(applied, 1.0);
 }
