@@ -28,7 +28,7 @@ use deadpool_redis::redis::Value;
 
 use super::error::backend;
 use super::pool::RedisPool;
-use super::reset_log::{news_of, read_arg, read_call, reset_log_key, RESET_READ_SCRIPT};
+use super::reset_log::{news_of, read_arg, read_call, reset_log_key, unread, RESET_READ_SCRIPT};
 use super::script::{Call, Lua};
 use crate::global::{Beat, Heartbeat, StoreError};
 
@@ -149,7 +149,7 @@ impl Heartbeats {
             let arg = read.as_deref()?;
             match read_call(&self.resets, &self.prefix, arg).run(&mut c).await {
                 Ok(v) => news_of(&v, &self.shard),
-                Err(e) => news_of(&Value::SimpleString(e.to_string()), &self.shard),
+                Err(e) => unread(&self.shard, &e),
             }
         };
         let (live, generation, resets) = futures_util::future::join3(

@@ -55,11 +55,14 @@ pub(super) fn read_call<'a>(lua: &'a Lua, prefix: &'a str, arg: &'a str) -> Call
 /// A read's reply: `{head, first, missed, entity...}`; `None` (with a warning) when the key
 /// holds something else or the reply does not read, so the heartbeat stands.
 pub(super) fn news_of(v: &Value, shard: &str) -> Option<ResetNews> {
-    let parsed = parse(v);
-    if parsed.is_none() {
-        tracing::warn!(%shard, reply = ?v, "cannot read the reset log; idle replicas learn of resets at their next sync");
-    }
-    parsed
+    parse(v).or_else(|| unread(shard, &format!("unexpected reply {v:?}")))
+}
+
+/// A read that failed (`why`): logged, and no news.
+pub(super) fn unread(shard: &str, why: &dyn std::fmt::Display) -> Option<ResetNews> {
+    tracing::warn!(%shard, error = %why,
+        "cannot read the reset log; this replica learns of resets at its next sync of each key");
+    None
 }
 
 fn parse(v: &Value) -> Option<ResetNews> {

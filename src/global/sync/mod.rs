@@ -12,6 +12,7 @@ mod in_flight;
 mod plan;
 pub mod queue;
 pub mod reset_log;
+mod reset_views;
 pub mod settings;
 pub mod shard;
 #[cfg(test)]

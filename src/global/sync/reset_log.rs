@@ -32,8 +32,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::queue::SyncQueues;
-
 /// The most entries one heartbeat reads: bounds a tick's work (a table lookup each) and the
 /// heartbeat's reply (about 40 bytes an entry).
 pub const MAX_RESETS_PER_BEAT: u64 = 256;
@@ -206,29 +204,6 @@ impl ResetCursor {
     /// Entries missed so far (trimmed before this replica read them).
     pub fn missed(&self) -> u64 {
         self.missed.load(Ordering::Relaxed)
-    }
-}
-
-/// Clears this replica's view of `entities`, reset through another replica (those it does
-/// not hold are no matter): each limit forgets the fleet's count as last read, keeping its
-/// own hits not sent yet (`LimitState::forget`, as `rls/reset.rs` does on the replica
-/// asked), and the entity is queued on shard `index`, so the next tick reads the store's.
-///
-/// [`LimitState::forget`]: crate::core::LimitState::forget
-pub(super) fn clear_views(queues: &SyncQueues, index: usize, entities: &[u128]) {
-    let Some(table) = queues.table() else {
-        return;
-    };
-    for &key in entities {
-        // The log is the shard's: a key routed elsewhere without `per_second` is a
-        // per-second rule's.
-        let per_second = queues.shard_of(key, false) != index;
-        table.get(key, |e| {
-            for st in e.state.states.iter_mut() {
-                st.forget(true);
-            }
-            queues.mark_dirty(key, e.state, per_second);
-        });
     }
 }
 

@@ -18,7 +18,8 @@
 //! live replica count, goes to [`SyncQueues::observe_live`], where the hot path reads it, and
 //! the store's generation to [`ShardHealth::observe_generation`], which tells a store that
 //! lost the sync's keys (`store.rs`), and its read of the reset log to [`clear_views`], which
-//! clears this replica's view of the keys reset through others (`reset_log.rs`). The final
+//! clears this replica's view of the keys reset through others (`reset_log.rs`,
+//! `reset_views.rs`). The final
 //! flush removes the heartbeat. A cold entity
 //! queued between ticks wakes the task for an early round trip (the due entities only, no
 //! heartbeat), at most one between two ticks.
@@ -48,7 +49,8 @@ use tokio_util::sync::CancellationToken;
 use super::health::ShardHealth;
 use super::in_flight::{put_back, InFlight};
 use super::queue::SyncQueues;
-use super::reset_log::{clear_views, ResetRead};
+use super::reset_log::ResetRead;
+use super::reset_views::clear_views;
 use super::settings::SyncSettings;
 use super::store::Trip as StoreTrip;
 use super::store::{new_generation, Beat, Heartbeat, ShardStore, StoreError, SyncItem};
