@@ -57,6 +57,7 @@ impl NullStore {
         Ok(Beat {
             live: 1,
             generation: None,
+            resets: None,
         })
     }
 }

@@ -50,7 +50,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
 use crate::global::sync::SyncSettings;
-use crate::global::sync::{new_generation, Fleet, Heartbeat, ShardStore, StoreError, Trip};
+use crate::global::sync::{
+    new_generation, Fleet, Heartbeat, ResetRead, ShardStore, StoreError, Trip,
+};
 
 /// Where a replica is in joining the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,8 +281,10 @@ impl<S: ShardStore> JoinTask<S> {
             ttl_ms: self.settings.heartbeat_ttl_ms(),
             leaving: false,
             new_generation: new_generation(),
+            resets: ResetRead::Skip,
         };
-        // The generation is left to the sync task's heartbeats, which watch it for a loss.
+        // The generation and the reset log are left to the sync task's heartbeats, which
+        // watch the one for a loss and read the other from where it is.
         let calls = self.stores.iter().map(|s| async move {
             let trip = Trip {
                 beat: Some(&beat),

@@ -134,6 +134,14 @@ fn register_shard_gauges(t: &Telemetry, g: &Global, fleet: &Arc<Fleet>) {
         names::SYNC_STORE_RESETS,
         per_shard_reader(g, ShardHealth::resets),
     );
+    t.counter(
+        names::RESET_LOG_APPLIED,
+        per_shard_reader(g, |h| h.reset_log.applied()),
+    );
+    t.counter(
+        names::RESET_LOG_MISSED,
+        per_shard_reader(g, |h| h.reset_log.missed()),
+    );
 }
 
 /// Reads `read` of each shard's health, labelled by the shard.

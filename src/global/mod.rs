@@ -33,8 +33,8 @@ pub use presence::{Others, Presence, PresenceHub, PresenceSource};
 pub use redis::OpenError;
 pub use sync::{
     measure_offset, new_generation, new_replica_id, Answer, Beat, Fleet, Heartbeat, Publish,
-    ShardHealth, ShardRouter, ShardStore, ShardSync, StoreError, StoreErrorKind, SyncItem, SyncOp,
-    SyncQueues, SyncStats, Trip,
+    ResetNews, ResetRead, ShardHealth, ShardRouter, ShardStore, ShardSync, StoreError,
+    StoreErrorKind, SyncItem, SyncOp, SyncQueues, SyncStats, Trip,
 };
 
 use std::sync::Arc;
@@ -157,7 +157,8 @@ fn exact_client(config: &Config) -> Result<ExactClient, OpenError> {
         stores,
         ShardRouter::with_per_second(&main_names, &ps_names),
         timeout,
-    ))
+    )
+    .with_reset_log_length(config.sync.settings.reset_log_length))
 }
 
 /// Starts global mode on `stores` for the entities of `table` and the replica `fleet` names

@@ -2,9 +2,10 @@
 //! request, resolved as a decision resolves them, have every limit's counters cleared — in
 //! the store first (global mode: `global/exact/reset.rs` says how, so that no replica's
 //! statement brings them back), then in this replica's memory. The other replicas learn it
-//! from the store: at their next sync of the entity (every tick while it gets requests), or,
-//! for an exact rule, at their next request once their memory of its key being over lapses
-//! (a tick at most, `OverCache`).
+//! from the store: from its reset log, which their heartbeat reads each tick whether or not
+//! they get requests for the entity (`global/sync/reset_log.rs`), then at their next sync of
+//! it; for an exact rule, at their next request once their memory of its key being over
+//! lapses (a tick at most, `OverCache`).
 //!
 //! In global mode a replica forgets the fleet's count it last read but keeps its own hits
 //! and refunds so far: each sync states them whole and the store keeps the larger, so a

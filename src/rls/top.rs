@@ -209,7 +209,8 @@ pub(super) fn counts_of(table: &EntityTable, rules: &RuleSet) -> Vec<Arc<RuleCou
 }
 
 /// Drops the `/top` candidates of the rules `old` had and `new` has not: their bytes go
-/// back to the budget (their counts stay in the table, unreachable).
+/// back to the budget at once (their counts stay in the table until a sweep finds no record
+/// of them left, `core/table/release.rs`).
 pub(super) fn forget_removed(old: &Compiled, new: &Compiled) {
     let kept: HashSet<*const RuleCounts> = new.counts.iter().map(Arc::as_ptr).collect();
     for c in old

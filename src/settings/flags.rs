@@ -167,6 +167,7 @@ pub const SERVE: &[Spec] = &[
     spec("SYNC_TICK", "sync-tick", Some("1s"), "Tick of the sync tasks: how often each shard sends one round trip"),
     spec("SYNC_INTERVAL", "sync-interval", Some("2s"), "Base sync interval: Normal entities sync this often, Low 4x, Idle 8x, Hot every tick"),
     spec("SYNC_MAX_QUEUED", "sync-max-queued", Some("1000000"), "Most entities waiting to sync (bounds memory while Redis is down)"),
+    spec("RESET_LOG_LENGTH", "reset-log-length", Some("10000"), "Most entries each Redis shard's reset log keeps (1 to 1000000): the resets (POST /reset) a replica cut off from Redis can miss and still clear on reconnecting"),
     spec("SYNC_JOIN_TIMEOUT", "sync-join-timeout", Some("2s"), "Longest a replica waits at start to join the fleet (Redis registers it, then the running replicas count it: one SYNC_TICK plus REDIS_TIMEOUT at most) before it reports ready anyway, deciding locally until Redis answers; keep it above SYNC_TICK + REDIS_TIMEOUT. 0: ready at once"),
     spec("CACHE_MAX_ENTRIES", "cache-max-entries", Some("1000000"), "Most entities (rule + descriptor values) kept in memory (at least 1)"),
     spec("CACHE_IDLE_TIMEOUT", "cache-idle-timeout", Some("60s"), "Drop an entity unused this long once it holds nothing (its windows passed, its buckets full)"),

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::core::table::CacheSettings;
 use crate::core::SyncPolicy;
 use crate::global::redis::{normalize_url, RedisOptions, RedisTls, SentinelMaster};
+use crate::global::sync::reset_log::{DEFAULT_RESET_LOG_LENGTH, MAX_RESET_LOG_LENGTH};
 use crate::global::SyncSettings;
 pub use crate::global::{PerSecondRedis, RedisSettings};
 use crate::rls::{HeaderFormat, HeaderNames, Options};
@@ -510,6 +511,17 @@ fn sync(v: &mut Values<'_>) -> (SyncSettings, usize) {
     }
     let timeout = v.or("REDIS_TIMEOUT", Duration::ZERO, positive_duration);
     let max_queued = v.or("SYNC_MAX_QUEUED", 0, number);
+    let reset_log_length = v.or(
+        "RESET_LOG_LENGTH",
+        DEFAULT_RESET_LOG_LENGTH,
+        at_least_one::<usize>,
+    );
+    if reset_log_length > MAX_RESET_LOG_LENGTH {
+        v.error(
+            "RESET_LOG_LENGTH",
+            format!("{reset_log_length} is above the most, {MAX_RESET_LOG_LENGTH}"),
+        );
+    }
     let ms =
         |d: Option<Duration>| d.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let settings = SyncSettings {
@@ -518,6 +530,7 @@ fn sync(v: &mut Values<'_>) -> (SyncSettings, usize) {
             base_ms: ms(interval),
         },
         timeout,
+        reset_log_length,
         ..SyncSettings::default()
     };
     (settings, max_queued)

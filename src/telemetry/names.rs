@@ -105,6 +105,8 @@ mod sync {
     pub const REDIS_LAST_SYNC: Metric = gauge("sluice_redis_last_sync_unix_seconds", "When a shard's last sync succeeded (staleness = now - this)");
     pub const SYNC_BATCH_ITEMS: Metric = gauge("sluice_sync_batch_items", "The most items a shard's next sync call carries, sized by how fast the shard answers (500 to 20,000)");
     pub const SYNC_STORE_RESETS: Metric = counter("sluice_sync_store_resets_total", "Times a Redis shard was found to have lost the sync's keys (restarted empty, flushed or replaced: its generation changed); the replicas restore the counts from memory");
+    pub const RESET_LOG_APPLIED: Metric = counter("sluice_reset_log_applied_total", "Resets made through other replicas (or this one) read from a shard's reset log, each clearing this replica's view of one key");
+    pub const RESET_LOG_MISSED: Metric = counter("sluice_reset_log_missed_total", "Resets trimmed from a shard's reset log before this replica read them (it was cut off from Redis): their keys are cleared at their next sync");
     pub const PRESENCE_CALLS: Metric = counter("sluice_rlqs_presence_calls_total", "Redis calls publishing this replica's quota-service streams per counter (one per shard a tick), by result");
     pub const PRESENCE_ITEMS: Metric = counter("sluice_rlqs_presence_items_total", "Counters sent in presence calls (removals included)");
 }
@@ -175,6 +177,8 @@ pub const ALL: &[Metric] = &[
     REDIS_LAST_SYNC,
     SYNC_BATCH_ITEMS,
     SYNC_STORE_RESETS,
+    RESET_LOG_APPLIED,
+    RESET_LOG_MISSED,
     PRESENCE_CALLS,
     PRESENCE_ITEMS,
     EXACT_FALLBACK,

@@ -285,3 +285,79 @@ fn every_rule_has_its_gauges_past_the_sdks_default_cardinality() {
     assert!(limits.iter().all(|l| !l.contains("overflow")));
     assert!(text.contains(r#"sluice_rule_limit{domain="many",rule="many.k2499"} 2500"#));
 }
+
+/// `d`'s `k` with an override for `acme` (5 an hour).
+const WITH_OVERRIDE: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 4}\n    overrides: {acme: 5}\n";
+
+/// `hits` of `d`'s `k` = `value` with a limit the request supplies (`per_hour` an hour): the
+/// last answer.
+async fn hit_with_limit(s: &Server, value: &str, per_hour: u32, hits: usize) -> String {
+    let addr = s.http;
+    let body = format!(
+        r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"k","value":"{value}"}}],"limit":{{"requestsPerUnit":{per_hour},"unit":"HOUR"}}}}]}}"#
+    );
+    tokio::task::spawn_blocking(move || {
+        let mut last = String::new();
+        for _ in 0..hits {
+            let (status, _, text) = http(addr, "POST", "/json", &body, &[]).unwrap();
+            assert!(status == 200 || status == 429, "{text}");
+            last = text;
+        }
+        last
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn top_and_the_rule_gauges_list_keys_of_overrides_but_not_of_limits_requests_supply() {
+    let s = Server::start(WITH_OVERRIDE, |st| {
+        st.admin_token = AdminToken::new("s3cret")
+    })
+    .await;
+    hit(&s, "acme", 5).await; // the override's 5 of 5
+    hit(&s, "bob", 3).await; // the rule's 3 of 4
+                             // The request's limit, 2, counted: the third is over.
+    let third = hit_with_limit(&s, "carol", 2, 3).await;
+    assert!(third.contains("OVER_LIMIT"), "{third}");
+    let (status, _, text) = get(&s, "/top", "Bearer s3cret").await;
+    assert_eq!(status, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let listed: Vec<(String, String)> = (v["keys"].as_array().unwrap().iter())
+        .map(|k| {
+            let value = k["entries"][0]["value"].as_str().unwrap().to_string();
+            (value, k["rule"].as_str().unwrap().to_string())
+        })
+        .collect();
+    // An override of the rules files is a rule of its own (`d.k_acme`), listed as any; a
+    // limit the request supplies has no rule to list it under (docs/operations.md).
+    assert_eq!(
+        listed,
+        [
+            ("acme".to_string(), "d.k_acme".to_string()),
+            ("bob".to_string(), "d.k".to_string())
+        ],
+        "{text}"
+    );
+    let (_, _, m) = get(&s, "/metrics", "").await;
+    let tracked = |rule: &str| {
+        series(
+            &m,
+            "sluice_rule_tracked_keys",
+            &format!(r#"domain="d",rule="{rule}""#),
+        )
+    };
+    assert_eq!(
+        (tracked("d.k"), tracked("d.k_acme")),
+        (Some(1.0), Some(1.0))
+    );
+    assert_eq!(
+        series(&m, "sluice_rule_near_limit_keys", r#"rule="d.k_acme""#),
+        Some(1.0)
+    );
+    assert!(
+        !m.lines()
+            .any(|l| l.starts_with("sluice_rule_") && l.contains("override")),
+        "{m}"
+    );
+}

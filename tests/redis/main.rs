@@ -32,6 +32,7 @@ mod redis_deployments;
 mod redis_harness;
 mod redis_store;
 mod refund_store;
+mod reset_log_store;
 mod reset_store;
 mod status;
 mod tat_upgrade;

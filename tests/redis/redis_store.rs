@@ -9,7 +9,7 @@ use proptest::test_runner::{Config, TestRunner};
 use sluice::core::Part;
 use sluice::global::memory::MemoryStore;
 use sluice::global::redis::{RedisOptions, RedisStore};
-use sluice::global::{Beat, Heartbeat, ShardStore, SyncItem, SyncOp, Trip};
+use sluice::global::{Beat, Heartbeat, ResetRead, ShardStore, SyncItem, SyncOp, Trip};
 
 const NOW_MS: u64 = 1_700_000_040_000;
 
@@ -165,6 +165,7 @@ fn beat(replica: u64, now_ms: u64, leaving: bool) -> Heartbeat {
         ttl_ms: 8_000,
         leaving,
         new_generation: now_ms,
+        resets: ResetRead::Skip,
     }
 }
 
@@ -241,7 +242,8 @@ fn a_redis_that_lost_its_keys_answers_a_new_generation_as_the_memory_store_does(
         got.unwrap(),
         Beat {
             live: 1,
-            generation: None
+            generation: None,
+            resets: None
         }
     );
     assert_eq!(redis.cli(&["HGET", "sluice:generation", "f"]), "v");

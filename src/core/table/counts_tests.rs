@@ -1,5 +1,6 @@
 //! Tests of the per-rule counts: `tracked` exact through create, eviction and sweep; near
-//! and over crossings counted once a period; a passed period reads 0; candidates bounded.
+//! and over crossings counted once a period; a passed period reads 0; candidates bounded; a
+//! set nothing uses freed (`release.rs`).
 
 use std::time::Duration;
 
@@ -203,4 +204,69 @@ fn the_kept_lowest_is_what_a_scan_finds_after_every_offer() {
         assert_eq!(cands.floor.load(Ordering::Relaxed), floor, "offer {n}");
     }
     assert_eq!(cands.len(), MAX_CANDIDATES);
+}
+
+#[test]
+fn a_removed_rules_set_is_freed_once_its_records_are_gone_and_its_id_used_again() {
+    let t = table(1000);
+    let limits = [per_minute(100)];
+    // Two rules in force: the compiled rules hold their counts.
+    let removed = t.rule_counts(RULE, &limits);
+    let kept = t.rule_counts(RULE + 1, &limits);
+    touch(&t, &removed, key(1), T0, 0.5);
+    let p = period_of(T0.0, 60_000);
+    removed
+        .candidates
+        .offer(key(1), 0.5, p, || vec![("k".into(), "v".into())]);
+    assert!(t.candidate_bytes() > 0);
+    assert_eq!(t.limit_sets(), 2);
+    // A reload drops RULE: its counts are held by nothing but the table, yet a record of it
+    // is: kept.
+    let gone = Arc::downgrade(&removed);
+    drop(removed);
+    t.sweep(T0, 1000);
+    assert!(gone.upgrade().is_some(), "freed while a record used it");
+    assert_eq!(t.limit_sets(), 2);
+    // Past the window and the idle timeout the record goes, and the set with it; the rule
+    // in force keeps its set, with no record of it.
+    let later = UnixMillis(T0.0 + 180_000);
+    assert_eq!(t.sweep(later, 1000), 1);
+    assert!(gone.upgrade().is_none(), "a set nothing uses was kept");
+    assert_eq!(t.limit_sets(), 1);
+    assert_eq!(t.candidate_bytes(), 0, "the candidates' bytes given back");
+    assert_eq!(kept.tracked(), 0);
+    assert!(Arc::ptr_eq(&kept, &t.rule_counts(RULE + 1, &limits)));
+    // The freed id is used again: the table's slots do not grow.
+    let _again = t.rule_counts(RULE + 2, &limits);
+    assert_eq!(t.inner.sets.read().sets.len(), 2);
+    assert_eq!(t.limit_sets(), 2);
+}
+
+#[test]
+fn limits_requests_supply_leave_no_set_behind() {
+    let t = table(1000);
+    // 200 distinct limits a request supplied (rule id 0), one key each.
+    for n in 0..200u32 {
+        t.with_rule(
+            key(u64::from(n)),
+            T0,
+            || (0, vec![per_minute(n + 1)]),
+            |_| (),
+        );
+    }
+    assert_eq!(t.limit_sets(), 200);
+    let later = UnixMillis(T0.0 + 180_000);
+    assert_eq!(t.sweep(later, 1000), 200);
+    assert_eq!(t.limit_sets(), 0);
+    // 200 more reuse the freed slots.
+    for n in 200..400u32 {
+        t.with_rule(
+            key(u64::from(n)),
+            later,
+            || (0, vec![per_minute(n + 1)]),
+            |_| (),
+        );
+    }
+    assert_eq!(t.limit_sets(), 200);
+    assert_eq!(t.inner.sets.read().sets.len(), 200);
 }

@@ -33,6 +33,7 @@ pub use counts::{
 };
 
 mod counts;
+mod release;
 mod shard;
 mod sketch;
 
@@ -174,12 +175,15 @@ fn secs(now: UnixMillis) -> u32 {
 
 /// The rules' limit sets, interned: one per rule id and limit list (a rule's limits are
 /// part of its id, so about one per rule, and one per distinct limit a request supplies,
-/// whose rule id is 0), each with its rule's counts.
+/// whose rule id is 0), each with its rule's counts. A set nothing uses is freed and its id
+/// used again (`release.rs`).
 #[derive(Debug, Default)]
 struct LimitSets {
     ids: std::collections::HashMap<(u64, Box<[Limit]>), u32>,
     sets: Vec<Arc<[Limit]>>,
     counts: Vec<Arc<RuleCounts>>,
+    /// Ids of freed sets, to use again.
+    free: Vec<u32>,
 }
 
 impl LimitSets {
@@ -187,9 +191,19 @@ impl LimitSets {
         if let Some(&id) = self.ids.get(&(rule, limits.into())) {
             return id;
         }
-        let id = self.sets.len() as u32;
-        self.sets.push(limits.into());
-        self.counts.push(Arc::new(RuleCounts::new(budget.clone())));
+        let counts = Arc::new(RuleCounts::new(budget.clone()));
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.sets[id as usize] = limits.into();
+                self.counts[id as usize] = counts;
+                id
+            }
+            None => {
+                self.sets.push(limits.into());
+                self.counts.push(counts);
+                (self.sets.len() - 1) as u32
+            }
+        };
         self.ids.insert((rule, limits.into()), id);
         id
     }
@@ -345,18 +359,7 @@ impl EntityTable {
     /// The counts of the rule `rule` with `limits`, interned now if new: resolved once per
     /// rule when rules are compiled, so a request reaches them without a lookup.
     pub fn rule_counts(&self, rule: u64, limits: &[Limit]) -> Arc<RuleCounts> {
-        let id = self.set_of(rule, limits);
-        self.inner.sets.read().counts[id as usize].clone()
-    }
-
-    fn set_of(&self, rule: u64, limits: &[Limit]) -> u32 {
-        let known = (self.inner.sets.read().ids)
-            .get(&(rule, limits.into()))
-            .copied();
-        known.unwrap_or_else(|| {
-            let budget = &self.inner.candidate_bytes;
-            self.inner.sets.write().intern(rule, limits, budget)
-        })
+        self.with_set(rule, limits, |sets, id| sets.counts[id as usize].clone())
     }
 
     /// Bytes of descriptor entries held by every rule's candidates.
@@ -383,8 +386,7 @@ impl EntityTable {
             self.evict(shard, now);
         }
         self.inner.len.fetch_add(1, Ordering::Relaxed);
-        let set = self.set_of(rule, limits);
-        Self::track(&self.inner.sets.read(), set, 1);
+        let set = self.set_tracked(rule, limits);
         // Each limit starts from what the sketch keeps of an evicted entity with this key
         // (nothing before the shard's first live eviction).
         let mut restored = false;
@@ -469,7 +471,8 @@ impl EntityTable {
     }
 
     /// Drops idle entities: those unused for `CACHE_IDLE_TIMEOUT` that hold nothing, and
-    /// those unused for `CACHE_TTL` (when set) whatever they hold, folded into the sketch.
+    /// those unused for `CACHE_TTL` (when set) whatever they hold, folded into the sketch;
+    /// then frees the limit sets nothing uses any more (`release.rs`).
     /// Looks at up to `budget` records a shard, a few hundred under one lock hold, going on
     /// where the last sweep stopped. Returns how many it dropped.
     pub fn sweep(&self, now: UnixMillis, budget: usize) -> u64 {
@@ -524,6 +527,8 @@ impl EntityTable {
                 }
             }
         }
+        // Sets only the dropped records used may be free now.
+        self.release_unused_sets();
         dropped
     }
 

@@ -110,6 +110,9 @@ pub type ExactFuture<'a> =
 pub type ResetFuture<'a> =
     Pin<Box<dyn Future<Output = Result<ResetReply, StoreError>> + Send + 'a>>;
 
+/// A boxed reset log future ([`ExactStore::log_resets`]): the newest entry's number.
+pub type LogFuture<'a> = Pin<Box<dyn Future<Output = Result<u64, StoreError>> + Send + 'a>>;
+
 /// A store that checks and counts exact items atomically.
 pub trait ExactStore: Send + Sync + 'static {
     /// In one atomic step: reads every item's counters; if every non-refund item fits and
@@ -124,6 +127,13 @@ pub trait ExactStore: Send + Sync + 'static {
     fn reset<'a>(&'a self, items: &'a [ResetItem]) -> ResetFuture<'a> {
         let _ = items;
         Box::pin(async { Err(StoreError::other("this store cannot reset")) })
+    }
+    /// Appends an entry per entity to the shard's reset log, keeping its newest `max_len`
+    /// (`global/sync/reset_log.rs`). This default keeps no log: a store of the fakes, whose
+    /// replicas learn of a reset at their next sync.
+    fn log_resets<'a>(&'a self, entities: &'a [u128], max_len: usize) -> LogFuture<'a> {
+        let _ = (entities, max_len);
+        Box::pin(async { Ok(0) })
     }
 }
 
@@ -150,6 +160,8 @@ pub struct ExactClient {
     stores: Vec<Arc<dyn ExactStore>>,
     router: ShardRouter,
     timeout: Duration,
+    /// The most entries a shard's reset log keeps (`RESET_LOG_LENGTH`, `reset.rs`).
+    reset_log_length: usize,
     /// Counters for the metrics.
     pub stats: Arc<ExactStats>,
 }
@@ -171,6 +183,7 @@ impl ExactClient {
             stores,
             router,
             timeout,
+            reset_log_length: crate::global::sync::reset_log::DEFAULT_RESET_LOG_LENGTH,
             stats: Arc::default(),
         }
     }

@@ -15,6 +15,12 @@
 //! count it last read, `store.rs`) is lowered by as much and cannot bring the count back.
 //! The fleet's token buckets are set full. Exact rules' keys are deleted: Redis alone
 //! counts them.
+//!
+//! Then each shard's reset log gets an entry per entity reset there, after its counters
+//! were cleared: every replica's heartbeat reads the log each tick and clears its view of
+//! those entities, so a replica with no request for them learns of the reset all the same
+//! (`global/sync/reset_log.rs`). A log that could not be written fails the reset (503): the
+//! counters are cleared, and a retry clears them again and logs them.
 
 use std::sync::atomic::Ordering;
 
@@ -63,6 +69,13 @@ pub enum ResetKind {
 pub type ResetReply = Vec<[u64; 2]>;
 
 impl ExactClient {
+    /// Keeps at most `len` entries (at least 1) in each shard's reset log
+    /// (`RESET_LOG_LENGTH`).
+    pub fn with_reset_log_length(mut self, len: usize) -> Self {
+        self.reset_log_length = len.max(1);
+        self
+    }
+
     /// Resets `items`, one store call per shard, at once, within [`RESET_TIMEOUTS`] times
     /// the timeout. Returns the counts before, per item in order.
     ///
@@ -83,10 +96,21 @@ impl ExactClient {
                 None => by_store.push((s, vec![i])),
             }
         }
+        let max_len = self.reset_log_length;
         let calls = by_store.iter().map(|(s, idx)| {
             let sub: Vec<ResetItem> = idx.iter().map(|&i| items[i]).collect();
+            let mut entities: Vec<u128> = Vec::new();
+            for it in &sub {
+                if !entities.contains(&it.entity) {
+                    entities.push(it.entity);
+                }
+            }
             let store: &dyn ExactStore = &*self.stores[*s];
-            async move { store.reset(&sub).await }
+            async move {
+                let before = store.reset(&sub).await?;
+                store.log_resets(&entities, max_len).await?;
+                Ok::<_, StoreError>(before)
+            }
         });
         let run = futures_util::future::try_join_all(calls);
         let limit = self.timeout * RESET_TIMEOUTS;

@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 
 use super::MemoryStore;
 use crate::global::exact::{
-    apply, ExactCounters, ExactFuture, ExactItem, ExactStore, ResetFuture, ResetItem, ResetKind,
+    apply, ExactCounters, ExactFuture, ExactItem, ExactStore, LogFuture, ResetFuture, ResetItem,
+    ResetKind,
 };
 use crate::global::sync::store::StoreError;
 
@@ -58,6 +59,16 @@ impl ExactStore for MemoryStore {
                 })
                 .collect();
             Ok(out)
+        })
+    }
+
+    /// As `reset_append.lua`: `ResetLog::append`.
+    fn log_resets<'a>(&'a self, entities: &'a [u128], max_len: usize) -> LogFuture<'a> {
+        Box::pin(async move {
+            if self.down.load(Ordering::Relaxed) {
+                return Err(StoreError::connection("connection refused"));
+            }
+            Ok(self.reset_log.lock().append(entities, max_len))
         })
     }
 }

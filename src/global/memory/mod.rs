@@ -6,7 +6,7 @@
 //! empty, its generation included (`generation.lua`'s). It also holds the RLQS streams each
 //! replica publishes per counter (a trip's `Publish`, [`ShardStore::round_trip`]), as
 //! `presence.lua` keeps them
-//! (`global/redis/presence.rs`).
+//! (`global/redis/presence.rs`), and the reset log the heartbeats read (`sync/reset_log.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,6 +17,7 @@ mod exact;
 
 use crate::core::gcra;
 use crate::core::{Held, Part};
+use crate::global::sync::reset_log::{ResetLog, ResetRead};
 use crate::global::sync::store::{
     in_steps, Answer, Beat, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp,
     Trip,
@@ -111,6 +112,8 @@ pub struct MemoryStore {
     pub presence: Mutex<HashMap<u128, HashMap<u64, Published>>>,
     /// Presence calls received (failed ones included).
     pub presence_calls: AtomicU64,
+    /// The reset log, as `reset_log.lua` keeps it (`ResetLog` is its twin).
+    pub reset_log: Mutex<ResetLog>,
 }
 
 /// What a replica published for one counter, as a field of `presence.lua`'s hash holds it.
@@ -194,6 +197,7 @@ impl MemoryStore {
         self.counters.lock().clear();
         self.buckets.lock().clear();
         self.presence.lock().clear();
+        self.reset_log.lock().clear();
         *self.generation.lock() = None;
     }
 }
@@ -327,9 +331,13 @@ impl MemoryStore {
         }
         let oldest = beat.now_ms.saturating_sub(beat.ttl_ms);
         r.retain(|_, seen| *seen >= oldest);
+        // The log is read when the beat asks (a standalone Redis reads it in the same script).
+        let resets =
+            (beat.resets != ResetRead::Skip).then(|| self.reset_log.lock().read(beat.resets));
         Ok(Beat {
             live: r.len() as u32,
             generation: Some(generation),
+            resets,
         })
     }
 

@@ -19,7 +19,7 @@ use super::{RedisOptions, SentinelMaster};
 use crate::core::window::Prev;
 use crate::global::exact::bucket as exact_bucket;
 use crate::global::exact::{
-    ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore, ResetFuture, ResetItem,
+    ExactCount, ExactFuture, ExactItem, ExactReply, ExactStore, LogFuture, ResetFuture, ResetItem,
 };
 use crate::global::sync::store::StoreError;
 
@@ -133,6 +133,8 @@ pub struct RedisExact {
     script: Lua,
     /// An operator's reset (`global/redis/reset.rs`).
     reset: Lua,
+    /// The reset log's append (`global/redis/reset_log.rs`).
+    reset_log: Lua,
 }
 
 impl RedisExact {
@@ -161,6 +163,7 @@ impl RedisExact {
             prefix: opts.prefix.clone(),
             script: Lua::new(EXACT_SCRIPT),
             reset: Lua::new(super::reset::RESET_SCRIPT),
+            reset_log: Lua::new(super::reset_log::RESET_APPEND_SCRIPT),
         }
     }
 }
@@ -190,6 +193,17 @@ impl ExactStore for RedisExact {
             &self.reset,
             &self.prefix,
             items,
+        ))
+    }
+
+    /// `reset_log.rs`.
+    fn log_resets<'a>(&'a self, entities: &'a [u128], max_len: usize) -> LogFuture<'a> {
+        Box::pin(super::reset_log::append(
+            &self.pool,
+            &self.reset_log,
+            &self.prefix,
+            entities,
+            max_len,
         ))
     }
 }

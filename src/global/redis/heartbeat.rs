@@ -17,22 +17,30 @@
 //! (`GENERATION_SCRIPT`) beside the heartbeat, in the same round trip. One key, so on a
 //! cluster it watches the master of its slot only.
 //!
+//! # The reset log
+//! A tick's heartbeat also reads the reset log's entries after the last this replica has seen
+//! (`reset_log.rs`): on a standalone shard in the same script (its third key), on a cluster
+//! as a call of its own beside it. A log that does not read leaves the heartbeat alone.
+//!
 //! [`ShardStore::round_trip`]: crate::global::ShardStore::round_trip
 
 use deadpool_redis::redis::Value;
 
 use super::error::backend;
 use super::pool::RedisPool;
+use super::reset_log::{news_of, read_arg, read_call, reset_log_key, unread, RESET_READ_SCRIPT};
 use super::script::{Call, Lua};
 use crate::global::{Beat, Heartbeat, StoreError};
 
 /// A replica's heartbeat. KEYS: the replicas' set and, on a standalone shard, the
-/// generation's key. ARGV: replica id, now (ms), the oldest last-seen still live (ms), TTL
-/// (ms), 1 when the replica leaves, the generation to write where there is none. Returns the
+/// generation's key and (when the beat reads it) the reset log. ARGV: replica id, now (ms),
+/// the oldest last-seen still live (ms), TTL (ms), 1 when the replica leaves, the generation
+/// to write where there is none, and with the log, its read and the most entries. Returns the
 /// live count, or with the second key, the live count and the generation (nil when the key
-/// holds something else).
+/// holds something else), and with the third, the log's news (`reset_log.rs`).
 const HEARTBEAT_SCRIPT: &str = concat!(
     include_str!("generation.lua"),
+    include_str!("reset_log.lua"),
     include_str!("heartbeat.lua")
 );
 
@@ -56,6 +64,7 @@ fn generation_key(prefix: &str) -> String {
 pub(super) struct Heartbeats {
     beat: Lua,
     generation: Lua,
+    resets: Lua,
     prefix: String,
     shard: String,
 }
@@ -65,19 +74,25 @@ impl Heartbeats {
         Heartbeats {
             beat: Lua::new(HEARTBEAT_SCRIPT),
             generation: Lua::new(GENERATION_SCRIPT),
+            resets: Lua::new(RESET_READ_SCRIPT),
             prefix: prefix.to_owned(),
             shard: shard.to_owned(),
         }
     }
 
     /// The heartbeat's call; `with_generation` (a standalone shard), it reads the generation
-    /// too, and its reply is read by [`Heartbeats::reply`].
+    /// and the reset log (when the beat asks) too, and its reply is read by
+    /// [`Heartbeats::reply`].
     pub(super) fn call<'a>(&'a self, beat: &'a Heartbeat, with_generation: bool) -> Call<'a> {
+        let log = read_arg(beat.resets).filter(|_| with_generation);
         Call::new(&self.beat, move |cmd| {
-            cmd.arg(1 + usize::from(with_generation))
-                .arg(replicas_key(&self.prefix));
+            let keys = 1 + usize::from(with_generation) + usize::from(log.is_some());
+            cmd.arg(keys).arg(replicas_key(&self.prefix));
             if with_generation {
                 cmd.arg(generation_key(&self.prefix));
+            }
+            if log.is_some() {
+                cmd.arg(reset_log_key(&self.prefix));
             }
             cmd.arg(format!("{:016x}", beat.replica))
                 .arg(beat.now_ms)
@@ -85,6 +100,10 @@ impl Heartbeats {
                 .arg(beat.ttl_ms.max(1))
                 .arg(u8::from(beat.leaving))
                 .arg(format!("{:016x}", beat.new_generation));
+            if let Some(read) = &log {
+                cmd.arg(read)
+                    .arg(crate::global::sync::reset_log::MAX_RESETS_PER_BEAT);
+            }
         })
     }
 
@@ -95,17 +114,21 @@ impl Heartbeats {
         let Value::Array(both) = v else {
             return Err(backend(format!("heartbeat failed: {v:?}")));
         };
-        let [live, generation] = both.as_slice() else {
-            return Err(backend(format!("unexpected heartbeat reply {v:?}")));
+        let (live, generation, resets) = match both.as_slice() {
+            [live, generation] => (live, generation, None),
+            [live, generation, log] => (live, generation, news_of(log, &self.shard)),
+            _ => return Err(backend(format!("unexpected heartbeat reply {v:?}"))),
         };
         Ok(Beat {
             live: live_count(live)?,
             generation: self.checked(generation_of(generation)),
+            resets,
         })
     }
 
     /// A cluster's heartbeat: its own call (its key is in its own slot), and the generation's
-    /// beside it, both in flight at once. A generation that fails leaves the heartbeat alone.
+    /// and the reset log's beside it, all in flight at once. A generation or a log that fails
+    /// leaves the heartbeat alone.
     pub(super) async fn on_cluster(
         &self,
         pool: &RedisPool,
@@ -115,18 +138,30 @@ impl Heartbeats {
         let handle = conn
             .cluster_handle()
             .ok_or_else(|| backend("not a cluster connection"))?;
-        let (mut a, mut b) = (handle.clone(), handle);
+        let (mut a, mut b, mut c) = (handle.clone(), handle.clone(), handle);
         let generation = Call::new(&self.generation, |cmd| {
             cmd.arg(1)
                 .arg(generation_key(&self.prefix))
                 .arg(format!("{:016x}", beat.new_generation));
         });
-        let (live, generation) =
-            futures_util::future::join(self.call(beat, false).run(&mut a), generation.run(&mut b))
-                .await;
+        let read = read_arg(beat.resets);
+        let log = async {
+            let arg = read.as_deref()?;
+            match read_call(&self.resets, &self.prefix, arg).run(&mut c).await {
+                Ok(v) => news_of(&v, &self.shard),
+                Err(e) => unread(&self.shard, &e),
+            }
+        };
+        let (live, generation, resets) = futures_util::future::join3(
+            self.call(beat, false).run(&mut a),
+            generation.run(&mut b),
+            log,
+        )
+        .await;
         Ok(Beat {
             live: live_count(&live.map_err(backend)?)?,
             generation: self.checked(generation.map_err(backend).and_then(|v| generation_of(&v))),
+            resets,
         })
     }
 

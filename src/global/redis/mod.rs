@@ -7,7 +7,8 @@
 //! (`exact.lua`, on pools of its own), the heartbeats and the store's generation they read in
 //! `heartbeat.rs`, the set of replicas as a joining replica reads it in `replicas.rs`, and
 //! the RLQS streams each replica publishes per counter in `presence.rs`, an operator's reset
-//! of an entity's counters in `reset.rs`.
+//! of an entity's counters in `reset.rs`, and the reset log that tells the other replicas of
+//! it in `reset_log.rs`.
 
 pub mod conn;
 pub(crate) mod error;
@@ -18,6 +19,7 @@ pub(crate) mod pool;
 mod presence;
 mod replicas;
 pub(crate) mod reset;
+mod reset_log;
 pub(crate) mod script;
 pub mod sync;
 

@@ -1,7 +1,7 @@
 //! A shard's health as readiness and metrics report it: whether it has ever answered, whether
 //! its last call (or its sync task) failed and why, and since when; and how often the store
-//! was found to have lost the sync's keys (its generation changed, `store.rs`); and the size
-//! of call it answers in time (`batch.rs`).
+//! was found to have lost the sync's keys (its generation changed, `store.rs`); the size
+//! of call it answers in time (`batch.rs`); and its place in its reset log (`reset_log.rs`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::batch::BatchSize;
+use super::reset_log::ResetCursor;
 use crate::core::clock::UnixMillis;
 
 /// What readiness says about a shard.
@@ -62,6 +63,8 @@ pub struct ShardHealth {
     last_reset_ms: AtomicU64,
     /// How many items its next call carries.
     pub batch: BatchSize,
+    /// Its place in its reset log (`reset_log.rs`).
+    pub reset_log: ResetCursor,
 }
 
 impl ShardHealth {
@@ -78,6 +81,7 @@ impl ShardHealth {
             resets: AtomicU64::new(0),
             last_reset_ms: AtomicU64::new(0),
             batch: BatchSize::default(),
+            reset_log: ResetCursor::default(),
         }
     }
 
@@ -140,6 +144,7 @@ impl ShardHealth {
     pub(in crate::global) fn observe_generation(&self, generation: u64, now: UnixMillis) {
         let before = self.generation.lock().replace(generation);
         if before.is_some_and(|b| b != generation) {
+            self.reset_log.store_lost();
             let n = self.resets.fetch_add(1, Ordering::Relaxed) + 1;
             self.last_reset_ms.store(now.0, Ordering::Relaxed);
             tracing::warn!(

@@ -17,6 +17,8 @@ pub struct SyncSettings {
     pub backoff_min: Duration,
     /// Longest backoff.
     pub backoff_max: Duration,
+    /// The most entries a shard's reset log keeps (`RESET_LOG_LENGTH`, `reset_log.rs`).
+    pub reset_log_length: usize,
 }
 
 impl SyncSettings {
@@ -34,6 +36,7 @@ impl Default for SyncSettings {
             timeout: Duration::from_millis(100),
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(5),
+            reset_log_length: super::reset_log::DEFAULT_RESET_LOG_LENGTH,
         }
     }
 }

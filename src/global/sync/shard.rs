@@ -17,7 +17,10 @@
 //! The tick's call also carries this replica's heartbeat ([`Heartbeat`]); its reply, the
 //! live replica count, goes to [`Fleet::observe_live`], where the hot path reads it, and
 //! the store's generation to [`ShardHealth::observe_generation`], which tells a store that
-//! lost the sync's keys (`store.rs`). The final flush removes the heartbeat. A cold entity
+//! lost the sync's keys (`store.rs`), and its read of the reset log to [`clear_views`], which
+//! clears this replica's view of the keys reset through others (`reset_log.rs`,
+//! `reset_views.rs`). The final
+//! flush removes the heartbeat. A cold entity
 //! queued between ticks wakes the task for an early round trip (the due entities only, no
 //! heartbeat), at most one between two ticks.
 //! A young entity running into its prior in a burst wakes it for *burst reads* (the same,
@@ -47,6 +50,8 @@ use super::fleet::Fleet;
 use super::health::ShardHealth;
 use super::in_flight::{put_back, InFlight};
 use super::queue::SyncQueues;
+use super::reset_log::ResetRead;
+use super::reset_views::clear_views;
 use super::settings::SyncSettings;
 use super::store::Trip as StoreTrip;
 use super::store::{new_generation, Beat, Heartbeat, ShardStore, StoreError, SyncItem};
@@ -339,6 +344,11 @@ impl<S: ShardStore> ShardSync<S> {
             ttl_ms: self.heartbeat_ttl_ms(),
             leaving: trip == Trip::Flush,
             new_generation: new_generation(),
+            resets: if trip == Trip::Tick {
+                self.health.reset_log.read()
+            } else {
+                ResetRead::Skip
+            },
         });
         Some(Started {
             trip,
@@ -390,13 +400,18 @@ impl<S: ShardStore> ShardSync<S> {
                 stats.calls_ok.fetch_add(1, Ordering::Relaxed);
                 batch.answered(items, took, self.settings.timeout);
                 self.health.ok(done);
-                if let (Some(b), Trip::Tick) = (beat, trip) {
+                if let (Some(b), Trip::Tick) = (&beat, trip) {
                     self.fleet.observe_live(b.live, done);
                 }
-                if let Some(generation) = beat.and_then(|b| b.generation) {
+                if let Some(generation) = beat.as_ref().and_then(|b| b.generation) {
                     self.health.observe_generation(generation, done);
                 }
                 self.settle(planned, totals, done);
+                // After the replies: a reset logged after the store answered them clears them.
+                if let Some(news) = beat.and_then(|b| b.resets) {
+                    let reset = self.health.reset_log.take(news);
+                    clear_views(&self.table, &self.queues, self.index, &reset);
+                }
                 Ok(more)
             }
             Err(e) => {

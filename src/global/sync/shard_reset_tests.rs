@@ -1,7 +1,9 @@
 //! An operator's reset (`global/exact/reset.rs`) as two replicas' sync tasks see it on the
 //! in-memory store (the twin of `reset.lua`): the count goes to 0 for good, each replica's
 //! next sync reads it, and neither a replica's statement of its part nor its floor (the
-//! count it last read) brings the old count back.
+//! count it last read) brings the old count back. A replica with no request for the key
+//! learns of the reset from the reset log its next tick reads (`reset_log.rs`), or, when the
+//! log was trimmed past it, at its next sync of the key.
 
 use std::sync::Arc;
 
@@ -142,6 +144,81 @@ async fn a_reset_reaches_both_replicas_at_their_next_sync_and_no_statement_undoe
         ..stale
     };
     assert_eq!(store.sync(1, &[refund]).await.unwrap()[0][0], 0);
+}
+
+/// Two replicas at 120 of 100 on one store, both having read it (and the reset log's head).
+async fn both_at_the_limit() -> (
+    EntityTable,
+    EntityTable,
+    ShardSync<FakeStore>,
+    ShardSync<FakeStore>,
+    ManualClock,
+) {
+    let (table_a, _, a, clock) = setup();
+    let (table_b, b) = replica_b(&a);
+    for s in [&a, &b, &a] {
+        s.tick(false).await.unwrap();
+    }
+    hits(&table_a, &a, &clock, 60);
+    hits(&table_b, &b, &clock, 60);
+    ticks(&clock, &a, &b).await;
+    assert_eq!(seen(&table_b, clock.now()), 120);
+    (table_a, table_b, a, b, clock)
+}
+
+/// A reset of the key through the store, as `ExactClient::reset` makes it: the counters,
+/// then the reset log (`entities` logged, kept to `max_len`).
+async fn reset_through_the_store(store: &FakeStore, entities: &[u128], max_len: usize) {
+    use crate::global::exact::ExactStore;
+    store.reset_window(KEY, 0, EPOCHS);
+    store.log_resets(entities, max_len).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_idle_replica_clears_its_view_at_its_next_tick_from_the_reset_log() {
+    let (_table_a, table_b, a, b, clock) = both_at_the_limit().await;
+    reset_through_the_store(&a.store, &[KEY], 100).await;
+    // No hit on B: its next tick's heartbeat reads the log and clears its view.
+    clock.advance_ms(1000);
+    b.tick(false).await.unwrap();
+    assert_eq!(seen(&table_b, clock.now()), 0);
+    assert_eq!(
+        (b.health.reset_log.applied(), b.health.reset_log.missed()),
+        (1, 0)
+    );
+    // It queued the key: the tick after reads the store's count, still 0.
+    clock.advance_ms(1000);
+    b.tick(false).await.unwrap();
+    assert_eq!(seen(&table_b, clock.now()), 0);
+    assert!(!hits(&table_b, &b, &clock, 1).over);
+    // An entry read once is not read again.
+    clock.advance_ms(1000);
+    b.tick(false).await.unwrap();
+    assert_eq!(b.health.reset_log.applied(), 1);
+}
+
+#[tokio::test]
+async fn a_replica_that_missed_trimmed_entries_counts_them_and_clears_the_key_at_its_next_sync() {
+    let (_table_a, table_b, a, b, clock) = both_at_the_limit().await;
+    // Between two reads of B, the key's reset and 9 others go through a log kept to 5.
+    let mut entities = vec![KEY];
+    entities.extend(100..109);
+    reset_through_the_store(&a.store, &entities, 5).await;
+    clock.advance_ms(1000);
+    b.tick(false).await.unwrap();
+    // The key's entry was trimmed: B cannot clear it from the log, and counts the miss.
+    assert_eq!(
+        (b.health.reset_log.applied(), b.health.reset_log.missed()),
+        (5, 5)
+    );
+    assert_eq!(seen(&table_b, clock.now()), 120);
+    // Its next request is decided from that view (denied) and queues the key; the next
+    // tick reads the store's count, and the key is admitted again.
+    assert!(hits(&table_b, &b, &clock, 1).over);
+    clock.advance_ms(1000);
+    b.tick(false).await.unwrap();
+    assert!(seen(&table_b, clock.now()) <= 1);
+    assert!(!hits(&table_b, &b, &clock, 1).over);
 }
 
 #[tokio::test]

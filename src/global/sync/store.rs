@@ -28,7 +28,8 @@
 //! An operator's reset (`POST /reset`) adds to a counter a part of the store's own, minus
 //! its count, read as refunds the store applied: no replica's statement or floor brings the
 //! count back (`global/exact/reset.rs`; `MemoryStore::reset_window` here, `reset.lua` on
-//! Redis).
+//! Redis). It also appends the entity to the shard's reset log, which the heartbeat reads,
+//! so an idle replica clears its view within a tick (`reset_log.rs`).
 //!
 //! Apart from the counters, a trip's [`Publish`] publishes how many RLQS streams this
 //! replica holds on each counter, and their demand, and returns what the other live replicas
@@ -41,6 +42,8 @@ use crate::core::bucket::Geometry;
 use crate::core::clock::UnixMillis;
 use crate::core::Part;
 use crate::core::{Limit, Plan};
+
+pub use super::reset_log::{ResetNews, ResetRead};
 
 /// One limit of one entity in a sync call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,16 +157,21 @@ pub struct Heartbeat {
     /// The store's generation if it holds none: a fresh random number per heartbeat
     /// ([`new_generation`]), so a store that lost its keys twice never gets an old one back.
     pub new_generation: u64,
+    /// What to read of the shard's reset log (`reset_log.rs`).
+    pub resets: ResetRead,
 }
 
 /// What a heartbeat answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Beat {
     /// How many replicas are live, this one included.
     pub live: u32,
     /// The store's generation (written by this heartbeat when the store held none); `None`
     /// when the store keeps none (a fake) or could not read it.
     pub generation: Option<u64>,
+    /// The reset log's entries [`Heartbeat::resets`] asked for; `None` when it asked for
+    /// none, or the store keeps no log (a fake) or could not read it.
+    pub resets: Option<ResetNews>,
 }
 
 /// One counter's RLQS streams on this replica, as published each tick

@@ -238,3 +238,15 @@ fn the_join_timeout_reaches_global_mode_and_zero_turns_the_join_off() {
     let errs = resolve(&[], &[("SYNC_JOIN_TIMEOUT", "soon")]).unwrap_err();
     assert_eq!(names(&errs), vec!["SYNC_JOIN_TIMEOUT"]);
 }
+
+#[test]
+fn the_reset_log_length_is_bounded() {
+    let s = resolve(&[], &[]).unwrap();
+    assert_eq!(s.sync.reset_log_length, 10_000);
+    let s = resolve(&["--reset-log-length", "1000000"], &[]).unwrap();
+    assert_eq!(s.sync.reset_log_length, 1_000_000);
+    for bad in ["0", "1000001"] {
+        let errs = resolve(&[], &[("RESET_LOG_LENGTH", bad)]).unwrap_err();
+        assert_eq!(names(&errs), vec!["RESET_LOG_LENGTH"], "{bad}");
+    }
+}

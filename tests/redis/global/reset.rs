@@ -1,7 +1,8 @@
 //! `POST /reset` on two real replicas and a real Redis: a key at its limit is admitted again
-//! on the replica asked at once and on the other within a sync tick of its next request,
-//! and stays so (no replica's statement or floor brings the count back); an `exact: true`
-//! rule's keys are deleted (through `sluice reset`), and the key is admitted again at once.
+//! on the replica asked at once and on the other within a sync tick, even one that gets no
+//! request for it meanwhile (it reads the reset log each tick), and stays so (no replica's
+//! statement or floor brings the count back); an `exact: true` rule's keys are deleted
+//! (through `sluice reset`), and the key is admitted again at once.
 
 use std::time::Duration;
 
@@ -163,4 +164,48 @@ fn an_exact_rules_keys_are_deleted_and_its_key_admitted_again_at_once() {
     assert!(took < Duration::from_secs(1), "A admitted after {took:?}");
     let codes: Vec<String> = (0..3).map(|i| code(&f.replicas[i % 2], "x")).collect();
     assert_eq!(codes, ["OK", "OVER_LIMIT", "OVER_LIMIT"]);
+}
+
+/// This replica's count of `key` as `POST /explain` shows it (no hit, no sync).
+fn explained_count(p: &Proc, key: &str) -> u64 {
+    let body = format!(
+        r#"{{"domain":"r","descriptors":[{{"entries":[{{"key":"{key}","value":"a"}}]}}]}}"#
+    );
+    let (status, _, text) = http(p.http, "POST", "/explain", &body, &[]).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["descriptors"][0]["limits"][0]["count"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no count in {v}"))
+}
+
+#[test]
+fn an_idle_replica_learns_of_a_reset_within_a_tick_without_a_request() {
+    let redis = RedisServer::start();
+    let f = fleet(&redis);
+    let [a, b] = &f.replicas;
+    wait_until(10, "both replicas to deny", || {
+        let (x, y) = (code(a, "k"), code(b, "k"));
+        x == "OVER_LIMIT" && y == "OVER_LIMIT"
+    });
+    // Every replica has sent its hits and read the fleet's count: B's view is at the limit.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(explained_count(b, "k") >= 20, "B's view before the reset");
+    reset(a, "k");
+    // No request for the key on B: B learns of the reset from the reset log its heartbeat
+    // reads each tick (100 ms; a few allowed for a loaded machine).
+    wait_until(2, "B's view of the key cleared without a request", || {
+        explained_count(b, "k") < 20
+    });
+    // B's first request after the reset is admitted.
+    assert_eq!(code(b, "k"), "OK");
+    assert_eq!(code(a, "k"), "OK");
+    // B counted the entry it read.
+    let (_, _, metrics) = http(b.http, "GET", "/metrics", "", &[]).unwrap();
+    let applied: f64 = (metrics.lines())
+        .find_map(|l| l.strip_prefix("sluice_reset_log_applied_total{"))
+        .and_then(|rest| rest.split_once("} "))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sluice_reset_log_applied_total:\n{metrics}"));
+    assert_eq!(applied, 1.0);
 }
