@@ -24,6 +24,7 @@ mod entity_table;
 mod explain;
 mod fuzz_regressions;
 mod grpc;
+mod headers;
 mod http_endpoints;
 mod http_limits;
 mod layers;
