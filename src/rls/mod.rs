@@ -459,18 +459,13 @@ impl RateLimiter {
         let targets = resolve_all(&compiled, &self.telemetry.rules, req);
         let hits = hits_of(req);
         let refund = |i: usize| req.descriptors[i].is_negative_hits;
+        let answered =
+            |answers: &[_]| answer(&self.answering(), req, &targets, &hits, now, answers);
         let Some(mut plan) = exact::plan(&targets, &hits, refund, now) else {
-            return Ok(answer(&self.answering(), req, &targets, &hits, now, &[]));
+            return Ok(answered(&[]));
         };
         if let Some(answers) = exact::from_memory(&self.exact_way(client), &plan, now) {
-            return Ok(answer(
-                &self.answering(),
-                req,
-                &targets,
-                &hits,
-                now,
-                &answers,
-            ));
+            return Ok(answered(&answers));
         }
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a normal descriptor over holds the
         // exact ones back too.
@@ -480,14 +475,7 @@ impl RateLimiter {
         let reply = client.check_and_count(&plan.items, plan.commit).await;
         let _open = self.gate.enter().ok_or(RequestError::ShuttingDown)?;
         let answers = exact::answers(&self.exact_way(client), &plan, reply, now);
-        Ok(answer(
-            &self.answering(),
-            req,
-            &targets,
-            &hits,
-            now,
-            &answers,
-        ))
+        Ok(answered(&answers))
     }
 
     /// Counts the request and validates it.
