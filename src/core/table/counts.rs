@@ -21,6 +21,7 @@
 //! candidate's entity when it answers.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -190,10 +191,36 @@ impl Candidate {
     }
 }
 
+/// Hashes an entity key to its own low 64 bits: the key is already a hash (XXH3-128), as the
+/// table's index takes it (`shard.rs`). SipHash over it cost the request path some 300
+/// instructions an offer (`benches/cpu.sh`, `MODE=instructions`).
+#[derive(Debug, Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u128(&mut self, key: u128) {
+        self.0 = key as u64;
+    }
+
+    /// Not reached for a `u128` key (`write_u128` above); mixes bytes in, should it be.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+/// The candidates' index: an entity key to its place in the list.
+type Index = HashMap<u128, usize, BuildHasherDefault<KeyHasher>>;
+
 #[derive(Debug, Default)]
 struct Inner {
     list: Vec<Candidate>,
-    index: HashMap<u128, usize>,
+    index: Index,
     /// The lowest candidate for a period, as [`lowest`] finds it, kept between offers: a
     /// full rule's every offer needs it (the floor), and a scan of the 1,000 candidates for
     /// each one cost more than the rest of the request (`benches/cpu.sh`).
