@@ -251,8 +251,8 @@ impl Inner {
 
     /// Keeps [`Inner::low`] true after the candidate at `at` took `ratio` in `period`:
     /// the lowest stays the lowest unless that candidate was it and rose (then it is found
-    /// again), and a lower one, or an equal one earlier in the list (the scan's first),
-    /// takes its place.
+    /// again, [`Inner::rose`]), and a lower one, or an equal one earlier in the list (the
+    /// scan's first), takes its place.
     fn moved(&mut self, at: usize, ratio: f64, period: u32) {
         let Some(l) = self.low.filter(|l| l.period == period) else {
             self.low = None;
@@ -261,8 +261,20 @@ impl Inner {
         if ratio < l.ratio || (ratio == l.ratio && at <= l.at) {
             self.low = Some(Low { period, at, ratio });
         } else if at == l.at {
-            self.low = None;
+            self.rose(l);
         }
+    }
+
+    /// The lowest `l` rose (or was replaced by a higher one): the next lowest is the first
+    /// candidate after it at the same ratio, if there is one, as the scan would find it
+    /// (those before it are higher, those after it no lower); else it is found again. In a
+    /// new period every candidate counts 0, and offers that come in list order would each
+    /// raise the lowest: a scan of the list each time cost 1.2k instructions a request
+    /// (`benches/cpu.sh`, `MODE=instructions`), the step to the next a few.
+    fn rose(&mut self, l: Low) {
+        let next = (self.list.iter().enumerate().skip(l.at + 1))
+            .find(|(_, c)| c.ratio_at(l.period).total_cmp(&l.ratio).is_eq());
+        self.low = next.map(|(at, _)| Low { at, ..l });
     }
 }
 
@@ -330,7 +342,11 @@ impl Candidates {
                     let old = std::mem::replace(&mut inner.list[low], c);
                     inner.index.remove(&old.key);
                     inner.index.insert(key, low);
-                    inner.low = None;
+                    inner.rose(Low {
+                        period,
+                        at: low,
+                        ratio: r,
+                    });
                 }
             }
         }
