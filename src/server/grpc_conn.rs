@@ -272,11 +272,12 @@ impl<C: AsyncWrite + Unpin> AsyncWrite for Guarded<C> {
 /// `max_concurrent_requests` are in flight (a request is held from its headers until its
 /// answer, so streams opened and never finished would otherwise hold memory up to
 /// connections × streams each), and CANCELLED past `request_timeout`, as tonic's own
-/// timeout answers. Here rather than tonic's `Server::timeout`, which arms a timer for every
-/// request: this one is armed only when the answer is not ready at its first poll, which a
-/// local decision always is (some 500 instructions a request, `benches/cpu.sh`
-/// `MODE=instructions`). The deadline counts from that first poll, which hyper makes as the
-/// request's headers arrive. A client's `grpc-timeout` header is still tonic's to apply.
+/// timeout answers. Here rather than tonic's `Server::timeout`, which makes a timer for
+/// every request: this one is made only when the answer is not ready at its first poll,
+/// and a local decision whose body came with its headers is (some 500 instructions a
+/// request fewer, `benches/cpu.sh` `MODE=instructions`). The deadline counts from that
+/// first poll, which hyper makes as the request's headers arrive. A client's `grpc-timeout`
+/// header is still tonic's to apply.
 #[derive(Debug, Clone)]
 pub struct InflightLimit {
     slots: Arc<Semaphore>,
