@@ -384,10 +384,13 @@ pub(crate) fn serve_grpc(
         tonic_reflection::pb::v1alpha::server_reflection_server::SERVICE_NAME,
     );
     let stop = CancellationToken::new();
-    let inflight = server::grpc_conn::InflightLimit::new(limits.max_concurrent_requests);
+    // The request timeout is the layer's, not tonic's `timeout` (see `InflightLimit`).
+    let inflight = server::grpc_conn::InflightLimit::new(
+        limits.max_concurrent_requests,
+        limits.request_timeout,
+    );
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(limits.max_concurrent_streams))
-        .timeout(limits.request_timeout)
         .layer(inflight.clone())
         .add_service(health)
         .add_service(grpc::reflection(&served).with_service_name(v1).build_v1()?)

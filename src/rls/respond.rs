@@ -23,8 +23,9 @@ use crate::rules::Rule;
 #[derive(Default)]
 pub(super) struct Response<'a> {
     statuses: Vec<DescriptorStatus>,
-    /// Per status: seconds until a refused request would be admitted (`Retry-After`).
-    retry_secs: Vec<u64>,
+    /// Per status, when the response headers are on: seconds until a refused request would
+    /// be admitted (`Retry-After`). Not allocated otherwise: every request would pay for it.
+    retry_secs: Option<Vec<u64>>,
     /// Per status, when the IETF headers or the problem body are on: a limited descriptor's
     /// policy.
     policies: Option<Vec<Option<Policy<'a>>>>,
@@ -39,7 +40,10 @@ impl<'a> Response<'a> {
     pub(super) fn with_capacity(n: usize, opts: &Options) -> Self {
         Response {
             statuses: Vec::with_capacity(n),
-            retry_secs: Vec::with_capacity(n),
+            retry_secs: opts
+                .response_headers
+                .is_some()
+                .then(|| Vec::with_capacity(n)),
             policies: opts.wants_policies().then(|| Vec::with_capacity(n)),
             ..Default::default()
         }
@@ -118,7 +122,9 @@ impl<'a> Response<'a> {
 
     fn push(&mut self, status: DescriptorStatus, retry_secs: u64, policy: Option<Policy<'a>>) {
         self.statuses.push(status);
-        self.retry_secs.push(retry_secs);
+        if let Some(r) = &mut self.retry_secs {
+            r.push(retry_secs);
+        }
         if let Some(p) = &mut self.policies {
             p.push(policy);
         }
@@ -144,7 +150,7 @@ impl<'a> Response<'a> {
                 opts.header_format,
                 &self.statuses,
                 policies,
-                &self.retry_secs,
+                self.retry_secs.as_deref().unwrap_or_default(),
                 refused,
             ),
             None => Vec::new(),

@@ -24,7 +24,6 @@
 //! ids and entity keys), `origin.rs` (where each rule was written, its line found on demand),
 //! `miss.rs` (why a descriptor matched no rule).
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 mod bucket;
@@ -212,7 +211,7 @@ pub struct Match<'a> {
 /// equivalent descriptor select the same nodes and count in the same counter.
 #[derive(Debug, Clone)]
 struct Walk<'s> {
-    level: &'s HashMap<String, KeyLevel>,
+    level: &'s tree::Map<KeyLevel>,
     key: EntityKey,
 }
 
@@ -239,7 +238,7 @@ impl<'s> Walk<'s> {
 /// The compiled rules of every domain. Immutable; replaced whole on reload.
 #[derive(Debug, Default)]
 pub struct RuleSet {
-    domains: HashMap<String, HashMap<String, KeyLevel>>,
+    domains: tree::Map<tree::Map<KeyLevel>>,
     rules: Vec<Rule>,
     /// Where each rule was written, in the order of `rules` (`origin.rs`).
     origins: Vec<Origin>,

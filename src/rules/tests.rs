@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::rules::model::parse;
+use std::collections::HashMap;
 
 pub(super) fn set(yaml: &str) -> RuleSet {
     RuleSet::compile(&[("t.yaml".into(), parse("t.yaml", yaml).unwrap())], false).unwrap()

@@ -1,8 +1,8 @@
 //! The gRPC port's connections and the bounds on what one client can make the server hold:
 //! connections accepted under a cap kept below the open-files limit, the TLS handshake and
 //! the HTTP/2 preface under one deadline, a connection closed when its client sends nothing
-//! for the idle timeout, and (applied by tonic, set from [`GrpcLimits`]) streams per
-//! connection, requests in flight across the process and a deadline per request.
+//! for the idle timeout, streams per connection (applied by tonic), and requests in flight
+//! across the process and a deadline per request ([`InflightLimit`]).
 //!
 //! Why not tonic's own accept loop: it accepts without bound, keeps a connection that never
 //! sends a byte forever (5,000 such sockets used up the descriptors: new Envoy connections,
@@ -15,7 +15,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -146,6 +146,11 @@ pub struct Guarded<C> {
     /// not on every read.
     last_read: Instant,
     idle_timeout: Duration,
+    /// The waker the deadline was last polled with: while it still wakes this task and the
+    /// deadline has not passed, the timer holds it and need not be polled again. A read
+    /// comes back pending a few times a request, and polling the timer each time cost
+    /// some 300 instructions a request (`benches/cpu.sh`, `MODE=instructions`).
+    armed: Option<Waker>,
 }
 
 impl<C> Guarded<C> {
@@ -157,12 +162,27 @@ impl<C> Guarded<C> {
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
             last_read: Instant::now(),
             idle_timeout: limits.idle_timeout,
+            armed: None,
         }
     }
 
     /// While no byte arrives: whether the connection is past its preface deadline or idle.
     fn expired(&mut self, cx: &mut Context<'_>) -> Option<&'static str> {
-        while self.deadline.as_mut().poll(cx).is_ready() {
+        let armed = self.armed.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
+        if armed && !self.deadline.is_elapsed() {
+            return None;
+        }
+        self.armed = None;
+        loop {
+            // Out of tokio's budget a timer is pending without taking the waker: it is
+            // polled again next time.
+            let registers = tokio::task::coop::has_budget_remaining();
+            if self.deadline.as_mut().poll(cx).is_pending() {
+                if registers {
+                    self.armed = Some(cx.waker().clone());
+                }
+                return None;
+            }
             if self.preface_left > 0 {
                 return Some("no HTTP/2 preface before the handshake timeout");
             }
@@ -172,7 +192,6 @@ impl<C> Guarded<C> {
             }
             self.deadline.as_mut().reset(idle_until);
         }
-        None
     }
 }
 
@@ -201,6 +220,7 @@ impl<C: AsyncRead + Unpin> AsyncRead for Guarded<C> {
                         if self.preface_left == 0 {
                             let idle_until = self.last_read + self.idle_timeout;
                             self.deadline.as_mut().reset(idle_until);
+                            self.armed = None;
                         }
                     }
                 }
@@ -248,21 +268,30 @@ impl<C: AsyncWrite + Unpin> AsyncWrite for Guarded<C> {
     }
 }
 
-/// A tower layer that answers RESOURCE_EXHAUSTED at once when `max_concurrent_requests` are
-/// in flight: a request is held from its headers until its answer, so streams opened and
-/// never finished would otherwise hold memory up to connections × streams each.
+/// A tower layer for a request's two bounds: it is answered RESOURCE_EXHAUSTED at once when
+/// `max_concurrent_requests` are in flight (a request is held from its headers until its
+/// answer, so streams opened and never finished would otherwise hold memory up to
+/// connections × streams each), and CANCELLED past `request_timeout`, as tonic's own
+/// timeout answers. Here rather than tonic's `Server::timeout`, which makes a timer for
+/// every request: this one is made only when the answer is not ready at its first poll,
+/// and a local decision whose body came with its headers is (some 500 instructions a
+/// request fewer, `benches/cpu.sh` `MODE=instructions`). The deadline counts from that
+/// first poll, which hyper makes as the request's headers arrive. A client's `grpc-timeout`
+/// header is still tonic's to apply.
 #[derive(Debug, Clone)]
 pub struct InflightLimit {
     slots: Arc<Semaphore>,
     max: usize,
+    timeout: Duration,
 }
 
 impl InflightLimit {
-    /// A limit of `max` requests in flight (at least 1).
-    pub fn new(max: usize) -> Self {
+    /// A limit of `max` requests in flight (at least 1), each answered within `timeout`.
+    pub fn new(max: usize, timeout: Duration) -> Self {
         InflightLimit {
             slots: Arc::new(Semaphore::new(max.max(1))),
             max: max.max(1),
+            timeout,
         }
     }
 
@@ -284,6 +313,7 @@ impl<S> tower::Layer<S> for InflightLimit {
         Inflight {
             inner,
             slots: self.slots.clone(),
+            timeout: self.timeout,
         }
     }
 }
@@ -293,9 +323,8 @@ impl<S> tower::Layer<S> for InflightLimit {
 pub struct Inflight<S> {
     inner: S,
     slots: Arc<Semaphore>,
+    timeout: Duration,
 }
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, B> tower::Service<http::Request<B>> for Inflight<S>
 where
@@ -305,7 +334,7 @@ where
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, S::Error>>;
+    type Future = Answer<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -313,18 +342,64 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         match self.slots.clone().try_acquire_owned() {
-            Ok(slot) => {
-                let answer = self.inner.call(req);
-                Box::pin(async move {
-                    let r = answer.await;
-                    drop(slot);
-                    r
-                })
-            }
-            Err(_) => Box::pin(std::future::ready(Ok(tonic::Status::resource_exhausted(
+            Ok(slot) => Answer::Admitted {
+                answer: Box::pin(self.inner.call(req)),
+                deadline: None,
+                timeout: self.timeout,
+                _slot: slot,
+            },
+            Err(_) => Answer::Refused,
+        }
+    }
+}
+
+/// [`Inflight`]'s answer: the service's, holding its slot until dropped, under the deadline;
+/// or the refusal.
+pub enum Answer<F> {
+    /// In flight.
+    Admitted {
+        answer: Pin<Box<F>>,
+        /// Armed at the first poll that finds the answer not ready.
+        deadline: Option<Pin<Box<Sleep>>>,
+        timeout: Duration,
+        _slot: OwnedSemaphorePermit,
+    },
+    /// Past `max_concurrent_requests`.
+    Refused,
+}
+
+impl<F, E> Future for Answer<F>
+where
+    F: Future<Output = Result<http::Response<tonic::body::Body>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        match self.get_mut() {
+            Answer::Refused => Poll::Ready(Ok(tonic::Status::resource_exhausted(
                 "too many requests in flight (GRPC_MAX_CONCURRENT_REQUESTS)",
             )
-            .into_http()))),
+            .into_http())),
+            Answer::Admitted {
+                answer,
+                deadline,
+                timeout,
+                ..
+            } => {
+                if let Poll::Ready(r) = answer.as_mut().poll(cx) {
+                    return Poll::Ready(r);
+                }
+                let timeout = *timeout;
+                let deadline =
+                    deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                match deadline.as_mut().poll(cx) {
+                    // tonic's answer past its own timeout (`Status::from_error`).
+                    Poll::Ready(()) => {
+                        Poll::Ready(Ok(tonic::Status::cancelled("Timeout expired").into_http()))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 }

@@ -21,6 +21,7 @@
 //! candidate's entity when it answers.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -190,10 +191,36 @@ impl Candidate {
     }
 }
 
+/// Hashes an entity key to its own low 64 bits: the key is already a hash (XXH3-128), as the
+/// table's index takes it (`shard.rs`). SipHash over it cost the request path some 300
+/// instructions an offer (`benches/cpu.sh`, `MODE=instructions`).
+#[derive(Debug, Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u128(&mut self, key: u128) {
+        self.0 = key as u64;
+    }
+
+    /// Not reached for a `u128` key (`write_u128` above); mixes bytes in, should it be.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+/// The candidates' index: an entity key to its place in the list.
+type Index = HashMap<u128, usize, BuildHasherDefault<KeyHasher>>;
+
 #[derive(Debug, Default)]
 struct Inner {
     list: Vec<Candidate>,
-    index: HashMap<u128, usize>,
+    index: Index,
     /// The lowest candidate for a period, as [`lowest`] finds it, kept between offers: a
     /// full rule's every offer needs it (the floor), and a scan of the 1,000 candidates for
     /// each one cost more than the rest of the request (`benches/cpu.sh`).
@@ -224,8 +251,8 @@ impl Inner {
 
     /// Keeps [`Inner::low`] true after the candidate at `at` took `ratio` in `period`:
     /// the lowest stays the lowest unless that candidate was it and rose (then it is found
-    /// again), and a lower one, or an equal one earlier in the list (the scan's first),
-    /// takes its place.
+    /// again, [`Inner::rose`]), and a lower one, or an equal one earlier in the list (the
+    /// scan's first), takes its place.
     fn moved(&mut self, at: usize, ratio: f64, period: u32) {
         let Some(l) = self.low.filter(|l| l.period == period) else {
             self.low = None;
@@ -234,8 +261,20 @@ impl Inner {
         if ratio < l.ratio || (ratio == l.ratio && at <= l.at) {
             self.low = Some(Low { period, at, ratio });
         } else if at == l.at {
-            self.low = None;
+            self.rose(l);
         }
+    }
+
+    /// The lowest `l` rose (or was replaced by a higher one): the next lowest is the first
+    /// candidate after it at the same ratio, if there is one, as the scan would find it
+    /// (those before it are higher, those after it no lower); else it is found again. In a
+    /// new period every candidate counts 0, and offers that come in list order would each
+    /// raise the lowest: a scan of the list each time cost 1.2k instructions a request
+    /// (`benches/cpu.sh`, `MODE=instructions`), the step to the next a few.
+    fn rose(&mut self, l: Low) {
+        let next = (self.list.iter().enumerate().skip(l.at + 1))
+            .find(|(_, c)| c.ratio_at(l.period).total_cmp(&l.ratio).is_eq());
+        self.low = next.map(|(at, _)| Low { at, ..l });
     }
 }
 
@@ -303,7 +342,11 @@ impl Candidates {
                     let old = std::mem::replace(&mut inner.list[low], c);
                     inner.index.remove(&old.key);
                     inner.index.insert(key, low);
-                    inner.low = None;
+                    inner.rose(Low {
+                        period,
+                        at: low,
+                        ratio: r,
+                    });
                 }
             }
         }

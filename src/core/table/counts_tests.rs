@@ -270,3 +270,27 @@ fn limits_requests_supply_leave_no_set_behind() {
     assert_eq!(t.limit_sets(), 200);
     assert_eq!(t.inner.sets.read().sets.len(), 200);
 }
+
+#[test]
+fn offers_in_list_order_in_a_new_period_keep_the_lowest_a_scan_finds() {
+    // The load of `benches/cpu.sh`: every key held, and in a new period each offered in the
+    // order it was admitted, so each offer raises the lowest (then the next one is it).
+    let t = table(10);
+    let c = t.rule_counts(RULE, &[per_minute(100)]);
+    let cands = &c.candidates;
+    for i in 0..MAX_CANDIDATES as u64 {
+        cands.offer(key(i), 0.25, 1, || entries(i));
+    }
+    for i in 0..MAX_CANDIDATES as u64 {
+        cands.offer(key(i), 0.5, 2, || entries(i));
+        let mut inner = cands.inner.lock();
+        let scanned = lowest(&inner.list, 2);
+        assert_eq!(inner.lowest(2), scanned, "offer {i}");
+        let want = if i + 1 < MAX_CANDIDATES as u64 {
+            0.0
+        } else {
+            0.5
+        };
+        assert_eq!(scanned.map(|(_, r)| r), Some(want), "offer {i}");
+    }
+}

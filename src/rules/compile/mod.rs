@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use super::error::{self, place, ConfigError};
 use super::locate::Step;
 use super::model::{self, DescriptorConfig, RulesFile};
-use super::tree::{KeyLevel, Kind, Node, MAX_WILDCARD_CHECKS};
+use super::tree::{KeyLevel, Kind, Map, Node, MAX_WILDCARD_CHECKS};
 use super::{Rule, RuleSet};
 use crate::core::Algorithm;
 
@@ -225,7 +225,7 @@ impl Compiler<'_> {
 
     fn load(
         &mut self,
-        level: &mut HashMap<String, KeyLevel>,
+        level: &mut Map<KeyLevel>,
         parent_key: &str,
         descriptors: &[DescriptorConfig],
         inherited_value_to_metric: bool,
@@ -272,7 +272,7 @@ impl Compiler<'_> {
     /// is below it.
     fn descriptor(
         &mut self,
-        level: &mut HashMap<String, KeyLevel>,
+        level: &mut Map<KeyLevel>,
         parent_key: &str,
         d: &DescriptorConfig,
         final_key: String,
@@ -317,7 +317,7 @@ impl Compiler<'_> {
             rule,
             share_threshold: d.share_threshold,
             value_to_metric: d.value_to_metric,
-            children: HashMap::new(),
+            children: Map::default(),
         };
         self.node.push(Step::Key("descriptors"));
         self.load(

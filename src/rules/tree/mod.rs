@@ -9,8 +9,9 @@
 //! `work.rs` (the bytes a lookup examines, counted in tests).
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 mod automaton;
 mod glob;
@@ -19,6 +20,32 @@ mod wildcard;
 pub(crate) mod work;
 
 use wildcard::WildcardIndex;
+
+/// A map of the tree's names (domains, keys, values) under [`NameHasher`].
+pub(crate) type Map<V> = HashMap<String, V, BuildHasherDefault<NameHasher>>;
+
+/// Hashes the tree's names with XXH3 rather than std's SipHash: a request looks up its
+/// domain, each entry's key, and its last value's override and exact value, and SipHash
+/// cost some 100 instructions a lookup more (`benches/cpu.sh`, `MODE=instructions`).
+/// SipHash's random keys guard a map whose keys an attacker chooses; these maps hold the
+/// rules' names only, which a request cannot add to.
+#[derive(Debug, Default)]
+pub(crate) struct NameHasher(u64);
+
+impl Hasher for NameHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = xxh3_64_with_seed(bytes, self.0);
+    }
+
+    /// A `str`'s terminator (`0xff`), after its bytes.
+    fn write_u8(&mut self, b: u8) {
+        self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -35,12 +62,12 @@ pub(crate) struct Node {
     pub(crate) rule: Option<usize>,
     pub(crate) share_threshold: bool,
     pub(crate) value_to_metric: bool,
-    pub(crate) children: HashMap<String, KeyLevel>,
+    pub(crate) children: Map<KeyLevel>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct KeyLevel {
-    pub(crate) exact: HashMap<String, Node>,
+    pub(crate) exact: Map<Node>,
     /// Wildcard patterns in file order: the first that matches wins.
     pub(crate) wildcards: Vec<(String, Node)>,
     /// The index of `wildcards`, built by [`KeyLevel::index_wildcards`] once the level's
@@ -54,7 +81,7 @@ pub(crate) struct KeyLevel {
     /// its own rule. A request's last entry looks here first, as it would look up an exact
     /// value (an override is that value's rule); values never repeat across a level's
     /// overrides and exact values (compiling checks).
-    pub(crate) overrides: HashMap<String, usize>,
+    pub(crate) overrides: Map<usize>,
 }
 
 /// The most passes over a value that one level's wildcard patterns may need beyond the four

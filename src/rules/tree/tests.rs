@@ -12,7 +12,7 @@ fn node() -> Node {
         rule: None,
         share_threshold: false,
         value_to_metric: false,
-        children: HashMap::new(),
+        children: Map::default(),
     }
 }
 
