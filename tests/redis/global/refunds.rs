@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::status;
 use crate::common::redis::{sync_mode, RedisServer};
-use crate::common::Server;
+use crate::common::{wait_for_body, Server};
 
 /// Every `sluice:v2` counter's fields, summed by kind: hits (`<id>`), refunds as stated
 /// (`<id>-`, negative) and refunds kept out (`<id>+`). Their sum is the count.
@@ -59,6 +59,11 @@ impl Fleet {
             limit,
             now_ms: std::cell::Cell::new(0),
         };
+        // A counted itself alone until its heartbeat met B's: on a loaded machine later than
+        // B was ready. Both count two before the key's first request.
+        for s in &fleet.servers {
+            wait_for_body(s.http, "/metrics", "sluice_sync_live_replicas 2\n").await;
+        }
         // The fleet formed before the key's first request, as time runs in a deployment:
         // with both clocks still at the start's instant, the key's first reply would share
         // it with the heartbeat reply that counted the second replica, which reads as a key
