@@ -61,6 +61,17 @@ fn reset(p: &Proc, key: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// Queries `k` through `a` and `b` in turn until both deny (the fleet's count reached 20
+/// and both read it), then lets a few ticks (100 ms each) pass without hits: every replica
+/// has sent its hits and read the fleet's count, so each one's view is at the limit.
+fn over_on_both(a: &Proc, b: &Proc) {
+    wait_until(10, "both replicas to deny", || {
+        let (x, y) = (code(a, "k"), code(b, "k"));
+        x == "OVER_LIMIT" && y == "OVER_LIMIT"
+    });
+    std::thread::sleep(Duration::from_millis(300));
+}
+
 /// Queries `key` through `p` until it is admitted; how long that took and how many queries.
 fn admitted_within(p: &Proc, key: &str) -> (Duration, u64) {
     let start = Instant::now();
@@ -77,13 +88,7 @@ fn a_key_at_its_limit_is_admitted_again_on_both_replicas_within_a_tick_of_a_rese
     let redis = RedisServer::start();
     let f = fleet(&redis);
     let [a, b] = &f.replicas;
-    // Alternating until both deny: the fleet's count reached 20 and both read it.
-    wait_until(10, "both replicas to deny", || {
-        let (x, y) = (code(a, "k"), code(b, "k"));
-        x == "OVER_LIMIT" && y == "OVER_LIMIT"
-    });
-    // A few ticks (100 ms each) without hits: every replica has sent its hits.
-    std::thread::sleep(Duration::from_millis(300));
+    over_on_both(a, b);
     let cleared = reset(a, "k");
     let limit = &cleared["descriptors"][0]["limits"][0];
     assert_eq!(cleared["descriptors"][0]["rule"], "r.k", "{cleared}");
@@ -184,12 +189,7 @@ fn an_idle_replica_learns_of_a_reset_within_a_tick_without_a_request() {
     let redis = RedisServer::start();
     let f = fleet(&redis);
     let [a, b] = &f.replicas;
-    wait_until(10, "both replicas to deny", || {
-        let (x, y) = (code(a, "k"), code(b, "k"));
-        x == "OVER_LIMIT" && y == "OVER_LIMIT"
-    });
-    // Every replica has sent its hits and read the fleet's count: B's view is at the limit.
-    std::thread::sleep(Duration::from_millis(300));
+    over_on_both(a, b);
     assert!(explained_count(b, "k") >= 20, "B's view before the reset");
     reset(a, "k");
     // No request for the key on B: B learns of the reset from the reset log its heartbeat
