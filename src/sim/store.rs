@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::global::memory::MemoryStore;
+use crate::global::sync::beat_in_one;
 use crate::global::{Answer, Others, Presence, ShardStore, StoreError, SyncItem, Trip};
 use crate::global::{Beat, Heartbeat};
 
@@ -148,21 +149,13 @@ impl ShardStore for SimStore {
         "sim"
     }
     async fn round_trip(&self, replica: u64, trip: Trip<'_>) -> Result<Answer, StoreError> {
-        let mut answer = Answer::default();
-        if let Some(p) = trip.publish {
-            answer.others = self.presence(replica, p.items, p.now_ms, p.ttl_ms).await?;
-        }
-        match trip.beat {
-            Some(beat) => {
-                (answer.totals, answer.beat) =
-                    self.sync_and_beat(replica, trip.items, beat).await?;
-            }
-            None if !trip.items.is_empty() => {
-                answer.totals = self.sync(replica, trip.items).await?
-            }
-            None => {}
-        }
-        Ok(answer)
+        beat_in_one(
+            trip,
+            |items| self.sync(replica, items),
+            |items, beat| self.sync_and_beat(replica, items, beat),
+            |p| self.presence(replica, p.items, p.now_ms, p.ttl_ms),
+        )
+        .await
     }
 
     async fn time_ms(&self) -> Result<u64, StoreError> {

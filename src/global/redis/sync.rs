@@ -119,7 +119,7 @@ use super::keys::{bucket_key_of, field, window_key};
 use super::pool::{OpenError, RedisPool, Shard};
 use super::script::{self, Call, Lua};
 
-use crate::global::sync::store::{Answer, Trip};
+use crate::global::sync::store::{beat_in_one, Answer, Trip};
 use crate::global::{Beat, Heartbeat, Others, Presence, ShardStore, StoreError, SyncItem, SyncOp};
 
 /// States parts and reads counters (see the module docs). KEYS: two per item (current,
@@ -498,21 +498,13 @@ impl ShardStore for RedisStore {
     /// The sync and the heartbeat in one pipeline (on a cluster: at once); the streams are
     /// a call of their own (`presence.rs`), as the presence loop sends them alone.
     async fn round_trip(&self, replica: u64, trip: Trip<'_>) -> Result<Answer, StoreError> {
-        let mut answer = Answer::default();
-        if let Some(p) = trip.publish {
-            answer.others = self.presence(replica, p.items, p.now_ms, p.ttl_ms).await?;
-        }
-        match trip.beat {
-            Some(beat) => {
-                (answer.totals, answer.beat) =
-                    self.sync_and_beat(replica, trip.items, beat).await?;
-            }
-            None if !trip.items.is_empty() => {
-                answer.totals = self.sync(replica, trip.items).await?
-            }
-            None => {}
-        }
-        Ok(answer)
+        beat_in_one(
+            trip,
+            |items| self.sync(replica, items),
+            |items, beat| self.sync_and_beat(replica, items, beat),
+            |p| self.presence(replica, p.items, p.now_ms, p.ttl_ms),
+        )
+        .await
     }
 
     async fn time_ms(&self) -> Result<u64, StoreError> {

@@ -30,6 +30,7 @@ pub use queue::{ShardRouter, SyncQueues, SyncStats};
 pub use settings::SyncSettings;
 pub use shard::ShardSync;
 pub use store::{
-    in_steps, new_generation, new_replica_id, Answer, Beat, Heartbeat, Others, Presence, Publish,
-    ResetNews, ResetRead, ShardStore, StoreError, StoreErrorKind, SyncItem, SyncOp, Trip,
+    beat_in_one, in_steps, new_generation, new_replica_id, Answer, Beat, Heartbeat, Others,
+    Presence, Publish, ResetNews, ResetRead, ShardStore, StoreError, StoreErrorKind, SyncItem,
+    SyncOp, Trip,
 };

@@ -372,6 +372,31 @@ where
     Ok(answer)
 }
 
+/// A [`Trip`] for a store that sends the sync and the heartbeat in one call (Redis, the
+/// simulator's): the streams, then the items with the heartbeat, or the items alone.
+pub async fn beat_in_one<'a, S, SB, P>(
+    trip: Trip<'a>,
+    sync: impl FnOnce(&'a [SyncItem]) -> S,
+    sync_and_beat: impl FnOnce(&'a [SyncItem], &'a Heartbeat) -> SB,
+    publish: impl FnOnce(Publish<'a>) -> P,
+) -> Result<Answer, StoreError>
+where
+    S: Future<Output = Result<Vec<[u64; 2]>, StoreError>>,
+    SB: Future<Output = Result<(Vec<[u64; 2]>, Option<Beat>), StoreError>>,
+    P: Future<Output = Result<Vec<Others>, StoreError>>,
+{
+    let mut answer = Answer::default();
+    if let Some(p) = trip.publish {
+        answer.others = publish(p).await?;
+    }
+    match trip.beat {
+        Some(beat) => (answer.totals, answer.beat) = sync_and_beat(trip.items, beat).await?,
+        None if !trip.items.is_empty() => answer.totals = sync(trip.items).await?,
+        None => {}
+    }
+    Ok(answer)
+}
+
 /// A shard of the shared store.
 pub trait ShardStore: Send + Sync + 'static {
     /// A name for logs and readiness (no secrets).
