@@ -284,11 +284,11 @@ fn surges() {
 
 /// A surge to three times the limit after a quiet spell at half of it, from both sides: the
 /// per-second bucket shared by one to fifty Envoys, and the per-minute window by one to ten,
-/// at 1 s and 5 s reports, admit at most 1.10× what the exact limiter fed the same arrivals
-/// admits in the surge's first period (the quiet fleet's buckets are full as it begins), and
-/// 0.90–1.10× after it. A per-second window misses (up to twice the exact limiter in the
-/// surge's first second) and fifty Envoys on a per-minute window admit 0.85× after it:
-/// docs/accuracy.md says why.
+/// at 1 s and 5 s reports, admit 0.90–1.10× what the exact limiter fed the same arrivals
+/// admits in the surge's first period (the quiet fleet's buckets are full as it begins) and
+/// after it, and at most 1.10× in the quiet spell. A per-second window misses (up to twice
+/// the exact limiter in the surge's first second) and fifty Envoys on a per-minute window
+/// admit 0.88–0.91× after it: docs/accuracy.md says why.
 #[test]
 fn a_surge_after_a_quiet_spell_admits_its_limit_both_ways() {
     let (bucket, minute) = (&SCALES[0], &SCALES[2]);
@@ -307,14 +307,13 @@ fn a_surge_after_a_quiet_spell_admits_its_limit_both_ways() {
         let r = run(&surge(scale, fleet, report_ms));
         let b = surge_bounds(scale, &r);
         let what = format!("{}, {} Envoys, {report_ms} ms reports", scale.name, fleet.0);
-        if b.quiet > MAX_ADMITTED || b.first > MAX_ADMITTED {
-            failures.push(format!(
-                "{what}: {:.3}x quiet, {:.3}x as the surge began",
-                b.quiet, b.first
-            ));
+        if b.quiet > MAX_ADMITTED {
+            failures.push(format!("{what}: {:.3}x in the quiet spell", b.quiet));
         }
-        if !(0.90..=MAX_ADMITTED).contains(&b.after) {
-            failures.push(format!("{what}: {:.3}x after the surge began", b.after));
+        for (when, got) in [("as the surge began", b.first), ("after it", b.after)] {
+            if !(0.90..=MAX_ADMITTED).contains(&got) {
+                failures.push(format!("{what}: {got:.3}x {when}"));
+            }
         }
         reports.push((scale, r));
     }
