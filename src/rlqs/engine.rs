@@ -397,7 +397,7 @@ impl Quotas {
         let pressed = over_rate(room.rate, &demands, rest);
         let fleet_streams = (members.len() as u64).saturating_add(rest.streams);
         let burst = burst_fractions(&fractions, fleet_streams);
-        let mut assigned: Vec<Assignment> = assign_split(&room, &fractions, &burst, ttl);
+        let mut assigned = assign_split(&room, &fractions, &burst, ttl, pressed);
         if !pressed {
             pad_under_rate(&room, &fractions, &mut assigned);
         }

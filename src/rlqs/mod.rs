@@ -20,6 +20,7 @@
 //! - `share.rs`: the pure arithmetic of dividing one limit among the streams sharing a bucket:
 //!   each stream's demand from its reports, its fraction of the fleet's room, and the
 //!   assignment (token bucket or blanket rule, TTL) Envoy gets for it.
+//! - `assignment.rs`: what a stream is sent for a bucket (strategy, TTL) and its encoding.
 //! - `room.rs`: what a counter leaves the fleet: tokens at once, the rate and what comes
 //!   back, and when the streams must be denied.
 //! - `published.rs`: the engine as the fleet's presence exchange sees it (`global/presence/`).
@@ -28,6 +29,7 @@
 //! Layers: `rlqs` uses the core, the rules (a bucket id's bounds), the limiter (`rls`),
 //! `global`'s presence exchange and `telemetry`; the transport is `server/rlqs.rs`.
 
+pub mod assignment;
 pub mod config;
 pub mod engine;
 pub mod listing;

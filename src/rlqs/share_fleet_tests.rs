@@ -68,7 +68,7 @@ fn tokens_at_once_are_half_by_share_half_even_and_sum_within_the_room() {
     assert!((burst[0] - (0.9 + 0.25) / 2.0).abs() < 1e-12);
     assert!((burst[1] - (0.05 + 0.25) / 2.0).abs() < 1e-12);
     assert!(burst.iter().sum::<f64>() <= 1.0);
-    let assigned = assign_split(&room(100, 10.0), &fractions, &burst, TTL);
+    let assigned = assign_split(&room(100, 10.0), &fractions, &burst, TTL, false);
     let tokens: u32 = assigned.iter().map(max_of).sum();
     assert!(tokens <= 100, "{assigned:?}");
     // The rate follows the rate's fractions, not the tokens'.
@@ -78,8 +78,35 @@ fn tokens_at_once_are_half_by_share_half_even_and_sum_within_the_room() {
     let b = burst_fractions(&[0.5, 0.5], 0);
     assert!((b[0] - 0.5).abs() < 1e-12);
     // The same fractions for both: as `assign_all`.
-    let same = assign_split(&room(100, 10.0), &fractions, &fractions, TTL);
+    let same = assign_split(&room(100, 10.0), &fractions, &fractions, TTL, false);
     assert_eq!(same, assign_all(&room(100, 10.0), &fractions, TTL));
+}
+
+#[test]
+fn a_pressed_fleet_near_its_limit_keeps_every_stream_a_few_tokens() {
+    // Fifty streams at 0.02 each of a window's last ten tokens: rounded down, most get
+    // none, and each of those would be denied although the room has tokens.
+    let fractions = [0.02; 50];
+    let calm = assign_split(&room(10, 10.0), &fractions, &fractions, TTL, false);
+    let denied = calm
+        .iter()
+        .filter(|a| a.strategy == Strategy::DenyAll)
+        .count();
+    assert_eq!(denied, 40, "{calm:?}");
+    // Pressed, every stream runs its share with MIN_PRESSED_TOKENS at once.
+    let pressed = assign_split(&room(10, 10.0), &fractions, &fractions, TTL, true);
+    for a in &pressed {
+        assert_eq!(u64::from(max_of(a)), MIN_PRESSED_TOKENS);
+        assert!((rate_of(a) - 0.2).abs() < 1e-9, "{a:?}");
+    }
+    // A larger share keeps its own; no room is still no room.
+    let big = assign_split(&room(100, 10.0), &[0.5, 0.5], &[0.5, 0.5], TTL, true);
+    assert_eq!(max_of(&big[0]), 50);
+    let none = assign_split(&room(0, 10.0), &fractions, &fractions, TTL, true);
+    assert!(
+        none.iter().all(|a| a.strategy == Strategy::DenyAll),
+        "{none:?}"
+    );
 }
 
 #[test]

@@ -6,6 +6,10 @@ use proptest::prelude::{prop, prop_assert, prop_assert_eq, proptest};
 
 use super::*;
 use crate::rlqs::replace::{carried_tokens, must_send};
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{
+    BlanketRule, Strategy as PbStrategy,
+};
+use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 
 /// Envoy 1.40's real reporting cadence.
 const INTERVAL: Duration = Duration::from_secs(5);
