@@ -1,9 +1,10 @@
 //! The steps `Service::start` (lib.rs) takes, each a piece of the running service: the rules
 //! at start, the parts built once and handed down ([`Shared`]: the entity table and the
-//! fleet), global mode opened, the limiter and the quota service on them, then global mode
-//! started with the quota service's engine, the rules source (files or xDS), the reference's metric outlets,
-//! the quota service's state, the gRPC and HTTP servers, gRPC health and readiness (after
-//! the fleet's join in global mode, and as xDS says), the idle-entity sweeper.
+//! fleet), global mode opened (its stores and the queues for them), the limiter and the
+//! quota service's state on them, then global mode started and handed the quota service's
+//! engine; the rules source (files or xDS), the reference's metric outlets, the gRPC and
+//! HTTP servers, gRPC health and readiness (after the fleet's join in global mode, and as
+//! xDS says), the idle-entity sweeper.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use crate::core::clock::Clock;
 use crate::core::table::EntityTable;
 use crate::global::redis::RedisStore;
-use crate::global::SyncQueues;
-use crate::global::{self, Fleet, Global, Joining, Parts, PresenceSource, Stores, SyncConfig};
+use crate::global::{
+    self, Fleet, Global, Joining, Parts, PresenceSource, Stores, SyncConfig, SyncQueues,
+};
 use crate::rlqs::{self, published::Published, Quotas};
 use crate::rls::{GlobalMode, RateLimiter};
 use crate::rules::{self, model::ConfigError};

@@ -172,8 +172,9 @@ pub struct Compiled {
 /// table of a million entities in 4 s, at about 1 % of a core.
 const SWEEP_BUDGET: usize = 4096;
 
-/// Global mode's ways to the fleet, handed to the limiter at its start: the queues
-/// `global::spawn` returns, and what the wiring built before it and handed to it too.
+/// Global mode's ways to the fleet, handed to the limiter at its start: what the wiring
+/// built before global mode starts and hands `global::spawn` too (`global::Parts`), and
+/// the exact rules' client.
 pub struct GlobalMode {
     /// Where entities with news are queued for the background sync.
     pub queues: Arc<SyncQueues>,
