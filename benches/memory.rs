@@ -15,8 +15,8 @@ use sluice::core::clock::{Clock, ManualClock, UnixMillis};
 use sluice::core::table::EntityTable;
 use sluice::core::SyncPolicy;
 use sluice::global::{
-    self, new_replica_id, Answer, Beat, Fleet, Global, Heartbeat, Others, ShardStore, StoreError,
-    Stores, SyncConfig, SyncItem, SyncOp, SyncQueues, SyncSettings, Trip,
+    self, new_replica_id, Answer, Beat, Fleet, Global, Heartbeat, Others, Parts, ShardStore,
+    StoreError, Stores, SyncConfig, SyncItem, SyncOp, SyncQueues, SyncSettings, Trip,
 };
 use sluice::rls::{GlobalMode, Options, RateLimiter};
 use sluice::rules::RuleSet;
@@ -99,26 +99,39 @@ fn measure(case: &str) {
         .enable_time()
         .build()
         .unwrap();
-    // Built once and handed down, as the service's wiring does.
+    // Built once and handed down, as the service's wiring does: the limiter on the table,
+    // the fleet and the queues, then global mode handed the same.
     let table = EntityTable::new(Options::default().cache);
     let fleet = Arc::new(Fleet::new(new_replica_id()));
-    let global = case
-        .starts_with("global")
-        .then(|| start_global(&rt, &clock, &telemetry, &table, &fleet));
-    let queues = global.as_ref().map(|g| g.queues.clone());
+    let opened = case.starts_with("global").then(|| {
+        let config = sync_config();
+        let stores = Stores::one(Arc::new(NullStore));
+        let queues = stores.queues(&config);
+        (config, stores, queues)
+    });
+    let queues = opened.as_ref().map(|(_, _, queues)| queues.clone());
     let limiter = RateLimiter::new(
         rules,
         vec![],
         Arc::new(clock.clone()),
         Options::default(),
-        telemetry,
-        table,
+        telemetry.clone(),
+        table.clone(),
         queues.clone().map(|queues| GlobalMode {
             queues,
-            fleet,
+            fleet: fleet.clone(),
             exact: None,
         }),
     );
+    let _global = opened.map(|(config, stores, queues)| {
+        let parts = Parts {
+            table,
+            fleet,
+            queues,
+            presence: None,
+        };
+        start_global(&rt, &clock, &telemetry, (config, stores), parts)
+    });
     let (before, after) = track_every_value(&limiter, &clock, queues.as_deref(), &rt);
     // The default bound is 1M: the value sent before the measure made room for the last.
     assert_eq!(
@@ -146,16 +159,9 @@ fn rules_for(case: &str) -> RuleSet {
     sluice::rules::compile_sources(&[("rules.yaml".into(), yaml)], false).unwrap()
 }
 
-/// Global mode as the service starts it, on a store that keeps nothing; its sync ticks
-/// every millisecond (of real time), so that the queue drains whenever the bench lets the
-/// runtime run.
-fn start_global(
-    rt: &Runtime,
-    clock: &ManualClock,
-    telemetry: &Arc<Telemetry>,
-    table: &EntityTable,
-    fleet: &Arc<Fleet>,
-) -> Global {
+/// The sync's settings: a tick every millisecond (of real time), so that the queue drains
+/// whenever the bench lets the runtime run.
+fn sync_config() -> SyncConfig {
     let settings = SyncSettings {
         policy: SyncPolicy {
             tick_ms: 1,
@@ -163,11 +169,21 @@ fn start_global(
         },
         ..SyncSettings::default()
     };
+    SyncConfig::new(settings, 1_000_000)
+}
+
+/// Global mode as the service starts it, on a store that keeps nothing.
+fn start_global(
+    rt: &Runtime,
+    clock: &ManualClock,
+    telemetry: &Arc<Telemetry>,
+    (config, stores): (SyncConfig, Stores<NullStore>),
+    parts: Parts,
+) -> Global {
     rt.block_on(global::spawn(
-        SyncConfig::new(settings, 1_000_000),
-        Stores::one(Arc::new(NullStore)),
-        table.clone(),
-        fleet.clone(),
+        config,
+        stores,
+        parts,
         Arc::new(clock.clone()),
         telemetry,
         CancellationToken::new(),

@@ -22,7 +22,9 @@
 //! - `global/`: global mode's sync (`sync/`: the store trait, per-shard queues, what the
 //!   heartbeats say of the fleet (`fleet.rs`), the shard task, health, clock offset), Redis (`redis/`), exact rules' store
 //!   calls (`exact/`), the fleet's presence exchange (`presence/`) and a replica's join
-//!   (`join.rs`). Its settings are its own (`global::Config`); `global::spawn` starts it.
+//!   (`join.rs`). Its settings are its own (`global::Config`); `global::spawn` starts it,
+//!   handed the table, the fleet, the queues and the quota service's engine (`global::Parts`)
+//!   that the wiring built once and handed the limiter and the quota service too.
 //! - `server/`: gRPC (TLS/mTLS optional), HTTP admin and proto3 JSON, signals/readiness.
 //! - `sources/`: where the rules come from: files (loaded, watched, reloaded) or xDS.
 //! - `settings/`: the service's flags and environment; `telemetry/`: metrics (their names in
@@ -81,7 +83,7 @@ use crate::settings::Settings;
 use crate::sources::ReloadStatus;
 use crate::telemetry::{otel, Telemetry};
 use crate::wiring::{
-    grpc_limits, load_rules, serve_grpc, serve_http, set_health, spawn_reporters,
+    grpc_limits, load_rules, open_global, serve_grpc, serve_http, set_health, spawn_reporters,
     spawn_rules_source, spawn_sweeper, start_global, start_quotas, turn_ready, ServerTask, Shared,
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
@@ -259,18 +261,26 @@ impl Service {
         let sync_stop = CancellationToken::new();
         // Built once, handed to global mode, the limiter and the quota service.
         let shared = Shared::new(settings);
-        let started =
-            start_global(settings, &shared, clock.clone(), &telemetry, &sync_stop).await?;
-        let (global, mode) = started.unzip();
+        let (opened, mode) = open_global(settings, &shared)?.unzip();
         let limiter = RateLimiter::new(
             rules,
             files,
-            clock,
+            clock.clone(),
             settings.options.clone(),
             telemetry.clone(),
-            shared.table,
+            shared.table.clone(),
             mode,
         );
+        let quotas = start_quotas(settings, &limiter, &shared.fleet, &telemetry);
+        // Started once the quota service exists (it is handed its engine), and before the
+        // rules source and the sweeper, which read the clock it corrects.
+        let global = match opened {
+            Some(opened) => {
+                let quotas = quotas.as_ref();
+                Some(start_global(opened, &shared, quotas, clock, &telemetry, &sync_stop).await)
+            }
+            None => None,
+        };
         let reload_status = Arc::new(ReloadStatus::default());
         if settings.xds.is_none() {
             // The rules loaded above are the first load: `/rlconfig/status` counts it, as
@@ -282,13 +292,6 @@ impl Service {
             spawn_rules_source(settings, &limiter, &reload_status, &background)?;
         spawn_sweeper(limiter.clone(), background.clone());
         spawn_reporters(settings, &telemetry, &background).await?;
-        let quotas = start_quotas(
-            settings,
-            &limiter,
-            &shared.fleet,
-            &telemetry,
-            global.as_ref(),
-        );
         let rlqs_stops = server::rlqs::Stops::default();
         let (health, health_service) = wiring::Health::new(quotas.is_some());
         // Serving at once only with nothing to wait for: rules over xDS, or (global mode) the

@@ -1,8 +1,10 @@
 //! The steps `Service::start` (lib.rs) takes, each a piece of the running service: the rules
 //! at start, the parts built once and handed down ([`Shared`]: the entity table and the
-//! fleet), global mode and the limiter on them, the rules source (files or xDS), the reference's metric outlets,
-//! the quota service's state, the gRPC and HTTP servers, gRPC health and readiness (after
-//! the fleet's join in global mode, and as xDS says), the idle-entity sweeper.
+//! fleet), global mode opened (its stores and the queues for them), the limiter and the
+//! quota service's state on them, then global mode started and handed the quota service's
+//! engine; the rules source (files or xDS), the reference's metric outlets, the gRPC and
+//! HTTP servers, gRPC health and readiness (after the fleet's join in global mode, and as
+//! xDS says), the idle-entity sweeper.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +16,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
 use crate::core::table::EntityTable;
-use crate::global::{self, Fleet, Global, Joining};
-use crate::rlqs::{self, Quotas};
+use crate::global::redis::RedisStore;
+use crate::global::{
+    self, Fleet, Global, Joining, Parts, PresenceSource, Stores, SyncConfig, SyncQueues,
+};
+use crate::rlqs::{self, published::Published, Quotas};
 use crate::rls::{GlobalMode, RateLimiter};
 use crate::rules::{self, model::ConfigError};
 use crate::server::grpc::{self, RlsService};
@@ -84,55 +89,71 @@ impl Shared {
     }
 }
 
-/// Global mode, when a Redis is set: its stores opened and its tasks started on the shared
-/// table and fleet, stopping on `stop`; and the limiter's ways to it (the queues, the fleet,
-/// the exact rules' client).
-pub(crate) async fn start_global(
+/// Global mode opened but not started: its stores (nothing dialled yet), the queues for
+/// them, its sync's settings.
+pub(crate) struct Opened {
+    sync: SyncConfig,
+    stores: Stores<RedisStore>,
+    queues: Arc<SyncQueues>,
+}
+
+/// Global mode, when a Redis is set: its stores opened, and the limiter's ways to it (the
+/// queues for them, the shared fleet, the exact rules' client), so that the limiter and
+/// the quota service are built before global mode starts ([`start_global`]).
+pub(crate) fn open_global(
     settings: &Settings,
     shared: &Shared,
-    clock: Arc<dyn Clock>,
-    telemetry: &Telemetry,
-    stop: &CancellationToken,
-) -> Result<Option<(Global, GlobalMode)>, RunError> {
+) -> Result<Option<(Opened, GlobalMode)>, RunError> {
     let Some(config) = settings.global() else {
         return Ok(None);
     };
     let (stores, exact) = global::connect(&config)?;
-    let (table, fleet) = (shared.table.clone(), shared.fleet.clone());
-    let g = global::spawn(
-        config.sync,
-        stores,
-        table,
-        fleet,
-        clock,
-        telemetry,
-        stop.clone(),
-    )
-    .await;
+    let queues = stores.queues(&config.sync);
     let mode = GlobalMode {
-        queues: g.queues.clone(),
+        queues: queues.clone(),
         fleet: shared.fleet.clone(),
         exact: Some(exact),
     };
-    Ok(Some((g, mode)))
+    let opened = Opened {
+        sync: config.sync,
+        stores,
+        queues,
+    };
+    Ok(Some((opened, mode)))
 }
 
-/// The quota service's state, when it is on: its metrics registered and, in global mode,
-/// attached to the fleet's presence exchange.
+/// Starts global mode on what [`open_global`] opened, the shared table and fleet, and the
+/// quota service's engine when it is on (its streams per counter exchanged with the fleet
+/// every sync tick); its tasks stop on `stop`.
+pub(crate) async fn start_global(
+    opened: Opened,
+    shared: &Shared,
+    quotas: Option<&Arc<Quotas>>,
+    clock: Arc<dyn Clock>,
+    telemetry: &Telemetry,
+    stop: &CancellationToken,
+) -> Global {
+    let presence = quotas.map(|q| Arc::new(Published(q.clone())) as Arc<dyn PresenceSource>);
+    let parts = Parts {
+        table: shared.table.clone(),
+        fleet: shared.fleet.clone(),
+        queues: opened.queues,
+        presence,
+    };
+    let (sync, stores) = (opened.sync, opened.stores);
+    global::spawn(sync, stores, parts, clock, telemetry, stop.clone()).await
+}
+
+/// The quota service's state, when it is on, with its metrics registered: built before
+/// global mode starts, which is handed it ([`start_global`]).
 pub(crate) fn start_quotas(
     settings: &Settings,
     limiter: &Arc<RateLimiter>,
     fleet: &Arc<Fleet>,
     telemetry: &Telemetry,
-    global: Option<&Global>,
 ) -> Option<Arc<Quotas>> {
     let quotas = Quotas::new(limiter.clone(), settings.rlqs.clone()?, fleet.clone());
     rlqs::register_metrics(telemetry, &quotas);
-    if let Some(g) = global {
-        // The fleet's streams per counter, exchanged every sync tick.
-        g.presence
-            .attach(Arc::new(rlqs::published::Published(quotas.clone())));
-    }
     Some(quotas)
 }
 

@@ -8,7 +8,7 @@ use super::*;
 use crate::core::clock::UnixMillis;
 use crate::core::table::{CacheSettings, EntityTable};
 use crate::global::memory::MemoryStore;
-use crate::global::{spawn, Global, Stores, SyncConfig};
+use crate::global::{spawn, Global, Parts, Stores, SyncConfig};
 use crate::telemetry::Telemetry;
 
 const T0: u64 = 1_700_000_040_000;
@@ -40,11 +40,17 @@ async fn replica(
     };
     let telemetry = Telemetry::new().expect("a metrics pipeline");
     let clock: Arc<dyn Clock> = Arc::new(TokioClock { zero });
+    let stores = Stores::one(store.clone());
+    let parts = Parts {
+        table: EntityTable::new(CacheSettings::default()),
+        fleet: Arc::new(Fleet::new(id)),
+        queues: stores.queues(&config),
+        presence: None,
+    };
     spawn(
         config,
-        Stores::one(store.clone()),
-        EntityTable::new(CacheSettings::default()),
-        Arc::new(Fleet::new(id)),
+        stores,
+        parts,
         clock,
         &telemetry,
         CancellationToken::new(),

@@ -7,11 +7,16 @@ use std::sync::Arc;
 
 use opentelemetry::KeyValue;
 
-use crate::global::{Fleet, Global, ShardHealth, SyncStats};
+use crate::global::{Fleet, Global, ShardHealth, SyncQueues, SyncStats};
 use crate::telemetry::{names, SeriesFn, Telemetry};
 
-pub(super) fn register_metrics(t: &Telemetry, g: &Global, fleet: &Arc<Fleet>) {
-    let s = g.queues.stats.clone();
+pub(super) fn register_metrics(
+    t: &Telemetry,
+    g: &Global,
+    queues: &Arc<SyncQueues>,
+    fleet: &Arc<Fleet>,
+) {
+    let s = queues.stats.clone();
     let counters: [crate::telemetry::CounterRow<SyncStats>; 9] = [
         (names::SYNC_TICKS, |s| s.ticks.load(Ordering::Relaxed)),
         (names::SYNC_ITEMS, |s| s.items_sent.load(Ordering::Relaxed)),
@@ -39,17 +44,17 @@ pub(super) fn register_metrics(t: &Telemetry, g: &Global, fleet: &Arc<Fleet>) {
     ];
     t.counter_table(&s, &counters);
     register_labelled_counters(t, &s);
-    register_shard_gauges(t, g, fleet);
+    register_shard_gauges(t, g, queues, fleet);
     register_presence(t, g);
 }
 
 /// The RLQS presence loop's counters (`presence/`): calls by result, counters sent.
 fn register_presence(t: &Telemetry, g: &Global) {
-    let hub = g.presence.clone();
+    let stats = g.presence.clone();
     t.counter(
         names::PRESENCE_CALLS,
         Arc::new(move || {
-            let s = hub.stats();
+            let s = &stats;
             vec![
                 (
                     s.calls_ok.load(Ordering::Relaxed),
@@ -62,10 +67,10 @@ fn register_presence(t: &Telemetry, g: &Global) {
             ]
         }),
     );
-    let hub = g.presence.clone();
+    let stats = g.presence.clone();
     t.counter(
         names::PRESENCE_ITEMS,
-        Arc::new(move || vec![(hub.stats().items_sent.load(Ordering::Relaxed), vec![])]),
+        Arc::new(move || vec![(stats.items_sent.load(Ordering::Relaxed), vec![])]),
     );
 }
 
@@ -110,8 +115,8 @@ fn register_labelled_counters(t: &Telemetry, s: &Arc<SyncStats>) {
 }
 
 /// Gauges of the queues and of each shard's health.
-fn register_shard_gauges(t: &Telemetry, g: &Global, fleet: &Arc<Fleet>) {
-    let q = g.queues.clone();
+fn register_shard_gauges(t: &Telemetry, g: &Global, queues: &Arc<SyncQueues>, fleet: &Arc<Fleet>) {
+    let q = queues.clone();
     t.gauge(
         names::SYNC_PENDING_ENTITIES,
         Arc::new(move || q.len() as u64),

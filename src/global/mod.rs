@@ -1,12 +1,14 @@
 //! Starting global mode: [`connect`] opens the Redis stores (the sync's, and the exact rules'
 //! client), [`spawn`] starts one sync task per shard and the clock-offset task over any stores
-//! (Redis, or the simulator's in-memory one), the RLQS presence loop (`presence/`, idle until
-//! the quota service attaches), the replica's join of the fleet (`join.rs`, which readiness
-//! waits for) and registers the sync metrics. The entity table and the [`Fleet`] are not
-//! global mode's: the wiring builds them once and hands them to [`spawn`], the limiter and the
-//! quota service. `lib::run` calls both and, at shutdown, waits for [`Global::join`] (the
-//! tasks' final flush); the simulator and the benches call [`spawn`]. Global mode's settings
-//! are its own ([`Config`], `config.rs`).
+//! (Redis, or the simulator's in-memory one), the RLQS presence loop when the quota service
+//! is on (`presence/`), the replica's join of the fleet (`join.rs`, which readiness waits
+//! for) and registers the sync metrics. What global mode shares with the limiter and the
+//! quota service is not built here: the caller builds it once ([`Parts`]: the entity table,
+//! the [`Fleet`], the queues from [`Stores::queues`], the quota service's engine) and hands
+//! the same to the limiter, the quota service and [`spawn`], so nothing is attached later.
+//! `lib::run` calls both and, at shutdown, waits for [`Global::join`] (the tasks' final
+//! flush); the simulator and the benches call [`spawn`]. Global mode's settings are its own
+//! ([`Config`], `config.rs`).
 //!
 //! Every task runs under `supervise` (`supervise.rs`): one that panics or ends before
 //! shutdown is logged, counted, marks its shard degraded with the reason, and is restarted
@@ -29,7 +31,7 @@ pub mod sync;
 pub use config::{Config, PerSecondRedis, RedisSettings, SyncConfig, SyncSettings};
 pub use exact::{ExactClient, ExactItem, ExactStore, ResetItem, ResetKind};
 pub use join::{JoinStatus, Joining};
-pub use presence::{Others, Presence, PresenceHub, PresenceSource};
+pub use presence::{Others, Presence, PresenceSource, PresenceStats};
 pub use redis::OpenError;
 pub use sync::{
     measure_offset, new_generation, new_replica_id, Answer, Beat, Fleet, Heartbeat, Publish,
@@ -57,13 +59,10 @@ const OFFSET_EVERY: Duration = Duration::from_secs(30);
 
 /// Running global mode.
 pub struct Global {
-    /// Where the hot path queues entities.
-    pub queues: Arc<SyncQueues>,
     /// Each shard's health.
     pub health: Vec<Arc<ShardHealth>>,
-    /// Where the RLQS engine attaches itself to publish its streams per counter and learn
-    /// the fleet's (`presence/`).
-    pub presence: PresenceHub,
+    /// The presence loop's counters (`presence/`): zeros when no engine was handed.
+    pub presence: Arc<PresenceStats>,
     /// This replica's join of the fleet: readiness waits for [`Joining::done`].
     pub joining: Joining,
     tasks: Vec<JoinHandle<()>>,
@@ -95,6 +94,41 @@ impl<S> Stores<S> {
             per_second: Vec::new(),
         }
     }
+}
+
+impl<S: ShardStore> Stores<S> {
+    /// The queues the hot path marks entities in, one per shard of these stores, routed as
+    /// the sync routes them (per-second rules to the per-second group), holding at most
+    /// `config.max_queued`: built before [`spawn`], so that the limiter and the quota
+    /// service are built on them first and global mode is handed them ([`Parts::queues`]).
+    pub fn queues(&self, config: &SyncConfig) -> Arc<SyncQueues> {
+        let (main, per_second) = (shard_names(&self.main), shard_names(&self.per_second));
+        Arc::new(SyncQueues::new(
+            ShardRouter::with_per_second(&main, &per_second),
+            main.len() + per_second.len(),
+            config.max_queued,
+        ))
+    }
+}
+
+/// The stores' names, which route entities to them.
+fn shard_names<S: ShardStore>(stores: &[Arc<S>]) -> Vec<String> {
+    stores.iter().map(|s| s.name().to_string()).collect()
+}
+
+/// What [`spawn`] is handed, built once by its caller (the wiring, the simulator, the
+/// benches), which hands the same table, fleet and queues to the limiter, and the fleet to
+/// the quota service whose engine is `presence`.
+pub struct Parts {
+    /// The entities the limiter counts in, which the sync reads and settles.
+    pub table: EntityTable,
+    /// What this replica knows of the fleet: the heartbeats write it, decisions read it.
+    pub fleet: Arc<Fleet>,
+    /// Where the hot path queues entities with news ([`Stores::queues`] of the same stores).
+    pub queues: Arc<SyncQueues>,
+    /// The quota service's engine, when it is on: its streams per counter are published and
+    /// the fleet's learnt every tick (`presence/`). Without it no presence task runs.
+    pub presence: Option<Arc<dyn PresenceSource>>,
 }
 
 /// Opens the Redis stores of `config`: the sync's, and the exact rules' client (pools of
@@ -161,35 +195,36 @@ fn exact_client(config: &Config) -> Result<ExactClient, OpenError> {
     .with_reset_log_length(config.sync.settings.reset_log_length))
 }
 
-/// Starts global mode on `stores` for the entities of `table` and the replica `fleet` names
-/// (both built by the caller, which hands the same to the limiter): the queues the hot path
-/// marks entities in, the clock corrected from the first store's time, one supervised sync
-/// task per shard (which write the heartbeats' news to `fleet`), the
-/// clock-offset task, the join of the fleet (unless `config.join_timeout` is zero; its
+/// Starts global mode on `stores` with the `parts` the caller built (and handed to the
+/// limiter and the quota service too): the clock corrected from the first store's time, one
+/// supervised sync task per shard (which settle the table's entities the queues name and
+/// write the heartbeats' news to the fleet), the clock-offset task, the presence loop (when
+/// an engine is handed), the join of the fleet (unless `config.join_timeout` is zero; its
 /// deadline counted from now) and the sync metrics. The tasks stop (after a final flush) on
 /// `stop`. The service, the simulator and the benches all start global mode here.
 ///
 /// # Panics
-/// When `stores` has no main shard.
+/// When `stores` has no main shard, or `parts.queues` were not made for `stores`
+/// ([`Stores::queues`]).
 pub async fn spawn<S: ShardStore>(
     config: SyncConfig,
     stores: Stores<S>,
-    table: EntityTable,
-    fleet: Arc<Fleet>,
+    parts: Parts,
     clock: Arc<dyn Clock>,
     telemetry: &Telemetry,
     stop: CancellationToken,
 ) -> Global {
     let began = tokio::time::Instant::now();
-    let names = |g: &[Arc<S>]| -> Vec<String> { g.iter().map(|s| s.name().to_string()).collect() };
-    let (main_names, ps_names) = (names(&stores.main), names(&stores.per_second));
-    let queues = Arc::new(SyncQueues::new(
-        ShardRouter::with_per_second(&main_names, &ps_names),
-        main_names.len() + ps_names.len(),
-        config.max_queued,
-    ));
+    let Parts {
+        table,
+        fleet,
+        queues,
+        presence: source,
+    } = parts;
+    let (main_names, ps_names) = (shard_names(&stores.main), shard_names(&stores.per_second));
     let main_count = stores.main.len();
     let all: Vec<Arc<S>> = stores.main.into_iter().chain(stores.per_second).collect();
+    assert_eq!(queues.shards(), all.len(), "queues made for other stores");
     // Correct the clock before the first decision, so this node's epochs match the fleet's.
     let offset_timeout = config.settings.timeout * 10;
     adjust_clock(&*all[0], &*clock, offset_timeout).await;
@@ -228,30 +263,32 @@ pub async fn spawn<S: ShardStore>(
     }
     let w = watch("clock-offset task", None);
     tasks.push(spawn_offset(all[0].clone(), offset_timeout, w));
-    let presence = PresenceHub::default();
-    let l = PresenceLoop {
-        hub: presence.clone(),
-        stores: all[..main_count].to_vec(),
-        queues: queues.clone(),
-        fleet: fleet.clone(),
-        clock: clock.clone(),
-        settings: config.settings,
-    };
+    let presence = Arc::new(PresenceStats::default());
     let joining = spawn_join(&config, &all, &fleet, &clock, began, &stop, &mut tasks);
-    let w = watch("presence task", None);
-    tasks.push(tokio::spawn(supervise(w, move || {
-        let (l, stop) = (l.clone(), stop.clone());
-        l.run(stop)
-    })));
+    if let Some(source) = source {
+        let l = PresenceLoop {
+            source,
+            stats: presence.clone(),
+            stores: all[..main_count].to_vec(),
+            queues: queues.clone(),
+            fleet: fleet.clone(),
+            clock: clock.clone(),
+            settings: config.settings,
+        };
+        let w = watch("presence task", None);
+        tasks.push(tokio::spawn(supervise(w, move || {
+            let (l, stop) = (l.clone(), stop.clone());
+            l.run(stop)
+        })));
+    }
     tracing::info!(shards = ?main_names, per_second = ?ps_names, "global mode: syncing through Redis");
     let g = Global {
-        queues,
         health,
         presence,
         joining,
         tasks,
     };
-    register_metrics(telemetry, &g, &fleet);
+    register_metrics(telemetry, &g, &queues, &fleet);
     g
 }
 
@@ -397,11 +434,18 @@ mod tests {
         let config = SyncConfig::new(SyncSettings::default(), 1_000_000);
         let telemetry = Telemetry::new().expect("a metrics pipeline");
         let cache = EntityTable::new(CacheSettings::default());
+        let stores = Stores::one(store);
+        let queues = stores.queues(&config);
+        let parts = Parts {
+            table: cache.clone(),
+            fleet: Arc::new(Fleet::new(1)),
+            queues: queues.clone(),
+            presence: None,
+        };
         let g = spawn(
             config,
-            Stores::one(store),
-            cache.clone(),
-            Arc::new(Fleet::new(1)),
+            stores,
+            parts,
             Arc::new(clock.clone()),
             &telemetry,
             stop.clone(),
@@ -421,7 +465,7 @@ mod tests {
             || vec![limit],
             |e| {
                 crate::core::fixtures::hit(&mut e.state.states[0], &limit, clock.now(), 1);
-                g.queues.mark_dirty(e.key, e.state, false);
+                queues.mark_dirty(e.key, e.state, false);
             },
         );
 
@@ -432,13 +476,13 @@ mod tests {
                 .is_some_and(|e| e == "sync task stopped: panicked: boom")
         })
         .await;
-        assert_eq!(g.queues.stats.task_failures.load(Ordering::Relaxed), 1);
+        assert_eq!(queues.stats.task_failures.load(Ordering::Relaxed), 1);
 
         // Restarted after the backoff, the task sends the hit the panicking call held.
         wait_for("the shard back to ok", || shard.status() == ShardStatus::Ok).await;
-        wait_for("the queue to drain", || g.queues.is_empty()).await;
+        wait_for("the queue to drain", || queues.is_empty()).await;
         assert_eq!(cache.get(7, |e| e.state.states[0].pending()), Some(0));
-        assert_eq!(g.queues.stats.task_failures.load(Ordering::Relaxed), 1);
+        assert_eq!(queues.stats.task_failures.load(Ordering::Relaxed), 1);
         stop.cancel();
         g.join().await;
     }

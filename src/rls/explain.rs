@@ -1,5 +1,7 @@
 //! `POST /explain` and `sluice explain`: what a `ShouldRateLimit` request would be answered
-//! now, and why, charging nothing in any mode ([`RateLimiter::explain`]).
+//! now, and why, charging nothing in any mode: [`explain`], handed what it uses
+//! ([`Explaining`]) by [`RateLimiter::explain`](super::RateLimiter::explain), which gates and
+//! validates the request first.
 //!
 //! Each descriptor is resolved as a request's is (`resolve.rs`, `replaces` included) but
 //! without making metric series, and each limit is checked on a *copy* of its entity's
@@ -8,21 +10,24 @@
 //! find it, and never created. Nothing is queued for the sync either. Exact rules in global
 //! mode are read from the store with the exact script's read-only call (`commit` off: GETs
 //! only), since their counts live there; when it fails, from memory, and the answer says so.
-//! The overall code is `respond.rs`'s, on these outcomes.
+//! The overall code is `respond.rs`'s, on these outcomes. [`look_on`] is how `/top` reads
+//! a key too (`top.rs`).
 
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde::Serialize;
 
 use super::exact::natural;
 use super::resolve::{replaced_by, request_override, Target};
-use super::{hits_of, respond, validate, Compiled, RateLimiter, RequestError};
+use super::{hits_of, respond, Compiled, Options};
 use crate::core::clock::UnixMillis;
 use crate::core::decide::{pick, Outcome};
+use crate::core::table::EntityTable;
 use crate::core::{Algorithm, FleetView, LimitState, Verdict};
-use crate::global::ExactItem;
+use crate::global::{ExactClient, ExactItem, Fleet};
 use crate::rules::{Rule, Source};
 use crate::telemetry::RuleStats;
 
@@ -179,233 +184,268 @@ pub struct LimitJson {
 /// A limit's verdicts: as it stands (no hits), and with the request's hits.
 pub(super) type Looks = Vec<(Verdict, Verdict)>;
 
-// === impl RateLimiter ===
+/// What explaining a request is handed: the rules in force, the table (read, never
+/// written), and in global mode the fleet and the exact rules' client.
+pub(super) struct Explaining<'a> {
+    pub compiled: &'a Compiled,
+    pub table: &'a EntityTable,
+    /// Global mode: what the heartbeats say of the fleet, read once the store answered.
+    pub fleet: Option<&'a Fleet>,
+    /// Global mode: the exact rules' way to the store, read-only here.
+    pub exact: Option<&'a ExactClient>,
+    pub opts: &'a Options,
+}
 
-impl RateLimiter {
-    /// What `req` would be answered now, and why; nothing is counted, refunded, created,
-    /// queued for the sync or recorded in the request metrics. Validated as a request is.
-    ///
-    /// # Errors
-    /// [`RequestError`] as [`RateLimiter::should_rate_limit`] refuses.
-    pub async fn explain(&self, req: &RateLimitRequest) -> Result<Explanation, RequestError> {
-        // Refused once shutdown has begun, like a request; not held after, since an
-        // explanation counts nothing a final flush must see.
-        drop(self.gate.enter().ok_or(RequestError::ShuttingDown)?);
-        validate::validate(&self.opts, req)?;
-        let compiled = self.rules.load_full();
-        let now = self.clock.now();
-        let hits = hits_of(req);
-        let targets = self.quiet_targets(&compiled, req);
-        let replaced: Vec<Option<String>> = replaced_by(&targets)
-            .into_iter()
-            .map(|r| r.map(str::to_string))
-            .collect();
-        let looked_hits: Vec<u64> = hits
-            .iter()
-            .zip(&req.descriptors)
-            .map(|(&h, d)| if d.is_negative_hits { 0 } else { h })
-            .collect();
-        // What the request counts on: the targets but those another rule replaces.
-        let kept = kept(&targets, &replaced);
-        let (mut looks, exact_notes) = self.exact_looks(&kept, &looked_hits, now).await;
-        for (i, t) in kept.iter().enumerate() {
-            if looks[i].is_none() {
-                looks[i] = t.rule().and_then(|r| {
-                    let entity = match t {
-                        Target::Rule(_, e, ..) | Target::Override(_, e, _) => *e,
-                        Target::NoRule => return None,
-                    };
-                    self.look_in_memory(r, entity, now, looked_hits[i])
-                });
-            }
+/// What `req` (validated) would be answered at `now`, and why; nothing is counted,
+/// refunded, created, queued for the sync or recorded in the request metrics.
+pub(super) async fn explain(
+    at: &Explaining<'_>,
+    req: &RateLimitRequest,
+    now: UnixMillis,
+) -> Explanation {
+    let hits = hits_of(req);
+    let targets = quiet_targets(at.compiled, req);
+    let replaced: Vec<Option<String>> = replaced_by(&targets)
+        .into_iter()
+        .map(|r| r.map(str::to_string))
+        .collect();
+    let looked_hits: Vec<u64> = hits
+        .iter()
+        .zip(&req.descriptors)
+        .map(|(&h, d)| if d.is_negative_hits { 0 } else { h })
+        .collect();
+    // What the request counts on: the targets but those another rule replaces.
+    let kept = kept(&targets, &replaced);
+    let (mut looks, exact_notes) = exact_looks(at.exact, &kept, &looked_hits, now).await;
+    // Read once, after the store call: as the fleet stands when the memory is looked at.
+    let fleet = at.fleet.map_or(FleetView::ALONE, Fleet::view);
+    for (i, t) in kept.iter().enumerate() {
+        if looks[i].is_none() {
+            looks[i] = t.rule().and_then(|r| {
+                let entity = match t {
+                    Target::Rule(_, e, ..) | Target::Override(_, e, _) => *e,
+                    Target::NoRule => return None,
+                };
+                look_in_memory(at.table, &fleet, r, entity, now, looked_hits[i])
+            });
         }
-        let outcomes: Vec<Option<Outcome>> = looks
-            .iter()
-            .map(|l| {
-                l.as_ref()
-                    .and_then(|l| pick(l.iter().map(|(_, with)| *with)))
-            })
-            .collect();
-        let overall = self.overall(req, &kept, &outcomes);
-        let mut budget = LOCATE_BUDGET_BYTES;
-        let descriptors = req
-            .descriptors
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let rule = targets[i].rule();
-                let outcome = outcomes[i].filter(|_| replaced[i].is_none());
-                let over = outcome.is_some_and(|o| o.over);
-                let shadow = rule.is_some_and(|r| r.shadow_mode);
-                DescriptorExplanation {
-                    entries: d
-                        .entries
-                        .iter()
-                        .map(|e| EntryJson {
-                            key: e.key.clone(),
-                            value: e.value.clone(),
-                        })
-                        .collect(),
-                    hits: hits[i],
-                    refund: d.is_negative_hits,
-                    rule: rule.map(|r| RuleJson {
-                        name: r.name.clone(),
-                        full_key: r.full_key.clone(),
-                        source: source_json(&compiled, &targets[i], req, d, &mut budget),
-                        override_of: r.override_of.clone(),
-                        unlimited: r.unlimited,
-                        shadow_mode: r.shadow_mode,
-                        quota_mode: r.quota_mode,
-                        exact: exact_notes[i].clone(),
-                    }),
-                    no_match: rule.is_none().then(|| no_match(&compiled, &req.domain, d)),
-                    replaced_by: replaced[i].clone(),
-                    limits: match (rule, &looks[i]) {
-                        (Some(r), Some(l)) if replaced[i].is_none() => limits_json(r, l),
-                        _ => Vec::new(),
-                    },
-                    decision: code_name(over),
-                    code: code_name(over && !shadow),
-                }
-            })
-            .collect();
-        Ok(Explanation {
-            domain: req.domain.clone(),
-            overall_code: code_name(overall),
-            shadow_mode: self.opts.shadow_mode,
-            charged: false,
-            descriptors,
+    }
+    let outcomes: Vec<Option<Outcome>> = looks
+        .iter()
+        .map(|l| {
+            l.as_ref()
+                .and_then(|l| pick(l.iter().map(|(_, with)| *with)))
         })
+        .collect();
+    let overall = overall(at.opts, req, &kept, &outcomes);
+    let mut budget = LOCATE_BUDGET_BYTES;
+    let found = (targets.iter().zip(hits).zip(replaced))
+        .zip(looks.into_iter().zip(outcomes).zip(exact_notes))
+        .map(
+            |(((target, hits), replaced), ((looks, outcome), exact))| Found {
+                target,
+                hits,
+                replaced,
+                looks,
+                outcome,
+                exact,
+            },
+        );
+    let descriptors = (req.descriptors.iter().zip(found))
+        .map(|(d, found)| describe(at.compiled, req, d, found, &mut budget))
+        .collect();
+    Explanation {
+        domain: req.domain.clone(),
+        overall_code: code_name(overall),
+        shadow_mode: at.opts.shadow_mode,
+        charged: false,
+        descriptors,
     }
+}
 
-    /// Every descriptor's target as `resolve` finds it, but making no metric series: a
-    /// rule's own stats handle, a throwaway one for a request-supplied limit (the targets go
-    /// only to `respond.rs`, which reads no stats).
-    fn quiet_targets<'a>(&self, compiled: &'a Compiled, req: &RateLimitRequest) -> Vec<Target<'a>> {
-        req.descriptors
+/// What was found for one descriptor.
+struct Found<'a> {
+    target: &'a Target<'a>,
+    hits: u64,
+    /// The rule that `replaces` its rule in this request.
+    replaced: Option<String>,
+    looks: Option<Looks>,
+    outcome: Option<Outcome>,
+    /// Exact rules in global mode: where the counts came from.
+    exact: Option<String>,
+}
+
+/// One descriptor's explanation: its rule (where it was written, found within `budget`) or
+/// why none, its limits and decision.
+fn describe(
+    compiled: &Compiled,
+    req: &RateLimitRequest,
+    d: &RateLimitDescriptor,
+    found: Found<'_>,
+    budget: &mut usize,
+) -> DescriptorExplanation {
+    let rule = found.target.rule();
+    let outcome = found.outcome.filter(|_| found.replaced.is_none());
+    let over = outcome.is_some_and(|o| o.over);
+    let shadow = rule.is_some_and(|r| r.shadow_mode);
+    DescriptorExplanation {
+        entries: d
+            .entries
             .iter()
-            .map(|d| {
-                if let Some(o) = &d.limit {
-                    if !compiled.rules.has_domain(&req.domain) {
-                        return Target::NoRule;
-                    }
-                    let (rule, entity) = request_override(&req.domain, d, o);
-                    return Target::Override(rule, entity, Arc::new(RuleStats::default()));
-                }
-                match compiled.rules.find(&req.domain, &d.entries) {
-                    Some(m) => {
-                        Target::Rule(m.rule, m.entity, compiled.stats[m.index].clone(), None)
-                    }
-                    None => Target::NoRule,
-                }
+            .map(|e| EntryJson {
+                key: e.key.clone(),
+                value: e.value.clone(),
             })
+            .collect(),
+        hits: found.hits,
+        refund: d.is_negative_hits,
+        rule: rule.map(|r| RuleJson {
+            name: r.name.clone(),
+            full_key: r.full_key.clone(),
+            source: source_json(compiled, found.target, req, d, budget),
+            override_of: r.override_of.clone(),
+            unlimited: r.unlimited,
+            shadow_mode: r.shadow_mode,
+            quota_mode: r.quota_mode,
+            exact: found.exact,
+        }),
+        no_match: rule.is_none().then(|| no_match(compiled, &req.domain, d)),
+        limits: match (rule, &found.looks) {
+            (Some(r), Some(l)) if found.replaced.is_none() => limits_json(r, l),
+            _ => Vec::new(),
+        },
+        replaced_by: found.replaced,
+        decision: code_name(over),
+        code: code_name(over && !shadow),
+    }
+}
+
+/// Every descriptor's target as `resolve` finds it, but making no metric series: a rule's
+/// own stats handle, a throwaway one for a request-supplied limit (the targets go only to
+/// `respond.rs`, which reads no stats).
+fn quiet_targets<'a>(compiled: &'a Compiled, req: &RateLimitRequest) -> Vec<Target<'a>> {
+    req.descriptors
+        .iter()
+        .map(|d| {
+            if let Some(o) = &d.limit {
+                if !compiled.rules.has_domain(&req.domain) {
+                    return Target::NoRule;
+                }
+                let (rule, entity) = request_override(&req.domain, d, o);
+                return Target::Override(rule, entity, Arc::new(RuleStats::default()));
+            }
+            match compiled.rules.find(&req.domain, &d.entries) {
+                Some(m) => Target::Rule(m.rule, m.entity, compiled.stats[m.index].clone(), None),
+                None => Target::NoRule,
+            }
+        })
+        .collect()
+}
+
+/// A rule's limits checked on a copy of its entity's states in `table` (what the table's
+/// summary keeps of it when it was evicted while counting, as its next request would start
+/// from; fresh ones when neither: a first request's view, the prior included in global
+/// mode); `None` when unlimited.
+fn look_in_memory(
+    table: &EntityTable,
+    fleet: &FleetView,
+    rule: &Rule,
+    entity: u128,
+    now: UnixMillis,
+    hits: u64,
+) -> Option<Looks> {
+    let limits: Vec<_> = rule.limits.iter().map(|l| l.limit).collect();
+    let held = table.peek(entity, &limits, now);
+    look_on(rule, held, now, hits, fleet)
+}
+
+/// A rule's limits checked on `held` states (an entity's, copied; `None`: fresh ones), as
+/// this replica sees the fleet's count (`fleet`): what `/explain` and `/top` report.
+pub(super) fn look_on(
+    rule: &Rule,
+    held: Option<Vec<LimitState>>,
+    now: UnixMillis,
+    hits: u64,
+    fleet: &FleetView,
+) -> Option<Looks> {
+    if rule.unlimited || rule.limits.is_empty() {
+        return None;
+    }
+    let mut states = held.unwrap_or_else(|| {
+        rule.limits
+            .iter()
+            .map(|s| LimitState::restored(&s.limit, None))
             .collect()
-    }
+    });
+    Some(
+        rule.limits
+            .iter()
+            .zip(states.iter_mut())
+            .map(|(spec, state)| {
+                let standing = state.clone().check_with(&spec.limit, now, 0, fleet);
+                let with = state.check_with(&spec.limit, now, hits, fleet);
+                (standing, with)
+            })
+            .collect(),
+    )
+}
 
-    /// A rule's limits checked on a copy of its entity's states (what the table's summary
-    /// keeps of it when it was evicted while counting, as its next request would start from;
-    /// fresh ones when neither: a first request's view, the prior included in global mode);
-    /// `None` when unlimited.
-    fn look_in_memory(
-        &self,
-        rule: &Rule,
-        entity: u128,
-        now: UnixMillis,
-        hits: u64,
-    ) -> Option<Looks> {
-        let limits: Vec<_> = rule.limits.iter().map(|l| l.limit).collect();
-        let held = self.entities.peek(entity, &limits, now);
-        self.look_on(rule, held, now, hits)
-    }
-
-    /// A rule's limits checked on `held` states (an entity's, copied; `None`: fresh ones),
-    /// as this replica sees the fleet's count: what `/explain` and `/top` report.
-    pub(super) fn look_on(
-        &self,
-        rule: &Rule,
-        held: Option<Vec<LimitState>>,
-        now: UnixMillis,
-        hits: u64,
-    ) -> Option<Looks> {
-        if rule.unlimited || rule.limits.is_empty() {
-            return None;
-        }
-        let fleet = self.fleet.as_ref().map_or(FleetView::ALONE, |f| f.view());
-        let mut states = held.unwrap_or_else(|| {
-            rule.limits
-                .iter()
-                .map(|s| LimitState::restored(&s.limit, None))
-                .collect()
-        });
-        Some(
-            rule.limits
-                .iter()
-                .zip(states.iter_mut())
-                .map(|(spec, state)| {
-                    let standing = state.clone().check_with(&spec.limit, now, 0, &fleet);
-                    let with = state.check_with(&spec.limit, now, hits, &fleet);
-                    (standing, with)
-                })
-                .collect(),
-        )
-    }
-
-    /// Global mode: the exact rules' limits read from the store by one read-only call (the
-    /// exact script with `commit` off reads and writes nothing), and per descriptor where the
-    /// counts came from. `None` looks for every other descriptor, and for all of them when
-    /// the call fails (they are then looked at in memory, and the note says why).
-    async fn exact_looks(
-        &self,
-        targets: &[Target<'_>],
-        hits: &[u64],
-        now: UnixMillis,
-    ) -> (Vec<Option<Looks>>, Vec<Option<String>>) {
-        let n = targets.len();
-        let (mut looks, mut notes) = (vec![None; n], vec![None; n]);
-        let Some(client) = &self.exact else {
-            return (looks, notes);
-        };
-        let Some(plan) = super::exact::plan(targets, hits, |_| false, now) else {
-            return (looks, notes);
-        };
-        match client.check_and_count(&plan.items, false).await {
-            Ok(reply) => {
-                for ((it, c), &owner) in plan.items.iter().zip(&reply.counts).zip(&plan.owners) {
-                    let standing = natural(&ExactItem { hits: 0, ..*it }, now, c);
-                    let with = natural(it, now, c);
-                    looks[owner]
-                        .get_or_insert_with(Vec::new)
-                        .push((standing, with));
-                    notes[owner] = Some("store".to_string());
-                }
-            }
-            Err(e) => {
-                for &owner in &plan.owners {
-                    notes[owner] = Some(format!("memory (the store did not answer: {e})"));
-                }
+/// Global mode (with `client`): the exact rules' limits read from the store by one
+/// read-only call (the exact script with `commit` off reads and writes nothing), and per
+/// descriptor where the counts came from. `None` looks for every other descriptor, and for
+/// all of them when the call fails (they are then looked at in memory, and the note says
+/// why).
+async fn exact_looks(
+    client: Option<&ExactClient>,
+    targets: &[Target<'_>],
+    hits: &[u64],
+    now: UnixMillis,
+) -> (Vec<Option<Looks>>, Vec<Option<String>>) {
+    let n = targets.len();
+    let (mut looks, mut notes) = (vec![None; n], vec![None; n]);
+    let Some(client) = client else {
+        return (looks, notes);
+    };
+    let Some(plan) = super::exact::plan(targets, hits, |_| false, now) else {
+        return (looks, notes);
+    };
+    match client.check_and_count(&plan.items, false).await {
+        Ok(reply) => {
+            for ((it, c), &owner) in plan.items.iter().zip(&reply.counts).zip(&plan.owners) {
+                let standing = natural(&ExactItem { hits: 0, ..*it }, now, c);
+                let with = natural(it, now, c);
+                looks[owner]
+                    .get_or_insert_with(Vec::new)
+                    .push((standing, with));
+                notes[owner] = Some("store".to_string());
             }
         }
-        (looks, notes)
-    }
-
-    /// Whether the overall code would be `OVER_LIMIT`: `respond.rs`'s rules (quota groups,
-    /// rule and global shadow mode) on the outcomes.
-    fn overall(
-        &self,
-        req: &RateLimitRequest,
-        kept: &[Target<'_>],
-        outcomes: &[Option<Outcome>],
-    ) -> bool {
-        let mut response = respond::Response::with_capacity(kept.len(), &self.opts);
-        for (t, o) in kept.iter().zip(outcomes) {
-            match (t.rule(), o) {
-                (None, _) => response.no_rule(),
-                (Some(_), None) => response.unlimited(),
-                (Some(rule), Some(o)) => response.limited(rule, o, &self.opts, || t.policy_id()),
+        Err(e) => {
+            for &owner in &plan.owners {
+                notes[owner] = Some(format!("memory (the store did not answer: {e})"));
             }
         }
-        response.finish(req, kept, &self.opts).overall_code == Code::OverLimit as i32
     }
+    (looks, notes)
+}
+
+/// Whether the overall code would be `OVER_LIMIT`: `respond.rs`'s rules (quota groups, rule
+/// and global shadow mode) on the outcomes.
+fn overall(
+    opts: &Options,
+    req: &RateLimitRequest,
+    kept: &[Target<'_>],
+    outcomes: &[Option<Outcome>],
+) -> bool {
+    let mut response = respond::Response::with_capacity(kept.len(), opts);
+    for (t, o) in kept.iter().zip(outcomes) {
+        match (t.rule(), o) {
+            (None, _) => response.no_rule(),
+            (Some(_), None) => response.unlimited(),
+            (Some(rule), Some(o)) => response.limited(rule, o, opts, || t.policy_id()),
+        }
+    }
+    response.finish(req, kept, opts).overall_code == Code::OverLimit as i32
 }
 
 /// The targets a request counts on: `targets` but those another rule `replaces`, which
@@ -435,7 +475,7 @@ fn source_json(
     compiled: &Compiled,
     t: &Target<'_>,
     req: &RateLimitRequest,
-    d: &envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor,
+    d: &RateLimitDescriptor,
     budget: &mut usize,
 ) -> SourceJson {
     if matches!(t, Target::Override(..)) {
@@ -457,11 +497,7 @@ fn source_json(
 
 /// Why a descriptor matched no rule: the walk's stop (`rules/miss.rs`), a request-supplied
 /// limit for a domain without rules, or a rule that matched but was dropped.
-fn no_match(
-    compiled: &Compiled,
-    domain: &str,
-    d: &envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor,
-) -> NoMatchJson {
+fn no_match(compiled: &Compiled, domain: &str, d: &RateLimitDescriptor) -> NoMatchJson {
     use crate::rules::Miss;
     let miss = if d.limit.is_some() {
         Some(Miss::UnknownDomain)

@@ -12,9 +12,11 @@
 //! `exact: true` rules in global mode against the store
 //! ([`RateLimiter::should_rate_limit_async`]), its verdict on the store's counts the core's
 //! (`core/exact.rs`). `unit.rs` is the one mapping between the rules' units and the
-//! protocol's. `options.rs` holds the switches and bounds ([`Options`]). `explain.rs` says
-//! what a request would be answered, and why, counting nothing ([`RateLimiter::explain`],
-//! `POST /explain`).
+//! protocol's. `options.rs` holds the switches and bounds ([`Options`]). The operator's
+//! calls are functions handed what they use too: `explain.rs` says what a request would be
+//! answered, and why, counting nothing (`POST /explain`), `reset.rs` clears its counters
+//! (`POST /reset`), `top.rs` lists the keys nearest their limits (`GET /top`).
+//! `table_metrics.rs` registers the entity table's metrics.
 //!
 //! These semantics follow envoyproxy/ratelimit (docs/wire.md):
 //! - `hits_addend`: a descriptor's own value wins, 0 included (check without counting);
@@ -50,11 +52,11 @@ mod quota;
 mod reset;
 mod resolve;
 mod respond;
+mod table_metrics;
 mod top;
 mod unit;
 mod validate;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -67,7 +69,7 @@ use crate::core::FleetView;
 use crate::global::{ExactClient, Fleet, SyncQueues};
 use crate::rules::model::ConfigError;
 use crate::rules::{EntryRef, RuleSet};
-use crate::telemetry::{names, RuleStats, Telemetry};
+use crate::telemetry::{RuleStats, Telemetry};
 use answer::{answer, Answering};
 use decision_log::DecisionLog;
 use evaluate::Counting;
@@ -79,7 +81,7 @@ use gate::Gate;
 pub use options::{HeaderFormat, HeaderNames, Options, EXACT_BELOW};
 pub use quota::QuotaCount;
 pub use reset::{Cleared, ClearedDescriptor, ClearedLimit, ResetError};
-use resolve::{resolve_all, Target};
+use resolve::resolve_all;
 pub use top::{TopKey, TopKeys, TopQuery, MAX_TOP, TOP_READ_BUDGET};
 
 impl EntryRef for Entry {
@@ -170,8 +172,9 @@ pub struct Compiled {
 /// table of a million entities in 4 s, at about 1 % of a core.
 const SWEEP_BUDGET: usize = 4096;
 
-/// Global mode's ways to the fleet, handed to the limiter at its start: the queues
-/// `global::spawn` returns, and what the wiring built before it and handed to it too.
+/// Global mode's ways to the fleet, handed to the limiter at its start: what the wiring
+/// built before global mode starts and hands `global::spawn` too (`global::Parts`), and
+/// the exact rules' client.
 pub struct GlobalMode {
     /// Where entities with news are queued for the background sync.
     pub queues: Arc<SyncQueues>,
@@ -250,47 +253,8 @@ impl RateLimiter {
             telemetry,
             gate: Gate::default(),
         });
-        let entities = limiter.entities.clone();
-        limiter
-            .telemetry
-            .gauge(names::ENTITIES, Arc::new(move || entities.len()));
-        let entities = limiter.entities.clone();
-        limiter.telemetry.gauge(
-            names::ENTITY_TABLE_CAPACITY,
-            Arc::new(move || entities.capacity()),
-        );
-        let entities = limiter.entities.clone();
-        limiter.telemetry.counter(
-            names::ENTITY_EVICTIONS,
-            Arc::new(move || {
-                let s = entities.stats();
-                [
-                    ("free", &s.evicted_free),
-                    ("live", &s.evicted_live),
-                    ("idle", &s.expired_idle),
-                    ("ttl", &s.expired_ttl),
-                ]
-                .into_iter()
-                .map(|(kind, n)| {
-                    (
-                        n.load(Ordering::Relaxed),
-                        vec![opentelemetry::KeyValue::new("kind", kind)],
-                    )
-                })
-                .collect()
-            }),
-        );
-        let entities = limiter.entities.clone();
-        limiter.telemetry.counter(
-            names::ENTITY_RESTORED,
-            Arc::new(move || vec![(entities.stats().restored.load(Ordering::Relaxed), vec![])]),
-        );
-        let entities = limiter.entities.clone();
-        limiter.telemetry.counter(
-            names::ENTITY_OVER_BOUND,
-            Arc::new(move || vec![(entities.stats().over_bound.load(Ordering::Relaxed), vec![])]),
-        );
-        Self::register_rule_gauges(&limiter, &limiter.telemetry);
+        table_metrics::register(&limiter.telemetry, &limiter.entities);
+        top::register_rule_gauges(&limiter, &limiter.telemetry);
         limiter
     }
 
@@ -520,9 +484,58 @@ impl RateLimiter {
         }
     }
 
-    /// Every descriptor's target in `compiled` (`resolve.rs`).
-    fn resolve_all<'a>(&self, compiled: &'a Compiled, req: &RateLimitRequest) -> Vec<Target<'a>> {
-        resolve_all(compiled, &self.telemetry.rules, req)
+    /// What `req` would be answered now, and why, counting nothing (`explain.rs`).
+    /// Validated as a request is.
+    ///
+    /// # Errors
+    /// [`RequestError`] as [`RateLimiter::should_rate_limit`] refuses.
+    pub async fn explain(&self, req: &RateLimitRequest) -> Result<Explanation, RequestError> {
+        // Refused once shutdown has begun, like a request; not held after, since an
+        // explanation counts nothing a final flush must see.
+        drop(self.gate.enter().ok_or(RequestError::ShuttingDown)?);
+        validate::validate(&self.opts, req)?;
+        let compiled = self.rules.load_full();
+        let at = explain::Explaining {
+            compiled: &compiled,
+            table: &self.entities,
+            fleet: self.fleet.as_deref(),
+            exact: self.exact.as_ref(),
+            opts: &self.opts,
+        };
+        Ok(explain::explain(&at, req, self.clock.now()).await)
+    }
+
+    /// Clears the counters of every descriptor of `req`, resolved as in a decision, and
+    /// returns what was cleared (`reset.rs`).
+    ///
+    /// # Errors
+    /// A malformed request; in global mode, a store that could not be reset (then nothing
+    /// is cleared in memory either, and a retry is safe: a reset of a reset count is one).
+    pub async fn reset(&self, req: &RateLimitRequest) -> Result<Cleared, ResetError> {
+        validate::validate(&self.opts, req)?;
+        let now = self.clock.now();
+        let compiled = self.rules.load_full();
+        let targets = resolve_all(&compiled, &self.telemetry.rules, req);
+        let at = reset::Resetting {
+            table: &self.entities,
+            queues: self.sync.as_deref(),
+            exact: self.exact.as_ref(),
+            over: &self.over,
+        };
+        reset::reset(&at, &req.domain, &targets, now).await
+    }
+
+    /// The `q.n` keys with the highest count ÷ limit now among the rules `q` selects,
+    /// highest first (`top.rs`). Counts nothing.
+    pub fn top(&self, q: TopQuery<'_>) -> TopKeys {
+        let fleet = self.fleet.as_ref().map_or(FleetView::ALONE, |f| f.view());
+        top::top(
+            &self.rules.load(),
+            &self.entities,
+            &fleet,
+            self.clock.now(),
+            q,
+        )
     }
 
     /// Refuses every request from now on ([`RequestError::ShuttingDown`]) and returns once

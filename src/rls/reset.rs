@@ -11,17 +11,22 @@
 //! and refunds so far: each sync states them whole and the store keeps the larger, so a
 //! smaller statement would be ignored. Its hits not yet sent reach the store after the
 //! reset and count there too: at most a tick of each replica's hits made before the reset.
+//!
+//! [`RateLimiter::reset`](super::RateLimiter::reset) validates and resolves the request, and
+//! hands [`reset`] the targets and what it uses ([`Resetting`]: the table, and global mode's
+//! queues, exact client and memory of exact keys over).
 
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde::Serialize;
 
+use super::exact::OverCache;
 use super::resolve::Target;
-use super::{validate, RateLimiter, RequestError};
+use super::RequestError;
 use crate::core::clock::UnixMillis;
+use crate::core::table::EntityTable;
 use crate::core::window::window_count;
 use crate::core::{Algorithm, Limit};
-use crate::global::{ResetItem, ResetKind, StoreError};
-use crate::rules::LimitSpec;
+use crate::global::{ExactClient, ResetItem, ResetKind, StoreError, SyncQueues};
+use crate::rules::{LimitSpec, Rule};
 
 /// Why a reset failed.
 #[derive(Debug, thiserror::Error)]
@@ -109,125 +114,145 @@ fn item(
     }
 }
 
-// === impl RateLimiter ===
+/// What a reset is handed: the table the counts live in, and in global mode the queues
+/// (a forgotten entity is queued to read the store's count), the exact rules' client (the
+/// store's reset goes through it) and the memory of exact keys over.
+pub(super) struct Resetting<'a> {
+    pub table: &'a EntityTable,
+    pub queues: Option<&'a SyncQueues>,
+    pub exact: Option<&'a ExactClient>,
+    pub over: &'a OverCache,
+}
 
-impl RateLimiter {
-    /// Clears the counters of every descriptor of `req` (see the module docs) and returns
-    /// what was cleared. Hits, overrides' limits and `replaces` resolve as in a decision.
-    ///
-    /// # Errors
-    /// A malformed request; in global mode, a store that could not be reset (then nothing
-    /// is cleared in memory either, and a retry is safe: a reset of a reset count is one).
-    pub async fn reset(&self, req: &RateLimitRequest) -> Result<Cleared, ResetError> {
-        validate::validate(&self.opts, req)?;
-        let now = self.clock.now();
-        let compiled = self.rules.load_full();
-        let targets = self.resolve_all(&compiled, req);
-        let global = self.sync.is_some();
-        // (entity, rule, exact, item index of its first limit)
-        let mut items = Vec::new();
-        let mut starts = Vec::with_capacity(targets.len());
-        for t in &targets {
-            starts.push(items.len());
-            let (rule, entity, exact) = match t {
-                Target::NoRule => continue,
-                Target::Rule(r, e, ..) => (*r, *e, r.exact && self.exact.is_some()),
-                Target::Override(r, e, _) => (r, *e, false),
-            };
-            if rule.unlimited || !global {
-                continue;
-            }
-            for (j, spec) in rule.limits.iter().enumerate() {
-                items.push(item(entity, j, &spec.limit, exact, rule.per_second(), now));
-            }
-        }
-        let before = if items.is_empty() {
-            Vec::new()
-        } else {
-            let client = self.exact.as_ref().ok_or(ResetError::NoStore)?;
-            client.reset(&items).await?
+/// Clears the counters of every target of a request for `domain` (see the module docs) at
+/// `now`, and returns what was cleared.
+pub(super) async fn reset(
+    at: &Resetting<'_>,
+    domain: &str,
+    targets: &[Target<'_>],
+    now: UnixMillis,
+) -> Result<Cleared, ResetError> {
+    let (items, starts) = store_items(at, targets, now);
+    let before = if items.is_empty() {
+        Vec::new()
+    } else {
+        let client = at.exact.ok_or(ResetError::NoStore)?;
+        client.reset(&items).await?
+    };
+    let descriptors = (targets.iter().zip(starts))
+        .map(|(t, start)| cleared(at, t, &before[start.min(before.len())..], now))
+        .collect();
+    Ok(Cleared {
+        domain: domain.to_string(),
+        descriptors,
+    })
+}
+
+/// In global mode, the store items of every limit of the targets (none in local mode), and
+/// where each target's first limit's item is.
+fn store_items(
+    at: &Resetting<'_>,
+    targets: &[Target<'_>],
+    now: UnixMillis,
+) -> (Vec<ResetItem>, Vec<usize>) {
+    let global = at.queues.is_some();
+    let mut items = Vec::new();
+    let mut starts = Vec::with_capacity(targets.len());
+    for t in targets {
+        starts.push(items.len());
+        let (rule, entity, exact) = match t {
+            Target::NoRule => continue,
+            Target::Rule(r, e, ..) => (*r, *e, r.exact && at.exact.is_some()),
+            Target::Override(r, e, _) => (r, *e, false),
         };
-        let mut out = Vec::with_capacity(targets.len());
-        for (t, start) in targets.iter().zip(starts) {
-            let Some(rule) = t.rule() else {
-                out.push(ClearedDescriptor {
-                    rule: None,
-                    exact: false,
-                    limits: Vec::new(),
-                });
-                continue;
-            };
-            let entity = match t {
-                Target::Rule(_, e, ..) | Target::Override(_, e, _) => *e,
-                Target::NoRule => continue,
-            };
-            let exact = matches!(t, Target::Rule(..)) && rule.exact && self.exact.is_some();
-            let local = if rule.unlimited {
-                Vec::new()
-            } else {
-                self.forget_entity(entity, &rule.limits, rule.per_second(), now)
-            };
-            if exact {
-                for j in 0..rule.limits.len() {
-                    self.over.forget(entity, j.min(255) as u8);
-                }
-            }
-            let limits = if rule.unlimited {
-                Vec::new()
-            } else {
-                rule.limits
-                    .iter()
-                    .enumerate()
-                    .map(|(j, spec)| {
-                        let stored = before.get(start + j).copied();
-                        let bucket = matches!(spec.limit.algorithm, Algorithm::TokenBucket { .. });
-                        let count_before = match stored {
-                            Some([curr, prev]) if !bucket && (curr, prev) != (0, 0) => {
-                                window_count(&spec.limit, now, prev, curr)
-                            }
-                            _ => local.get(j).copied().unwrap_or(0),
-                        };
-                        cleared_limit(spec, count_before)
-                    })
-                    .collect()
-            };
-            out.push(ClearedDescriptor {
-                rule: Some(rule.full_key.clone()),
-                exact,
-                limits,
-            });
+        if rule.unlimited || !global {
+            continue;
         }
-        Ok(Cleared {
-            domain: req.domain.clone(),
-            descriptors: out,
-        })
+        for (j, spec) in rule.limits.iter().enumerate() {
+            items.push(item(entity, j, &spec.limit, exact, rule.per_second(), now));
+        }
     }
+    (items, starts)
+}
 
-    /// Forgets the entity's counts in memory (in global mode, the fleet's as last read; it is
-    /// queued so its next sync reads the store's). Returns each limit's estimate before.
-    fn forget_entity(
-        &self,
-        entity: u128,
-        limits: &[LimitSpec],
-        per_second: bool,
-        now: UnixMillis,
-    ) -> Vec<u64> {
-        let keep_unsent = self.sync.is_some();
-        self.entities
-            .get(entity, |e| {
-                let mut before = Vec::with_capacity(limits.len());
-                for (st, spec) in e.state.states.iter_mut().zip(limits) {
-                    let cap = f64::from(spec.limit.capacity());
-                    before.push((st.pressure(&spec.limit, now) * cap).round().max(0.0) as u64);
-                    st.forget(keep_unsent);
-                }
-                if let Some(q) = &self.sync {
-                    q.mark_dirty(entity, e.state, per_second);
-                }
-                before
-            })
-            .unwrap_or_default()
+/// One target cleared in memory (its exact keys forgotten as over), and its limits' counts
+/// before: the store's (`stored`, from the target's first limit on) when it held any, this
+/// replica's estimate otherwise.
+fn cleared(
+    at: &Resetting<'_>,
+    t: &Target<'_>,
+    stored: &[[u64; 2]],
+    now: UnixMillis,
+) -> ClearedDescriptor {
+    let (rule, entity): (&Rule, u128) = match t {
+        Target::NoRule => {
+            return ClearedDescriptor {
+                rule: None,
+                exact: false,
+                limits: Vec::new(),
+            }
+        }
+        Target::Rule(r, e, ..) => (r, *e),
+        Target::Override(r, e, _) => (r, *e),
+    };
+    let exact = matches!(t, Target::Rule(..)) && rule.exact && at.exact.is_some();
+    let local = if rule.unlimited {
+        Vec::new()
+    } else {
+        forget_entity(at, entity, &rule.limits, rule.per_second(), now)
+    };
+    if exact {
+        for j in 0..rule.limits.len() {
+            at.over.forget(entity, j.min(255) as u8);
+        }
     }
+    let limits = if rule.unlimited {
+        Vec::new()
+    } else {
+        (rule.limits.iter().enumerate())
+            .map(|(j, spec)| {
+                let bucket = matches!(spec.limit.algorithm, Algorithm::TokenBucket { .. });
+                let count_before = match stored.get(j).copied() {
+                    Some([curr, prev]) if !bucket && (curr, prev) != (0, 0) => {
+                        window_count(&spec.limit, now, prev, curr)
+                    }
+                    _ => local.get(j).copied().unwrap_or(0),
+                };
+                cleared_limit(spec, count_before)
+            })
+            .collect()
+    };
+    ClearedDescriptor {
+        rule: Some(rule.full_key.clone()),
+        exact,
+        limits,
+    }
+}
+
+/// Forgets the entity's counts in memory (in global mode, the fleet's as last read; it is
+/// queued so its next sync reads the store's). Returns each limit's estimate before.
+fn forget_entity(
+    at: &Resetting<'_>,
+    entity: u128,
+    limits: &[LimitSpec],
+    per_second: bool,
+    now: UnixMillis,
+) -> Vec<u64> {
+    let keep_unsent = at.queues.is_some();
+    at.table
+        .get(entity, |e| {
+            let mut before = Vec::with_capacity(limits.len());
+            for (st, spec) in e.state.states.iter_mut().zip(limits) {
+                let cap = f64::from(spec.limit.capacity());
+                before.push((st.pressure(&spec.limit, now) * cap).round().max(0.0) as u64);
+                st.forget(keep_unsent);
+            }
+            if let Some(q) = at.queues {
+                q.mark_dirty(entity, e.state, per_second);
+            }
+            before
+        })
+        .unwrap_or_default()
 }
 
 fn cleared_limit(spec: &LimitSpec, count_before: u64) -> ClearedLimit {

@@ -1,8 +1,10 @@
 //! sluice's fleet under simulation: each replica is the production code — a
-//! [`RateLimiter`] in global mode answering `ShouldRateLimit`, started by `global::spawn` as
-//! the service starts it (the queues, the supervised sync task running its real loop — tick,
-//! tier cadence, backoff — and the clock-offset task) against the shared [`SimStore`] — on a
-//! clock read from tokio's paused time.
+//! [`RateLimiter`] in global mode answering `ShouldRateLimit` (and, for the quota scenarios,
+//! the quota service's [`Quotas`] on it), built on the table, fleet and queues it then hands
+//! `global::spawn` as the service's wiring does (the supervised sync task running its real
+//! loop — tick, tier cadence, backoff — the clock-offset task, the presence loop when
+//! quotas are served) against the shared [`SimStore`] — on a clock read from tokio's paused
+//! time.
 //!
 //! Nothing of the mechanism is modelled here: this file only starts the pieces and turns a
 //! scenario's limit into a rules file. The store's `TIME` moves no simulated clock (a
@@ -23,7 +25,9 @@ use super::store::SimStore;
 use crate::core::clock::{Clock, UnixMillis};
 use crate::core::table::EntityTable;
 use crate::core::{Algorithm, Limit, SyncPolicy};
-use crate::global::{self, Joining, PresenceHub, Stores, SyncConfig, SyncSettings};
+use crate::global::{self, Joining, Parts, PresenceSource, Stores, SyncConfig, SyncSettings};
+use crate::rlqs::published::Published;
+use crate::rlqs::{self, Quotas};
 use crate::rls::{GlobalMode, Options, RateLimiter};
 use crate::telemetry::Telemetry;
 
@@ -97,17 +101,20 @@ fn request() -> RateLimitRequest {
     }
 }
 
-/// One replica of a run: its limiter and presence exchange once it has started, and whether
-/// it reports ready.
+/// One replica of a run: what it serves once it has started (set once: a replica of
+/// [`Fleet::start_at`] starts during the run), and whether it reports ready.
 #[derive(Default)]
 struct Node {
-    limiter: OnceLock<Arc<RateLimiter>>,
-    /// Its presence exchange, idle until the quota scenarios (`rlqs.rs`) attach their engine.
-    presence: OnceLock<PresenceHub>,
-    /// What its heartbeats say of the fleet, for the quota scenarios' engines.
-    fleet: OnceLock<Arc<global::Fleet>>,
+    started: OnceLock<Started>,
     /// What a load balancer routes by: set as the service sets its readiness.
     ready: AtomicBool,
+}
+
+/// What a started replica serves.
+struct Started {
+    limiter: Arc<RateLimiter>,
+    /// The quota service on the limiter, when the run serves quotas (`rlqs.rs`).
+    quotas: Option<Arc<Quotas>>,
 }
 
 /// What every replica of a run starts from.
@@ -117,6 +124,8 @@ struct Recipe {
     settings: SyncSettings,
     clock: SimClock,
     store: Arc<SimStore>,
+    /// The quota service's settings, when the replicas serve quotas.
+    quotas: Option<rlqs::Config>,
 }
 
 impl Recipe {
@@ -138,12 +147,15 @@ impl Recipe {
             },
             clock,
             store: store.clone(),
+            quotas: None,
         }
     }
 
-    /// Starts replica `node` as the service starts global mode (one shard) and its limiter,
-    /// its sync task's first run `first_run_after` from now, joining the fleet when `join`;
-    /// `node` is set once started. Returns what the service's readiness waits for.
+    /// Starts replica `node` as the service's wiring does: the table, the fleet and the
+    /// queues (one shard) built once, the limiter (and the quota service) on them, then global
+    /// mode handed them, its sync task's first run `first_run_after` from now, joining the
+    /// fleet when `join`; `node` is set once started. Returns what the service's readiness
+    /// waits for.
     async fn start(
         &self,
         index: usize,
@@ -155,10 +167,6 @@ impl Recipe {
         let rules = crate::rules::compile_sources(&[("sim.yaml".into(), self.yaml.clone())], false)
             .unwrap_or_else(|e| panic!("simulated rules: {e:?}"));
         let telemetry = Arc::new(Telemetry::new().expect("a metrics pipeline"));
-        // Built once and handed down, as the service's wiring does; the replica's id distinct
-        // and the same on every run, where production draws one at random.
-        let table = EntityTable::new(Options::default().cache);
-        let fleet = Arc::new(global::Fleet::new(index as u64 + 1));
         let config = SyncConfig {
             first_run_after,
             // A fleet already running joined long ago; one that starts in the run joins as
@@ -170,34 +178,36 @@ impl Recipe {
             },
             ..SyncConfig::new(self.settings, 1_000_000) // SYNC_MAX_QUEUED's default
         };
-        let global = crate::global::spawn(
-            config,
-            Stores::one(self.store.clone()),
-            table.clone(),
-            fleet.clone(),
-            Arc::new(self.clock),
-            &telemetry,
-            stop,
-        )
-        .await;
-        let _ = node.presence.set(global.presence.clone());
-        let _ = node.fleet.set(fleet.clone());
-        let joining = global.joining.clone();
+        let stores = Stores::one(self.store.clone());
+        // The replica's id distinct and the same on every run, where production draws one
+        // at random.
+        let parts = Parts {
+            table: EntityTable::new(Options::default().cache),
+            fleet: Arc::new(global::Fleet::new(index as u64 + 1)),
+            queues: stores.queues(&config),
+            presence: None,
+        };
+        let clock: Arc<dyn Clock> = Arc::new(self.clock);
         let limiter = RateLimiter::new(
             rules,
             vec![],
-            Arc::new(self.clock),
+            clock.clone(),
             Options::default(),
-            telemetry,
-            table,
+            telemetry.clone(),
+            parts.table.clone(),
             Some(GlobalMode {
-                queues: global.queues,
-                fleet,
+                queues: parts.queues.clone(),
+                fleet: parts.fleet.clone(),
                 exact: None,
             }),
         );
-        let _ = node.limiter.set(limiter);
-        joining
+        let quotas = (self.quotas.clone())
+            .map(|config| Quotas::new(limiter.clone(), config, parts.fleet.clone()));
+        let presence = (quotas.clone()).map(|q| Arc::new(Published(q)) as Arc<dyn PresenceSource>);
+        let parts = Parts { presence, ..parts };
+        let global = global::spawn(config, stores, parts, clock, &telemetry, stop).await;
+        let _ = node.started.set(Started { limiter, quotas });
+        global.joining
     }
 }
 
@@ -234,6 +244,34 @@ impl Fleet {
         phases: &[u64],
     ) -> Fleet {
         let recipe = Recipe::new(limit, strict, tick_ms, clock, store);
+        let fleet = Fleet::start_running(&recipe, phases).await;
+        debug_assert_eq!(fleet.limit_in_force(), Some(*limit));
+        fleet
+    }
+
+    /// Like [`Fleet::start`] (rules `strict: false`), each replica serving quotas too: the
+    /// quota service with `config` on its limiter, its engine handed to global mode as the
+    /// service's wiring hands it ([`Fleet::quotas`]).
+    pub async fn start_serving_quotas(
+        limit: &Limit,
+        tick_ms: u64,
+        clock: SimClock,
+        store: &Arc<SimStore>,
+        phases: &[u64],
+        config: rlqs::Config,
+    ) -> Fleet {
+        let recipe = Recipe {
+            quotas: Some(config),
+            ..Recipe::new(limit, false, tick_ms, clock, store)
+        };
+        let fleet = Fleet::start_running(&recipe, phases).await;
+        debug_assert_eq!(fleet.limit_in_force(), Some(*limit));
+        fleet
+    }
+
+    /// Starts a fleet already running of `recipe`'s replicas, one per phase (see
+    /// [`Fleet::start`]).
+    async fn start_running(recipe: &Recipe, phases: &[u64]) -> Fleet {
         let fleet = Fleet::empty(phases.len());
         for (index, &phase) in phases.iter().enumerate() {
             let node = &fleet.nodes[index];
@@ -242,7 +280,6 @@ impl Fleet {
             recipe.start(index, node, after, false, stop).await;
             node.ready.store(true, Ordering::Relaxed);
         }
-        debug_assert_eq!(fleet.limit_in_force(), Some(*limit));
         fleet
     }
 
@@ -305,28 +342,25 @@ impl Fleet {
         self.nodes[node].ready.load(Ordering::Relaxed)
     }
 
-    /// Node `node`'s limiter: the quota scenarios (`rlqs.rs`) serve Envoy streams on it.
+    /// Node `node`'s limiter.
     ///
     /// # Panics
     /// When the node has not started.
     pub fn limiter(&self, node: usize) -> &Arc<RateLimiter> {
-        self.nodes[node].limiter.get().expect("a replica started")
+        &self.started(node).limiter
     }
 
-    /// Node `node`'s presence exchange (`global/presence/`).
+    /// Node `node`'s quota service, on its limiter and handed to its global mode.
     ///
     /// # Panics
-    /// When the node has not started.
-    pub fn presence(&self, node: usize) -> &PresenceHub {
-        self.nodes[node].presence.get().expect("a replica started")
+    /// When the node has not started, or the fleet serves no quotas
+    /// ([`Fleet::start_serving_quotas`]).
+    pub fn quotas(&self, node: usize) -> &Arc<Quotas> {
+        (self.started(node).quotas.as_ref()).expect("a fleet serving quotas")
     }
 
-    /// What node `node`'s heartbeats say of the fleet (`global/sync/fleet.rs`).
-    ///
-    /// # Panics
-    /// When the node has not started.
-    pub fn fleet_of(&self, node: usize) -> &Arc<global::Fleet> {
-        self.nodes[node].fleet.get().expect("a replica started")
+    fn started(&self, node: usize) -> &Started {
+        self.nodes[node].started.get().expect("a replica started")
     }
 
     /// Node `node` stops cleanly: its sync task flushes and removes its heartbeat.
@@ -336,7 +370,7 @@ impl Fleet {
 
     /// The limit the replicas' rules put on the simulated entity.
     fn limit_in_force(&self) -> Option<Limit> {
-        let rules = self.nodes.first()?.limiter.get()?.rules();
+        let rules = self.nodes.first()?.started.get()?.limiter.rules();
         Some(rules.rules.rules().first()?.limits.first()?.limit)
     }
 }

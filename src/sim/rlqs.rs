@@ -4,9 +4,9 @@
 //!
 //! Each replica is what `fleet.rs` starts for the window scenarios (a `RateLimiter` in global
 //! mode, `global::spawn`'s sync task over the simulated store) plus the quota service's
-//! [`Quotas`] on that limiter, attached to the replica's presence exchange (the fleet's
-//! streams and demand per counter, once a tick through the store) as the service attaches
-//! it. Each Envoy's stream is a production [`Stream`] of its replica's `Quotas`, driven as
+//! [`Quotas`] on that limiter, handed to global mode for its presence loop (the fleet's
+//! streams and demand per counter, once a tick through the store) as the service's wiring
+//! hands it. Each Envoy's stream is a production [`Stream`] of its replica's `Quotas`, driven as
 //! `server/rlqs.rs` drives it: a task that takes the reports as they arrive and calls
 //! `refresh` every [`REFRESH`] and when the stream asks (`Stream::wake_at`), sending back
 //! what either returns. Messages between an Envoy and sluice take [`LATENCY_MS`] each way, in
@@ -44,7 +44,6 @@ use super::traffic::{phases, SplitMix64};
 use super::{aligned_t0, period_ms, windows, Scenario, WindowStats};
 use crate::core::clock::UnixMillis;
 use crate::core::{Algorithm, Limit};
-use crate::rlqs::published::Published;
 use crate::rlqs::{Config, Quotas, Stream, REFRESH};
 
 /// One way between an Envoy and its replica, in ms.
@@ -262,17 +261,18 @@ pub fn run(s: &RlqsScenario) -> RlqsReport {
         };
         let store = Arc::new(SimStore::new(RTT_MS, None, None, zero));
         let phases = phases(&fleet_scenario);
-        let fleet = Fleet::start(&s.limit, false, TICK_MS, clock, &store, &phases).await;
-        let quotas: Vec<Arc<Quotas>> = (0..s.replicas)
-            .map(|r| {
-                let (limiter, view) = (fleet.limiter(r).clone(), fleet.fleet_of(r).clone());
-                Quotas::new(limiter, Config::default(), view)
-            })
-            .collect();
-        // Each replica's engine on its presence exchange, as the service attaches it.
-        for (r, q) in quotas.iter().enumerate() {
-            fleet.presence(r).attach(Arc::new(Published(q.clone())));
-        }
+        // Each replica's quota service handed to its global mode, as the service's wiring
+        // hands it.
+        let fleet = Fleet::start_serving_quotas(
+            &s.limit,
+            TICK_MS,
+            clock,
+            &store,
+            &phases,
+            Config::default(),
+        )
+        .await;
+        let quotas: Vec<Arc<Quotas>> = (0..s.replicas).map(|r| fleet.quotas(r).clone()).collect();
         let mut rng = SplitMix64(s.seed ^ 0x726c_7173);
         let envoys: Vec<Envoy> = (0..s.envoys)
             .map(|e| {

@@ -4,16 +4,16 @@
 //! replicas share one limit (issue 21, "the fleet-wide number of Envoy streams per bucket").
 //!
 //! The quota service's engine (`rlqs/`, which imports `rls/` and so this module: `global`
-//! must not import it back) is a [`PresenceSource`], attached to the [`PresenceHub`] that
-//! [`crate::global::spawn`] returns in `Global::presence`. Until one is attached the loop
-//! waits and makes no store call (the simulator's existing scenarios attach none, so they run
-//! as before). Then every tick it asks the source for its counters (`local`), routes each to
-//! its shard as the sync routes the entity (`SyncQueues::shard_of`, never the per-second
-//! group), makes one store call per shard with items (a trip's `Publish`,
-//! [`ShardStore::round_trip`]; Redis:
-//! `global/redis/presence.rs`), all shards at once, and hands each shard's reply to the
-//! source (`others`) as it comes. A counter the source no longer returns is sent once more
-//! with no stream, which removes this replica from it at once rather than when it expires.
+//! must not import it back) is a [`PresenceSource`], which the wiring builds before global
+//! mode and hands to [`crate::global::spawn`] (`Parts::presence`); without one no presence
+//! task runs and no store call is made (the simulator's plain scenarios hand none). With
+//! one, the loop runs a round at once, then one every tick: it asks the source for its
+//! counters (`local`), routes each to its shard as the sync routes the entity
+//! (`SyncQueues::shard_of`, never the per-second group), makes one store call per shard with
+//! items (a trip's `Publish`, [`ShardStore::round_trip`]; Redis: `global/redis/presence.rs`),
+//! all shards at once, and hands each shard's reply to the source (`others`) as it comes. A
+//! counter the source no longer returns is sent once more with no stream, which removes this
+//! replica from it at once rather than when it expires.
 //!
 //! No Redis I/O per report: the engine reads what the last reply said. A failed call is
 //! logged once until the shard answers again, counted (`sluice_rlqs_presence_calls_total`),
@@ -31,8 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use parking_lot::Mutex;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::clock::Clock;
@@ -64,37 +62,6 @@ pub struct PresenceStats {
     pub items_sent: AtomicU64,
 }
 
-/// Where the RLQS engine attaches itself to the presence loop; cheap to clone.
-#[derive(Clone, Default)]
-pub struct PresenceHub {
-    inner: Arc<Hub>,
-}
-
-#[derive(Default)]
-struct Hub {
-    source: Mutex<Option<Arc<dyn PresenceSource>>>,
-    attached: Notify,
-    stats: PresenceStats,
-}
-
-impl PresenceHub {
-    /// Makes `source` the one the loop asks each tick (in place of any attached before); the
-    /// loop calls it at once, then every tick.
-    pub fn attach(&self, source: Arc<dyn PresenceSource>) {
-        *self.inner.source.lock() = Some(source);
-        self.inner.attached.notify_one();
-    }
-
-    /// The loop's counters.
-    pub fn stats(&self) -> &PresenceStats {
-        &self.inner.stats
-    }
-
-    fn source(&self) -> Option<Arc<dyn PresenceSource>> {
-        self.inner.source.lock().clone()
-    }
-}
-
 /// How long a replica's entries count after its last call: three ticks, so one or two
 /// failed or late calls do not drop it, and a replica that died stops counting soon.
 pub fn ttl_ms(tick_ms: u64) -> u64 {
@@ -103,7 +70,10 @@ pub fn ttl_ms(tick_ms: u64) -> u64 {
 
 /// The presence loop of one replica, over the main group's shards.
 pub(in crate::global) struct PresenceLoop<S> {
-    pub(in crate::global) hub: PresenceHub,
+    /// The quota service's engine: asked each tick, told what the fleet answered.
+    pub(in crate::global) source: Arc<dyn PresenceSource>,
+    /// Where the calls are counted (the metrics read them).
+    pub(in crate::global) stats: Arc<PresenceStats>,
     /// The main group's shards, indexed as `SyncQueues::shard_of` numbers them.
     pub(in crate::global) stores: Vec<Arc<S>>,
     pub(in crate::global) queues: Arc<SyncQueues>,
@@ -117,7 +87,8 @@ pub(in crate::global) struct PresenceLoop<S> {
 impl<S> Clone for PresenceLoop<S> {
     fn clone(&self) -> Self {
         PresenceLoop {
-            hub: self.hub.clone(),
+            source: self.source.clone(),
+            stats: self.stats.clone(),
             stores: self.stores.clone(),
             queues: self.queues.clone(),
             fleet: self.fleet.clone(),
@@ -146,21 +117,9 @@ struct Batch {
 }
 
 impl<S: ShardStore> PresenceLoop<S> {
-    /// Waits for a source, then runs a round at once and one every tick until `stop`; then
-    /// removes this replica's entries (one call per shard, within the timeout). With no
-    /// source ever attached it makes no store call and takes no timer.
+    /// Runs a round at once and one every tick until `stop`; then removes this replica's
+    /// entries (one call per shard, within the timeout).
     pub(in crate::global) async fn run(self, stop: CancellationToken) {
-        // `biased` everywhere: an unbiased `select!` draws from the runtime's random numbers,
-        // which the simulator's other tasks draw from too; this loop must not move them.
-        while self.hub.source().is_none() {
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => return,
-                _ = self.hub.inner.attached.notified() => {}
-            }
-        }
-        // The attachment seen: its wake-up, if one is kept, must not make a second round.
-        let _ = futures_util::FutureExt::now_or_never(self.hub.inner.attached.notified());
         let tick = Duration::from_millis(self.settings.policy.tick_ms.max(1));
         let mut shards = Shards {
             published: vec![HashMap::new(); self.stores.len()],
@@ -168,29 +127,25 @@ impl<S: ShardStore> PresenceLoop<S> {
         };
         let mut next = tokio::time::Instant::now();
         loop {
+            // `biased`: an unbiased `select!` draws from the runtime's random numbers, which
+            // the simulator's other tasks draw from too; this loop must not move them.
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep_until(next) => {}
-                // A source attached in place of another: its first round at once.
-                _ = self.hub.inner.attached.notified() => {}
             }
-            if let Some(source) = self.hub.source() {
-                let local = source.local();
-                self.round(&*source, local, &mut shards).await;
-            }
+            let local = self.source.local();
+            self.round(local, &mut shards).await;
             next += tick;
             next = next.max(tokio::time::Instant::now());
         }
         // Leaving: every entry removed, so the others' Envoys get the room at once.
-        if let Some(source) = self.hub.source() {
-            self.round(&*source, Vec::new(), &mut shards).await;
-        }
+        self.round(Vec::new(), &mut shards).await;
     }
 
     /// One round: `local` published (and what it no longer holds removed), one call per
-    /// shard with items, all at once; each reply handed to `source` as it comes.
-    async fn round(&self, source: &dyn PresenceSource, local: Vec<Presence>, shards: &mut Shards) {
+    /// shard with items, all at once; each reply handed to the source as it comes.
+    async fn round(&self, local: Vec<Presence>, shards: &mut Shards) {
         let now_ms = self.clock.now().0;
         let ttl = ttl_ms(self.settings.policy.tick_ms);
         for published in &mut shards.published {
@@ -212,7 +167,7 @@ impl<S: ShardStore> PresenceLoop<S> {
             })
             .collect();
         while let Some((b, result)) = calls.next().await {
-            self.take_reply(source, shards, b, result);
+            self.take_reply(shards, b, result);
         }
     }
 
@@ -243,16 +198,10 @@ impl<S: ShardStore> PresenceLoop<S> {
         }
     }
 
-    /// Takes one shard's answer: the others' sums to `source` (for the counters it named),
-    /// the removals that answered forgotten; or the failure counted and logged once.
-    fn take_reply(
-        &self,
-        source: &dyn PresenceSource,
-        shards: &mut Shards,
-        b: Batch,
-        result: Result<Vec<Others>, StoreError>,
-    ) {
-        let stats = &self.hub.inner.stats;
+    /// Takes one shard's answer: the others' sums to the source (for the counters it
+    /// named), the removals that answered forgotten; or the failure counted and logged once.
+    fn take_reply(&self, shards: &mut Shards, b: Batch, result: Result<Vec<Others>, StoreError>) {
+        let stats = &self.stats;
         let name = self.stores[b.shard].name();
         stats
             .items_sent
@@ -272,7 +221,7 @@ impl<S: ShardStore> PresenceLoop<S> {
                 let mine: Vec<(u128, Others)> =
                     named.iter().map(|it| it.entity).zip(others).collect();
                 if !mine.is_empty() {
-                    source.others(&mine);
+                    self.source.others(&mine);
                 }
             }
             Err(e) => {

@@ -1,6 +1,6 @@
 //! Tests of the presence store's in-memory twin (expiry, removal, the others' sums) and of the
-//! presence loop with a fake engine on tokio's paused clock (attach, ticks, routing per shard,
-//! failures, removals, leaving).
+//! presence loop with a fake engine on tokio's paused clock (its rounds, ticks, routing per
+//! shard, failures, removals, leaving; none without an engine).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -145,12 +145,18 @@ impl Clock for Paused {
     }
 }
 
-/// A replica's presence loop over `stores` (named `s0`, `s1`, …) with replica id `id`.
-fn replica(id: u64, stores: &[Arc<MemoryStore>]) -> PresenceLoop<MemoryStore> {
+/// A replica's presence loop over `stores` (named `s0`, `s1`, …) with replica id `id`,
+/// handed `engine`.
+fn replica(
+    id: u64,
+    stores: &[Arc<MemoryStore>],
+    engine: &Arc<Engine>,
+) -> PresenceLoop<MemoryStore> {
     let names: Vec<String> = (0..stores.len()).map(|i| format!("s{i}")).collect();
     let queues = SyncQueues::new(ShardRouter::new(&names), names.len(), 1_000);
     PresenceLoop {
-        hub: PresenceHub::default(),
+        source: engine.clone(),
+        stats: Arc::default(),
         stores: stores.to_vec(),
         queues: Arc::new(queues),
         fleet: Arc::new(Fleet::new(id)),
@@ -168,25 +174,22 @@ fn calls(s: &MemoryStore) -> u64 {
 }
 
 #[tokio::test(start_paused = true)]
-async fn nothing_is_called_until_a_source_is_attached_then_once_a_tick() {
+async fn a_round_at_once_then_one_call_a_tick() {
     let store = Arc::new(MemoryStore::default());
-    let l = replica(1, std::slice::from_ref(&store));
-    let (hub, stop) = (l.hub.clone(), CancellationToken::new());
-    let task = tokio::spawn(l.run(stop.clone()));
-    ms(10_000).await;
-    assert_eq!(calls(&store), 0);
-
     let engine = Arc::new(Engine::default());
     engine.set(vec![p(7, 2, 4.0)]);
-    hub.attach(engine.clone());
+    let l = replica(1, std::slice::from_ref(&store), &engine);
+    let (stats, stop) = (l.stats.clone(), CancellationToken::new());
+    assert_eq!(calls(&store), 0);
+    let task = tokio::spawn(l.run(stop.clone()));
     ms(1).await;
-    // At once on attach, then one call a tick (1 s).
+    // At once when started, then one call a tick (1 s).
     assert_eq!((calls(&store), engine.replies()), (1, 1));
     assert_eq!(engine.last()[&7], others(0, 0.0));
     ms(3_000).await;
     assert_eq!(calls(&store), 4);
-    assert_eq!(hub.stats().calls_ok.load(Ordering::Relaxed), 4);
-    assert_eq!(hub.stats().items_sent.load(Ordering::Relaxed), 4);
+    assert_eq!(stats.calls_ok.load(Ordering::Relaxed), 4);
+    assert_eq!(stats.items_sent.load(Ordering::Relaxed), 4);
     stop.cancel();
     task.await.unwrap();
 }
@@ -194,13 +197,12 @@ async fn nothing_is_called_until_a_source_is_attached_then_once_a_tick() {
 #[tokio::test(start_paused = true)]
 async fn counters_go_to_their_sync_shard_one_call_per_shard_with_items() {
     let stores: Vec<_> = (0..3).map(|_| Arc::new(MemoryStore::default())).collect();
-    let l = replica(1, &stores);
-    let queues = l.queues.clone();
-    let (hub, stop) = (l.hub.clone(), CancellationToken::new());
     let entities: Vec<u128> = (1..=40).collect();
     let engine = Arc::new(Engine::default());
     engine.set(entities.iter().map(|&e| p(e, 1, 1.0)).collect());
-    hub.attach(engine.clone());
+    let l = replica(1, &stores, &engine);
+    let queues = l.queues.clone();
+    let stop = CancellationToken::new();
     let task = tokio::spawn(l.run(stop.clone()));
     ms(1).await;
     for (i, s) in stores.iter().enumerate() {
@@ -235,15 +237,13 @@ async fn counters_go_to_their_sync_shard_one_call_per_shard_with_items() {
 #[tokio::test(start_paused = true)]
 async fn replicas_on_one_store_see_each_others_streams_and_a_dead_one_expires() {
     let store = Arc::new(MemoryStore::default());
-    let (a, b) = (
-        replica(1, std::slice::from_ref(&store)),
-        replica(2, std::slice::from_ref(&store)),
-    );
     let (ea, eb) = (Arc::new(Engine::default()), Arc::new(Engine::default()));
     ea.set(vec![p(7, 3, 30.0)]);
     eb.set(vec![p(7, 1, 5.0), p(8, 2, 1.0)]);
-    a.hub.attach(ea.clone());
-    b.hub.attach(eb.clone());
+    let (a, b) = (
+        replica(1, std::slice::from_ref(&store), &ea),
+        replica(2, std::slice::from_ref(&store), &eb),
+    );
     let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
     let ta = tokio::spawn(a.run(stop_a.clone()));
     ms(500).await;
@@ -266,11 +266,10 @@ async fn replicas_on_one_store_see_each_others_streams_and_a_dead_one_expires() 
 #[tokio::test(start_paused = true)]
 async fn a_counter_the_engine_drops_is_removed_at_the_next_tick() {
     let store = Arc::new(MemoryStore::default());
-    let l = replica(1, std::slice::from_ref(&store));
-    let (hub, stop) = (l.hub.clone(), CancellationToken::new());
     let engine = Arc::new(Engine::default());
     engine.set(vec![p(7, 1, 1.0), p(8, 1, 1.0)]);
-    hub.attach(engine.clone());
+    let l = replica(1, std::slice::from_ref(&store), &engine);
+    let stop = CancellationToken::new();
     let task = tokio::spawn(l.run(stop.clone()));
     ms(1).await;
     engine.set(vec![p(8, 1, 1.0)]);
@@ -287,11 +286,10 @@ async fn a_counter_the_engine_drops_is_removed_at_the_next_tick() {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_fails_is_counted_and_the_engine_keeps_its_last_values() {
     let store = Arc::new(MemoryStore::default());
-    let l = replica(1, std::slice::from_ref(&store));
-    let (hub, stop) = (l.hub.clone(), CancellationToken::new());
     let engine = Arc::new(Engine::default());
     engine.set(vec![p(7, 1, 1.0)]);
-    hub.attach(engine.clone());
+    let l = replica(1, std::slice::from_ref(&store), &engine);
+    let (stats, stop) = (l.stats.clone(), CancellationToken::new());
     // Another replica's streams, kept alive by hand.
     let other = |now| call(&store, 9, &[p(7, 4, 8.0)], now);
     other(T0);
@@ -302,7 +300,7 @@ async fn a_store_that_fails_is_counted_and_the_engine_keeps_its_last_values() {
     store.down.store(true, Ordering::Relaxed);
     ms(3_000).await;
     // Three ticks, three failed calls (one a tick: no retries in between), nothing told.
-    assert_eq!(hub.stats().calls_failed.load(Ordering::Relaxed), 3);
+    assert_eq!(stats.calls_failed.load(Ordering::Relaxed), 3);
     assert_eq!(calls(&store), 1 + 4, "the other replica's, then the loop's");
     assert_eq!(engine.replies(), 1);
 
@@ -310,7 +308,7 @@ async fn a_store_that_fails_is_counted_and_the_engine_keeps_its_last_values() {
     other(T0 + 3_500);
     ms(1_000).await;
     assert_eq!((engine.replies(), engine.last()[&7]), (2, others(4, 8.0)));
-    assert_eq!(hub.stats().calls_ok.load(Ordering::Relaxed), 2);
+    assert_eq!(stats.calls_ok.load(Ordering::Relaxed), 2);
     stop.cancel();
     task.await.unwrap();
 }
@@ -366,36 +364,35 @@ impl ShardStore for Silent {
 
 #[tokio::test(start_paused = true)]
 async fn a_store_that_never_answers_times_out_each_tick_and_stop_still_ends() {
+    let engine = Arc::new(Engine::default());
+    engine.set(vec![p(7, 1, 1.0)]);
     let l = PresenceLoop {
-        hub: PresenceHub::default(),
+        source: engine.clone(),
+        stats: Arc::default(),
         stores: vec![Arc::new(Silent)],
         queues: Arc::new(SyncQueues::new(ShardRouter::new(&["s".into()]), 1, 10)),
         fleet: Arc::new(Fleet::new(1)),
         clock: Arc::new(Paused(tokio::time::Instant::now())),
         settings: SyncSettings::default(),
     };
-    let (hub, stop) = (l.hub.clone(), CancellationToken::new());
-    let engine = Arc::new(Engine::default());
-    engine.set(vec![p(7, 1, 1.0)]);
-    hub.attach(engine.clone());
+    let (stats, stop) = (l.stats.clone(), CancellationToken::new());
     let task = tokio::spawn(l.run(stop.clone()));
     ms(2_500).await;
-    assert_eq!(hub.stats().calls_failed.load(Ordering::Relaxed), 3);
+    assert_eq!(stats.calls_failed.load(Ordering::Relaxed), 3);
     stop.cancel();
     // The leaving call is bounded by the timeout too.
     task.await.unwrap();
-    assert_eq!(hub.stats().calls_failed.load(Ordering::Relaxed), 4);
+    assert_eq!(stats.calls_failed.load(Ordering::Relaxed), 4);
     assert_eq!(engine.replies(), 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_counter_named_twice_is_summed() {
     let store = Arc::new(MemoryStore::default());
-    let l = replica(1, std::slice::from_ref(&store));
-    let (hub, stop) = (l.hub.clone(), CancellationToken::new());
     let engine = Arc::new(Engine::default());
     engine.set(vec![p(7, 1, 1.5), p(7, 2, 2.0)]);
-    hub.attach(engine.clone());
+    let l = replica(1, std::slice::from_ref(&store), &engine);
+    let stop = CancellationToken::new();
     let task = tokio::spawn(l.run(stop.clone()));
     ms(1).await;
     assert_eq!(call(&store, 2, &[p(7, 0, 0.0)], T0)[0], others(3, 3.5));
@@ -406,16 +403,15 @@ async fn a_counter_named_twice_is_summed() {
 #[tokio::test(start_paused = true)]
 async fn a_removal_that_fails_is_retried_until_the_entry_expired_then_forgotten() {
     let store = Arc::new(MemoryStore::default());
-    let l = replica(1, std::slice::from_ref(&store));
-    let (hub, stop) = (l.hub.clone(), CancellationToken::new());
     let engine = Arc::new(Engine::default());
     engine.set(vec![p(7, 1, 1.0)]);
-    hub.attach(engine.clone());
+    let l = replica(1, std::slice::from_ref(&store), &engine);
+    let (stats, stop) = (l.stats.clone(), CancellationToken::new());
     let task = tokio::spawn(l.run(stop.clone()));
     ms(1).await;
     store.down.store(true, Ordering::Relaxed);
     engine.set(vec![p(8, 1, 1.0)]);
-    let sent = || hub.stats().items_sent.load(Ordering::Relaxed);
+    let sent = || stats.items_sent.load(Ordering::Relaxed);
     // Ticks at 1 s and 2 s: 8, and 7's removal again (a call that failed may not have run).
     ms(2_000).await;
     assert_eq!(sent(), 1 + 2 + 2);
@@ -426,34 +422,56 @@ async fn a_removal_that_fails_is_retried_until_the_entry_expired_then_forgotten(
     task.await.unwrap();
 }
 
-#[tokio::test(start_paused = true)]
-async fn global_spawn_runs_the_loop_idle_until_attached_and_it_leaves_at_stop() {
-    use crate::global::{spawn, Stores, SyncConfig};
-    let store = Arc::new(MemoryStore::default());
+/// Global mode started as the service starts it on `store`, handed `engine` (or none).
+async fn spawned(
+    store: &Arc<MemoryStore>,
+    engine: Option<Arc<Engine>>,
+    stop: &CancellationToken,
+) -> crate::global::Global {
+    use crate::global::{spawn, Parts, Stores, SyncConfig};
     let config = SyncConfig::new(SyncSettings::default(), 1_000);
     let telemetry = crate::telemetry::Telemetry::new().expect("a metrics pipeline");
-    let stop = CancellationToken::new();
     let clock = Arc::new(Paused(tokio::time::Instant::now()));
-    let g = spawn(
-        config,
-        Stores::one(store.clone()),
-        crate::core::table::EntityTable::new(Default::default()),
-        Arc::new(Fleet::new(1)),
-        clock,
-        &telemetry,
-        stop.clone(),
-    )
-    .await;
+    let stores = Stores::one(store.clone());
+    let parts = Parts {
+        table: crate::core::table::EntityTable::new(Default::default()),
+        fleet: Arc::new(Fleet::new(1)),
+        queues: stores.queues(&config),
+        presence: engine.map(|e| e as Arc<dyn PresenceSource>),
+    };
+    spawn(config, stores, parts, clock, &telemetry, stop.clone()).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn global_spawn_without_an_engine_makes_no_presence_call() {
+    let store = Arc::new(MemoryStore::default());
+    let stop = CancellationToken::new();
+    let g = spawned(&store, None, &stop).await;
     ms(5_000).await;
     // The sync ran its ticks; no presence call without an engine.
     assert!(store.replicas.lock().len() == 1);
     assert_eq!(calls(&store), 0);
+    assert_eq!(g.presence.calls_ok.load(Ordering::Relaxed), 0);
+    stop.cancel();
+    g.join().await;
+    assert_eq!(calls(&store), 0, "nor when it stops");
+}
+
+#[tokio::test(start_paused = true)]
+async fn global_spawn_runs_the_loop_on_the_engine_handed_and_it_leaves_at_stop() {
+    let store = Arc::new(MemoryStore::default());
     let engine = Arc::new(Engine::default());
     engine.set(vec![p(7, 2, 1.0)]);
-    g.presence.attach(engine.clone());
+    let stop = CancellationToken::new();
+    let g = spawned(&store, Some(engine.clone()), &stop).await;
     ms(1).await;
     assert_eq!((calls(&store), engine.replies()), (1, 1));
     assert!(store.presence.lock().contains_key(&7));
+    assert_eq!(g.presence.calls_ok.load(Ordering::Relaxed), 1);
+    ms(5_000).await;
+    // The sync ran its ticks beside it, and the loop one call a tick.
+    assert!(store.replicas.lock().len() == 1);
+    assert_eq!(calls(&store), 6);
     stop.cancel();
     g.join().await;
     // Stopped cleanly: its streams no longer count anywhere.

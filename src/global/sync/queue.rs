@@ -191,6 +191,11 @@ impl SyncQueues {
         }
     }
 
+    /// The shards queued for (the per-second group's after the main group's).
+    pub fn shards(&self) -> usize {
+        self.queues.len()
+    }
+
     /// Entities waiting in all queues (in flight ones included).
     pub fn len(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
