@@ -19,8 +19,8 @@ use super::config::Config;
 use super::replace::{differs, Pressure};
 use super::report::Counts;
 use super::share::{
-    assign_split, burst_fractions, catch_up, over_rate, pad_under_rate, split, Assignment, Demand,
-    Rest, Room, Strategy,
+    assign_split, burst_fractions, catch_up, over_rate, pad_under_rate, pressed_floor, split,
+    Assignment, Demand, Rest, Room, Strategy,
 };
 
 #[path = "young.rs"]
@@ -169,6 +169,8 @@ struct Parts<'a> {
     demands: &'a [Option<f64>],
     fractions: &'a [f64],
     burst: &'a [f64],
+    /// The fleet's demand is over the rate (`share::over_rate`).
+    pressed: bool,
 }
 
 struct Cache {
@@ -397,7 +399,12 @@ impl Quotas {
         let pressed = over_rate(room.rate, &demands, rest);
         let fleet_streams = (members.len() as u64).saturating_add(rest.streams);
         let burst = burst_fractions(&fractions, fleet_streams);
-        let mut assigned = assign_split(&room, &fractions, &burst, ttl, pressed);
+        let floors: Vec<u64> = if pressed && !room.short {
+            members.iter().map(|m| pressed_floor(m.assigned)).collect()
+        } else {
+            Vec::new()
+        };
+        let mut assigned = assign_split(&room, &fractions, &burst, ttl, &floors);
         if !pressed {
             pad_under_rate(&room, &fractions, &mut assigned);
         }
@@ -407,6 +414,7 @@ impl Quotas {
                 demands: &demands,
                 fractions: &fractions,
                 burst: &burst,
+                pressed,
             };
             self.cap_young(shares, &room, &parts, &mut assigned);
             self.cap_cold(shares, &room, &parts, &mut assigned, now);

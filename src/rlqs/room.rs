@@ -128,16 +128,25 @@ impl Room {
         self.drain + self.now as f64 / LAG_S
     }
 
-    /// Whether the fleet must be denied (`DenyAll` until room returns): no room at once;
-    /// for a [`short`](Room::short) limit, only when its count is past the limit by more
-    /// than a reporting interval of its rate.
+    /// Whether the fleet must be denied (`DenyAll` until room returns): no room at once, and
+    /// for a [`short`](Room::short) limit its count past the limit by more than a reporting
+    /// interval of its rate; for a longer one, past the limit at all or nothing draining.
     ///
-    /// Usage at a short limit is no reason to deny: each report charges up to a reporting
-    /// interval's worth at once, which reads as no room although the streams' buckets keep
-    /// the fleet to the rate. Denying then (and the new, full bucket after it) held a lone
-    /// Envoy at a 50/s bucket of burst 50 to 0.6× what an exact bucket admits.
+    /// Usage at a limit is no reason to deny. At a short limit each report charges up to a
+    /// reporting interval's worth at once, which reads as no room although the streams'
+    /// buckets keep the fleet to the rate: denying then (and the new, full bucket after it)
+    /// held a lone Envoy at a 50/s bucket of burst 50 to 0.6× what an exact bucket admits.
+    /// A sliding window at its limit drains, and the streams are handed what it drains: a
+    /// deny there ended with every stream's bucket starting full again, and a fleet at its
+    /// limit swung between the two (a new Envoy two intervals in, sampled as it was denied,
+    /// ran none of its share).
     pub fn exhausted(&self) -> bool {
-        self.now == 0 && (!self.short || self.over as f64 > self.rate * LAG_S)
+        self.now == 0
+            && if self.short {
+                self.over as f64 > self.rate * LAG_S
+            } else {
+                self.over > 0 || self.drain <= 0.0
+            }
     }
 }
 

@@ -111,8 +111,16 @@ fn a_short_limit_is_denied_only_past_a_reporting_interval_of_its_rate() {
     over.over = 251;
     assert!(over.exhausted());
     assert_eq!(assign(&over, 0.5, TTL).strategy, Strategy::DenyAll);
-    // A limit that is not short is denied at no room, as before.
+    // A longer limit at no room is denied once past it, or when nothing drains (a fixed
+    // window, a sliding window's first epoch); at it, its streams run what drains.
     let mut long = at_limit;
     long.short = false;
-    assert!(long.exhausted());
+    assert!(!long.exhausted());
+    assert_eq!(assign(&long, 0.5, TTL).strategy, bucket(1, 25, 1));
+    let mut past = long;
+    past.over = 1;
+    assert!(past.exhausted());
+    let mut still = long;
+    still.drain = 0.0;
+    assert!(still.exhausted());
 }

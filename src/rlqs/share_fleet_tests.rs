@@ -68,7 +68,7 @@ fn tokens_at_once_are_half_by_share_half_even_and_sum_within_the_room() {
     assert!((burst[0] - (0.9 + 0.25) / 2.0).abs() < 1e-12);
     assert!((burst[1] - (0.05 + 0.25) / 2.0).abs() < 1e-12);
     assert!(burst.iter().sum::<f64>() <= 1.0);
-    let assigned = assign_split(&room(100, 10.0), &fractions, &burst, TTL, false);
+    let assigned = assign_split(&room(100, 10.0), &fractions, &burst, TTL, &[]);
     let tokens: u32 = assigned.iter().map(max_of).sum();
     assert!(tokens <= 100, "{assigned:?}");
     // The rate follows the rate's fractions, not the tokens'.
@@ -78,35 +78,63 @@ fn tokens_at_once_are_half_by_share_half_even_and_sum_within_the_room() {
     let b = burst_fractions(&[0.5, 0.5], 0);
     assert!((b[0] - 0.5).abs() < 1e-12);
     // The same fractions for both: as `assign_all`.
-    let same = assign_split(&room(100, 10.0), &fractions, &fractions, TTL, false);
+    let same = assign_split(&room(100, 10.0), &fractions, &fractions, TTL, &[]);
     assert_eq!(same, assign_all(&room(100, 10.0), &fractions, TTL));
 }
 
 #[test]
 fn a_pressed_fleet_near_its_limit_keeps_every_stream_a_few_tokens() {
     // Fifty streams at 0.02 each of a window's last ten tokens: rounded down, most get
-    // none, and each of those would be denied although the room has tokens.
+    // none, and each of those would be denied although the window has room and drains.
     let fractions = [0.02; 50];
-    let calm = assign_split(&room(10, 10.0), &fractions, &fractions, TTL, false);
+    let calm = assign_split(&room(10, 10.0), &fractions, &fractions, TTL, &[]);
     let denied = calm
         .iter()
         .filter(|a| a.strategy == Strategy::DenyAll)
         .count();
     assert_eq!(denied, 40, "{calm:?}");
     // Pressed, every stream runs its share with MIN_PRESSED_TOKENS at once.
-    let pressed = assign_split(&room(10, 10.0), &fractions, &fractions, TTL, true);
+    let pressed = assign_split(
+        &room(10, 10.0),
+        &fractions,
+        &fractions,
+        TTL,
+        &[MIN_PRESSED_TOKENS; 50],
+    );
     for a in &pressed {
         assert_eq!(u64::from(max_of(a)), MIN_PRESSED_TOKENS);
         assert!((rate_of(a) - 0.2).abs() < 1e-9, "{a:?}");
     }
-    // A larger share keeps its own; no room is still no room.
-    let big = assign_split(&room(100, 10.0), &[0.5, 0.5], &[0.5, 0.5], TTL, true);
+    // A larger share keeps its own; at the limit the floor stays (the window drains),
+    // past it every stream is denied.
+    let big = assign_split(
+        &room(100, 10.0),
+        &[0.5, 0.5],
+        &[0.5, 0.5],
+        TTL,
+        &[MIN_PRESSED_TOKENS; 2],
+    );
     assert_eq!(max_of(&big[0]), 50);
-    let none = assign_split(&room(0, 10.0), &fractions, &fractions, TTL, true);
+    let floors = [MIN_PRESSED_TOKENS; 50];
+    let at = assign_split(&room(0, 10.0), &fractions, &fractions, TTL, &floors);
+    assert!(at
+        .iter()
+        .all(|a| u64::from(max_of(a)) == MIN_PRESSED_TOKENS));
+    let past = Room {
+        over: 1,
+        ..room(0, 10.0)
+    };
+    let none = assign_split(&past, &fractions, &fractions, TTL, &floors);
     assert!(
         none.iter().all(|a| a.strategy == Strategy::DenyAll),
         "{none:?}"
     );
+    // Three for a stream running a bucket; one for a stream denied or new, whose next
+    // bucket starts full.
+    let bucket = assign(&room(100, 10.0), 0.5, TTL);
+    assert_eq!(pressed_floor(Some(bucket)), MIN_PRESSED_TOKENS);
+    assert_eq!(pressed_floor(Some(assign(&past, 0.5, TTL))), 1);
+    assert_eq!(pressed_floor(None), 1);
 }
 
 #[test]

@@ -232,6 +232,14 @@ fn room(now: u64, rate: f64) -> Room {
     }
 }
 
+/// A window at its limit with nothing draining: a fixed one, or a first epoch.
+fn full(rate: f64) -> Room {
+    Room {
+        drain: 0.0,
+        ..room(0, rate)
+    }
+}
+
 fn bucket(max_tokens: u32, tokens_per_fill: u32, fill_interval_s: u32) -> Strategy {
     Strategy::TokenBucket {
         max_tokens,
@@ -274,10 +282,20 @@ fn a_fill_is_not_held_to_the_capacity() {
 
 #[test]
 fn no_room_left_denies_all_until_room_returns_rounded_up() {
-    let a = assign(&room(0, 10.0), 1.0, INTERVAL);
+    // Nothing drains (a fixed window, a window's first epoch): denied.
+    let a = assign(&full(10.0), 1.0, INTERVAL);
     assert_eq!(a.strategy, Strategy::DenyAll);
     assert_eq!(a.ttl_s, 3);
-    let mut r = room(0, 10.0);
+    // Past the limit: denied though it drains.
+    let past = Room {
+        over: 1,
+        ..room(0, 10.0)
+    };
+    assert_eq!(assign(&past, 1.0, INTERVAL).strategy, Strategy::DenyAll);
+    // At the limit of one that drains: its share of what drains, a token at once.
+    let at = assign(&room(0, 10.0), 0.5, INTERVAL);
+    assert_eq!(at.strategy, bucket(1, 5, 1));
+    let mut r = full(10.0);
     r.until_ms = 0;
     assert_eq!(assign(&r, 1.0, INTERVAL).ttl_s, 1);
     r.until_ms = 1000;
@@ -327,8 +345,8 @@ fn assigning_together_hands_out_the_tokens_rounding_leaves() {
     // Never past the streams' fractions together: 0.1 + 0.1 of 5 is one token, not two.
     let all = assign_all(&room(5, 10.0), &[0.1, 0.1], INTERVAL);
     assert_eq!(all.iter().map(max_of).sum::<u64>(), 1);
-    // With no room, every stream is denied until it returns.
-    let all = assign_all(&room(0, 10.0), &[0.5, 0.5], INTERVAL);
+    // With no room and nothing draining, every stream is denied until it returns.
+    let all = assign_all(&full(10.0), &[0.5, 0.5], INTERVAL);
     assert!(all.iter().all(|a| *a
         == Assignment {
             strategy: Strategy::DenyAll,

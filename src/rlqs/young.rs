@@ -61,8 +61,17 @@ impl Quotas {
                 cap = cap.min(first);
             }
             let over = |m: u32| u64::from(m) > cap;
-            if matches!(a.strategy, Strategy::TokenBucket { max_tokens, .. } if over(max_tokens)) {
-                *a = assign_capped(room, p.fractions[i], p.burst[i], cap, ttl);
+            match &mut a.strategy {
+                // A pressed stream on a longer limit keeps its floor (`share::pressed_floor`)
+                // up to the cap: cut to its share of a room near the limit, a newcomer's
+                // rounded to none and it was denied.
+                Strategy::TokenBucket { max_tokens, .. } if p.pressed && !room.short => {
+                    *max_tokens = (*max_tokens).min(u32::try_from(cap).unwrap_or(u32::MAX));
+                }
+                Strategy::TokenBucket { max_tokens, .. } if over(*max_tokens) => {
+                    *a = assign_capped(room, p.fractions[i], p.burst[i], cap, ttl);
+                }
+                _ => {}
             }
         }
     }

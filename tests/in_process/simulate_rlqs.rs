@@ -330,8 +330,7 @@ fn a_surge_after_a_quiet_spell_admits_its_limit_both_ways() {
 /// at least 0.98× under it, and Envoys of equal demand within 15 % of the mean, for one to
 /// ten Envoys at 1 s and 5 s reports (the hour at Envoy's 5 s only: an hour of 1 s reports
 /// costs twice as much in a debug build, and the table's 1 s rows agree with the 5 s ones);
-/// fifty Envoys under the limit, and per hour at twice it too. Fifty Envoys at twice a
-/// per-minute limit admit 0.85× (docs/accuracy.md says why) and are left out.
+/// fifty Envoys over the limit and under it.
 #[test]
 fn per_minute_and_per_hour_windows_admit_their_limit_both_ways() {
     let (minute, hour) = (&SCALES[2], &SCALES[3]);
@@ -344,6 +343,8 @@ fn per_minute_and_per_hour_windows_admit_their_limit_both_ways() {
         }
     }
     cells.extend([
+        (minute, (50, 3), 1_000, 2.0),
+        (minute, (50, 3), 5_000, 2.0),
         (minute, (50, 3), 1_000, 0.8),
         (minute, (50, 3), 5_000, 0.8),
         (hour, (50, 3), 5_000, 2.0),
