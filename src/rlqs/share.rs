@@ -476,13 +476,12 @@ fn clamp_fraction(fraction: f64) -> f64 {
 /// The assignment for `fraction` of `room`'s rate and `max_tokens` at once (see [`assign`]).
 ///
 /// A [`short`](Room::short) limit's stream, and any at a limit that drains, gets at least a
-/// token at once ([`assign_split`]
-/// gives it a second of its rate, whatever the room read after the last report, unless it is
-/// a young stream's capped first grant). No stream's rate is held to its capacity (Envoy's
-/// bucket refills continuously at `tokens_per_fill / fill_interval`, whatever it holds): a
-/// fill capped at a capacity cut from the room held a busy stream far below its share, and a
-/// new Envoy, whose first grant is a token or two, at two thirds of its share until its
-/// second report.
+/// token at once ([`assign_split`] gives a short limit's a second of its rate, whatever the
+/// room read after the last report, unless it is a young stream's capped first grant). No
+/// stream's rate is held to its capacity (Envoy's bucket refills continuously at
+/// `tokens_per_fill / fill_interval`, whatever it holds): a fill capped at a capacity cut
+/// from the room held a busy stream far below its share, and a new Envoy, whose first grant
+/// is a token or two, at two thirds of its share until its second report.
 fn with_tokens(room: &Room, fraction: f64, max_tokens: u64, ttl: Duration) -> Assignment {
     if room.exhausted() {
         return Assignment {
