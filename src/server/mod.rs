@@ -14,6 +14,7 @@ pub mod nofile;
 pub mod page;
 pub mod reset;
 pub mod rlqs;
+pub mod rls_codec;
 pub mod rule_sources;
 pub mod shutdown;
 pub mod status;
