@@ -23,12 +23,11 @@ use std::task::{Context, Poll};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use futures_util::future::Either;
-use tonic::codegen::{Body, StdError};
-use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::server::{NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use crate::rls::{RateLimiter, RequestError};
-use crate::server::rls_codec::RlsCodec;
+use crate::server::rls_unary;
 use crate::telemetry::otel::{Tracer, Via};
 
 /// The encoded `FileDescriptorSet` of the RLS and RLQS protos, for reflection (see
@@ -79,8 +78,16 @@ impl RlsService {
         self
     }
 
+    /// Whether calls are traced (`TRACING_ENABLED`).
+    pub(crate) fn traced(&self) -> bool {
+        self.tracer.is_some()
+    }
+
     /// The limiter's answer, timed for the response-time histogram.
-    async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    pub(crate) async fn answer(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, Status> {
         let start = tokio::time::Instant::now();
         let result = self.limiter.should_rate_limit_async(request).await;
         self.timed(start);
@@ -164,11 +171,7 @@ impl NamedService for RlsServer {
     const NAME: &'static str = RLS_SERVICE;
 }
 
-impl<B> tower::Service<http::Request<B>> for RlsServer
-where
-    B: Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
+impl tower::Service<http::Request<tonic::body::Body>> for RlsServer {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
     type Future = BoxFuture<Result<Self::Response, Infallible>>;
@@ -177,12 +180,12 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         if req.uri().path() != METHOD {
             return Box::pin(ready(Ok(unimplemented())));
         }
         let service = self.0.clone();
-        Box::pin(async move { Ok(Grpc::new(RlsCodec).unary(service, req).await) })
+        Box::pin(async move { Ok(rls_unary::call(service, req).await) })
     }
 }
 

@@ -15,6 +15,7 @@ pub mod page;
 pub mod reset;
 pub mod rlqs;
 pub mod rls_codec;
+mod rls_unary;
 pub mod rule_sources;
 pub mod shutdown;
 pub mod status;

@@ -15,7 +15,7 @@
 //! word. The writer emits prost's bytes: fields in tag order, proto3 defaults left out, a
 //! map's entries in its iteration order (`rls_codec_tests.rs` holds both to prost).
 
-use bytes::{Buf, BufMut};
+use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
@@ -273,15 +273,34 @@ pub fn encode_response(resp: &RateLimitResponse, dst: &mut impl BufMut) {
         heap.resize(len, 0);
         &mut heap[..]
     };
+    write(resp, &sizes, out);
+    dst.put_slice(out);
+}
+
+/// `resp` as a gRPC message frame: the uncompressed flag, the length (big-endian), the
+/// message as [`encode_response`] writes it; one allocation, the frame's own.
+pub fn frame_response(resp: &RateLimitResponse) -> Bytes {
+    let mut sizes = Sizes::default();
+    let len = Measure(&mut sizes).response(resp);
+    let mut frame = vec![0u8; 5 + len];
+    // Past u32::MAX the length would wrap: tonic's encoder writes such a message as a
+    // frame of its own, so it is left to tonic (never a rate-limit response's size).
+    let prefix = u32::try_from(len).expect("a response under 4 GiB");
+    frame[1..5].copy_from_slice(&prefix.to_be_bytes());
+    write(resp, &sizes, &mut frame[5..]);
+    Bytes::from(frame)
+}
+
+/// The second pass into `out`, exactly the measured length.
+fn write(resp: &RateLimitResponse, sizes: &Sizes, out: &mut [u8]) {
     let mut w = Write {
         out,
         at: 0,
-        sizes: &sizes,
+        sizes,
         next: 0,
     };
     w.response(resp);
-    debug_assert_eq!(w.at, len, "measured and written lengths differ");
-    dst.put_slice(w.out);
+    debug_assert_eq!(w.at, w.out.len(), "measured and written lengths differ");
 }
 
 /// Nested messages' lengths in the order both passes visit them: measured once, read back
