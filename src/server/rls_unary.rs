@@ -32,10 +32,13 @@ const MAX_MESSAGE: usize = 4 * 1024 * 1024;
 /// A gRPC message's prefix: the compressed flag and the length.
 const PREFIX: usize = 5;
 
+/// The request's compression, by name (a name parsed once, not per request).
+const GRPC_ENCODING: http::HeaderName = http::HeaderName::from_static("grpc-encoding");
+
 /// Answers one `ShouldRateLimit` call.
 pub(crate) async fn call(service: RlsService, req: http::Request<Body>) -> http::Response<Body> {
     // Tracing reads the request's metadata; a compressed request needs tonic's decoders.
-    if service.traced() || req.headers().contains_key("grpc-encoding") {
+    if service.traced() || req.headers().contains_key(GRPC_ENCODING) {
         return Grpc::new(RlsCodec).unary(service, req).await;
     }
     let (parts, mut body) = req.into_parts();
@@ -100,6 +103,11 @@ async fn read_one(body: &mut Body) -> Result<Bytes, Frames> {
             },
             Some(Err(e)) => return Err(replay(first, more, Some(Err(e)))),
         };
+        // An empty chunk (a client may end the stream with one) adds nothing, to tonic
+        // either.
+        if data.is_empty() {
+            continue;
+        }
         if first.is_empty() && more.is_empty() {
             first = data;
         } else {

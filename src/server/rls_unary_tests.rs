@@ -153,6 +153,15 @@ async fn answers_as_the_generated_server() {
             let f = whole(&message("d", &[("user", "b")]));
             (vec![], vec![data(&f[..2]), data(&f[2..9]), data(&f[9..])])
         },
+        // An empty chunk after the message, and one before it.
+        || {
+            let f = whole(&message("d", &[("user", "b")]));
+            (vec![], vec![data(&f), data(&[])])
+        },
+        || {
+            let f = whole(&message("d", &[("user", "b")]));
+            (vec![], vec![data(&[]), data(&f)])
+        },
         // Refused by the limiter: an empty domain, no descriptors.
         || (vec![], vec![data(&whole(&message("", &[("user", "a")])))]),
         || (vec![], vec![data(&whole(&[]))]),
@@ -220,7 +229,11 @@ async fn other_methods_are_unimplemented_as_before() {
 #[tokio::test]
 async fn the_usual_request_is_read_here() {
     let f = whole(&message("d", &[("user", "a")]));
-    for frames in [vec![data(&f)], vec![data(&f[..3]), data(&f[3..])]] {
+    for frames in [
+        vec![data(&f)],
+        vec![data(&f[..3]), data(&f[3..])],
+        vec![data(&f), data(&[])],
+    ] {
         let mut body = Body::new(Replay {
             frames: frames.into(),
             rest: None,
