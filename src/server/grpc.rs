@@ -78,11 +78,6 @@ impl RlsService {
         self
     }
 
-    /// Whether calls are traced (`TRACING_ENABLED`).
-    pub(crate) fn traced(&self) -> bool {
-        self.tracer.is_some()
-    }
-
     /// The limiter's answer, timed for the response-time histogram.
     pub(crate) async fn answer(
         &self,
@@ -157,6 +152,19 @@ impl UnaryService<RateLimitRequest> for RlsService {
             }
         }
         Either::Right(Box::pin(self.clone().awaited(request)))
+    }
+}
+
+impl rls_unary::Rls for RlsService {
+    fn traced(&self) -> bool {
+        self.tracer.is_some()
+    }
+
+    fn answer(
+        &self,
+        req: &RateLimitRequest,
+    ) -> impl Future<Output = Result<RateLimitResponse, Status>> + Send {
+        RlsService::answer(self, req)
     }
 }
 

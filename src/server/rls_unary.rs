@@ -12,18 +12,34 @@
 //! (`grpc-status: 0`); a refused request is `Status::into_http`, as tonic's.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use http::HeaderMap;
 use hyper::body::{Body as HttpBody, Frame};
 use tonic::body::Body;
-use tonic::server::Grpc;
+use tonic::server::{Grpc, UnaryService};
 use tonic::Status;
 
-use crate::server::grpc::RlsService;
 use crate::server::rls_codec::{frame_response, request, RlsCodec};
+
+/// What the call needs of the RLS service (`grpc::RlsService`): its method for tonic's
+/// path, and its answer for this one.
+pub(crate) trait Rls:
+    UnaryService<RateLimitRequest, Response = RateLimitResponse, Future: Send> + Send + 'static
+{
+    /// Whether calls are traced: tracing reads the request's metadata, so tonic's path.
+    fn traced(&self) -> bool;
+
+    /// The limiter's answer to `req`.
+    fn answer(
+        &self,
+        req: &RateLimitRequest,
+    ) -> impl Future<Output = Result<RateLimitResponse, Status>> + Send;
+}
 
 /// tonic's bound on a received message (`max_decoding_message_size`'s default), checked
 /// here as tonic checks it: a longer message goes to tonic, which refuses it.
@@ -36,7 +52,7 @@ const PREFIX: usize = 5;
 const GRPC_ENCODING: http::HeaderName = http::HeaderName::from_static("grpc-encoding");
 
 /// Answers one `ShouldRateLimit` call.
-pub(crate) async fn call(service: RlsService, req: http::Request<Body>) -> http::Response<Body> {
+pub(crate) async fn call<S: Rls>(service: S, req: http::Request<Body>) -> http::Response<Body> {
     // Tracing reads the request's metadata; a compressed request needs tonic's decoders.
     if service.traced() || req.headers().contains_key(GRPC_ENCODING) {
         return Grpc::new(RlsCodec).unary(service, req).await;

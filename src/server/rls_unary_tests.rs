@@ -19,6 +19,7 @@ use super::*;
 use crate::core::clock::ManualClock;
 use crate::core::UnixMillis;
 use crate::rls::{Options, RateLimiter};
+use crate::server::grpc::RlsService;
 
 const RULES: &str = r#"
 domain: d
