@@ -16,6 +16,7 @@ pub mod reset;
 pub mod rlqs;
 pub mod rls_codec;
 mod rls_unary;
+mod rls_write;
 pub mod rule_sources;
 pub mod shutdown;
 pub mod status;

@@ -3,8 +3,13 @@
 //! error, and takes the well-formed ones itself; for generated responses (every field, nested
 //! metadata included) the writer gives prost's bytes.
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::quota::ExpirationSpecifier;
-use envoy_types::pb::google::protobuf::{Duration, Timestamp};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    DescriptorStatus, Quota, RateLimit,
+};
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{Duration, ListValue, Struct, Timestamp, Value};
 use proptest::prelude::*;
 
 use super::*;

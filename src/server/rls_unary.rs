@@ -24,7 +24,8 @@ use tonic::body::Body;
 use tonic::server::{Grpc, UnaryService};
 use tonic::Status;
 
-use crate::server::rls_codec::{frame_response, request, RlsCodec};
+use crate::server::rls_codec::{request, RlsCodec};
+use crate::server::rls_write::frame_response;
 
 /// What the call needs of the RLS service (`grpc::RlsService`): its method for tonic's
 /// path, and its answer for this one.
