@@ -396,6 +396,18 @@ impl RateLimiter {
         ))
     }
 
+    /// [`RateLimiter::should_rate_limit_async`]'s answer when it needs no store call (local
+    /// mode, or no exact rules in force), without a future to poll; `None` when it does.
+    pub fn should_rate_limit_now(
+        &self,
+        req: &RateLimitRequest,
+    ) -> Option<Result<RateLimitResponse, RequestError>> {
+        if self.exact.is_some() && self.rules.load().has_exact {
+            return None;
+        }
+        Some(self.should_rate_limit(req))
+    }
+
     /// Like [`RateLimiter::should_rate_limit`], but in global mode a request with exact
     /// descriptors awaits one atomic store call per shard for them (docs/global.md, "Exact rules");
     /// any other request is answered at once, without an await.
