@@ -140,8 +140,15 @@ pub(crate) async fn start_global(
         queues: opened.queues,
         presence,
     };
-    let (sync, stores) = (opened.sync, opened.stores);
-    global::spawn(sync, stores, parts, clock, telemetry, stop.clone()).await
+    global::spawn(
+        opened.sync,
+        opened.stores,
+        parts,
+        clock,
+        telemetry,
+        stop.clone(),
+    )
+    .await
 }
 
 /// The quota service's state, when it is on, with its metrics registered: built before
