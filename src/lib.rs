@@ -114,9 +114,6 @@ pub enum RunError {
     /// Reflection could not be set up from the descriptor set.
     #[error("gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    /// The gRPC server failed.
-    #[error("gRPC server: {0}")]
-    Grpc(#[from] tonic::transport::Error),
     /// The HTTP server failed.
     #[error("HTTP server: {0}")]
     Http(std::io::Error),
@@ -183,7 +180,7 @@ struct Service {
     tracer: Option<Arc<otel::Tracer>>,
     readiness: Arc<Readiness>,
     health: wiring::Health,
-    grpc: ServerTask<tonic::transport::Error>,
+    grpc: ServerTask<std::convert::Infallible>,
     /// The gRPC port's requests in flight: shutdown waits for the unary calls here.
     inflight: InflightLimit,
     /// Stop the quota service's streams' counting, then end them.
@@ -354,7 +351,7 @@ impl Service {
         tokio::select! {
             _ = shutdown => Ok(()),
             r = &mut self.grpc.task => Err(match r {
-                Ok(Err(e)) => RunError::Grpc(e),
+                Ok(Err(never)) => match never {},
                 _ => RunError::Stopped("gRPC"),
             }),
             r = &mut self.http.task => Err(match r {

@@ -6,6 +6,7 @@
 //! HTTP servers, gRPC health and readiness (after the fleet's join in global mode, and as
 //! xDS says), the idle-entity sweeper.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -401,7 +402,7 @@ pub(crate) fn serve_grpc(
     >,
     rls: RlsService,
     quota: Option<QuotaService>,
-) -> Result<(ServerTask<tonic::transport::Error>, InflightLimit), RunError> {
+) -> Result<(ServerTask<Infallible>, InflightLimit), RunError> {
     // What reflection lists: the services registered below, the quota service when it is on.
     let mut served = vec![grpc::RLS_SERVICE];
     if quota.is_some() {
@@ -412,34 +413,41 @@ pub(crate) fn serve_grpc(
         tonic_reflection::pb::v1alpha::server_reflection_server::SERVICE_NAME,
     );
     let stop = CancellationToken::new();
-    // The request timeout is the layer's, not tonic's `timeout` (see `InflightLimit`).
     let inflight = server::grpc_conn::InflightLimit::new(
         limits.max_concurrent_requests,
         limits.request_timeout,
     );
-    let router = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(limits.max_concurrent_streams))
-        .layer(inflight.clone())
-        .add_service(health)
+    let routes = tonic::service::Routes::new(health)
         .add_service(grpc::reflection(&served).with_service_name(v1).build_v1()?)
         .add_service(
             grpc::reflection(&served)
                 .with_service_name(v1alpha)
                 .build_v1alpha()?,
         )
-        .add_service(rls.into_server())
-        .add_optional_service(quota.map(QuotaService::into_server));
+        .add_service(rls.clone().into_server());
+    let routes = match quota {
+        Some(quota) => routes.add_service(quota.into_server()),
+        None => routes,
+    };
+    let dispatch = server::grpc_serve::Dispatch::new(rls, routes.prepare(), inflight.clone());
+    let streams = limits.max_concurrent_streams;
     let signal = stop.clone().cancelled_owned();
     let task = match tls {
         Some(tls) => {
             let handshake = server::tls::handshake(server::tls::server_config(tls)?);
             let incoming = server::grpc_conn::incoming(listener, limits, handshake);
-            tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
+            tokio::spawn(async move {
+                server::grpc_serve::serve(incoming, dispatch, streams, signal).await;
+                Ok(())
+            })
         }
         None => {
             let incoming =
                 server::grpc_conn::incoming(listener, limits, |tcp| std::future::ready(Ok(tcp)));
-            tokio::spawn(router.serve_with_incoming_shutdown(incoming, signal))
+            tokio::spawn(async move {
+                server::grpc_serve::serve(incoming, dispatch, streams, signal).await;
+                Ok(())
+            })
         }
     };
     Ok((ServerTask { stop, task }, inflight))

@@ -12,7 +12,9 @@
 //! The server is envoy-types' generated one but for its codec (`rls_codec.rs`: the request
 //! read and the response written by hand) and its method's future: an answer that needs no
 //! store call is ready when the method is called, not a boxed `async` block. Compression,
-//! message sizes and every status are tonic's (`Grpc::unary`), as before.
+//! message sizes and every status are tonic's (`Grpc::unary`). The port (`grpc_serve.rs`)
+//! hands `ShouldRateLimit` to `rls_unary::call` itself; [`RlsServer`] answers the service's
+//! other paths among tonic's routes.
 
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
@@ -169,7 +171,7 @@ impl rls_unary::Rls for RlsService {
 }
 
 /// The path of the RLS service's one method.
-const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+pub(crate) const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// `RateLimitService` as a tonic service, routed by its name.
 #[derive(Debug, Clone)]

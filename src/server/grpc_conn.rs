@@ -1,7 +1,7 @@
 //! The gRPC port's connections and the bounds on what one client can make the server hold:
 //! connections accepted under a cap kept below the open-files limit, the TLS handshake and
 //! the HTTP/2 preface under one deadline, a connection closed when its client sends nothing
-//! for the idle timeout, streams per connection (applied by tonic), and requests in flight
+//! for the idle timeout, streams per connection (applied by hyper, `grpc_serve.rs`), and requests in flight
 //! across the process and a deadline per request ([`InflightLimit`]).
 //!
 //! Why not tonic's own accept loop: it accepts without bound, keeps a connection that never
@@ -76,10 +76,10 @@ impl Default for GrpcLimits {
     }
 }
 
-/// The listener's connections, each after `handshake` (TLS, or nothing), for tonic's
-/// `serve_with_incoming`. At most `max_connections` live at once; each handshake runs in a
+/// The listener's connections, each after `handshake` (TLS, or nothing), for
+/// `grpc_serve::serve` (or tonic's `serve_with_incoming`). At most `max_connections` live at once; each handshake runs in a
 /// task of its own, so a slow client delays no other; a failed or late one is logged at
-/// debug (scanners and probes fail them routinely) and never reaches tonic. Accepting stops
+/// debug (scanners and probes fail them routinely) and never reaches the server. Accepting stops
 /// when the stream is dropped.
 pub fn incoming<C, F, Fut>(
     listener: TcpListener,
@@ -268,16 +268,15 @@ impl<C: AsyncWrite + Unpin> AsyncWrite for Guarded<C> {
     }
 }
 
-/// A tower layer for a request's two bounds: it is answered RESOURCE_EXHAUSTED at once when
+/// A request's two bounds: it is answered RESOURCE_EXHAUSTED at once when
 /// `max_concurrent_requests` are in flight (a request is held from its headers until its
 /// answer, so streams opened and never finished would otherwise hold memory up to
-/// connections × streams each), and CANCELLED past `request_timeout`, as tonic's own
-/// timeout answers. Here rather than tonic's `Server::timeout`, which makes a timer for
-/// every request: this one is made only when the answer is not ready at its first poll,
-/// and a local decision whose body came with its headers is (some 500 instructions a
-/// request fewer, `benches/cpu.sh` `MODE=instructions`). The deadline counts from that
-/// first poll, which hyper makes as the request's headers arrive. A client's `grpc-timeout`
-/// header is still tonic's to apply.
+/// connections × streams each), and CANCELLED past its deadline, as tonic's own timeout
+/// answers. The deadline is `request_timeout`, or the client's `grpc-timeout` when shorter;
+/// its timer is made only when the answer is not ready at its first poll, and a local
+/// decision whose body came with its headers is (some 500 instructions a request fewer than
+/// a timer for every request, `benches/cpu.sh` `MODE=instructions`). The deadline counts from
+/// that first poll, which hyper makes as the request's headers arrive.
 #[derive(Debug, Clone)]
 pub struct InflightLimit {
     slots: Arc<Semaphore>,
@@ -304,48 +303,15 @@ impl InflightLimit {
             slots.forget();
         }
     }
-}
 
-impl<S> tower::Layer<S> for InflightLimit {
-    type Service = Inflight<S>;
-
-    fn layer(&self, inner: S) -> Inflight<S> {
-        Inflight {
-            inner,
-            slots: self.slots.clone(),
-            timeout: self.timeout,
-        }
-    }
-}
-
-/// [`InflightLimit`]'s service.
-#[derive(Debug, Clone)]
-pub struct Inflight<S> {
-    inner: S,
-    slots: Arc<Semaphore>,
-    timeout: Duration,
-}
-
-impl<S, B> tower::Service<http::Request<B>> for Inflight<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = S::Error;
-    type Future = Answer<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    /// `answer` under the bound, within the request timeout or `client` (the request's
+    /// `grpc-timeout`) when that is shorter.
+    pub(crate) fn admit<F>(&self, client: Option<Duration>, answer: F) -> Answer<F> {
         match self.slots.clone().try_acquire_owned() {
             Ok(slot) => Answer::Admitted {
-                answer: Box::pin(self.inner.call(req)),
+                answer,
                 deadline: None,
-                timeout: self.timeout,
+                timeout: client.map_or(self.timeout, |c| c.min(self.timeout)),
                 _slot: slot,
             },
             Err(_) => Answer::Refused,
@@ -353,12 +319,12 @@ where
     }
 }
 
-/// [`Inflight`]'s answer: the service's, holding its slot until dropped, under the deadline;
-/// or the refusal.
+/// [`InflightLimit`]'s answer: the service's, holding its slot until dropped, under the
+/// deadline; or the refusal.
 pub enum Answer<F> {
     /// In flight.
     Admitted {
-        answer: Pin<Box<F>>,
+        answer: F,
         /// Armed at the first poll that finds the answer not ready.
         deadline: Option<Pin<Box<Sleep>>>,
         timeout: Duration,
@@ -368,13 +334,13 @@ pub enum Answer<F> {
     Refused,
 }
 
-impl<F, E> Future for Answer<F>
+impl<F> Future for Answer<F>
 where
-    F: Future<Output = Result<http::Response<tonic::body::Body>, E>>,
+    F: Future<Output = http::Response<tonic::body::Body>> + Unpin,
 {
-    type Output = F::Output;
+    type Output = Result<http::Response<tonic::body::Body>, std::convert::Infallible>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             Answer::Refused => Poll::Ready(Ok(tonic::Status::resource_exhausted(
                 "too many requests in flight (GRPC_MAX_CONCURRENT_REQUESTS)",
@@ -386,8 +352,8 @@ where
                 timeout,
                 ..
             } => {
-                if let Poll::Ready(r) = answer.as_mut().poll(cx) {
-                    return Poll::Ready(r);
+                if let Poll::Ready(r) = Pin::new(answer).poll(cx) {
+                    return Poll::Ready(Ok(r));
                 }
                 let timeout = *timeout;
                 let deadline =

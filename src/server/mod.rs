@@ -7,6 +7,7 @@ pub mod admin_state;
 pub mod admin_token;
 pub mod grpc;
 pub mod grpc_conn;
+pub(crate) mod grpc_serve;
 pub mod http;
 pub mod http_conn;
 pub mod json;

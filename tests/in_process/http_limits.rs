@@ -184,13 +184,23 @@ fn held_stream(
     client: &mut h2::client::SendRequest<bytes::Bytes>,
     addr: SocketAddr,
 ) -> h2::client::ResponseFuture {
-    let req = http::Request::post(format!(
+    held_stream_with(client, addr, http::HeaderMap::new())
+}
+
+/// [`held_stream`] with more headers.
+fn held_stream_with(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    addr: SocketAddr,
+    headers: http::HeaderMap,
+) -> h2::client::ResponseFuture {
+    let mut req = http::Request::post(format!(
         "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
     ))
     .header("content-type", "application/grpc")
     .header("te", "trailers")
     .body(())
     .unwrap();
+    req.headers_mut().extend(headers);
     let (resp, _body) = client.send_request(req, false).unwrap();
     resp
 }
@@ -239,6 +249,32 @@ async fn a_stream_that_never_finishes_is_answered_at_the_request_timeout() {
         .unwrap();
     // CANCELLED: tonic's answer to a request past its timeout.
     assert_eq!(grpc_status(&resp).as_deref(), Some("1"));
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_clients_grpc_timeout_shorter_than_the_request_timeout_is_kept() {
+    let s = common::Server::start(RULES, |s| {
+        s.grpc_limits.request_timeout = Duration::from_secs(600)
+    })
+    .await;
+    let mut client = h2_client(s.grpc).await;
+    let mut headers = http::HeaderMap::new();
+    headers.insert("grpc-timeout", http::HeaderValue::from_static("300m"));
+    let resp = tokio::time::timeout(PATIENCE, held_stream_with(&mut client, s.grpc, headers))
+        .await
+        .expect("an answer at the client's deadline, long before the request timeout")
+        .unwrap();
+    assert_eq!(grpc_status(&resp).as_deref(), Some("1"));
+    // A malformed deadline is ignored: the request timeout holds.
+    let mut headers = http::HeaderMap::new();
+    headers.insert("grpc-timeout", http::HeaderValue::from_static("300x"));
+    let held = held_stream_with(&mut client, s.grpc, headers);
+    let waited = tokio::time::timeout(Duration::from_secs(2), held).await;
+    assert!(
+        waited.is_err(),
+        "answered before the request timeout: {waited:?}"
+    );
     s.stop().await.unwrap();
 }
 
