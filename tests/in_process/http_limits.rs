@@ -1,8 +1,8 @@
 //! The admin and gRPC ports' connection bounds, on in-process servers with small limits: a
 //! header that never completes, a body that stalls, connections past the cap waiting for a
 //! slot, shutdown with connections open; on gRPC, streams opened and never finished, requests
-//! in flight past the process's bound, silent and idle connections. (The real process under
-//! a flood of idle connections is in `process.rs`.)
+//! in flight past the process's bound, streams the client makes the server reset, silent and
+//! idle connections. (The real process under a flood of idle connections is in `process.rs`.)
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -275,6 +275,56 @@ async fn a_clients_grpc_timeout_shorter_than_the_request_timeout_is_kept() {
         waited.is_err(),
         "answered before the request timeout: {waited:?}"
     );
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_that_makes_the_server_reset_streams_is_closed_past_the_bound() {
+    let s = common::Server::start(RULES, |_| {}).await;
+    let tcp = tokio::net::TcpStream::connect(s.grpc).await.unwrap();
+    let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+    let conn = tokio::spawn(conn);
+    // Each stream's body overruns its `content-length`: the server resets the stream, and
+    // past 1,024 such resets it closes the connection.
+    let mut sent = 0;
+    while sent < 1_100 {
+        let Ok(ready) = client.ready().await else {
+            break;
+        };
+        client = ready;
+        let req = http::Request::post(format!(
+            "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            s.grpc
+        ))
+        .header("content-type", "application/grpc")
+        .header("content-length", "1")
+        .body(())
+        .unwrap();
+        let Ok((resp, mut body)) = client.send_request(req, false) else {
+            break;
+        };
+        sent += 1;
+        if body
+            .send_data(bytes::Bytes::from_static(b"ab"), true)
+            .is_err()
+        {
+            break;
+        }
+        let _ = resp.await;
+    }
+    let closed = tokio::time::timeout(PATIENCE, conn)
+        .await
+        .expect("the connection is closed")
+        .unwrap();
+    let reason = closed.expect_err("closed by the server").reason();
+    assert_eq!(
+        reason,
+        Some(h2::Reason::ENHANCE_YOUR_CALM),
+        "after {sent} streams"
+    );
+    assert!(sent > 1_024, "closed after {sent} streams");
+    // Other connections are served.
+    ask(&s).await.unwrap();
     s.stop().await.unwrap();
 }
 
