@@ -77,10 +77,10 @@ impl Default for GrpcLimits {
 }
 
 /// The listener's connections, each after `handshake` (TLS, or nothing), for
-/// `grpc_serve::serve` (or tonic's `serve_with_incoming`). At most `max_connections` live at once; each handshake runs in a
-/// task of its own, so a slow client delays no other; a failed or late one is logged at
-/// debug (scanners and probes fail them routinely) and never reaches the server. Accepting stops
-/// when the stream is dropped.
+/// `grpc_serve::serve` (or tonic's `serve_with_incoming`). At most `max_connections` live
+/// at once; each handshake runs in a task of its own, so a slow client delays no other; a
+/// failed or late one is logged at debug (scanners and probes fail them routinely) and
+/// never reaches the server. Accepting stops when the stream is dropped.
 pub fn incoming<C, F, Fut>(
     listener: TcpListener,
     limits: GrpcLimits,

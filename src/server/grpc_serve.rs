@@ -22,9 +22,10 @@ use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::body::Body;
 use tonic::service::Routes;
 use tower::ServiceExt;
@@ -82,7 +83,7 @@ impl hyper::service::Service<Request<Incoming>> for Dispatch {
 /// streams each, until `stop`; then stops accepting (dropping `incoming`), lets every
 /// connection finish its calls (HTTP/2 `GOAWAY`), and returns when all have closed.
 pub(crate) async fn serve<C>(
-    incoming: ReceiverStream<Result<Guarded<C>, io::Error>>,
+    mut incoming: ReceiverStream<Result<Guarded<C>, io::Error>>,
     dispatch: Dispatch,
     max_concurrent_streams: u32,
     stop: impl Future<Output = ()>,
@@ -94,41 +95,39 @@ pub(crate) async fn serve<C>(
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(max_concurrent_streams);
-    // Each connection holds a receiver: a send asks them to close, and `closed` resolves once
-    // every one has been dropped.
-    let (closing, watcher) = watch::channel(());
-    {
-        let mut incoming = incoming;
-        let mut stop = pin!(stop);
-        loop {
-            let io = tokio::select! {
-                _ = &mut stop => break,
-                io = incoming.next() => match io {
-                    Some(Ok(io)) => io,
-                    Some(Err(_)) => continue,
-                    None => break,
-                },
-            };
-            let conn = builder.serve_connection(TokioIo::new(io), dispatch.clone());
-            tokio::spawn(connection(conn, watcher.clone()));
-        }
+    let conns = TaskTracker::new();
+    let closing = CancellationToken::new();
+    let mut stop = pin!(stop);
+    loop {
+        let io = tokio::select! {
+            _ = &mut stop => break,
+            io = incoming.next() => match io {
+                Some(Ok(io)) => io,
+                Some(Err(_)) => continue,
+                None => break,
+            },
+        };
+        let conn = builder.serve_connection(TokioIo::new(io), dispatch.clone());
+        conns.spawn(connection(conn, closing.clone()));
     }
-    let _ = closing.send(());
-    drop(watcher);
-    closing.closed().await;
+    // The listener closes: new connections are refused while the open ones finish.
+    drop(incoming);
+    closing.cancel();
+    conns.close();
+    conns.wait().await;
 }
 
-/// One connection until it ends, closed gracefully when `closing` says so.
+/// One connection until it ends, closed gracefully once `closing` is cancelled.
 async fn connection<C>(
     conn: hyper::server::conn::http2::Connection<TokioIo<Guarded<C>>, Dispatch, TokioExecutor>,
-    mut closing: watch::Receiver<()>,
+    closing: CancellationToken,
 ) where
     C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut conn = pin!(conn);
     let ended = tokio::select! {
         ended = conn.as_mut() => ended,
-        _ = closing.changed() => {
+        _ = closing.cancelled() => {
             conn.as_mut().graceful_shutdown();
             conn.await
         }
