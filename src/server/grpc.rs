@@ -137,7 +137,8 @@ fn status_of(e: RequestError) -> Status {
     }
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+/// A boxed answer, sent between tasks.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 type Answered = Result<Response<RateLimitResponse>, Status>;
 

@@ -15,7 +15,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::time::Duration;
 
 use http::{HeaderMap, Request, Response};
@@ -30,11 +30,9 @@ use tonic::body::Body;
 use tonic::service::Routes;
 use tower::ServiceExt;
 
-use crate::server::grpc::{RlsService, METHOD};
+use crate::server::grpc::{BoxFuture, RlsService, METHOD};
 use crate::server::grpc_conn::{Answer, Guarded, InflightLimit};
 use crate::server::rls_unary;
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// A request's way through the port: `ShouldRateLimit` to the RLS call, anything else to
 /// tonic's routes; both under the in-flight bound.

@@ -13,7 +13,6 @@
 //! and a response leaves as the bytes the stream encoded (`rlqs/response.rs`).
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -30,6 +29,7 @@ use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::rlqs::{Actions, Quotas, Stream, StreamError, REFRESH};
+use crate::server::grpc::BoxFuture;
 
 /// Responses a stream may have waiting for Envoy to read them: a stream whose Envoy stops
 /// reading stops being refreshed instead of queueing without bound.
@@ -74,8 +74,6 @@ impl QuotaService {
 
 /// `RateLimitQuotaResponse` messages, as their bytes.
 type Responses = Pin<Box<dyn tokio_stream::Stream<Item = Result<Bytes, Status>> + Send>>;
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// `RateLimitQuotaService` as a tonic service, routed by its name.
 #[derive(Clone)]
